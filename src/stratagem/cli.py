@@ -1,0 +1,188 @@
+"""Owns the command line: a thin typer app; every command calls a library function.
+
+Exit codes: 0 a verdict was reached (valid or invalid) · 1 the harness or the problem failed
+(status `error`) · 2 usage or configuration error (bad options, malformed problem file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from stratagem.config import DEFAULT_TIMEOUT_S, StratagemConfig, load_config
+from stratagem.errors import CandidateError, ConfigError, ProblemError, StratagemError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=(
+        "stratagem: search for faster GPU code with LLM agents; every candidate is proven "
+        "correct, honest and fast by a sandboxed harness.\n\n"
+        "A PROBLEM is a KernelBench-format .py file (class Model, get_inputs(), "
+        "get_init_inputs(), size constants). A CANDIDATE is a .py file defining class "
+        "ModelNew (PyTorch, CUDA via load_inline, or Triton).\n\n"
+        "Config precedence: defaults < --config TOML < command-line options.\n\n"
+        "Exit codes: 0 verdict reached (valid or invalid); 1 harness or problem error; "
+        "2 usage or configuration error."
+    ),
+)
+
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="auto (GPU if visible, else CPU), cpu, cuda or cuda:N.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
+
+
+def _config(config: Path | None, device: str | None, timeout: float | None = None) -> StratagemConfig:
+    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout}})
+
+
+def _fail(console: Console, e: StratagemError, as_json: bool, code: int) -> None:
+    if as_json:
+        print(json.dumps({"status": "error", "error": str(e), "error_type": type(e).__name__}))
+    else:
+        console.print(f"[bold red]error:[/] {e}")
+    raise typer.Exit(code)
+
+
+@app.command("eval")
+def eval_cmd(
+    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
+    candidate: Annotated[Path, typer.Argument(help="Candidate file defining ModelNew.")],
+    device: DeviceOpt = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help=f"Worker wall-clock limit in seconds, compile included [default: {DEFAULT_TIMEOUT_S:g}]."),
+    ] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Record the evaluation in this run directory.")] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Evaluate one CANDIDATE against one PROBLEM: static checks, load, correctness, timing."""
+    from stratagem.evaluation.api import evaluate_files
+
+    console = Console(stderr=as_json)
+    try:
+        cfg = _config(config, device, timeout)
+        ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
+    except (ConfigError, ProblemError, CandidateError) as e:
+        _fail(console, e, as_json, 2)
+    except StratagemError as e:
+        _fail(console, e, as_json, 1)
+    summary = ev.summary()
+    if as_json:
+        print(json.dumps(summary, default=str))
+    else:
+        _print_eval(console, summary)
+    raise typer.Exit(1 if summary["status"] == "error" else 0)
+
+
+@app.command("baseline")
+def baseline_cmd(
+    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
+    device: DeviceOpt = None,
+    refresh: Annotated[bool, typer.Option("--refresh", help="Measure again even if cached.")] = False,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Time the reference PROBLEM: eager and torch.compile (plus max-autotune on a GPU)."""
+    from stratagem.evaluation.api import baseline_file
+
+    console = Console(stderr=as_json)
+    try:
+        cfg = _config(config, device)
+        prob, base = baseline_file(problem, cfg.evaluation, refresh=refresh)
+    except (ConfigError, ProblemError) as e:
+        _fail(console, e, as_json, 2)
+    except StratagemError as e:
+        _fail(console, e, as_json, 1)
+    ok = bool(base.modes)
+    failures = [{"validator": r.name, "kind": r.kind, "reason": r.reason} for r in base.verdict.failures]
+    out: dict[str, Any] = {
+        "status": "valid" if ok else "error",
+        "problem": prob.name,
+        "problem_id": prob.id,
+        "reference_ms": {m: base.median_ms(m) for m in base.modes},
+        "baselines": {m: dict(v) for m, v in base.modes.items()},
+        "cached": base.cached,
+        "environment": dict(base.environment),
+        "failures": failures,
+    }
+    if as_json:
+        print(json.dumps(out, default=str))
+    else:
+        t = Table(title=f"baseline: {prob.name} on {base.environment.get('device_name', '?')}")
+        for col in ("mode", "median ms", "IQR ms", "n"):
+            t.add_column(col)
+        for mode, stats in base.modes.items():
+            if "median_ms" in stats:
+                t.add_row(mode, f"{stats['median_ms']:.4f}", f"{stats['iqr_ms']:.4f}", str(stats["n"]))
+            else:
+                t.add_row(mode, f"[red]{stats.get('error', 'failed')}[/]", "", "")
+        console.print(t)
+        for f in failures:
+            console.print(f"[red]{f['validator']}[/] {f['kind']}: {f['reason']}")
+        if base.cached:
+            console.print("[dim](cached; --refresh to measure again)[/]")
+    raise typer.Exit(0 if ok else 1)
+
+
+_COLORS = {"passed": "green", "failed": "red", "skipped": "yellow"}
+
+
+def _print_eval(console: Console, s: dict[str, Any]) -> None:
+    color = {"valid": "green", "invalid": "red", "error": "magenta"}[s["status"]]
+    t = Table(title=f"{s['problem']} · design {s['design_id'][:12]} · {s['device']}")
+    t.add_column("validator")
+    t.add_column("result")
+    t.add_column("detail", overflow="fold")
+    for name, v in s["validators"].items():
+        detail = v["reason"] or ""
+        if name == "correctness" and v["status"] == "passed":
+            d = v["details"]
+            detail = f"{len(d['trials'])} trials, max abs err {d['max_abs_err']:.3g}, max rel err {d['max_rel_err']:.3g}"
+        if name == "timing" and v["status"] == "passed":
+            rt = v["details"]["runtime"]
+            detail = f"median {rt['median_ms']:.4f} ms, IQR {rt['iqr_ms']:.4f} ms, n={rt['n']}"
+        t.add_row(name, f"[{_COLORS[v['status']]}]{v['status']}[/]", detail)
+    console.print(t)
+    console.print(f"status: [bold {color}]{s['status']}[/]")
+    if s["runtime_ms"] is not None:
+        refs = ", ".join(f"{k} {v:.4f} ms" for k, v in s["reference_ms"].items() if v is not None)
+        console.print(f"candidate {s['runtime_ms']:.4f} ms · reference {refs}")
+    if s["speedup"] is not None:
+        console.print(f"speedup vs eager: [bold]{s['speedup']:.2f}x[/]")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app(args=list(argv) if argv is not None else None, prog_name="stratagem", standalone_mode=False)
+    except typer.Exit as e:
+        return int(e.exit_code)
+    except SystemExit as e:  # pragma: no cover - click may still raise it
+        return int(e.code or 0)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            return 130
+        raise
+    return 0
+
+
+def run_app() -> None:
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Owns objectives and measurements: what is optimised, in which unit, and what was measured."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A scalar to optimise."""
+
+    name: str = "runtime"
+    unit: str = "ms"
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether value `a` is strictly better than `b`."""
+        return a < b if self.direction == "minimize" else a > b
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Summary statistics of raw samples, with the samples kept."""
+
+    name: str
+    """What was measured (`runtime`, `reference_eager`)."""
+    unit: str
+    """Unit of the values (`ms`)."""
+    median: float
+    q1: float
+    q3: float
+    samples: tuple[float, ...]
+    """Every raw sample, unrounded."""
+
+    @property
+    def iqr(self) -> float:
+        return self.q3 - self.q1
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @classmethod
+    def of(cls, name: str, unit: str, samples: Sequence[float]) -> Measurement:
+        if not samples:
+            raise ValueError("a measurement needs at least one sample")
+        q1, med, q3 = quartiles(samples)
+        return cls(name=name, unit=unit, median=med, q1=q1, q3=q3, samples=tuple(samples))
+
+
+def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
+    """(Q1, median, Q3) with the inclusive method; one sample gives it three times."""
+    xs = sorted(samples)
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, med, q3

@@ -1,0 +1,167 @@
+"""Owns comparing a candidate's output with the reference's: structure, then values.
+
+Worker-side only. Structure first (type, device, dtype, shape, nesting), then values with the
+tolerance of the reference output's dtype; max absolute and relative errors are reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+CHUNK_ELEMENTS = 1 << 26
+"""Elements compared at a time, bounding the float64 temporaries (~0.5 GiB each)."""
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    reason: str | None = None
+    kind: str = "wrong_output"
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    mismatched: int = 0
+    checked: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "reason": self.reason,
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "mismatched": self.mismatched,
+            "checked": self.checked,
+        }
+
+
+def _tol(tolerances: Mapping[str, Mapping[str, float]], dtype: torch.dtype) -> tuple[float, float]:
+    key = str(dtype).removeprefix("torch.")
+    t = tolerances.get(key) or tolerances.get("float32") or {"atol": 1e-4, "rtol": 1e-4}
+    return float(t["atol"]), float(t["rtol"])
+
+
+def compare_outputs(
+    ref: Any, new: Any, tolerances: Mapping[str, Mapping[str, float]], where: str = "output"
+) -> Comparison:
+    """Compare recursively; the first structural mismatch or value mismatch decides."""
+    if isinstance(ref, torch.Tensor):
+        return _compare_tensor(ref, new, tolerances, where)
+    if isinstance(ref, Sequence) and not isinstance(ref, str | bytes):
+        if not isinstance(new, Sequence) or isinstance(new, str | bytes):
+            return Comparison(False, f"{where}: expected a sequence, got {type(new).__name__}", "malformed")
+        if len(ref) != len(new):
+            return Comparison(False, f"{where}: expected {len(ref)} items, got {len(new)}", "malformed")
+        total = Comparison(True)
+        for i, (r, n) in enumerate(zip(ref, new, strict=True)):
+            c = compare_outputs(r, n, tolerances, f"{where}[{i}]")
+            if not c.ok:
+                return c
+            total.max_abs_err = max(total.max_abs_err, c.max_abs_err)
+            total.max_rel_err = max(total.max_rel_err, c.max_rel_err)
+            total.checked += c.checked
+        return total
+    if isinstance(ref, bool | int | float):
+        if type(new) is not type(ref):
+            return Comparison(False, f"{where}: expected {type(ref).__name__}, got {type(new).__name__}", "malformed")
+        if ref != new and not (isinstance(ref, float) and abs(ref - new) <= 1e-6 * max(1.0, abs(ref))):
+            return Comparison(False, f"{where}: expected {ref!r}, got {new!r}")
+        return Comparison(True, checked=1)
+    if ref is None:
+        ok = new is None
+        return Comparison(ok, None if ok else f"{where}: expected None, got {type(new).__name__}", "malformed")
+    return Comparison(False, f"{where}: cannot compare outputs of type {type(ref).__name__}", "malformed")
+
+
+def _compare_tensor(
+    ref: torch.Tensor, new: Any, tolerances: Mapping[str, Mapping[str, float]], where: str
+) -> Comparison:
+    if type(new) is not torch.Tensor:
+        return Comparison(
+            False, f"{where}: expected a plain torch.Tensor, got {type(new).__module__}.{type(new).__qualname__}",
+            "malformed",
+        )
+    if new.device != ref.device:
+        return Comparison(False, f"{where}: on device {new.device}, expected {ref.device}", "malformed")
+    if new.dtype != ref.dtype:
+        return Comparison(False, f"{where}: dtype {new.dtype}, expected {ref.dtype}", "malformed")
+    if new.shape != ref.shape:
+        return Comparison(False, f"{where}: shape {tuple(new.shape)}, expected {tuple(ref.shape)}", "malformed")
+    if new.layout != torch.strided:
+        return Comparison(False, f"{where}: layout {new.layout}, expected a dense tensor", "malformed")
+    n = ref.numel()
+    if n == 0:
+        return Comparison(True)
+    if not ref.is_floating_point() and not ref.is_complex():
+        mism = int((ref != new).sum().item())
+        ok = mism == 0
+        return Comparison(ok, None if ok else f"{where}: {mism} of {n} elements differ", mismatched=mism, checked=n)
+    atol, rtol = _tol(tolerances, ref.dtype)
+    flat_r, flat_c = ref.detach().reshape(-1), new.detach().reshape(-1)
+    cmp = Comparison(True, checked=n)
+    nan_mismatch = inf_mismatch = 0
+    first: tuple[int, float, float] | None = None
+    for lo in range(0, n, CHUNK_ELEMENTS):
+        r = flat_r[lo : lo + CHUNK_ELEMENTS].to(torch.float64)
+        c = flat_c[lo : lo + CHUNK_ELEMENTS].to(torch.float64)
+        nan_r, nan_c = torch.isnan(r), torch.isnan(c)
+        nan_mismatch += int((nan_r != nan_c).sum().item())
+        finite = torch.isfinite(r) & torch.isfinite(c)
+        inf_mismatch += int((~finite & ~(nan_r | nan_c) & (r != c)).sum().item())
+        diff = torch.where(finite, (r - c).abs(), 0.0)
+        bad = diff > (atol + rtol * r.abs())
+        cmp.mismatched += int(bad.sum().item())
+        cmp.max_abs_err = max(cmp.max_abs_err, float(diff.max().item()))
+        rel = torch.where(diff == 0, 0.0, diff / r.abs().clamp_min(torch.finfo(torch.float64).tiny))
+        cmp.max_rel_err = max(cmp.max_rel_err, float(rel.max().item()))
+        if first is None and bool(bad.any()):
+            i = int(bad.nonzero()[0].item())
+            first = (lo + i, float(r[i]), float(c[i]))
+    cmp.mismatched += nan_mismatch + inf_mismatch
+    if cmp.mismatched:
+        cmp.ok = False
+        parts = [
+            f"{where}: {cmp.mismatched} of {n} elements outside atol={atol:g}, rtol={rtol:g}",
+            f"max abs err {cmp.max_abs_err:.3g}, max rel err {cmp.max_rel_err:.3g}",
+        ]
+        if nan_mismatch:
+            parts.append(f"{nan_mismatch} NaN positions differ")
+        if inf_mismatch:
+            parts.append(f"{inf_mismatch} infinities differ")
+        if first is not None:
+            pos = _unravel(first[0], tuple(ref.shape))
+            parts.append(f"first at {pos}: expected {first[1]:.6g}, got {first[2]:.6g}")
+        cmp.reason = "; ".join(parts)
+    return cmp
+
+
+def _unravel(index: int, shape: tuple[int, ...]) -> list[int]:
+    out = []
+    for dim in reversed(shape):
+        out.append(index % dim)
+        index //= dim
+    return list(reversed(out))
+
+
+def inputs_unchanged(before: Sequence[Any], after: Sequence[Any]) -> str | None:
+    """None if every tensor input is bit-identical to its pristine copy, else which changed."""
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        if isinstance(b, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return f"input {i} was replaced or reshaped"
+            if not torch.equal(_bits(a), _bits(b)):
+                return f"input {i} was modified in place"
+    return None
+
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A view of the tensor's bits, so NaNs compare equal to themselves."""
+    if t.is_floating_point() and t.element_size() in _INT_VIEW:
+        return t.contiguous().view(_INT_VIEW[t.element_size()])
+    return t

@@ -1,0 +1,115 @@
+"""Owns the PyTorch domain's parent-side plan: its validator graph and its worker requests.
+
+Default graph: `static_checks -> load -> correctness -> timing`. `static_checks` runs in the
+parent; the rest run in the worker. A problem may narrow the graph with
+`STRATAGEM = {"validators": [...]}`; the integrity stages slot in between correctness and
+timing when they exist.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stratagem.config import EvaluationConfig
+from stratagem.core.design import Design
+from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
+from stratagem.core.problem import Problem
+from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.pytorch.static import run_static_checks
+from stratagem.errors import ProblemError
+from stratagem.evaluation.protocol import CandidateFile, EvalRequest, SourceFile, StageSpec
+
+NAME = "pytorch"
+
+DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("static_checks", (), "parent"),
+    ValidatorSpec("load", ("static_checks",), "worker"),
+    ValidatorSpec("correctness", ("load",), "worker"),
+    ValidatorSpec("timing", ("correctness",), "worker"),
+)
+
+BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("baseline", ("load",), "worker"),
+)
+
+
+def validator_graph(problem: Problem) -> ValidatorGraph:
+    """The problem's graph: the domain default, narrowed by the problem's own declaration."""
+    wanted = problem.settings.get("validators")
+    specs = DEFAULT_GRAPH
+    if wanted is not None:
+        names = {s.name for s in DEFAULT_GRAPH}
+        unknown = sorted(set(wanted) - names)
+        if unknown:
+            raise ProblemError(f"{problem.name}: unknown validators {unknown}; known: {sorted(names)}")
+        specs = tuple(s for s in DEFAULT_GRAPH if s.name in wanted)
+    try:
+        return ValidatorGraph.of(specs)
+    except GraphError as e:
+        raise ProblemError(f"{problem.name}: validators {list(wanted or [])}: {e}") from e
+
+
+def run_parent_validator(name: str, problem: Problem, design: Design) -> ValidatorResult:
+    if name == "static_checks":
+        return run_static_checks(problem, design.source)
+    raise KeyError(f"no parent validator {name!r}")
+
+
+def tolerances(problem: Problem, cfg: EvaluationConfig) -> dict[str, dict[str, float]]:
+    out = {k: {"atol": v.atol, "rtol": v.rtol} for k, v in cfg.tolerances.items()}
+    for dtype, tol in dict(problem.settings.get("tolerances", {})).items():
+        out[str(dtype)] = {"atol": float(tol["atol"]), "rtol": float(tol["rtol"])}
+    return out
+
+
+def correctness_trials(problem: Problem, cfg: EvaluationConfig) -> int:
+    return int(problem.settings.get("correctness_trials", cfg.correctness_trials))
+
+
+def timeout_s(problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float:
+    if override is not None:
+        return override
+    return float(problem.settings.get("timeout_s", cfg.timeout_s))
+
+
+def new_seed() -> int:
+    """A fresh seed from OS entropy (48 bits: readable, and valid for torch.manual_seed)."""
+    return secrets.randbits(48)
+
+
+def build_request(
+    problem: Problem,
+    design: Design | None,
+    stages: Sequence[ValidatorSpec],
+    cfg: EvaluationConfig,
+    baselines: Sequence[str] = (),
+    seeds: Sequence[int] | None = None,
+) -> EvalRequest:
+    n = correctness_trials(problem, cfg)
+    timing: Mapping[str, Any] = cfg.timing.model_dump()
+    return EvalRequest(
+        request_id=uuid.uuid4().hex,
+        domain=NAME,
+        stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in {x.name for x in stages}])
+                for s in stages],
+        problem=SourceFile(name=problem.name, source=problem.source),
+        candidate=CandidateFile(source=design.source) if design is not None else None,
+        device="cpu",  # replaced by the executor with the slot's device
+        init_seed=new_seed(),
+        seeds=list(seeds) if seeds is not None else [new_seed() for _ in range(n)],
+        timing_seed=new_seed(),
+        tolerances=tolerances(problem, cfg),
+        timing=dict(timing),
+        baselines=list(baselines),
+    )
+
+
+def default_baselines(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+    if cfg.baselines is not None:
+        modes = list(cfg.baselines)
+        return modes if "eager" in modes else ["eager", *modes]
+    return ["eager", "compile", "max-autotune"] if on_gpu else ["eager", "compile"]

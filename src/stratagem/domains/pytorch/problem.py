@@ -1,0 +1,154 @@
+"""Owns loading KernelBench-format problem files in the parent, by reading their syntax only.
+
+A problem file defines `class Model`, `get_inputs()` and `get_init_inputs()`, and module-level
+size constants. It may also declare harness settings in a literal dict:
+
+    STRATAGEM = {"validators": ["static_checks", "load", "correctness"],
+                 "tolerances": {"float32": {"atol": 1e-3, "rtol": 1e-3}},
+                 "correctness_trials": 10, "timeout_s": 300}
+
+Nothing here executes the file: that happens only in the sandboxed worker.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from stratagem.core.problem import Problem
+from stratagem.errors import ProblemError
+
+SETTINGS_NAME = "STRATAGEM"
+SETTINGS_KEYS = frozenset({"validators", "tolerances", "correctness_trials", "timeout_s"})
+
+_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.Mod: operator.mod,
+}
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read and check a KernelBench-format problem file.
+
+    Raises:
+        ProblemError: the file is missing, unreadable, not Python, or lacks required names.
+    """
+    p = Path(path)
+    try:
+        source = p.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise ProblemError(f"problem file not found: {p}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProblemError(f"cannot read problem file {p}: {e}") from e
+    return parse_problem(source, name=p.stem, path=str(p))
+
+
+def parse_problem(source: str, *, name: str, path: str | None = None) -> Problem:
+    """Check a problem's source and extract its size constants and settings."""
+    where = path or name
+    try:
+        tree = ast.parse(source, filename=where)
+    except SyntaxError as e:
+        raise ProblemError(f"{where}: syntax error at line {e.lineno}: {e.msg}") from e
+    top = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+    problems: list[str] = []
+    model = top.get("Model")
+    if not isinstance(model, ast.ClassDef):
+        problems.append("no top-level `class Model`")
+    elif not _has_method(model, "forward") and not model.bases:
+        problems.append("`Model` defines no `forward` method")
+    for fn in ("get_inputs", "get_init_inputs"):
+        node = top.get(fn)
+        if not isinstance(node, ast.FunctionDef):
+            problems.append(f"no top-level function `{fn}()`")
+        elif _required_positional(node) > 0:
+            problems.append(f"`{fn}()` must take no arguments")
+    if problems:
+        raise ProblemError(f"{where} is not a KernelBench-format problem: " + "; ".join(problems))
+    return Problem(
+        name=name,
+        domain="pytorch",
+        source=source,
+        path=path,
+        size_constants=size_constants(tree),
+        settings=_settings(tree, where),
+    )
+
+
+def _has_method(cls: ast.ClassDef, name: str) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in cls.body)
+
+
+def _required_positional(fn: ast.FunctionDef) -> int:
+    args = fn.args
+    positional = len(args.posonlyargs) + len(args.args)
+    return positional - len(args.defaults)
+
+
+def size_constants(tree: ast.Module) -> dict[str, int | float]:
+    """Module-level names bound to numbers or arithmetic over earlier ones (`N = 2048 * 2`)."""
+    found: dict[str, int | float] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if not isinstance(target, ast.Name) or target.id == SETTINGS_NAME:
+            continue
+        v = _eval_number(value, found)
+        if v is not None:
+            found[target.id] = v
+    return found
+
+
+def _eval_number(node: ast.expr, env: Mapping[str, int | float]) -> int | float | None:
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _eval_number(node.operand, env)
+        return None if v is None else -v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        a, b = _eval_number(node.left, env), _eval_number(node.right, env)
+        if a is None or b is None:
+            return None
+        try:
+            return _BINOPS[type(node.op)](a, b)
+        except (ArithmeticError, ValueError):
+            return None
+    return None
+
+
+def _settings(tree: ast.Module, where: str) -> dict[str, Any]:
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == SETTINGS_NAME
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError as e:
+                raise ProblemError(f"{where}: {SETTINGS_NAME} must be a literal dict") from e
+            if not isinstance(value, dict):
+                raise ProblemError(f"{where}: {SETTINGS_NAME} must be a dict")
+            unknown = sorted(set(value) - SETTINGS_KEYS)
+            if unknown:
+                raise ProblemError(
+                    f"{where}: unknown {SETTINGS_NAME} keys {unknown}; "
+                    f"known: {sorted(SETTINGS_KEYS)}"
+                )
+            return value
+    return {}

@@ -1,0 +1,111 @@
+"""Owns running KernelBench programs inside the worker: modules, models, inputs, errors.
+
+Worker-side only (imports torch). The reference and the candidate are loaded as two separate
+modules: the candidate never sees the reference's namespace.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REFERENCE_MODULE = "stratagem_reference"
+CANDIDATE_MODULE = "stratagem_candidate"
+TRACEBACK_CHARS = 4000
+
+
+def tail(text: str, limit: int = TRACEBACK_CHARS) -> str:
+    return text if len(text) <= limit else "…" + text[-limit:]
+
+
+def format_exception(exc: BaseException) -> str:
+    return tail("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def classify_exception(exc: BaseException) -> str:
+    """Map an exception raised by candidate code to a failure kind."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError | MemoryError):
+        return "oom"
+    text = f"{type(exc).__name__}: {exc}"
+    if "out of memory" in text.lower() or "can't allocate memory" in text:
+        return "oom"
+    accel = getattr(torch, "AcceleratorError", None)
+    if (accel is not None and isinstance(exc, accel)) or "CUDA error" in text:
+        return "cuda_error"
+    return "exception"
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    msg = str(exc).strip().splitlines()
+    first = msg[-1] if msg and type(exc).__name__ == "CalledProcessError" else (msg[0] if msg else "")
+    line = f"{type(exc).__name__}: {first}"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def load_module(name: str, source: str, directory: Path, filename: str) -> types.ModuleType:
+    """Write `source` to `directory/filename` and import it as module `name`.
+
+    A real file is needed: Triton's `@jit` reads kernel source with `inspect`.
+    """
+    path = directory / filename
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def device_context(device: str) -> Any:
+    """Default-device context: `torch.rand(...)` in `get_inputs()` then allocates there."""
+    return torch.device(device)
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+@dataclass
+class Programs:
+    """The loaded reference and candidate, instantiated on the device."""
+
+    reference_module: types.ModuleType
+    reference: torch.nn.Module
+    init_inputs: list[Any]
+    candidate_module: types.ModuleType | None = None
+    candidate: torch.nn.Module | None = None
+
+
+def make_inputs(module: types.ModuleType, seed: int, device: str) -> list[Any]:
+    """Call the problem's `get_inputs()` seeded, creating tensors directly on `device`."""
+    torch.manual_seed(seed)
+    with device_context(device):
+        inputs = list(module.get_inputs())
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def inputs_nbytes(inputs: Sequence[Any]) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+
+
+def instantiate(cls: Callable[..., Any], init_inputs: Sequence[Any], seed: int, device: str) -> Any:
+    """Build a model with the same seed as its counterpart, so parameters match."""
+    torch.manual_seed(seed)
+    with device_context(device):
+        model = cls(*init_inputs)
+    return model.to(device)

@@ -1,0 +1,153 @@
+"""Owns timing inside the worker: CUDA events on a GPU, perf_counter on the CPU.
+
+GPU protocol per timed call: overwrite an L2-flush buffer (outside the timed region, on the
+same stream), record the start event, call, synchronize the whole device, record the end
+event. The device-wide synchronize makes work left on other streams count. Warm-up runs for a
+time budget; the repetition count is derived from the measured per-call time and a budget.
+Input sets are rotated so repeated calls do not hit the same addresses.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+L2_FLUSH_BYTES_MIN = 256 * 1024 * 1024
+"""Flush buffer size floor: several times the largest L2 of current GPUs (H100/H200: 50 MB)."""
+
+
+def summarize(samples_ms: Sequence[float]) -> dict[str, Any]:
+    xs = sorted(samples_ms)
+    if len(xs) == 1:
+        q1 = med = q3 = xs[0]
+    else:
+        q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return {
+        "median_ms": med,
+        "q1_ms": q1,
+        "q3_ms": q3,
+        "iqr_ms": q3 - q1,
+        "min_ms": xs[0],
+        "max_ms": xs[-1],
+        "mean_ms": statistics.fmean(xs),
+        "n": len(xs),
+        "samples_ms": list(samples_ms),
+    }
+
+
+def _reps(estimate_ms: float, cfg: Mapping[str, Any]) -> int:
+    budget = float(cfg["budget_ms"])
+    n = budget / max(estimate_ms, 1e-6)
+    return int(min(max(math.ceil(n), int(cfg["min_reps"])), int(cfg["max_reps"])))
+
+
+class L2Flusher:
+    """Overwrites a buffer larger than the GPU's L2 cache."""
+
+    def __init__(self, device: str) -> None:
+        props = torch.cuda.get_device_properties(torch.device(device))
+        l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+        self.nbytes = max(L2_FLUSH_BYTES_MIN, 4 * l2)
+        self.buffer = torch.empty(self.nbytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_cuda(
+    fn: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    cfg: Mapping[str, Any],
+    device: str,
+    sync_mode: str = "device",
+) -> dict[str, Any]:
+    """Time `fn(*args)` on a GPU; returns the summary with raw samples in ms.
+
+    Args:
+        sync_mode: `device` synchronizes the device before the end event (counts side
+            streams); `stream` records the end event right after the call (as do_bench does).
+    """
+    flush = L2Flusher(device) if cfg.get("flush_l2", True) else None
+    k = len(arg_sets)
+    torch.cuda.synchronize()
+    # Warm-up for a time budget (at least 3 calls), then estimate the per-call time.
+    t0, calls = time.perf_counter(), 0
+    while calls < 3 or (time.perf_counter() - t0) * 1e3 < float(cfg["warmup_ms"]):
+        fn(*arg_sets[calls % k])
+        calls += 1
+        if calls % 8 == 0:
+            torch.cuda.synchronize()
+        if calls >= 10_000:
+            break
+    torch.cuda.synchronize()
+    est = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush, sync_mode)
+    reps = _reps(statistics.median(est), cfg)
+    samples = _measure_cuda(fn, arg_sets, reps, flush, sync_mode)
+    out = summarize(samples)
+    out.update(method=f"cuda_event/{sync_mode}_sync", warmup_calls=calls, input_sets=k,
+               l2_flush_bytes=flush.nbytes if flush else 0)
+    return out
+
+
+def _measure_cuda(
+    fn: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    reps: int,
+    flush: L2Flusher | None,
+    sync_mode: str,
+) -> list[float]:
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    k = len(arg_sets)
+    for i in range(reps):
+        args = arg_sets[i % k]
+        if flush is not None:
+            flush()
+        starts[i].record()
+        fn(*args)
+        if sync_mode == "device":
+            torch.cuda.synchronize()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+
+def time_cpu(
+    fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Time `fn(*args)` on the CPU with perf_counter."""
+    k = len(arg_sets)
+    t0, calls, est = time.perf_counter(), 0, []
+    while calls < 2 or (time.perf_counter() - t0) * 1e3 < float(cfg["warmup_ms"]):
+        s = time.perf_counter()
+        fn(*arg_sets[calls % k])
+        est.append((time.perf_counter() - s) * 1e3)
+        calls += 1
+        if calls >= 10_000:
+            break
+    reps = _reps(statistics.median(est[-5:]), cfg)
+    samples = []
+    for i in range(reps):
+        args = arg_sets[i % k]
+        s = time.perf_counter()
+        fn(*args)
+        samples.append((time.perf_counter() - s) * 1e3)
+    out = summarize(samples)
+    out.update(method="perf_counter", warmup_calls=calls, input_sets=k, l2_flush_bytes=0)
+    return out
+
+
+def time_callable(
+    fn: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    cfg: Mapping[str, Any],
+    device: str,
+) -> dict[str, Any]:
+    if device.startswith("cuda"):
+        return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "device")))
+    return time_cpu(fn, arg_sets, cfg)

@@ -1,0 +1,77 @@
+"""Owns the library entry points behind `stratagem eval` and `stratagem baseline`.
+
+Synchronous façades at the API edge over the async evaluator: load files, build the executor
+for the configured device, evaluate, and record into a run directory when one is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from stratagem.config import EvaluationConfig, environment
+from stratagem.core.design import Design
+from stratagem.core.problem import Problem
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.errors import CandidateError
+from stratagem.evaluation.executors import LocalExecutor, resolve_device
+from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
+from stratagem.store.sqlite import RunStore
+
+
+def read_candidate(path: str | Path) -> Design:
+    """Read a candidate file as a design (its content is checked later, by the validators).
+
+    Raises:
+        CandidateError: the file is missing or not UTF-8 text.
+    """
+    p = Path(path)
+    try:
+        source = p.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise CandidateError(f"candidate file not found: {p}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise CandidateError(f"cannot read candidate file {p}: {e}") from e
+    return Design.from_source(source, provenance={"source": "file", "path": str(p)})
+
+
+def make_evaluator(cfg: EvaluationConfig) -> Evaluator:
+    devices = resolve_device(cfg.device, environment())
+    # One evaluation at a time needs one device; searches use every slot.
+    executor = LocalExecutor.for_devices(devices, cfg, environment())
+    return Evaluator(cfg, executor, devices[0])
+
+
+def evaluate_files(
+    problem_path: str | Path,
+    candidate_path: str | Path,
+    cfg: EvaluationConfig,
+    *,
+    timeout_s: float | None = None,
+    run_dir: str | Path | None = None,
+) -> Evaluation:
+    problem = load_problem(problem_path)
+    design = read_candidate(candidate_path)
+    evaluation = asyncio.run(make_evaluator(cfg).evaluate(problem, design, timeout_s=timeout_s))
+    if run_dir is not None:
+        record(run_dir, evaluation)
+    return evaluation
+
+
+def record(run_dir: str | Path, evaluation: Evaluation) -> int:
+    with RunStore.open(run_dir) as store:
+        store.add_problem(evaluation.problem)
+        store.add_design(evaluation.problem.id, evaluation.design)
+        return store.add_evaluation(evaluation.to_record())
+
+
+def baseline_file(
+    problem_path: str | Path, cfg: EvaluationConfig, *, refresh: bool = False, timeout_s: float | None = None
+) -> tuple[Problem, Baseline]:
+    problem = load_problem(problem_path)
+    evaluator = make_evaluator(cfg)
+
+    async def go() -> Baseline:
+        return await evaluator.baseline(problem, refresh=refresh, timeout_s=timeout_s)
+
+    return problem, asyncio.run(go())

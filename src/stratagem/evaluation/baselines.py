@@ -1,0 +1,51 @@
+"""Owns the reference-baseline cache: eager/compile timings per problem, hardware and torch.
+
+Key: problem content hash, device name, torch and CUDA versions, baseline modes and the
+timing settings. One JSON file per key under `<cache_dir>/baselines/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def baseline_key(
+    problem_id: str, environment: Mapping[str, Any], modes: Sequence[str], timing: Mapping[str, Any]
+) -> str:
+    parts = {
+        "problem": problem_id,
+        "device_name": environment.get("device_name"),
+        "device": environment.get("device"),
+        "torch": environment.get("torch"),
+        "cuda": environment.get("cuda"),
+        "threads": environment.get("threads"),
+        "modes": sorted(modes),
+        "timing": dict(sorted(timing.items())),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class BaselineCache:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self._path(key).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return data if isinstance(data, dict) and data.get("key") == key else None
+
+    def put(self, key: str, record: Mapping[str, Any]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self._path(key).with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, **record}, indent=1), encoding="utf-8")
+        os.replace(tmp, self._path(key))

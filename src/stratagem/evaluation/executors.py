@@ -1,0 +1,168 @@
+"""Owns executors: where worker requests run. The local executor manages per-device slots.
+
+A slot is one concurrent worker: on a GPU machine, `workers_per_gpu` slots per GPU, each
+pinned with `CUDA_VISIBLE_DEVICES` (so the worker sees `cuda`), each with its own compile
+caches kept across candidates; on the CPU, `cpu_slots` slots. Compiles in different slots
+overlap; the timing stages of one GPU take an exclusive file lock per physical device, which
+also serialises timing across separate stratagem processes on the same machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from stratagem.config import EvaluationConfig, cache_dir
+from stratagem.errors import ConfigError
+from stratagem.evaluation.protocol import EvalRequest
+from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_worker
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One concurrent worker position."""
+
+    index: int
+    device: str
+    """The device as the worker sees it: `cpu` or `cuda`."""
+    physical: str
+    """The device on this machine: `cpu` or `cuda:N`."""
+    env: Mapping[str, str]
+    """Variables pinned for this slot (visible devices, compile caches)."""
+    lock_path: Path | None
+    """Exclusive timing lock of the physical device."""
+
+
+class Executor(Protocol):
+    """Runs worker requests; `capacity` of them at once."""
+
+    capacity: int
+
+    async def submit(self, request: EvalRequest, timeout_s: float) -> tuple[Slot, SandboxResult]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def visible_gpus(env: Mapping[str, str]) -> list[int]:
+    """Physical GPU indices this process may use (nvidia-smi, filtered by CUDA_VISIBLE_DEVICES)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode != 0:
+        return []
+    count = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    ids = list(range(count))
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None and cvd.strip() != "":
+        try:
+            ids = [int(x) for x in cvd.split(",") if x.strip() != "" and int(x) in ids]
+        except ValueError:
+            pass  # UUID form: keep every GPU nvidia-smi lists
+    return ids
+
+
+def resolve_device(device: str, env: Mapping[str, str]) -> list[str]:
+    """Physical devices for a `--device` value: `['cpu']` or `['cuda:0', 'cuda:1', ...]`.
+
+    Raises:
+        ConfigError: a GPU was asked for but none is visible.
+    """
+    if device == "cpu":
+        return ["cpu"]
+    gpus = visible_gpus(env)
+    if device == "auto":
+        return [f"cuda:{i}" for i in gpus] or ["cpu"]
+    if not gpus:
+        raise ConfigError(f"--device {device}: no NVIDIA GPU is visible (nvidia-smi found none)")
+    if device == "cuda":
+        return [f"cuda:{i}" for i in gpus]
+    index = int(device.split(":", 1)[1])
+    if index not in gpus:
+        raise ConfigError(f"--device {device}: visible GPUs are {gpus}")
+    return [device]
+
+
+class LocalExecutor:
+    """Worker slots on this machine."""
+
+    def __init__(self, slots: list[Slot], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> None:
+        if not slots:
+            raise ConfigError("an executor needs at least one slot")
+        self.slots = slots
+        self.capacity = len(slots)
+        self._cfg = cfg
+        self._base_env = dict(base_env)
+        self._free: asyncio.Queue[Slot] | None = None
+
+    @classmethod
+    def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
+        root = cache_dir(cfg)
+        slots: list[Slot] = []
+        for dev in devices:
+            per = cfg.cpu_slots if dev == "cpu" else cfg.workers_per_gpu
+            for j in range(per):
+                tag = dev.replace(":", "") + f"-w{j}"
+                caches = root / "slots" / tag
+                env = {
+                    "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
+                    "TRITON_CACHE_DIR": str(caches / "triton"),
+                    "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                }
+                lock = None
+                if dev == "cpu":
+                    env["CUDA_VISIBLE_DEVICES"] = ""
+                    worker_dev = "cpu"
+                else:
+                    env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
+                    worker_dev = "cuda"
+                    lock = root / "locks" / f"{dev.replace(':', '')}.lock"
+                slots.append(Slot(len(slots), worker_dev, dev, env, lock))
+        return cls(slots, cfg, base_env)
+
+    def _queue(self) -> asyncio.Queue[Slot]:
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for s in self.slots:
+                self._free.put_nowait(s)
+        return self._free
+
+    async def submit(self, request: EvalRequest, timeout_s: float) -> tuple[Slot, SandboxResult]:
+        queue = self._queue()
+        slot = await queue.get()
+        try:
+            for v in slot.env.values():
+                if v and v.startswith("/"):
+                    Path(v).mkdir(parents=True, exist_ok=True)
+            if slot.lock_path is not None:
+                slot.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            req = request.model_copy(update={
+                "device": slot.device,
+                "timing_lock": str(slot.lock_path) if slot.lock_path else None,
+            })
+            settings = SandboxSettings(
+                timeout_s=timeout_s,
+                base_env=self._base_env,
+                slot_env=slot.env,
+                network=self._cfg.network,
+                memory_limit_bytes=(
+                    int(self._cfg.memory_limit_gb * 2**30)
+                    if self._cfg.memory_limit_gb and slot.device == "cpu" else None
+                ),
+                max_response_bytes=self._cfg.max_response_bytes,
+            )
+            result = await run_worker(req.model_dump_json(), settings)
+            return slot, result
+        finally:
+            queue.put_nowait(slot)
+
+    async def aclose(self) -> None:
+        self._free = None

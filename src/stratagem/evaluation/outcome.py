@@ -1,0 +1,110 @@
+"""Owns turning what a worker left behind into validator results, strictly.
+
+The response is validated against the protocol (fields, types, request id). If it is missing
+or refused, the stage events the worker logged before dying are used, and the stage that was
+running is failed with what ended it: a timeout, a signal, an exit code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from stratagem.core.graph import ValidatorSpec
+from stratagem.core.verdict import FailureKind, ValidatorResult
+from stratagem.evaluation.protocol import EvalResponse, ResultModel
+from stratagem.evaluation.sandbox import SandboxResult
+
+_CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS"}
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    results: list[ValidatorResult]
+    environment: dict[str, Any]
+
+
+def _sandbox_details(sr: SandboxResult) -> dict[str, Any]:
+    return {
+        "returncode": sr.returncode,
+        "signal": sr.signal_name,
+        "duration_s": sr.duration_s,
+        "stderr_tail": sr.stderr_tail[-3000:],
+        "stdout_tail": sr.stdout_tail[-1500:],
+    }
+
+
+def interpret(
+    specs: Sequence[ValidatorSpec], sr: SandboxResult, request_id: str, timeout_s: float
+) -> BatchOutcome:
+    names = [s.name for s in specs]
+    problem: str | None = sr.response_problem
+    if sr.response_text is not None and not sr.timed_out:
+        try:
+            resp = EvalResponse.model_validate_json(sr.response_text)
+        except ValidationError as e:
+            problem = f"the worker's response breaks the protocol: {e.error_count()} errors, first: {e.errors()[0]['msg']}"
+        else:
+            if resp.request_id != request_id:
+                problem = "the worker's response answers another request"
+            elif any(r.name not in names for r in resp.results):
+                problem = "the worker's response names stages that were not requested"
+            else:
+                return BatchOutcome([r.to_result() for r in resp.results], dict(resp.environment))
+    return BatchOutcome(_from_progress(specs, sr, problem, timeout_s), {})
+
+
+def _from_progress(
+    specs: Sequence[ValidatorSpec], sr: SandboxResult, problem: str | None, timeout_s: float
+) -> list[ValidatorResult]:
+    names = {s.name for s in specs}
+    done: dict[str, ValidatorResult] = {}
+    running: str | None = None
+    for ev in sr.progress:
+        if ev.get("event") == "start" and ev.get("stage") in names:
+            running = str(ev["stage"])
+        elif ev.get("event") == "end" and ev.get("stage") in names:
+            try:
+                r = ResultModel.model_validate(ev.get("result")).to_result()
+            except ValidationError:
+                continue
+            if r.name == ev["stage"]:
+                done[r.name] = r
+            if running == r.name:
+                running = None
+    kind, reason = _death(sr, problem, timeout_s)
+    details = _sandbox_details(sr)
+    results = list(done.values())
+    if running is not None:
+        results.append(ValidatorResult(running, "failed", reason=f"{reason} during {running}", kind=kind, details=details))
+    elif len(done) < len(specs):
+        # Died before any stage started (or between stages): blame the next stage.
+        nxt = next(s.name for s in specs if s.name not in done)
+        if not sr.progress and kind == "crash" and not sr.timed_out:
+            kind, reason = "harness_error", f"the worker failed to start ({reason})"
+        results.append(ValidatorResult(nxt, "failed", reason=f"{reason} before {nxt}", kind=kind, details=details))
+    elif problem is not None:
+        # Every stage logged a result but the response is unusable: do not trust the run.
+        last = specs[-1].name
+        results = [r for r in results if r.name != last]
+        results.append(ValidatorResult(last, "failed", reason=problem, kind="malformed", details=details))
+    return results
+
+
+def _death(sr: SandboxResult, problem: str | None, timeout_s: float) -> tuple[FailureKind, str]:
+    if sr.timed_out:
+        return "timeout", f"the worker was killed after the {timeout_s:g} s timeout"
+    if sr.signal_name in _CRASH_SIGNALS:
+        return "crash", f"the worker died with {sr.signal_name}"
+    if sr.signal_name == "SIGKILL":
+        return "oom", "the worker was killed with SIGKILL (most likely by the out-of-memory killer)"
+    if sr.signal_name is not None:
+        return "crash", f"the worker was killed by {sr.signal_name}"
+    if sr.returncode not in (0, None):
+        return "crash", f"the worker exited with code {sr.returncode}"
+    if problem is not None and sr.response_text is not None:
+        return "malformed", problem
+    return "crash", "the worker exited without a response"

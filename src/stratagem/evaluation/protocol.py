@@ -1,0 +1,80 @@
+"""Owns the contract between the parent and a worker: EvalRequest and EvalResponse (JSON).
+
+The parent builds requests and validates responses strictly; a response that does not fit
+(unknown fields, wrong types, wrong request id, too large) is rejected as malformed and the
+candidate gets a failed verdict, never a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stratagem.core.verdict import FailureKind, Outcome, ValidatorResult
+
+PROTOCOL_VERSION = 1
+
+
+class StageSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    requires: list[str] = Field(default_factory=list)
+
+
+class SourceFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    source: str
+
+
+class CandidateFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    filename: str = "candidate.py"
+    source: str
+
+
+class EvalRequest(BaseModel):
+    """Everything a worker needs; plain JSON, no pickles."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    protocol: Literal[1] = PROTOCOL_VERSION
+    request_id: str
+    domain: str
+    stages: list[StageSpec]
+    problem: SourceFile
+    candidate: CandidateFile | None
+    device: str
+    """The device as the worker sees it (`cpu` or `cuda`; pinned by CUDA_VISIBLE_DEVICES)."""
+    init_seed: int
+    seeds: list[int]
+    """Correctness trial seeds, drawn from OS entropy by the parent."""
+    timing_seed: int
+    tolerances: dict[str, dict[str, float]]
+    timing: dict[str, Any]
+    baselines: list[str] = Field(default_factory=list)
+    timing_lock: str | None = None
+
+
+class ResultModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    name: str
+    outcome: Outcome
+    reason: str | None
+    kind: FailureKind | None
+    details: dict[str, Any]
+    duration_s: float | None
+
+    def to_result(self) -> ValidatorResult:
+        return ValidatorResult(
+            name=self.name, outcome=self.outcome, reason=self.reason, kind=self.kind,
+            details=self.details, duration_s=self.duration_s,
+        )
+
+
+class EvalResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    protocol: Literal[1]
+    request_id: str
+    results: list[ResultModel]
+    environment: dict[str, Any]

@@ -1,0 +1,229 @@
+"""Owns evaluating one design against one problem: the validator graph, end to end.
+
+Parent-placed validators run inline; worker-placed ones go to the executor as one batch (one
+fresh sandboxed process). Reference baselines are timed in a separate worker that never loads
+a candidate, and cached per problem, hardware and torch version. speedup = eager reference
+median / candidate median.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stratagem.config import EvaluationConfig, cache_dir
+from stratagem.core.design import Design
+from stratagem.core.graph import GraphRun, ValidatorGraph
+from stratagem.core.problem import Problem
+from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.domains.pytorch import domain
+from stratagem.errors import HarnessError
+from stratagem.evaluation.baselines import BaselineCache, baseline_key
+from stratagem.evaluation.executors import Executor
+from stratagem.evaluation.outcome import interpret
+from stratagem.store.records import EvaluationRecord, MeasurementRecord
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Reference timings for one problem on one device."""
+
+    problem_id: str
+    modes: Mapping[str, Mapping[str, Any]]
+    """mode -> timing summary (`median_ms`, ..., `samples_ms`) or `{'error': ...}`."""
+    environment: Mapping[str, Any]
+    cached: bool
+    verdict: Verdict
+    """The baseline worker's own results (load, baseline), for error reporting."""
+
+    def median_ms(self, mode: str) -> float | None:
+        m = self.modes.get(mode) or {}
+        v = m.get("median_ms")
+        return float(v) if isinstance(v, int | float) else None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Everything the harness concluded about one design."""
+
+    problem: Problem
+    design: Design
+    verdict: Verdict
+    device: str
+    """Physical device (`cpu`, `cuda:0`)."""
+    environment: Mapping[str, Any]
+    seeds: tuple[int, ...]
+    baseline: Baseline | None
+    sandbox: Mapping[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def timing(self) -> Mapping[str, Any] | None:
+        r = self.verdict.result("timing")
+        if r is None or r.outcome != "passed":
+            return None
+        rt = r.details.get("runtime")
+        return rt if isinstance(rt, Mapping) else None
+
+    @property
+    def runtime_ms(self) -> float | None:
+        t = self.timing
+        return float(t["median_ms"]) if t and "median_ms" in t else None
+
+    @property
+    def reference_ms(self) -> dict[str, float | None]:
+        if self.baseline is None:
+            return {}
+        return {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
+
+    @property
+    def speedup(self) -> float | None:
+        ref = self.reference_ms.get("eager")
+        rt = self.runtime_ms
+        if ref is None or rt is None or rt <= 0:
+            return None
+        return ref / rt
+
+
+    def summary(self) -> dict[str, Any]:
+        """The `--json` view: verdict, every validator, timings, seeds, environment."""
+        v = self.verdict
+        return {
+            "status": v.status,
+            "problem": self.problem.name,
+            "problem_id": self.problem.id,
+            "design_id": self.design.id,
+            "failures": [{"validator": r.name, "kind": r.kind, "reason": r.reason} for r in v.failures],
+            "validators": {
+                r.name: {"status": r.outcome, "kind": r.kind, "reason": r.reason,
+                         "duration_s": r.duration_s, "details": dict(r.details)}
+                for r in v.results
+            },
+            "runtime_ms": self.runtime_ms,
+            "reference_ms": self.reference_ms,
+            "speedup": self.speedup,
+            "device": self.device,
+            "seeds": list(self.seeds),
+            "environment": dict(self.environment),
+            "sandbox": dict(self.sandbox),
+            "wall_s": self.wall_s,
+        }
+
+    def to_record(self) -> EvaluationRecord:
+        ms: list[MeasurementRecord] = []
+        if self.timing:
+            ms.append(_measurement("runtime", self.timing))
+        if self.baseline is not None:
+            for mode, stats in self.baseline.modes.items():
+                if "median_ms" in stats:
+                    ms.append(_measurement(f"reference_{mode}", stats))
+        return EvaluationRecord(
+            design_id=self.design.id, problem_id=self.problem.id, status=self.verdict.status,
+            device=self.device, runtime_ms=self.runtime_ms, speedup=self.speedup,
+            validators=[r.to_json() for r in self.verdict.results], environment=dict(self.environment),
+            seeds=list(self.seeds), reference_ms=self.reference_ms, measurements=ms, created_at=time.time(),
+        )
+
+
+def _measurement(name: str, stats: Mapping[str, Any]) -> MeasurementRecord:
+    return MeasurementRecord(
+        name=name, unit="ms", median=float(stats["median_ms"]), q1=float(stats["q1_ms"]),
+        q3=float(stats["q3_ms"]), samples=[float(x) for x in stats.get("samples_ms", [])],
+    )
+
+
+class Evaluator:
+    """Runs designs through the harness on an executor."""
+
+    def __init__(self, cfg: EvaluationConfig, executor: Executor, physical_device: str) -> None:
+        self.cfg = cfg
+        self.executor = executor
+        self.physical_device = physical_device
+        self.cache = BaselineCache(cache_dir(cfg) / "baselines")
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.physical_device.startswith("cuda")
+
+    async def evaluate(
+        self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None
+    ) -> Evaluation:
+        t0 = time.monotonic()
+        graph = domain.validator_graph(problem)
+        run = GraphRun(graph, batch_placement="worker")
+        environment: dict[str, Any] = {}
+        seeds: tuple[int, ...] = ()
+        sandbox: dict[str, Any] = {}
+        limit = domain.timeout_s(problem, self.cfg, timeout_s)
+        while (step := run.next_step()) is not None:
+            if step.kind == "inline":
+                spec = step.specs[0]
+                s0 = time.monotonic()
+                r = domain.run_parent_validator(spec.name, problem, design)
+                run.record([_with_duration(r, time.monotonic() - s0)])
+                continue
+            req = domain.build_request(problem, design, step.specs, self.cfg)
+            seeds = tuple(req.seeds)
+            _slot, sr = await self.executor.submit(req, limit)
+            out = interpret(step.specs, sr, req.request_id, limit)
+            run.record(out.results)
+            run.record_missing(step.specs, "the worker ended before this stage ran")
+            environment.update(out.environment)
+            sandbox = {
+                "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
+                "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,
+                "strays_killed": sr.strays_killed,
+            }
+        verdict = Verdict(run.results)
+        baseline = None
+        if with_baseline and verdict.status == "valid" and verdict.result("timing") is not None:
+            baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s)
+        return Evaluation(
+            problem=problem, design=design, verdict=verdict, device=self.physical_device,
+            environment=environment, seeds=seeds, baseline=baseline, sandbox=sandbox,
+            wall_s=time.monotonic() - t0,
+        )
+
+    async def baseline(
+        self,
+        problem: Problem,
+        *,
+        environment: Mapping[str, Any] | None = None,
+        refresh: bool = False,
+        timeout_s: float | None = None,
+    ) -> Baseline:
+        """Reference timings, from the cache when the hardware and torch version match."""
+        modes = domain.default_baselines(self.cfg, self.on_gpu)
+        timing_cfg = self.cfg.timing.model_dump()
+        if environment and not refresh:
+            hit = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
+            if hit is not None:
+                return Baseline(problem.id, hit["modes"], hit["environment"], True, Verdict(()))
+        graph = ValidatorGraph.of(domain.BASELINE_GRAPH)
+        req = domain.build_request(problem, None, graph.specs, self.cfg, baselines=modes, seeds=[])
+        # Compiling references (max-autotune above all) takes minutes: allow for it.
+        limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
+        _slot, sr = await self.executor.submit(req, limit)
+        out = interpret(graph.specs, sr, req.request_id, limit)
+        run = GraphRun(graph, batch_placement="worker")
+        run.record(out.results)
+        run.record_missing(graph.specs, "the worker ended before this stage ran")
+        verdict = Verdict(run.results)
+        result = verdict.result("baseline")
+        if result is None or result.outcome != "passed":
+            return Baseline(problem.id, {}, out.environment, False, verdict)
+        found = result.details.get("baselines")
+        if not isinstance(found, Mapping):
+            raise HarnessError("baseline stage passed without timings")
+        modes_out = {str(k): dict(v) for k, v in found.items()}
+        self.cache.put(
+            baseline_key(problem.id, out.environment, modes, timing_cfg),
+            {"problem": problem.name, "modes": modes_out, "environment": out.environment},
+        )
+        return Baseline(problem.id, modes_out, out.environment, False, verdict)
+
+
+def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:
+    return ValidatorResult(r.name, r.outcome, r.reason, r.kind, r.details, seconds)

@@ -1,0 +1,55 @@
+"""Owns the worker entry point: `python -m stratagem.evaluation.worker REQUEST RESPONSE PROGRESS`.
+
+Runs in the sandbox, in a fresh process. Reads one request (plain JSON), runs the domain's
+worker stages, appends one JSON line per stage event to PROGRESS (so a crash mid-way still
+leaves the finished stages' results), and writes the response JSON to RESPONSE atomically.
+Imports only the standard library and the domain's worker modules (torch, numpy, triton):
+GPU machines may have nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROTOCOL_VERSION = 1
+WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.stages"}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m stratagem.evaluation.worker REQUEST RESPONSE PROGRESS", file=sys.stderr)
+        return 2
+    request_path, response_path, progress_path = (Path(a) for a in argv)
+    request = json.loads(request_path.read_text(encoding="utf-8"))
+    if request.get("protocol") != PROTOCOL_VERSION:
+        print(f"protocol mismatch: {request.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
+        return 3
+    progress = open(progress_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+
+    def emit(event: str, data: dict[str, Any]) -> None:
+        progress.write(json.dumps({"event": event, "t": time.time(), **data}) + "\n")
+        progress.flush()
+
+    module = importlib.import_module(WORKER_MODULES[request["domain"]])
+    body = module.run_request(request, Path.cwd(), emit)
+    response = {"protocol": PROTOCOL_VERSION, "request_id": request["request_id"], **body}
+    tmp = response_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(response, allow_nan=True), encoding="utf-8")
+    os.replace(tmp, response_path)
+    emit("done", {})
+    progress.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: candidate extensions and CUDA contexts can hang or crash in
+    # their destructors after a complete response was written.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

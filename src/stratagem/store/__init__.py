@@ -1,0 +1,1 @@
+"""Owns persistence: the SQLite run database and the content-addressed artifact directory."""
