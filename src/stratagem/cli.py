@@ -61,7 +61,7 @@ def eval_cmd(
     device: DeviceOpt = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help=f"Worker wall-clock limit in seconds, compile included [default: {DEFAULT_TIMEOUT_S:g}]."),
+        typer.Option("--timeout", help=f"Worker wall-clock limit in seconds, compile included (default {DEFAULT_TIMEOUT_S:g} s; a problem may set its own)."),
     ] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Record the evaluation in this run directory.")] = None,
     as_json: JsonOpt = False,
@@ -167,21 +167,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        app(args=list(argv) if argv is not None else None, prog_name="stratagem", standalone_mode=False)
+        rv = app(args=list(argv) if argv is not None else None, prog_name="stratagem", standalone_mode=False)
     except typer.Exit as e:
         return int(e.exit_code)
     except SystemExit as e:  # pragma: no cover - click may still raise it
         return int(e.code or 0)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
-            return 130
-        raise
-    return 0
+    except typer.Abort:
+        return 130
+    except typer.TyperException as e:  # usage errors: bad or missing options and arguments
+        show = getattr(e, "show", None)
+        if callable(show):
+            show()
+        return int(getattr(e, "exit_code", 2))
+    return rv if isinstance(rv, int) else 0
 
 
 def run_app() -> None:

@@ -4,7 +4,7 @@ from torch.utils.cpp_extension import load_inline
 
 row_l2norm_source = r"""
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -74,7 +74,7 @@ torch::Tensor row_l2norm_cuda(torch::Tensor x) {
     const float* xp = xc.data_ptr<float>();
     const bool vec4 = (cols % 4 == 0) && (reinterpret_cast<std::uintptr_t>(xp) % 16 == 0);
     constexpr int BLOCK = 256;
-    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     row_l2norm_kernel<BLOCK><<<static_cast<unsigned int>(rows), BLOCK, 0, stream>>>(
         xp, out.data_ptr<float>(), cols, vec4);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
