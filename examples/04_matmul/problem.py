@@ -26,7 +26,7 @@ class Model(nn.Module):
         return x
 
 
-batch_size = 16384
+batch_size = 8192
 in_features = 256
 out_features = 4096
 

@@ -86,12 +86,12 @@ class Verdict:
 
     def report(self) -> str:
         """All failures in one text block: what an agent sees after an evaluation."""
-        if not self.failures:
+        if self.status == "valid":
             return "All validators passed."
         lines = [f"[{r.name}] {r.kind}: {r.reason}" for r in self.failures]
-        skipped = [r.name for r in self.results if r.outcome == "skipped"]
+        skipped = [r for r in self.results if r.outcome == "skipped"]
         if skipped:
-            lines.append("Skipped because of the failures above: " + ", ".join(skipped))
+            lines.append("Skipped: " + "; ".join(f"{r.name} ({r.reason})" for r in skipped))
         return "\n".join(lines)
 
 

@@ -102,6 +102,7 @@ class LocalExecutor:
         self._cfg = cfg
         self._base_env = dict(base_env)
         self._free: asyncio.Queue[Slot] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
@@ -129,7 +130,9 @@ class LocalExecutor:
         return cls(slots, cfg, base_env)
 
     def _queue(self) -> asyncio.Queue[Slot]:
-        if self._free is None:
+        loop = asyncio.get_running_loop()
+        if self._free is None or self._loop is not loop:
+            self._loop = loop
             self._free = asyncio.Queue()
             for s in self.slots:
                 self._free.put_nowait(s)

@@ -40,6 +40,21 @@ def _sandbox_details(sr: SandboxResult) -> dict[str, Any]:
 def interpret(
     specs: Sequence[ValidatorSpec], sr: SandboxResult, request_id: str, timeout_s: float
 ) -> BatchOutcome:
+    """Results for a batch; never raises on anything the worker wrote."""
+    try:
+        return _interpret(specs, sr, request_id, timeout_s)
+    except Exception as e:  # noqa: BLE001 - whatever a candidate left behind, it is data
+        return BatchOutcome(
+            [ValidatorResult(specs[0].name, "failed", kind="malformed",
+                             reason=f"the worker left output the harness cannot read: {type(e).__name__}: {e}",
+                             details=_sandbox_details(sr))],
+            {},
+        )
+
+
+def _interpret(
+    specs: Sequence[ValidatorSpec], sr: SandboxResult, request_id: str, timeout_s: float
+) -> BatchOutcome:
     names = [s.name for s in specs]
     problem: str | None = sr.response_problem
     if sr.response_text is not None and not sr.timed_out:
@@ -50,8 +65,8 @@ def interpret(
         else:
             if resp.request_id != request_id:
                 problem = "the worker's response answers another request"
-            elif any(r.name not in names for r in resp.results):
-                problem = "the worker's response names stages that were not requested"
+            elif sorted(r.name for r in resp.results) != sorted(names):
+                problem = "the worker's response does not hold exactly one result per requested stage"
             else:
                 return BatchOutcome([r.to_result() for r in resp.results], dict(resp.environment))
     return BatchOutcome(_from_progress(specs, sr, problem, timeout_s), {})
@@ -64,9 +79,12 @@ def _from_progress(
     done: dict[str, ValidatorResult] = {}
     running: str | None = None
     for ev in sr.progress:
-        if ev.get("event") == "start" and ev.get("stage") in names:
-            running = str(ev["stage"])
-        elif ev.get("event") == "end" and ev.get("stage") in names:
+        stage = ev.get("stage")
+        if not isinstance(stage, str) or stage not in names:
+            continue
+        if ev.get("event") == "start":
+            running = stage
+        elif ev.get("event") == "end":
             try:
                 r = ResultModel.model_validate(ev.get("result")).to_result()
             except ValidationError:
@@ -86,6 +104,11 @@ def _from_progress(
         if not sr.progress and kind == "crash" and not sr.timed_out:
             kind, reason = "harness_error", f"the worker failed to start ({reason})"
         results.append(ValidatorResult(nxt, "failed", reason=f"{reason} before {nxt}", kind=kind, details=details))
+    elif sr.timed_out:
+        # Every stage logged a result, then the worker hung: the candidate left work behind.
+        last = specs[-1].name
+        results = [r for r in results if r.name != last]
+        results.append(ValidatorResult(last, "failed", reason=f"{reason} after {last}", kind=kind, details=details))
     elif problem is not None:
         # Every stage logged a result but the response is unusable: do not trust the run.
         last = specs[-1].name

@@ -139,11 +139,11 @@ def _tail(path: Path) -> str:
     return text[-TAIL_CHARS:]
 
 
-def _read_progress(path: Path) -> list[dict[str, Any]]:
+def _read_progress(path: Path, limit: int) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
+            for line in fh.read(limit).splitlines():
                 with contextlib.suppress(json.JSONDecodeError):
                     obj = json.loads(line)
                     if isinstance(obj, dict):
@@ -272,7 +272,7 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
     return SandboxResult(
         response_text=text,
         response_problem=problem,
-        progress=_read_progress(prog),
+        progress=_read_progress(prog, max(2 * settings.max_response_bytes, 1 << 20)),
         returncode=rc,
         signal_name=sig,
         timed_out=timed_out,

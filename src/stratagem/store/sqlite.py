@@ -7,6 +7,7 @@ id is a no-op, so a resumed run never duplicates them. The only module with SQL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -70,6 +71,7 @@ class RunStore:
         """
         d = Path(run_dir)
         d.mkdir(parents=True, exist_ok=True)
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(d / cls.DB_NAME, timeout=30, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -83,7 +85,11 @@ class RunStore:
                 raise StoreError(
                     f"{d / cls.DB_NAME} has schema {row[0]}; this stratagem reads up to {SCHEMA_VERSION}"
                 )
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, StoreError) as e:
+            if conn is not None:
+                conn.close()
+            if isinstance(e, StoreError):
+                raise
             raise StoreError(f"cannot open run database in {d}: {e}") from e
         return cls(d, conn)
 
@@ -98,13 +104,17 @@ class RunStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"run database {self.run_dir / self.DB_NAME}: {e}") from e
 
     @property
     def schema_version(self) -> int:

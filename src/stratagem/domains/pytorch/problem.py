@@ -132,15 +132,16 @@ def _eval_number(node: ast.expr, env: Mapping[str, int | float]) -> int | float 
 
 def _settings(tree: ast.Module, where: str) -> dict[str, Any]:
     for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == SETTINGS_NAME
-        ):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, expr = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, expr = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id == SETTINGS_NAME:
             try:
-                value = ast.literal_eval(node.value)
-            except ValueError as e:
+                value = ast.literal_eval(expr)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
                 raise ProblemError(f"{where}: {SETTINGS_NAME} must be a literal dict") from e
             if not isinstance(value, dict):
                 raise ProblemError(f"{where}: {SETTINGS_NAME} must be a dict")
@@ -150,5 +151,30 @@ def _settings(tree: ast.Module, where: str) -> dict[str, Any]:
                     f"{where}: unknown {SETTINGS_NAME} keys {unknown}; "
                     f"known: {sorted(SETTINGS_KEYS)}"
                 )
+            _check_settings(value, where)
             return value
     return {}
+
+
+def _check_settings(value: dict[str, Any], where: str) -> None:
+    def bad(key: str, want: str) -> ProblemError:
+        return ProblemError(f"{where}: {SETTINGS_NAME}[{key!r}] must be {want}")
+
+    v = value.get("validators")
+    if v is not None and (not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v)):
+        raise bad("validators", "a list of validator names")
+    tol = value.get("tolerances")
+    if tol is not None:
+        ok = isinstance(tol, dict) and all(
+            isinstance(k, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"}
+            and all(isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in t.values())
+            for k, t in tol.items()
+        )
+        if not ok:
+            raise bad("tolerances", 'a dict like {"float32": {"atol": 1e-4, "rtol": 1e-4}}')
+    n = value.get("correctness_trials")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        raise bad("correctness_trials", "a positive integer")
+    t = value.get("timeout_s")
+    if t is not None and (not isinstance(t, int | float) or isinstance(t, bool) or t <= 0):
+        raise bad("timeout_s", "a positive number of seconds")

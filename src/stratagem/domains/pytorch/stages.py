@@ -70,7 +70,7 @@ class Worker:
                 mod = runtime.load_module(
                     runtime.CANDIDATE_MODULE, cand["source"], self.workdir, cand.get("filename", "candidate.py")
                 )
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 kind = "compile_error" if _is_build_error(e) else runtime.classify_exception(e)
                 raise StageFailure(
                     kind, f"importing the candidate failed: {runtime.one_line(e)}",
@@ -193,7 +193,7 @@ class Worker:
             out = model(*inputs)
             runtime.synchronize(self.device)
             return out
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             self._note_cuda(e)
             raise StageFailure(runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
@@ -289,6 +289,9 @@ def _cpu_name() -> str:
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit) -> dict[str, Any]:
     """Run the requested stages; return the response body (results and environment)."""
     device = str(request["device"])
+    if device == "cuda":
+        device = "cuda:0"  # the slot pins one GPU with CUDA_VISIBLE_DEVICES
+        request = {**request, "device": device}
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("the request asks for a CUDA device but torch sees no GPU")
     if device.startswith("cuda"):
@@ -319,7 +322,7 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
     except StageFailure as f:
         return ValidatorResult(name, "failed", reason=f.reason, kind=f.kind,  # type: ignore[arg-type]
                                details=f.details, duration_s=time.perf_counter() - t0)
-    except Exception as e:  # noqa: BLE001 - candidate code can raise anything; it becomes data
+    except (Exception, SystemExit) as e:  # candidate code can raise anything; it becomes data
         worker._note_cuda(e)
         return ValidatorResult(name, "failed", reason=f"{name} raised: {runtime.one_line(e)}",
                                kind=runtime.classify_exception(e),  # type: ignore[arg-type]

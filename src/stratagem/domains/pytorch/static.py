@@ -82,12 +82,17 @@ def _arity(fn: ast.FunctionDef) -> tuple[int, int | None]:
     return max(required, 0), (None if a.vararg else len(names))
 
 
+def _required_kwonly(fn: ast.FunctionDef) -> set[str]:
+    a = fn.args
+    return {k.arg for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d is None}
+
+
 def _compatible(ref: ast.FunctionDef, new: ast.FunctionDef) -> bool:
     rr, rm = _arity(ref)
     nr, nm = _arity(new)
     # ModelNew must accept every call Model accepts: at least as many params, no more required.
     accepts_max = nm is None or (rm is not None and nm >= rm)
-    return nr <= rr and accepts_max
+    return nr <= rr and accepts_max and _required_kwonly(new) <= _required_kwonly(ref)
 
 
 def _check_signatures(ci: CheckInput) -> list[Finding]:

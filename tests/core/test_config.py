@@ -1,0 +1,173 @@
+"""Configuration: defaults < TOML file < CLI overrides; every bad input is a ConfigError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from stratagem.config import DEFAULT_TIMEOUT_S, EvaluationConfig, cache_dir, load_config
+from stratagem.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str, name: str = "stratagem.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def test_defaults():
+    ev = load_config().evaluation
+    assert ev.device == "auto"
+    assert ev.timeout_s == DEFAULT_TIMEOUT_S == 120.0
+    assert ev.correctness_trials == 5
+    assert ev.baselines is None
+    assert ev.network == "deny"
+    assert ev.cache_dir is None
+    assert (ev.tolerances["float32"].atol, ev.tolerances["float32"].rtol) == (1e-4, 1e-4)
+    assert ev.tolerances["bfloat16"].atol == 1e-2
+    t = ev.timing
+    assert (t.warmup_ms, t.budget_ms, t.min_reps, t.max_reps) == (50.0, 500.0, 10, 1000)
+    assert t.flush_l2 is True and t.sync_mode == "device"
+
+
+def test_toml_overrides_defaults_and_keeps_unset_values(tmp_path):
+    p = write(
+        tmp_path,
+        '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\nbaselines = ["eager"]\n'
+        "[evaluation.timing]\nbudget_ms = 100\n",
+    )
+    ev = load_config(p).evaluation
+    assert ev.device == "cpu"
+    assert ev.timeout_s == 30
+    assert ev.baselines == ["eager"]
+    assert ev.timing.budget_ms == 100
+    assert ev.timing.warmup_ms == 50.0  # untouched default in the same section
+    assert ev.correctness_trials == 5
+
+
+def test_cli_overrides_win_over_toml_and_merge_deeply(tmp_path):
+    p = write(
+        tmp_path,
+        '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\n[evaluation.timing]\nbudget_ms = 100\nmin_reps = 4\n',
+    )
+    ev = load_config(
+        p, {"evaluation": {"timeout_s": 10, "timing": {"budget_ms": 7}}}
+    ).evaluation
+    assert ev.timeout_s == 10  # CLI wins
+    assert ev.timing.budget_ms == 7  # CLI wins, nested
+    assert ev.device == "cpu"  # TOML kept where CLI is silent
+    assert ev.timing.min_reps == 4  # nested TOML sibling kept
+
+
+def test_cli_none_values_are_ignored(tmp_path):
+    p = write(tmp_path, "[evaluation]\ntimeout_s = 30\n")
+    ev = load_config(p, {"evaluation": {"timeout_s": None, "device": None, "timing": {"budget_ms": None}}}).evaluation
+    assert ev.timeout_s == 30
+    assert ev.device == "auto"
+    assert ev.timing.budget_ms == 500.0
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[bogus]\nx = 1\n",
+        "[evaluation]\nbogus = 1\n",
+        "[evaluation.timing]\nbogus = 1\n",
+        '[evaluation.tolerances.float32]\natol = 1e-3\nrtol = 1e-3\nbogus = 1\n',
+    ],
+    ids=["top", "evaluation", "timing", "tolerance"],
+)
+def test_unknown_keys_in_file_raise_config_error(tmp_path, toml):
+    p = write(tmp_path, toml)
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert not isinstance(ei.value, ValidationError)
+    assert "bogus" in str(ei.value)
+    assert str(p) in str(ei.value)
+
+
+def test_unknown_override_key_raises_config_error():
+    with pytest.raises(ConfigError, match="bogus") as ei:
+        load_config(None, {"evaluation": {"bogus": 1}})
+    assert not isinstance(ei.value, ValidationError)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "CPU", "cuda:0:1", "mps", ""])
+def test_invalid_device_raises_config_error(device):
+    with pytest.raises(ConfigError, match="device"):
+        load_config(None, {"evaluation": {"device": device}})
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:12"])
+def test_valid_devices(device):
+    assert load_config(None, {"evaluation": {"device": device}}).evaluation.device == device
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"timeout_s": 0},
+        {"correctness_trials": 0},
+        {"timing": {"min_reps": 0}},
+        {"network": "maybe"},
+        {"baselines": ["turbo"]},
+    ],
+)
+def test_invalid_values_raise_config_error(over):
+    with pytest.raises(ConfigError):
+        load_config(None, {"evaluation": over})
+
+
+def test_missing_file_names_the_file(tmp_path):
+    p = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert str(p) in str(ei.value)
+
+
+def test_bad_toml_names_the_file(tmp_path):
+    p = write(tmp_path, "[evaluation\ndevice = \n")
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert str(p) in str(ei.value)
+
+
+def test_non_utf8_file_is_config_error(tmp_path):
+    p = tmp_path / "latin.toml"
+    p.write_bytes(b'[evaluation]\ndevice = "\xff"\n')
+    with pytest.raises(ConfigError) as ei:
+        load_config(p)
+    assert str(p) in str(ei.value)
+
+
+def test_cache_dir_honours_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("STRATAGEM_CACHE_DIR", str(tmp_path / "c"))
+    assert cache_dir(EvaluationConfig()) == tmp_path / "c"
+
+
+def test_cache_dir_explicit_config_beats_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("STRATAGEM_CACHE_DIR", str(tmp_path / "env"))
+    assert cache_dir(EvaluationConfig(cache_dir=tmp_path / "cfg")) == tmp_path / "cfg"
+
+
+def test_cache_dir_falls_back_to_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("STRATAGEM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir(EvaluationConfig()) == tmp_path / "xdg" / "stratagem"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir(EvaluationConfig()) == tmp_path / "home" / ".cache" / "stratagem"
+
+
+def test_cache_dir_expands_user(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("STRATAGEM_CACHE_DIR", "~/cc")
+    assert cache_dir(EvaluationConfig()) == tmp_path / "cc"
+
+
+def test_config_is_frozen():
+    ev = load_config().evaluation
+    with pytest.raises(ValidationError):
+        ev.device = "cpu"  # type: ignore[misc]

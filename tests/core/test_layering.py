@@ -1,0 +1,256 @@
+"""Architecture rules, checked on the source with `ast` (and one fresh-interpreter import check).
+
+- torch/triton only in the worker-side PyTorch modules;
+- pydantic_ai only under stratagem/agents;
+- sqlite3 only in the store;
+- the environment is read only in config.py (explicit, justified exceptions below);
+- core/ depends only on the standard library, stratagem.core and stratagem.errors;
+- importing every other module does not load torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import stratagem
+
+PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests import
+SRC = PKG.parent
+
+WORKER_TORCH_MODULES = frozenset(
+    f"stratagem.domains.pytorch.{m}" for m in ("runtime", "compare", "timing", "stages")
+)
+"""The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
+
+ENV_READERS = frozenset({"stratagem.config"})
+"""The only module allowed to touch os.environ / os.getenv without restriction."""
+
+ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
+    # The worker reports which GPUs it was given (its environment() snapshot for the
+    # response); it runs in the sandbox, where stratagem.config is not the parent's config, and
+    # only reads this one variable.
+    "stratagem.domains.pytorch.stages": frozenset({"CUDA_VISIBLE_DEVICES"}),
+}
+"""module -> the variables it may read with `os.environ.get("NAME", ...)`, and nothing else."""
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def modules() -> list[tuple[str, Path, ast.Module]]:
+    out = []
+    for p in sorted(PKG.rglob("*.py")):
+        out.append((module_name(p), p, ast.parse(p.read_text(encoding="utf-8"), filename=str(p))))
+    return out
+
+
+MODULES = modules()
+
+
+def imported(mod: str, path: Path, tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """Every absolute module name imported anywhere in the file (any nesting), with its line."""
+    package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            yield target, node.lineno
+            for a in node.names:  # `from stratagem import config` imports stratagem.config
+                yield f"{target}.{a.name}", node.lineno
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.args[0].value, node.lineno  # importlib.import_module("torch")
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def violations(pred, allowed) -> list[str]:
+    return [
+        f"{mod} ({path.relative_to(SRC)}:{line}) imports {name}"
+        for mod, path, tree in MODULES
+        for name, line in imported(mod, path, tree)
+        if pred(mod, name) and not allowed(mod)
+    ]
+
+
+def test_scanner_sees_the_package():
+    names = {m for m, _, _ in MODULES}
+    assert {"stratagem.config", "stratagem.core.graph", "stratagem.store.sqlite"} <= names
+    assert WORKER_TORCH_MODULES <= names, "an allowed torch module moved; update the allow-list"
+    # self-check: the scanner does find the imports the rules are about
+    found = {top(n) for m, p, t in MODULES if m in WORKER_TORCH_MODULES for n, _ in imported(m, p, t)}
+    assert "torch" in found
+    assert any(n == "sqlite3" for m, p, t in MODULES for n, _ in imported(m, p, t))
+
+
+def test_only_worker_modules_import_torch_or_triton():
+    bad = violations(lambda m, n: top(n) in ("torch", "triton"), lambda m: m in WORKER_TORCH_MODULES)
+    assert not bad, "\n".join(bad)
+
+
+def test_only_agents_import_pydantic_ai():
+    bad = violations(
+        lambda m, n: top(n) == "pydantic_ai",
+        lambda m: m == "stratagem.agents" or m.startswith("stratagem.agents."),
+    )
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_store_imports_sqlite3():
+    bad = violations(lambda m, n: top(n) == "sqlite3", lambda m: m == "stratagem.store.sqlite")
+    assert not bad, "\n".join(bad)
+
+
+def _env_get_name(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | None:
+    """For an `os.environ` node used as `os.environ.get("NAME", ...)`, return NAME."""
+    attr = parents.get(node)
+    call = parents.get(attr) if attr is not None else None
+    if (
+        isinstance(attr, ast.Attribute)
+        and attr.attr == "get"
+        and isinstance(call, ast.Call)
+        and call.func is attr
+        and call.args
+        and isinstance(call.args[0], ast.Constant)
+    ):
+        return str(call.args[0].value)
+    return None
+
+
+def env_uses(tree: ast.Module) -> list[tuple[int, str, str | None]]:
+    """(line, what, variable-if-a-plain-get) for every os.environ/os.getenv/putenv use."""
+    parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    out = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and node.attr in ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
+        ):
+            var = _env_get_name(node, parents) if node.attr == "environ" else None
+            out.append((node.lineno, f"os.{node.attr}", var))
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            for a in node.names:
+                if a.name in ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"):
+                    out.append((node.lineno, f"from os import {a.name}", None))
+    return out
+
+
+def test_environment_is_read_only_in_config():
+    bad = []
+    for mod, path, tree in MODULES:
+        if mod in ENV_READERS:
+            continue
+        allowed_vars = ENV_EXCEPTIONS.get(mod, frozenset())
+        for line, what, var in env_uses(tree):
+            if var is not None and var in allowed_vars:
+                continue
+            bad.append(f"{path.relative_to(SRC)}:{line} uses {what}" + (f" ({var})" if var else ""))
+    assert not bad, "read the environment through stratagem.config:\n" + "\n".join(bad)
+
+
+def test_env_scanner_finds_config_reads():
+    [(_, path, tree)] = [m for m in MODULES if m[0] == "stratagem.config"]
+    assert any(what == "os.environ" for _, what, _ in env_uses(tree))
+    sample = ast.parse("import os\na = os.getenv('X')\nb = os.environ['Y']\nc = os.environ.get('Z')\n")
+    assert [(w, v) for _, w, v in env_uses(sample)] == [
+        ("os.getenv", None), ("os.environ", None), ("os.environ", "Z")
+    ]
+
+
+STDLIB = frozenset(sys.stdlib_module_names)
+
+
+def test_core_imports_only_stdlib_and_core():
+    bad = []
+    for mod, path, tree in MODULES:
+        if not (mod == "stratagem.core" or mod.startswith("stratagem.core.")):
+            continue
+        for name, line in imported(mod, path, tree):
+            t = top(name)
+            ok = (
+                t in STDLIB
+                or name == "stratagem.core"
+                or name.startswith("stratagem.core.")
+                or name == "stratagem.errors"
+                or name.startswith("stratagem.errors.")  # `from stratagem.errors import X`
+            )
+            if not ok:
+                bad.append(f"{path.relative_to(SRC)}:{line} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def parent_side_modules() -> list[str]:
+    return sorted(
+        m
+        for m, _, _ in MODULES
+        if m not in WORKER_TORCH_MODULES and not m.endswith("__main__")
+    )
+
+
+def test_parent_side_imports_do_not_load_torch():
+    mods = parent_side_modules()
+    assert "stratagem.cli" in mods and "stratagem.evaluation.api" in mods
+    code = (
+        "import importlib, sys\n"
+        f"for m in {mods!r}:\n"
+        "    importlib.import_module(m)\n"
+        "    heavy = sorted(k for k in ('torch', 'triton') if k in sys.modules)\n"
+        "    assert not heavy, f'importing {m} loaded {heavy}'\n"
+        "print('ok', len(sys.modules))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=SRC
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("mod", sorted(WORKER_TORCH_MODULES))
+def test_subprocess_check_would_catch_torch(mod):
+    # Guard against a vacuous check: the worker modules do import torch at module level.
+    tree = next(t for m, _, t in MODULES if m == mod)
+    assert any(
+        isinstance(n, ast.Import) and any(top(a.name) == "torch" for a in n.names) for n in tree.body
+    )
+
+
+def test_import_scanner_resolves_nested_relative_and_dynamic_imports():
+    tree = ast.parse(
+        "def f():\n"
+        "    import torch.nn as nn\n"
+        "from . import runtime\n"
+        "from ..core import graph\n"
+        "import importlib\n"
+        "importlib.import_module('triton')\n"
+    )
+    names = [n for n, _ in imported("stratagem.domains.pytorch.x", Path("x.py"), tree)]
+    assert "torch.nn" in names
+    assert "stratagem.domains.pytorch.runtime" in names
+    assert "stratagem.domains.core.graph" in names
+    assert "triton" in names

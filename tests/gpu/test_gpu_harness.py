@@ -1,0 +1,62 @@
+"""GPU verdicts through the real harness (run on the GPU machine: pytest -m gpu)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from stratagem.config import load_config
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.evaluation.api import make_evaluator, read_candidate
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests/fixtures"
+EXAMPLES = sorted((ROOT / "examples").glob("*/candidates/*.py"))
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    cfg = load_config(None, {"evaluation": {"device": "cuda", "baselines": ["eager"], "timeout_s": 300}})
+    return make_evaluator(cfg.evaluation)
+
+
+def evaluate(evaluator, problem: Path, candidate: Path):
+    return asyncio.run(evaluator.evaluate(load_problem(problem), read_candidate(candidate)))
+
+
+@pytest.mark.parametrize("candidate", EXAMPLES, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
+def test_example_candidates_are_valid_and_faster(evaluator, candidate):
+    ev = evaluate(evaluator, candidate.parent.parent / "problem.py", candidate)
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert ev.device.startswith("cuda")
+    assert ev.environment["device_name"]
+    assert ev.speedup is not None and ev.speedup > 1.0, f"speedup {ev.speedup}"
+
+
+def test_cuda_candidate_valid(evaluator):
+    ev = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_ok.py")
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert ev.timing["method"] == "cuda_event/device_sync"
+    assert ev.timing["l2_flush_bytes"] >= 256 * 2**20
+
+
+def test_wrong_cuda_candidate_invalid(evaluator):
+    ev = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_wrong.py")
+    assert ev.verdict.status == "invalid"
+    assert ev.verdict.failures[0].name == "correctness"
+    assert ev.verdict.failures[0].kind == "wrong_output"
+
+
+def test_illegal_address_is_a_verdict_not_a_dead_run(evaluator):
+    ev = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_illegal_address.py")
+    assert ev.verdict.status == "invalid"
+    f = ev.verdict.failures[0]
+    assert f.name == "correctness"
+    assert f.kind in ("cuda_error", "crash"), f
+    # The harness still works afterwards (the poisoned worker was retired).
+    ok = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_ok.py")
+    assert ok.verdict.status == "valid", ok.verdict.report()
