@@ -36,7 +36,7 @@ from stratagem.evaluation.api import make_evaluator, read_candidate  # noqa: E40
 def table(title: str, header: list[str], rows: list[list[Any]]) -> str:
     cells = [[str(c) for c in r] for r in [header, *rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
     out = [f"\n### {title}\n", line(cells[0]), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in cells[1:]]
     return "\n".join(out)
@@ -68,9 +68,11 @@ def do_bench_median(problem_path: Path, candidate_path: Path) -> float | None:
         torch.manual_seed(0)
         model = cand.ModelNew(*init).cuda()
         inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in prob.get_inputs()]
+    def call() -> Any:
+        return model(*inputs)
+
     with torch.no_grad():
-        ms = triton.testing.do_bench(lambda: model(*inputs), warmup=100, rep=500, return_mode="median")
-    del model, inputs
+        ms = triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median")
     torch.cuda.empty_cache()
     return float(ms)
 

@@ -29,7 +29,7 @@ def test_defaults():
     assert ev.tolerances["bfloat16"].atol == 1e-2
     t = ev.timing
     assert (t.warmup_ms, t.budget_ms, t.min_reps, t.max_reps) == (50.0, 500.0, 10, 1000)
-    assert t.flush_l2 is True and t.sync_mode == "device"
+    assert t.flush_l2 is True and t.sync_mode == "stream"
 
 
 def test_toml_overrides_defaults_and_keeps_unset_values(tmp_path):

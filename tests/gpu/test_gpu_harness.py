@@ -40,8 +40,14 @@ def test_example_candidates_are_valid_and_faster(evaluator, candidate):
 def test_cuda_candidate_valid(evaluator):
     ev = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_ok.py")
     assert ev.verdict.status == "valid", ev.verdict.report()
-    assert ev.timing["method"] == "cuda_event/device_sync"
-    assert ev.timing["l2_flush_bytes"] >= 256 * 2**20
+    t = ev.timing
+    assert t["method"] == "cuda_event/stream"
+    assert t["l2_flush_bytes"] >= 256 * 2**20
+    assert len(t["device_sync_samples_ms"]) == len(t["samples_ms"]) == t["n"]
+    assert t["device_sync_median_ms"] >= t["stream_median_ms"] == t["median_ms"]
+    assert t["sync_overhead_ms"] > 0
+    # An honest single-stream kernel leaves no work behind the timed stream.
+    assert t["unsynced_work_ms"] < max(0.01, 0.1 * t["median_ms"]), t
 
 
 def test_wrong_cuda_candidate_invalid(evaluator):

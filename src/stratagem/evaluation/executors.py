@@ -43,7 +43,9 @@ class Executor(Protocol):
 
     capacity: int
 
-    async def submit(self, request: EvalRequest, timeout_s: float) -> tuple[Slot, SandboxResult]: ...
+    async def submit(
+        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None
+    ) -> tuple[Slot, SandboxResult]: ...
 
     async def aclose(self) -> None: ...
 
@@ -138,7 +140,11 @@ class LocalExecutor:
                 self._free.put_nowait(s)
         return self._free
 
-    async def submit(self, request: EvalRequest, timeout_s: float) -> tuple[Slot, SandboxResult]:
+    async def submit(
+        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None
+    ) -> tuple[Slot, SandboxResult]:
+        """Run `request` in a free slot: `compile_timeout_s` for its `load` stage, if it has
+        one, then `timeout_s` for the rest."""
         queue = self._queue()
         slot = await queue.get()
         try:
@@ -161,6 +167,8 @@ class LocalExecutor:
                     if self._cfg.memory_limit_gb and slot.device == "cpu" else None
                 ),
                 max_response_bytes=self._cfg.max_response_bytes,
+                compile_stage="load" if compile_timeout_s and any(s.name == "load" for s in req.stages) else None,
+                compile_timeout_s=compile_timeout_s,
             )
             result = await run_worker(req.model_dump_json(), settings)
             return slot, result

@@ -38,11 +38,15 @@ def _sandbox_details(sr: SandboxResult) -> dict[str, Any]:
 
 
 def interpret(
-    specs: Sequence[ValidatorSpec], sr: SandboxResult, request_id: str, timeout_s: float
+    specs: Sequence[ValidatorSpec],
+    sr: SandboxResult,
+    request_id: str,
+    timeout_s: float,
+    compile_timeout_s: float | None = None,
 ) -> BatchOutcome:
     """Results for a batch; never raises on anything the worker wrote."""
     try:
-        return _interpret(specs, sr, request_id, timeout_s)
+        return _interpret(specs, sr, request_id, timeout_s, compile_timeout_s)
     except Exception as e:  # noqa: BLE001 - whatever a candidate left behind, it is data
         return BatchOutcome(
             [ValidatorResult(specs[0].name, "failed", kind="malformed",
@@ -53,7 +57,11 @@ def interpret(
 
 
 def _interpret(
-    specs: Sequence[ValidatorSpec], sr: SandboxResult, request_id: str, timeout_s: float
+    specs: Sequence[ValidatorSpec],
+    sr: SandboxResult,
+    request_id: str,
+    timeout_s: float,
+    compile_timeout_s: float | None = None,
 ) -> BatchOutcome:
     names = [s.name for s in specs]
     problem: str | None = sr.response_problem
@@ -69,11 +77,15 @@ def _interpret(
                 problem = "the worker's response does not hold exactly one result per requested stage"
             else:
                 return BatchOutcome([r.to_result() for r in resp.results], dict(resp.environment))
-    return BatchOutcome(_from_progress(specs, sr, problem, timeout_s), {})
+    return BatchOutcome(_from_progress(specs, sr, problem, timeout_s, compile_timeout_s), {})
 
 
 def _from_progress(
-    specs: Sequence[ValidatorSpec], sr: SandboxResult, problem: str | None, timeout_s: float
+    specs: Sequence[ValidatorSpec],
+    sr: SandboxResult,
+    problem: str | None,
+    timeout_s: float,
+    compile_timeout_s: float | None,
 ) -> list[ValidatorResult]:
     names = {s.name for s in specs}
     done: dict[str, ValidatorResult] = {}
@@ -93,7 +105,8 @@ def _from_progress(
                 done[r.name] = r
             if running == r.name:
                 running = None
-    kind, reason = _death(sr, problem, timeout_s)
+    compiling = compile_timeout_s is not None and "load" in names and "load" not in done
+    kind, reason = _death(sr, problem, compile_timeout_s if compiling else timeout_s)  # type: ignore[arg-type]
     details = _sandbox_details(sr)
     results = list(done.values())
     if running is not None:

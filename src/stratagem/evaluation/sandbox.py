@@ -76,6 +76,7 @@ class SandboxSettings:
     """Limits and environment for one worker run."""
 
     timeout_s: float
+    """Wall-clock limit of the run (after the compile stage, if `compile_stage` is set)."""
     base_env: Mapping[str, str]
     """The parent's environment (from `config.environment()`), before scrubbing."""
     slot_env: Mapping[str, str] = field(default_factory=dict)
@@ -84,6 +85,10 @@ class SandboxSettings:
     memory_limit_bytes: int | None = None
     max_response_bytes: int = 8 * 1024 * 1024
     tmp_root: Path | None = None
+    compile_stage: str | None = None
+    """A stage (e.g. `load`) with its own limit: `compile_timeout_s` runs until the worker
+    reports it ended, then `timeout_s` starts for the rest."""
+    compile_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -252,11 +257,10 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
             preexec_fn=functools.partial(_preexec, settings.memory_limit_bytes),
         )
         try:
-            await asyncio.wait_for(proc.wait(), timeout=settings.timeout_s)
-        except TimeoutError:
-            timed_out = True
-            _kill_group(proc.pid)
-            await proc.wait()
+            timed_out = await _wait(proc, settings, prog)
+            if timed_out:
+                _kill_group(proc.pid)
+                await proc.wait()
         except asyncio.CancelledError:
             _kill_group(proc.pid)
             with contextlib.suppress(Exception):
@@ -281,6 +285,29 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
         stderr_tail=_tail(err_path),
         network_isolated=prefix is not None,
         strays_killed=strays,
+    )
+
+
+async def _wait(proc: asyncio.subprocess.Process, settings: SandboxSettings, progress: Path) -> bool:
+    """Wait for the worker; True if it ran past its limit (and must be killed)."""
+    phased = settings.compile_stage is not None and settings.compile_timeout_s is not None
+    deadline = time.monotonic() + (settings.compile_timeout_s if phased else settings.timeout_s)  # type: ignore[operator]
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=min(remaining, 0.25) if phased else remaining)
+            return False
+        except TimeoutError:
+            if phased and _stage_ended(progress, settings.compile_stage):  # type: ignore[arg-type]
+                phased = False
+                deadline = time.monotonic() + settings.timeout_s
+
+
+def _stage_ended(progress: Path, stage: str) -> bool:
+    return any(
+        e.get("event") == "end" and e.get("stage") == stage for e in _read_progress(progress, 1 << 20)
     )
 
 

@@ -166,8 +166,8 @@ class Evaluator:
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)
             seeds = tuple(req.seeds)
-            _slot, sr = await self.executor.submit(req, limit)
-            out = interpret(step.specs, sr, req.request_id, limit)
+            _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
+            out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
             run.record(out.results)
             run.record_missing(step.specs, "the worker ended before this stage ran")
             environment.update(out.environment)
@@ -205,8 +205,8 @@ class Evaluator:
         req = domain.build_request(problem, None, graph.specs, self.cfg, baselines=modes, seeds=[])
         # Compiling references (max-autotune above all) takes minutes: allow for it.
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
-        _slot, sr = await self.executor.submit(req, limit)
-        out = interpret(graph.specs, sr, req.request_id, limit)
+        _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
+        out = interpret(graph.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
         run = GraphRun(graph, batch_placement="worker")
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")

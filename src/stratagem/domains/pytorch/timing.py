@@ -1,10 +1,19 @@
 """Owns timing inside the worker: CUDA events on a GPU, perf_counter on the CPU.
 
 GPU protocol per timed call: overwrite an L2-flush buffer (outside the timed region, on the
-same stream), record the start event, call, synchronize the whole device, record the end
-event. The device-wide synchronize makes work left on other streams count. Warm-up runs for a
-time budget; the repetition count is derived from the measured per-call time and a budget.
-Input sets are rotated so repeated calls do not hit the same addresses.
+same stream), record the start event, call, record a stream-end event, synchronize the whole
+device, record a device-end event. Both intervals are kept for every call:
+
+- `samples_ms` (start -> stream end) is the runtime reported by default; it is the protocol
+  `triton.testing.do_bench` uses, and it agrees with it (benchmarks/RESULTS.md);
+- `device_sync_samples_ms` (start -> end after a device-wide synchronize) also counts work a
+  candidate left on other streams, at the price of a fixed host round trip, which is
+  calibrated on an empty call (`sync_overhead_ms`). A device-sync time well above the stream
+  time plus that overhead means work escaped the timed stream.
+
+`sync_mode = "device"` reports the device-sync interval instead. Warm-up runs for a time
+budget; the repetition count is derived from the measured per-call time and a budget. Input
+sets are rotated so repeated calls do not hit the same addresses.
 """
 
 from __future__ import annotations
@@ -64,13 +73,13 @@ def time_cuda(
     arg_sets: Sequence[Sequence[Any]],
     cfg: Mapping[str, Any],
     device: str,
-    sync_mode: str = "device",
+    sync_mode: str = "stream",
 ) -> dict[str, Any]:
     """Time `fn(*args)` on a GPU; returns the summary with raw samples in ms.
 
     Args:
-        sync_mode: `device` synchronizes the device before the end event (counts side
-            streams); `stream` records the end event right after the call (as do_bench does).
+        sync_mode: which interval is the reported runtime: `stream` (start to the end of the
+            call's stream, as do_bench) or `device` (to the end of all device work).
     """
     flush = L2Flusher(device) if cfg.get("flush_l2", True) else None
     k = len(arg_sets)
@@ -85,13 +94,30 @@ def time_cuda(
         if calls >= 10_000:
             break
     torch.cuda.synchronize()
-    est = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush, sync_mode)
+    est, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
     reps = _reps(statistics.median(est), cfg)
-    samples = _measure_cuda(fn, arg_sets, reps, flush, sync_mode)
-    out = summarize(samples)
-    out.update(method=f"cuda_event/{sync_mode}_sync", warmup_calls=calls, input_sets=k,
-               l2_flush_bytes=flush.nbytes if flush else 0)
+    stream, dev = _measure_cuda(fn, arg_sets, reps, flush)
+    noop_stream, noop_dev = _measure_cuda(_noop, [()], 50, flush)
+    overhead = statistics.median(d - s for s, d in zip(noop_stream, noop_dev, strict=True))
+    primary = dev if sync_mode == "device" else stream
+    out = summarize(primary)
+    dev_median = statistics.median(dev)
+    out.update(
+        method=f"cuda_event/{sync_mode}",
+        warmup_calls=calls,
+        input_sets=k,
+        l2_flush_bytes=flush.nbytes if flush else 0,
+        stream_median_ms=statistics.median(stream),
+        device_sync_median_ms=dev_median,
+        device_sync_samples_ms=dev if sync_mode != "device" else stream,
+        sync_overhead_ms=overhead,
+        unsynced_work_ms=dev_median - overhead - statistics.median(stream),
+    )
     return out
+
+
+def _noop() -> None:
+    return None
 
 
 def _measure_cuda(
@@ -99,9 +125,10 @@ def _measure_cuda(
     arg_sets: Sequence[Sequence[Any]],
     reps: int,
     flush: L2Flusher | None,
-    sync_mode: str,
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
+    """(start -> stream end, start -> end after a device synchronize) per call, in ms."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    mids = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     k = len(arg_sets)
     for i in range(reps):
@@ -110,11 +137,13 @@ def _measure_cuda(
             flush()
         starts[i].record()
         fn(*args)
-        if sync_mode == "device":
-            torch.cuda.synchronize()
+        mids[i].record()
+        torch.cuda.synchronize()
         ends[i].record()
     torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    stream = [s.elapsed_time(m) for s, m in zip(starts, mids, strict=True)]
+    dev = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return stream, dev
 
 
 def time_cpu(
@@ -149,5 +178,5 @@ def time_callable(
     device: str,
 ) -> dict[str, Any]:
     if device.startswith("cuda"):
-        return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "device")))
+        return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "stream")))
     return time_cpu(fn, arg_sets, cfg)
