@@ -135,7 +135,7 @@ class LocalExecutor:
         loop = asyncio.get_running_loop()
         if self._free is None or self._loop is not loop:
             self._loop = loop
-            self._free = asyncio.Queue()
+            self._free = asyncio.LifoQueue()  # reuse the warmest slot (its compile caches) first
             for s in self.slots:
                 self._free.put_nowait(s)
         return self._free
