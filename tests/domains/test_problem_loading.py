@@ -69,7 +69,7 @@ def test_load_fixture():
 def test_every_example_problem_loads(path):
     prob = load_problem(path)
     assert prob.domain == "pytorch"
-    assert prob.name == "problem"
+    assert prob.name == path.parent.name  # examples are named by their folder
     assert prob.source == path.read_text(encoding="utf-8")
     assert all(type(v) in (int, float) for v in prob.size_constants.values())
     if "\nbatch_size = " in prob.source:

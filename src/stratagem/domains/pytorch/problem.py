@@ -48,7 +48,9 @@ def load_problem(path: str | Path) -> Problem:
         raise ProblemError(f"problem file not found: {p}") from e
     except (OSError, UnicodeDecodeError) as e:
         raise ProblemError(f"cannot read problem file {p}: {e}") from e
-    return parse_problem(source, name=p.stem, path=str(p))
+    # KernelBench names problems by file (19_ReLU.py); bundled examples by folder (05_conv/problem.py).
+    name = p.parent.name if p.stem == "problem" and p.parent.name else p.stem
+    return parse_problem(source, name=name, path=str(p))
 
 
 def parse_problem(source: str, *, name: str, path: str | None = None) -> Problem:
