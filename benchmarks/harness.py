@@ -129,7 +129,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             stab.append([name, fmt(statistics.median(meds)), fmt(min(meds)), fmt(max(meds)), fmt(spread, ".2f")])
             results["stability"].append({"name": name, "medians_ms": meds, "spread_pct": spread})
             dev_ev = await evaluate(device_eval, problem, design, False)
-            db = do_bench_median(d / "problem.py", cand_path)
+            db = do_bench_median(d / "problem.py", cand_path) if args.device != "cpu" else None
             ours = statistics.median(meds)
             dev = (ours / db - 1) * 100 if db else None
             ddev = (dev_ev.runtime_ms / db - 1) * 100 if db and dev_ev.runtime_ms else None
