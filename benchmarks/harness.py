@@ -120,6 +120,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             rows.append([name, ev.verdict.status, fmt(ref.get("eager")), fmt(ref.get("compile")),
                          fmt(ref.get("max-autotune")), fmt(ev.runtime_ms), fmt(ev.speedup, ".2f")])
             results["examples"].append(ev.summary())
+            _checkpoint(args, results)
             if ev.verdict.status != "valid":
                 continue
             reps = [await evaluate(evaluator, problem, design, False) for _ in range(args.repeats)]
@@ -136,6 +137,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             agree.append([name, fmt(ours), fmt(dev_ev.runtime_ms), fmt(db), fmt(dev, "+.1f"), fmt(ddev, "+.1f")])
             results["agreement"].append({"name": name, "stream_ms": ours,
                                          "device_sync_ms": dev_ev.runtime_ms, "do_bench_ms": db})
+            print(f"    stability {fmt(spread, '.2f')}% · do_bench {fmt(db)} ms ({fmt(dev, '+.1f')}%) · "
+                  f"overhead {overhead_row(name, reps[-1])[4]} s", flush=True)
+            _checkpoint(args, results)
     report = [
         table("Examples (ms, median)", ["candidate", "status", "eager", "compile", "max-autotune", "candidate", "speedup"], rows),
         table(f"Stability: {args.repeats} evaluations, fresh workers (ms)", ["candidate", "median", "min", "max", "spread %"], stab),
@@ -174,6 +178,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     print(text, flush=True)
     results["report"] = text
     return results
+
+
+def _checkpoint(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """Write what is measured so far, so a run cut off by a time limit still leaves data."""
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1, default=str))
 
 
 def main() -> None:
