@@ -296,7 +296,7 @@ def test_oversized_response_is_refused_and_temp_dir_removed(linear_problem, cpu_
     assert sr.network_isolated is (sandbox._unshare_prefix() is not None)
     # the candidate is honest: every stage passed in the worker's own log
     ends = {e["stage"]: e["result"]["outcome"] for e in sr.progress if e.get("event") == "end"}
-    assert ends == {"load": "passed", "correctness": "passed", "timing": "passed"}
+    assert ends == {s: "passed" for s in ("load", "correctness", "integrity", "shapes", "timing")}
     assert sr.progress[-1]["event"] == "done"
 
     out = interpret(specs, sr, req.request_id, 60)

@@ -54,6 +54,11 @@ class EvalRequest(BaseModel):
     timing: dict[str, Any]
     baselines: list[str] = Field(default_factory=list)
     timing_lock: str | None = None
+    integrity_seeds: list[int] = Field(default_factory=list)
+    """Seeds of the integrity stage's input sets (warm, fresh, refill, candidate-first)."""
+    shape_variants: list[dict[str, int | float]] = Field(default_factory=list)
+    """Size-constant overrides for the shapes stage."""
+    shape_seed: int = 0
 
 
 class ResultModel(BaseModel):

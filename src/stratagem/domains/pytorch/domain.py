@@ -1,9 +1,9 @@
 """Owns the PyTorch domain's parent-side plan: its validator graph and its worker requests.
 
-Default graph: `static_checks -> load -> correctness -> timing`. `static_checks` runs in the
-parent; the rest run in the worker. A problem may narrow the graph with
-`STRATAGEM = {"validators": [...]}`; the integrity stages slot in between correctness and
-timing when they exist.
+Default graph: `static_checks -> load -> correctness -> {integrity, shapes} -> timing`.
+`static_checks` runs in the parent; the rest run in the worker. A problem may narrow the graph
+with `STRATAGEM = {"validators": [...]}` and set or disable the shape variants with
+`STRATAGEM = {"shapes": [{"batch_size": 8}]}` or `{"shapes": False}`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("static_checks", (), "parent"),
     ValidatorSpec("load", ("static_checks",), "worker"),
     ValidatorSpec("correctness", ("load",), "worker"),
-    ValidatorSpec("timing", ("correctness",), "worker"),
+    ValidatorSpec("integrity", ("correctness",), "worker"),
+    ValidatorSpec("shapes", ("correctness",), "worker"),
+    ValidatorSpec("timing", ("integrity", "shapes"), "worker"),
 )
 
 BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
@@ -105,7 +107,37 @@ def build_request(
         tolerances=tolerances(problem, cfg),
         timing=dict(timing),
         baselines=list(baselines),
+        integrity_seeds=[new_seed() for _ in range(4)],
+        shape_variants=shape_variants(problem),
+        shape_seed=new_seed(),
     )
+
+
+SHAPE_MIN = 16
+"""Size constants below this (kernel sizes, strides, channel counts of 3) are left alone."""
+
+
+def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
+    """Size-constant overrides for the shapes stage: the problem's own, or every integer
+    constant >= 16 shrunk to about 3/4, keeping its power-of-two alignment (up to 16)."""
+    declared = problem.settings.get("shapes")
+    if declared is False:
+        return []
+    if isinstance(declared, list):
+        return [dict(v) for v in declared]
+    variant: dict[str, int | float] = {}
+    for name, v in problem.size_constants.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < SHAPE_MIN:
+            continue
+        align = 1
+        while align < 16 and v % (align * 2) == 0:
+            align *= 2
+        new = max(align, (v * 3 // 4) // align * align)
+        if new == v:
+            new = v - align
+        if new > 0:
+            variant[name] = new
+    return [variant] if variant else []
 
 
 def default_baselines(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:

@@ -22,7 +22,7 @@ from stratagem.core.problem import Problem
 from stratagem.errors import ProblemError
 
 SETTINGS_NAME = "STRATAGEM"
-SETTINGS_KEYS = frozenset({"validators", "tolerances", "correctness_trials", "timeout_s"})
+SETTINGS_KEYS = frozenset({"validators", "tolerances", "correctness_trials", "timeout_s", "shapes"})
 
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -177,6 +177,12 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
     n = value.get("correctness_trials")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise bad("correctness_trials", "a positive integer")
+    shapes = value.get("shapes")
+    if shapes is not None and shapes is not False and not (
+        isinstance(shapes, list)
+        and all(isinstance(v, dict) and all(isinstance(k, str) for k in v) for v in shapes)
+    ):
+        raise bad("shapes", "False or a list of dicts of size constants")
     t = value.get("timeout_s")
     if t is not None and (not isinstance(t, int | float) or isinstance(t, bool) or t <= 0):
         raise bad("timeout_s", "a positive number of seconds")

@@ -22,7 +22,7 @@ import torch
 
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch import compare, runtime, timing
+from stratagem.domains.pytorch import compare, guard, integrity, runtime, timing
 from stratagem.domains.pytorch.runtime import Programs
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -45,6 +45,7 @@ class Worker:
         self.device = str(request["device"])
         self.programs: Programs | None = None
         self.poisoned: str | None = None
+        self.snapshot = guard.Snapshot()  # before any candidate code is imported
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -132,6 +133,19 @@ class Worker:
                 self._note_cuda(e)
                 raise StageFailure(runtime.classify_exception(e), f"the candidate failed while timed: {runtime.one_line(e)}",
                                    {"traceback": runtime.format_exception(e)}) from e
+        changed = self.snapshot.changes()
+        if changed:
+            raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
+                               {"runtime": stats})
+        if self.device.startswith("cuda"):
+            gap, med = float(stats["unsynced_work_ms"]), float(stats["median_ms"])
+            if gap > max(SIDE_STREAM_FLOOR_MS, SIDE_STREAM_FRACTION * med):
+                raise StageFailure(
+                    "rejected",
+                    f"side_stream: {gap:.4f} ms of work per call finished only after a device-wide "
+                    f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
+                    {"runtime": stats},
+                )
         return {"runtime": stats}
 
     def stage_baseline(self) -> dict[str, Any]:
@@ -216,9 +230,16 @@ class Worker:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+SIDE_STREAM_FLOOR_MS = 0.01
+SIDE_STREAM_FRACTION = 0.10
+"""Work finishing after the timed stream's end event beyond max(floor, fraction x runtime)
+fails timing. Honest single-stream kernels measured 0.2-1.6 us on an H200."""
+
 STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "load": Worker.stage_load,
     "correctness": Worker.stage_correctness,
+    "integrity": integrity.run_integrity,
+    "shapes": integrity.run_shapes,
     "timing": Worker.stage_timing,
     "baseline": Worker.stage_baseline,
 }

@@ -1,0 +1,154 @@
+"""Owns the worker's tamper evidence: identities of harness functions and global torch flags.
+
+Worker-side only. A snapshot is taken when the worker starts, before any candidate code is
+imported; `changes()` lists every function that was rebound (torch's comparison and timing
+functions, builtins, time, the harness's own modules) and every global flag that moved
+(TF32, cuDNN, matmul precision, default dtype, determinism, thread counts).
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_TORCH_FUNCS = (
+    "allclose", "isclose", "equal", "where", "isnan", "isinf", "isfinite", "abs", "max", "min",
+    "sum", "empty", "empty_like", "zeros", "zeros_like", "full", "rand", "randn", "randint",
+    "manual_seed", "no_grad", "compile", "device", "is_grad_enabled",
+)
+_TENSOR_METHODS = (
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__float__",
+    "__len__", "__getitem__", "__setitem__", "__torch_function__", "clone", "copy_", "to",
+    "float", "double", "item", "tolist", "abs", "max", "sum", "any", "all", "nonzero", "reshape",
+    "view", "contiguous", "numel", "element_size", "is_floating_point", "detach", "clamp_min",
+    "fill_", "zero_", "untyped_storage", "data_ptr", "size", "dim",
+)
+_CUDA_FUNCS = ("synchronize", "Event", "current_stream", "empty_cache", "mem_get_info")
+_EVENT_METHODS = ("record", "elapsed_time", "synchronize", "query", "wait")
+_BUILTINS = (
+    "len", "isinstance", "issubclass", "type", "float", "int", "bool", "str", "max", "min",
+    "sum", "sorted", "abs", "any", "all", "zip", "range", "iter", "next", "getattr", "setattr",
+    "hasattr", "id", "print", "open", "repr", "dict", "list", "tuple", "set", "object",
+)
+_MODULES = {
+    time: ("perf_counter", "perf_counter_ns", "time", "monotonic", "sleep"),
+    statistics: ("median", "quantiles", "fmean"),
+    math: ("isnan", "isinf", "isfinite", "ceil"),
+    sys: ("exit",),
+}
+HARNESS_MODULES = (
+    "stratagem.domains.pytorch.compare",
+    "stratagem.domains.pytorch.timing",
+    "stratagem.domains.pytorch.runtime",
+    "stratagem.domains.pytorch.stages",
+    "stratagem.domains.pytorch.guard",
+    "stratagem.evaluation.worker",
+    "stratagem.core.graph",
+    "stratagem.core.verdict",
+)
+
+
+def _functions() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in _TORCH_FUNCS:
+        if hasattr(torch, name):
+            out[f"torch.{name}"] = getattr(torch, name)
+    for name in _TENSOR_METHODS:
+        if hasattr(torch.Tensor, name):
+            out[f"torch.Tensor.{name}"] = inspect.getattr_static(torch.Tensor, name)
+    for name in _CUDA_FUNCS:
+        out[f"torch.cuda.{name}"] = getattr(torch.cuda, name, None)
+    for name in _EVENT_METHODS:
+        out[f"torch.cuda.Event.{name}"] = inspect.getattr_static(torch.cuda.Event, name, None)
+    out["torch.Tensor"] = torch.Tensor
+    out["torch.nn.Module.__call__"] = inspect.getattr_static(torch.nn.Module, "__call__")
+    for name in _BUILTINS:
+        out[f"builtins.{name}"] = getattr(builtins, name)
+    for mod, names in _MODULES.items():
+        for name in names:
+            out[f"{mod.__name__}.{name}"] = getattr(mod, name)
+    for modname in HARNESS_MODULES:
+        mod = sys.modules.get(modname)
+        if mod is None:
+            continue
+        out[f"sys.modules[{modname}]"] = mod
+        for name, value in vars(mod).items():
+            if callable(value) and not name.startswith("__"):
+                out[f"{modname}.{name}"] = value
+                for attr, member in vars(value).items() if isinstance(value, type) else ():
+                    if callable(member) and not attr.startswith("__"):
+                        out[f"{modname}.{name}.{attr}"] = member
+    return out
+
+
+def _flags() -> dict[str, Any]:
+    b = torch.backends
+    flags: dict[str, Any] = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "default_dtype": str(torch.get_default_dtype()),
+        "num_threads": torch.get_num_threads(),
+        "anomaly_detection": torch.is_anomaly_enabled(),
+        "cudnn.enabled": b.cudnn.enabled,
+        "cudnn.benchmark": b.cudnn.benchmark,
+        "cudnn.deterministic": b.cudnn.deterministic,
+        "cudnn.allow_tf32": b.cudnn.allow_tf32,
+    }
+    matmul = b.cuda.matmul
+    for name in ("allow_tf32", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction"):
+        flags[f"cuda.matmul.{name}"] = getattr(matmul, name, None)
+    return flags
+
+
+def native_threads() -> int:
+    """Threads of this process, native ones included (Linux), else Python's count."""
+    try:
+        return len(list(Path("/proc/self/task").iterdir()))
+    except OSError:
+        return threading.active_count()
+
+
+class Snapshot:
+    """What the harness relies on, captured before candidate code runs."""
+
+    def __init__(self) -> None:
+        self.functions = _functions()
+        self.flags = _flags()
+
+    def changes(self) -> list[str]:
+        """Every rebound function and every moved flag, as readable lines."""
+        now = _functions()
+        out = [
+            f"{name} was replaced" for name, obj in self.functions.items() if now.get(name) is not obj
+        ]
+        flags = _flags()
+        out += [
+            f"global flag {name} changed from {old!r} to {flags.get(name)!r}"
+            for name, old in self.flags.items()
+            if flags.get(name) != old
+        ]
+        return out
+
+
+def count_threads() -> tuple[int, int]:
+    """(Python threads, native threads)."""
+    return threading.active_count(), native_threads()
+
+
+def guarded(snapshot: Snapshot, what: str, fn: Callable[[], Any]) -> Any:
+    """Run `fn`; raise ValueError naming the tampering if any harness function or flag moved."""
+    result = fn()
+    changed = snapshot.changes()
+    if changed:
+        raise ValueError(f"{what}: " + "; ".join(changed[:8]))
+    return result

@@ -1,0 +1,234 @@
+"""Owns the worker's runtime integrity and shape-generalization checks.
+
+Worker-side only. After correctness has passed on the harness's own inputs, `integrity`
+calls the candidate in the ways cheating candidates do not survive:
+
+- warm calls on one input set, then fresh inputs at new addresses (output caches, CUDA graphs
+  replayed against stale pointers);
+- the same input storage refilled in place with new values (caches keyed on `data_ptr`/`id`);
+- the allocator poisoned with NaN before the call and the candidate run first, the reference
+  after (stale memory, outputs not fully written, results left behind by the reference);
+- a second run on the same inputs must agree with the first (races, nondeterminism);
+- every output a plain tensor with real storage of its own size;
+- no new threads after a call; no harness function rebound and no global flag changed, after
+  import and after every call.
+
+`shapes` re-checks correctness with the problem's size constants changed, so code hard-wired
+to the visible shapes fails.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stratagem.domains.pytorch import compare, guard, runtime
+
+if TYPE_CHECKING:
+    from stratagem.domains.pytorch.stages import Worker
+
+POISON_BYTES_MAX = 4 * 2**30
+SMALL_POISON_BLOCKS = 64
+
+
+def poison_allocator(device: str, nbytes_hint: int) -> None:
+    """Fill memory the allocator will hand out next with NaN (best effort on the CPU)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        free, _ = torch.cuda.mem_get_info()
+        n = int(min(POISON_BYTES_MAX, max(4 * nbytes_hint, 64 * 2**20), free * 0.5)) // 4
+        big = torch.full((n,), float("nan"), device=device)
+        small = [torch.full((131072,), float("nan"), device=device) for _ in range(SMALL_POISON_BLOCKS)]
+        torch.cuda.synchronize()
+        del big, small  # blocks stay in the caching allocator, full of NaN
+    else:
+        n = int(min(max(2 * nbytes_hint, 1 << 20), 256 * 2**20)) // 4
+        blocks = [torch.full((n,), float("nan"))] + [torch.full((1024,), float("nan")) for _ in range(256)]
+        del blocks
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, list | tuple):
+        return [t for x in out for t in _tensors(x)]
+    return []
+
+
+def check_storage(out: Any) -> str | None:
+    for i, t in enumerate(_tensors(out)):
+        if t.is_meta:
+            return f"output tensor {i} is a meta tensor with no data"
+        if t.numel() == 0:
+            continue
+        need = (t.storage_offset() + max(1, _span(t))) * t.element_size()
+        have = t.untyped_storage().nbytes()
+        if t.data_ptr() == 0 or have < need:
+            return f"output tensor {i} has {have} bytes of storage, needs {need}"
+    return None
+
+
+def _span(t: torch.Tensor) -> int:
+    return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
+
+
+class Checker:
+    """Runs the candidate under watch: threads, tampering, storage, agreement."""
+
+    def __init__(self, w: Worker) -> None:
+        self.w = w
+        self.p = w._programs(need_candidate=True)
+        self.tol = w.req["tolerances"]
+        self.threads = guard.count_threads()
+        self.log: list[dict[str, Any]] = []
+
+    def fail(self, kind: str, check: str, reason: str) -> None:
+        from stratagem.domains.pytorch.stages import StageFailure
+
+        raise StageFailure(kind, f"{check}: {reason}", {"check": check, "passed_checks": self.log})
+
+    def call(self, check: str, inputs: list[Any]) -> Any:
+        assert self.p.candidate is not None
+        with torch.no_grad():
+            out = self.w._call_candidate(self.p.candidate, inputs)
+        changed = self.w.snapshot.changes()
+        if changed:
+            self.fail("rejected", "harness_tampering", "; ".join(changed[:6]))
+        py, native = guard.count_threads()
+        if py > self.threads[0] or native > self.threads[1]:
+            self.fail("rejected", "threads", f"the candidate left threads running after a call "
+                      f"(python {self.threads[0]} -> {py}, native {self.threads[1]} -> {native})")
+        bad = check_storage(out)
+        if bad:
+            self.fail("malformed", check, bad)
+        return out
+
+    def reference(self, inputs: list[Any]) -> Any:
+        with torch.no_grad():
+            return self.w._call_reference(self.p.reference, inputs)
+
+    def expect(self, check: str, ref: Any, out: Any, what: str) -> None:
+        c = compare.compare_outputs(ref, out, self.tol)
+        if not c.ok:
+            self.fail(c.kind, check, f"{what}: {c.reason}")
+        self.log.append({"check": check, "max_abs_err": c.max_abs_err})
+
+    def inputs(self, seed: int) -> list[Any]:
+        return self.w._inputs(self.p, seed, "integrity")
+
+
+def run_integrity(w: Worker) -> dict[str, Any]:
+    seeds = [int(s) for s in w.req["integrity_seeds"]]
+    changed = w.snapshot.changes()
+    c = Checker(w)
+    if changed:
+        c.fail("rejected", "harness_tampering", "after import: " + "; ".join(changed[:6]))
+    # Warm calls on one set (and settle any lazily started library threads).
+    warm = c.inputs(seeds[0])
+    for _ in range(3):
+        c.call("warm", warm)
+    c.threads = guard.count_threads()
+    ref_warm = c.reference(runtime.clone_inputs(warm))
+    c.expect("warm_calls", ref_warm, c.call("warm_calls", runtime.clone_inputs(warm)), "after 3 warm calls")
+    del ref_warm
+    # Fresh inputs at new addresses.
+    fresh = c.inputs(seeds[1])
+    c.expect("fresh_inputs", c.reference(runtime.clone_inputs(fresh)), c.call("fresh_inputs", fresh),
+             "fresh inputs at new addresses after warm calls")
+    # Same storage, new values.
+    new_vals = c.inputs(seeds[2])
+    for dst, src in zip(fresh, new_vals, strict=True):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)
+    c.expect("refilled_inputs", c.reference(runtime.clone_inputs(new_vals)), c.call("refilled_inputs", fresh),
+             "the same input tensors refilled in place with new values")
+    del warm, fresh, new_vals
+    # Candidate first, on poisoned memory; the reference after.
+    first = c.inputs(seeds[3])
+    kept = runtime.clone_inputs(first)
+    runtime.synchronize(w.device)
+    poison_allocator(w.device, runtime.inputs_nbytes(first))
+    out1 = c.call("candidate_first", first)
+    out1 = _detach_copy(out1)
+    ref = c.reference(kept)
+    c.expect("candidate_first", ref, out1, "candidate run first, on poisoned memory")
+    # A second run on the same inputs agrees with the first.
+    poison_allocator(w.device, runtime.inputs_nbytes(kept))
+    out2 = c.call("repeat_agrees", runtime.clone_inputs(kept))
+    c.expect("repeat_agrees", out1, out2, "a second run on the same inputs")
+    return {"checks": [e["check"] for e in c.log], "details": c.log, "seeds": seeds}
+
+
+def _detach_copy(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, list | tuple):
+        return type(out)(_detach_copy(x) for x in out)
+    return out
+
+
+def run_shapes(w: Worker) -> dict[str, Any]:
+    """Correctness with the size constants changed (module globals of the reference)."""
+    variants: Sequence[Mapping[str, Any]] = w.req.get("shape_variants") or []
+    if not variants:
+        return {"variants": [], "note": "no size constants to vary"}
+    p = w._programs(need_candidate=True)
+    mod = p.reference_module
+    original = {k: getattr(mod, k) for v in variants for k in v if hasattr(mod, k)}
+    cand_cls = type(p.candidate)
+    tol = w.req["tolerances"]
+    done: list[dict[str, Any]] = []
+    try:
+        for variant in variants:
+            for k, val in variant.items():
+                setattr(mod, k, val)
+            seed = int(w.req["init_seed"])
+            try:
+                init = _init_inputs(mod, seed, w.device)
+                ref_model = runtime.instantiate(mod.Model, init, seed, w.device)
+                inputs = runtime.make_inputs(mod, int(w.req["shape_seed"]), w.device)
+                with torch.no_grad():
+                    ref = ref_model(*runtime.clone_inputs(inputs))
+                runtime.synchronize(w.device)
+            except Exception as e:  # noqa: BLE001 - the problem does not support these sizes
+                done.append({"sizes": dict(variant), "skipped": f"the reference fails: {runtime.one_line(e)}"})
+                continue
+            label = ", ".join(f"{k}={v}" for k, v in variant.items())
+            try:
+                cand = runtime.instantiate(cand_cls, init, seed, w.device)
+                with torch.no_grad():
+                    out = cand(*runtime.clone_inputs(inputs))
+                runtime.synchronize(w.device)
+            except (Exception, SystemExit) as e:
+                w._note_cuda(e)
+                _fail(runtime.classify_exception(e), f"with size constants {label}: ModelNew raised: {runtime.one_line(e)}",
+                      {"variants": done, "traceback": runtime.format_exception(e)})
+            c = compare.compare_outputs(ref, out, tol)
+            if not c.ok:
+                _fail(c.kind, f"with size constants {label} (code hard-wired to the visible shapes?): {c.reason}",
+                      {"variants": done})
+            done.append({"sizes": dict(variant), "max_abs_err": c.max_abs_err})
+            del ref, out, inputs, ref_model, cand
+    finally:
+        for k, v in original.items():
+            setattr(mod, k, v)
+    return {"variants": done}
+
+
+def _init_inputs(mod: Any, seed: int, device: str) -> list[Any]:
+    torch.manual_seed(seed)
+    with runtime.device_context(device):
+        return list(mod.get_init_inputs())
+
+
+def _fail(kind: str, reason: str, details: Mapping[str, Any]) -> None:
+    from stratagem.domains.pytorch.stages import StageFailure
+
+    raise StageFailure(kind, reason, details)
+
+
+Stage = Callable[["Worker"], dict[str, Any]]
