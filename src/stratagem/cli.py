@@ -136,6 +136,61 @@ def baseline_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
+@app.command("audit")
+def audit_cmd(
+    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
+    device: DeviceOpt = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Check PROBLEM for null models (zeros, a constant, an input copy, half precision, a
+    subsample) that pass its correctness check, and whether its output depends on the seed."""
+    from stratagem.evaluation.api import audit_file
+
+    console = Console(stderr=as_json)
+    try:
+        cfg = _config(config, device)
+        prob, verdict, env = audit_file(problem, cfg.evaluation)
+    except (ConfigError, ProblemError) as e:
+        _fail(console, e, as_json, 2)
+    except StratagemError as e:
+        _fail(console, e, as_json, 1)
+    r = verdict.result("audit")
+    ok = r is not None and r.outcome == "passed"
+    d = dict(r.details) if ok and r is not None else {}
+    out: dict[str, Any] = {
+        "status": "valid" if ok else "error",
+        "problem": prob.name,
+        "problem_id": prob.id,
+        "cheatable": bool(d.get("passing_nulls")) or not d.get("seed_dependent", True),
+        "passing_nulls": d.get("passing_nulls", []),
+        "seed_dependent": d.get("seed_dependent"),
+        "nulls": d.get("nulls", {}),
+        "output": d.get("output", {}),
+        "environment": env,
+        "failures": [{"validator": f.name, "kind": f.kind, "reason": f.reason} for f in verdict.failures],
+    }
+    if as_json:
+        print(json.dumps(out, default=str))
+    elif ok:
+        t = Table(title=f"audit: {prob.name} on {env.get('device_name', '?')}")
+        t.add_column("null model")
+        t.add_column("passes correctness?")
+        t.add_column("max abs err")
+        for name, rows in out["nulls"].items():
+            passes = all(x["passes"] for x in rows)
+            errs = [x.get("max_abs_err") for x in rows if x.get("max_abs_err") is not None]
+            t.add_row(name, "[red]YES[/]" if passes else "[green]no[/]", f"{max(errs):.3g}" if errs else "-")
+        console.print(t)
+        console.print(f"output depends on the seed: {'yes' if out['seed_dependent'] else '[red]NO[/]'}")
+        verdict_line = "[red]can be cheated by construction[/]" if out["cheatable"] else "[green]no null model passes[/]"
+        console.print(f"{prob.name}: {verdict_line}")
+    else:
+        for f in out["failures"]:
+            console.print(f"[red]{f['validator']}[/] {f['kind']}: {f['reason']}")
+    raise typer.Exit(0 if ok else 1)
+
+
 _COLORS = {"passed": "green", "failed": "red", "skipped": "yellow"}
 
 

@@ -264,3 +264,29 @@ def test_subset_missing_a_dependency_is_problem_error(names):
 def test_validators_of_wrong_type_is_problem_error():
     with pytest.raises(ProblemError):
         validator_graph(problem_with('{"validators": 5}'))
+
+
+def test_shape_variants_shrink_large_constants_keeping_alignment():
+    from stratagem.domains.pytorch.domain import shape_variants
+
+    prob = parse_problem(
+        "import torch\nclass Model:\n    def forward(self, x): return x\n"
+        "batch_size = 32\ndim = 4096\nodd = 1000\nkernel_size = 3\neps = 1e-5\n"
+        "def get_inputs(): return []\ndef get_init_inputs(): return []\n",
+        name="p",
+    )
+    [variant] = shape_variants(prob)
+    assert variant == {"batch_size": 16, "dim": 3072, "odd": 744}
+    assert all(variant[k] % 8 == 0 for k in ("batch_size", "dim", "odd"))
+
+
+def test_shape_variants_declared_or_disabled():
+    from stratagem.domains.pytorch.domain import shape_variants
+
+    base = "import torch\nclass Model:\n    def forward(self, x): return x\nn = 64\n" \
+           "def get_inputs(): return []\ndef get_init_inputs(): return []\n"
+    assert shape_variants(parse_problem(base + "STRATAGEM = {'shapes': False}\n", name="p")) == []
+    declared = parse_problem(base + "STRATAGEM = {'shapes': [{'n': 8}, {'n': 24}]}\n", name="p")
+    assert shape_variants(declared) == [{"n": 8}, {"n": 24}]
+    with pytest.raises(ProblemError, match="shapes"):
+        parse_problem(base + "STRATAGEM = {'shapes': 'small'}\n", name="p")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from stratagem.config import EvaluationConfig, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
+from stratagem.core.verdict import Verdict
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import CandidateError
 from stratagem.evaluation.executors import LocalExecutor, resolve_device
@@ -63,6 +65,20 @@ def record(run_dir: str | Path, evaluation: Evaluation) -> int:
         store.add_problem(evaluation.problem)
         store.add_design(evaluation.problem.id, evaluation.design)
         return store.add_evaluation(evaluation.to_record())
+
+
+def audit_file(
+    problem_path: str | Path, cfg: EvaluationConfig, *, timeout_s: float | None = None
+) -> tuple[Problem, Verdict, dict[str, Any]]:
+    """Run the null-model audit of a problem file (see `domains/pytorch/audit.py`)."""
+    problem = load_problem(problem_path)
+    evaluator = make_evaluator(cfg)
+
+    async def go() -> tuple[Verdict, dict[str, Any]]:
+        return await evaluator.audit(problem, timeout_s=timeout_s)
+
+    verdict, env = asyncio.run(go())
+    return problem, verdict, env
 
 
 def baseline_file(

@@ -201,28 +201,42 @@ class Evaluator:
             hit = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
             if hit is not None:
                 return Baseline(problem.id, hit["modes"], hit["environment"], True, Verdict(()))
-        graph = ValidatorGraph.of(domain.BASELINE_GRAPH)
-        req = domain.build_request(problem, None, graph.specs, self.cfg, baselines=modes, seeds=[])
         # Compiling references (max-autotune above all) takes minutes: allow for it.
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
-        _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
-        out = interpret(graph.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
-        run = GraphRun(graph, batch_placement="worker")
-        run.record(out.results)
-        run.record_missing(graph.specs, "the worker ended before this stage ran")
-        verdict = Verdict(run.results)
+        verdict, environment = await self._run_reference_graph(
+            problem, domain.BASELINE_GRAPH, limit, baselines=modes, seeds=[]
+        )
+        out_env = environment
         result = verdict.result("baseline")
         if result is None or result.outcome != "passed":
-            return Baseline(problem.id, {}, out.environment, False, verdict)
+            return Baseline(problem.id, {}, out_env, False, verdict)
         found = result.details.get("baselines")
         if not isinstance(found, Mapping):
             raise HarnessError("baseline stage passed without timings")
         modes_out = {str(k): dict(v) for k, v in found.items()}
         self.cache.put(
-            baseline_key(problem.id, out.environment, modes, timing_cfg),
-            {"problem": problem.name, "modes": modes_out, "environment": out.environment},
+            baseline_key(problem.id, out_env, modes, timing_cfg),
+            {"problem": problem.name, "modes": modes_out, "environment": out_env},
         )
-        return Baseline(problem.id, modes_out, out.environment, False, verdict)
+        return Baseline(problem.id, modes_out, out_env, False, verdict)
+
+    async def audit(self, problem: Problem, *, timeout_s: float | None = None) -> tuple[Verdict, dict[str, Any]]:
+        """Run the null-model audit of a problem; returns the verdict and the environment."""
+        limit = domain.timeout_s(problem, self.cfg, timeout_s)
+        return await self._run_reference_graph(problem, domain.AUDIT_GRAPH, limit)
+
+    async def _run_reference_graph(
+        self, problem: Problem, specs: Any, limit: float, **request: Any
+    ) -> tuple[Verdict, dict[str, Any]]:
+        """Run a worker-only graph that loads the reference and no candidate."""
+        graph = ValidatorGraph.of(specs)
+        req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
+        _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
+        out = interpret(graph.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
+        run = GraphRun(graph, batch_placement="worker")
+        run.record(out.results)
+        run.record_missing(graph.specs, "the worker ended before this stage ran")
+        return Verdict(run.results), out.environment
 
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:

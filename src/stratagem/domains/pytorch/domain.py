@@ -33,6 +33,11 @@ DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("timing", ("integrity", "shapes"), "worker"),
 )
 
+AUDIT_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("audit", ("load",), "worker"),
+)
+
 BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("load", (), "worker"),
     ValidatorSpec("baseline", ("load",), "worker"),

@@ -78,16 +78,24 @@ def _functions() -> dict[str, Any]:
         for name in names:
             out[f"{mod.__name__}.{name}"] = getattr(mod, name)
     for modname in HARNESS_MODULES:
-        mod = sys.modules.get(modname)
-        if mod is None:
+        out.update(_module_functions(modname))
+    return out
+
+
+def _module_functions(modname: str) -> dict[str, Any]:
+    """A harness module's own functions and classes, and the classes' methods (static)."""
+    mod = sys.modules.get(modname)
+    if mod is None:
+        return {}
+    out: dict[str, Any] = {f"sys.modules[{modname}]": mod}
+    for name, value in vars(mod).items():
+        if not callable(value) or name.startswith("__"):
             continue
-        out[f"sys.modules[{modname}]"] = mod
-        for name, value in vars(mod).items():
-            if callable(value) and not name.startswith("__"):
-                out[f"{modname}.{name}"] = value
-                for attr, member in vars(value).items() if isinstance(value, type) else ():
-                    if callable(member) and not attr.startswith("__"):
-                        out[f"{modname}.{name}.{attr}"] = member
+        out[f"{modname}.{name}"] = value
+        members = vars(value).items() if isinstance(value, type) else ()
+        for attr, member in members:
+            if callable(member) and not attr.startswith("__"):
+                out[f"{modname}.{name}.{attr}"] = member
     return out
 
 

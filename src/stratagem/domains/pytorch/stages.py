@@ -22,7 +22,7 @@ import torch
 
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch import compare, guard, integrity, runtime, timing
+from stratagem.domains.pytorch import audit, compare, guard, integrity, runtime, timing
 from stratagem.domains.pytorch.runtime import Programs
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -239,6 +239,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "load": Worker.stage_load,
     "correctness": Worker.stage_correctness,
     "integrity": integrity.run_integrity,
+    "audit": audit.run_audit,
     "shapes": integrity.run_shapes,
     "timing": Worker.stage_timing,
     "baseline": Worker.stage_baseline,
