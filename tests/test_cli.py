@@ -38,7 +38,10 @@ def test_eval_valid_candidate_json(capsys, fast_config):
     assert code == 0
     assert out["status"] == "valid"
     assert out["failures"] == []
-    assert set(out["validators"]) == {"static_checks", "load", "correctness", "integrity", "shapes", "timing"}
+    assert set(out["validators"]) == {"static_checks", "load", "correctness", "integrity", "shapes", "timing", "roofline"}
+    roof = out["validators"]["roofline"]["details"]
+    assert roof["checked"] is True and 0 < roof["sol_fraction"] < 1.5
+    assert roof["flops"] == 2 * 32 * 64 * 64
     assert all(v["status"] == "passed" for v in out["validators"].values())
     assert out["runtime_ms"] > 0
     assert out["reference_ms"]["eager"] > 0

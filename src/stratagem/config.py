@@ -80,6 +80,8 @@ class EvaluationConfig(BaseModel):
     timing: TimingConfig = Field(default_factory=TimingConfig)
     baselines: list[BaselineMode] | None = None
     """Reference modes to time; `None`: eager and compile, plus max-autotune on a GPU."""
+    roofline_margin: float = Field(default=0.5, ge=0, lt=1)
+    """A runtime below roofline floor x (1 - margin) is rejected as impossible."""
     network: Literal["deny", "allow"] = "deny"
     """`deny` runs workers in a private network namespace where the OS allows it."""
     memory_limit_gb: float | None = Field(default=None, gt=0)

@@ -8,6 +8,9 @@ median / candidate median.
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -142,6 +145,7 @@ class Evaluator:
         self.executor = executor
         self.physical_device = physical_device
         self.cache = BaselineCache(cache_dir(cfg) / "baselines")
+        self._peaks: dict[str, Any] | None = None
 
     @property
     def on_gpu(self) -> bool:
@@ -161,7 +165,9 @@ class Evaluator:
             if step.kind == "inline":
                 spec = step.specs[0]
                 s0 = time.monotonic()
-                r = domain.run_parent_validator(spec.name, problem, design)
+                peaks = await self.device_peaks(problem) if spec.name == "roofline" else None
+                earlier = {r.name: r for r in run.results}
+                r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, peaks)
                 run.record([_with_duration(r, time.monotonic() - s0)])
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)
@@ -219,6 +225,27 @@ class Evaluator:
             {"problem": problem.name, "modes": modes_out, "environment": out_env},
         )
         return Baseline(problem.id, modes_out, out_env, False, verdict)
+
+    async def device_peaks(self, problem: Problem) -> dict[str, Any] | None:
+        """Calibrated bandwidth and matmul rates of this evaluator's device (cached on disk)."""
+        if self._peaks is not None:
+            return self._peaks
+        path = cache_dir(self.cfg) / "peaks" / f"{platform.node()}-{self.physical_device.replace(':', '')}.json"
+        try:
+            self._peaks = json.loads(path.read_text(encoding="utf-8"))
+            return self._peaks
+        except (OSError, json.JSONDecodeError):
+            pass
+        verdict, env = await self._run_reference_graph(problem, domain.CALIBRATE_GRAPH, 600.0)
+        r = verdict.result("calibrate")
+        if r is None or r.outcome != "passed":
+            return None
+        self._peaks = {**dict(r.details), "environment": env}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self._peaks, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+        return self._peaks
 
     async def audit(self, problem: Problem, *, timeout_s: float | None = None) -> tuple[Verdict, dict[str, Any]]:
         """Run the null-model audit of a problem; returns the verdict and the environment."""

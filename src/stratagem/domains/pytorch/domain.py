@@ -18,6 +18,7 @@ from stratagem.core.design import Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.pytorch.floor import roofline_result
 from stratagem.domains.pytorch.static import run_static_checks
 from stratagem.errors import ProblemError
 from stratagem.evaluation.protocol import CandidateFile, EvalRequest, SourceFile, StageSpec
@@ -31,7 +32,10 @@ DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("integrity", ("correctness",), "worker"),
     ValidatorSpec("shapes", ("correctness",), "worker"),
     ValidatorSpec("timing", ("integrity", "shapes"), "worker"),
+    ValidatorSpec("roofline", ("timing",), "parent"),
 )
+
+CALIBRATE_GRAPH: tuple[ValidatorSpec, ...] = (ValidatorSpec("calibrate", (), "worker"),)
 
 AUDIT_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("load", (), "worker"),
@@ -60,9 +64,24 @@ def validator_graph(problem: Problem) -> ValidatorGraph:
         raise ProblemError(f"{problem.name}: validators {list(wanted or [])}: {e}") from e
 
 
-def run_parent_validator(name: str, problem: Problem, design: Design) -> ValidatorResult:
+def run_parent_validator(
+    name: str,
+    problem: Problem,
+    design: Design,
+    cfg: EvaluationConfig,
+    earlier: Mapping[str, ValidatorResult],
+    peaks: Mapping[str, Any] | None = None,
+) -> ValidatorResult:
+    """Run a parent-placed validator, given the results so far and the device's peaks."""
     if name == "static_checks":
         return run_static_checks(problem, design.source)
+    if name == "roofline":
+        timing = earlier.get("timing")
+        d = timing.details if timing is not None else {}
+        runtime = d.get("runtime") if isinstance(d.get("runtime"), Mapping) else {}
+        work = d.get("work") if isinstance(d.get("work"), Mapping) and "flops" in d.get("work", {}) else None
+        tol = tolerances(problem, cfg).get(str((work or {}).get("dtype") or "float32"))
+        return roofline_result(runtime.get("median_ms"), work, peaks, tol, cfg.roofline_margin)
     raise KeyError(f"no parent validator {name!r}")
 
 

@@ -118,6 +118,21 @@ def _flags() -> dict[str, Any]:
     return flags
 
 
+_TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+
+
+def _torch_wrapper_of(new: Any, old: Any) -> bool:
+    """True for torch's own wrappers around the original (importing torch._dynamo rebinds
+    `torch.manual_seed` to a `functools.wraps` wrapper defined in torch's files)."""
+    code = getattr(new, "__code__", None)
+    if code is None or not str(Path(code.co_filename).resolve()).startswith(_TORCH_DIR):
+        return False
+    try:
+        return inspect.unwrap(new) is old
+    except ValueError:
+        return False
+
+
 def native_threads() -> int:
     """Threads of this process, native ones included (Linux), else Python's count."""
     try:
@@ -137,7 +152,9 @@ class Snapshot:
         """Every rebound function and every moved flag, as readable lines."""
         now = _functions()
         out = [
-            f"{name} was replaced" for name, obj in self.functions.items() if now.get(name) is not obj
+            f"{name} was replaced"
+            for name, obj in self.functions.items()
+            if now.get(name) is not obj and not _torch_wrapper_of(now.get(name), obj)
         ]
         flags = _flags()
         out += [

@@ -22,7 +22,7 @@ import torch
 
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch import audit, compare, guard, integrity, runtime, timing
+from stratagem.domains.pytorch import audit, compare, guard, integrity, roofline, runtime, timing
 from stratagem.domains.pytorch.runtime import Programs
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -133,6 +133,10 @@ class Worker:
                 self._note_cuda(e)
                 raise StageFailure(runtime.classify_exception(e), f"the candidate failed while timed: {runtime.one_line(e)}",
                                    {"traceback": runtime.format_exception(e)}) from e
+        try:
+            work = roofline.work(p.reference, runtime.clone_inputs(sets[0]))
+        except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
+            work = {"error": runtime.one_line(e)}
         changed = self.snapshot.changes()
         if changed:
             raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
@@ -146,7 +150,7 @@ class Worker:
                     f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
                     {"runtime": stats},
                 )
-        return {"runtime": stats}
+        return {"runtime": stats, "work": work}
 
     def stage_baseline(self) -> dict[str, Any]:
         p = self._programs(need_candidate=False)
@@ -240,6 +244,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "correctness": Worker.stage_correctness,
     "integrity": integrity.run_integrity,
     "audit": audit.run_audit,
+    "calibrate": lambda w: roofline.calibrate(w.device),
     "shapes": integrity.run_shapes,
     "timing": Worker.stage_timing,
     "baseline": Worker.stage_baseline,

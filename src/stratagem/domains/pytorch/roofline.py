@@ -1,0 +1,95 @@
+"""Owns the worker side of the roofline: device peak calibration and the problem's minimum work.
+
+Worker-side only. `calibrate` measures the device's memory bandwidth (a large copy: bytes read
+plus bytes written over time) and its matmul rates per dtype and math mode (fp32 with and
+without TF32, bf16, fp16 on a GPU; fp32 and bf16 on the CPU). `work` counts the reference's
+FLOPs with `torch.utils.flop_counter` and its minimum bytes (every input read once, every
+output written once).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+
+def _time_ms(fn: Callable[[], Any], device: str, reps: int) -> float:
+    fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(reps):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            samples.append(s.elapsed_time(e))
+        return min(samples)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def calibrate(device: str) -> dict[str, Any]:
+    """Measured peaks of this device: `bandwidth_gbps` and `matmul_tflops` per math mode."""
+    gpu = device.startswith("cuda")
+    nbytes = (2 * 2**30) if gpu else (64 * 2**20)
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    copy_ms = _time_ms(lambda dst=dst, src=src: dst.copy_(src), device, 10 if gpu else 3)
+    del src, dst
+    n = 8192 if gpu else 512
+    rates: dict[str, float] = {}
+    modes = [("float32", torch.float32, False), ("bfloat16", torch.bfloat16, False)]
+    if gpu:
+        modes += [("tf32", torch.float32, True), ("float16", torch.float16, False)]
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dtype, tf32 in modes:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            a = torch.randn(n, n, device=device).to(dtype)
+            b = torch.randn(n, n, device=device).to(dtype)
+            ms = _time_ms(lambda a=a, b=b: torch.mm(a, b), device, 10 if gpu else 3)
+            rates[name] = 2 * n**3 / (ms * 1e-3) / 1e12
+            del a, b
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return {"bandwidth_gbps": 2 * nbytes / (copy_ms * 1e-3) / 1e9, "matmul_tflops": rates}
+
+
+def _tensor_bytes(x: Any) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, list | tuple):
+        return sum(_tensor_bytes(v) for v in x)
+    return 0
+
+
+def _dtype(x: Any) -> str | None:
+    if isinstance(x, torch.Tensor):
+        return str(x.dtype).removeprefix("torch.")
+    if isinstance(x, list | tuple) and x:
+        return _dtype(x[0])
+    return None
+
+
+def work(model: torch.nn.Module, inputs: list[Any]) -> dict[str, Any]:
+    """FLOPs and minimum bytes of one reference forward on `inputs`."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        out = model(*inputs)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    return {
+        "flops": int(counter.get_total_flops()),
+        "min_bytes": _tensor_bytes(inputs) + _tensor_bytes(out) + params,
+        "dtype": _dtype(out),
+    }

@@ -1,0 +1,51 @@
+"""The roofline floor: fastest admitted rate, memory vs compute bound, impossible speeds."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratagem.domains.pytorch.floor import admitted_modes, floor_ms, roofline_result
+
+PEAKS = {"bandwidth_gbps": 4000.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0, "bfloat16": 800.0, "float16": 800.0}}
+FP32_TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def test_float32_always_admits_tf32_but_not_half_rates_at_tight_tolerance():
+    assert admitted_modes("float32", FP32_TOL) == ["float32", "tf32"]
+    assert "float16" in admitted_modes("float32", {"atol": 1e-3, "rtol": 1e-3})
+    assert "bfloat16" in admitted_modes("float32", {"atol": 1e-2, "rtol": 1e-2})
+    assert {"float16", "bfloat16"} <= set(admitted_modes("bfloat16", {"atol": 1e-2, "rtol": 1e-2}))
+
+
+def test_compute_bound_floor_uses_the_fastest_admitted_rate():
+    # 4096^3 matmul: 137 GFLOP; at TF32 400 TFLOP/s -> 0.34 ms, far above its memory time.
+    work = {"flops": 2 * 4096**3, "min_bytes": 3 * 4096 * 4096 * 4, "dtype": "float32"}
+    f = floor_ms(work, PEAKS, FP32_TOL)
+    assert f["rate_mode"] == "tf32" and f["bound"] == "compute"
+    assert f["floor_ms"] == pytest.approx(2 * 4096**3 / 400e12 * 1e3)
+
+
+def test_memory_bound_floor():
+    work = {"flops": 0, "min_bytes": 2 * 4096 * 393216 * 4, "dtype": "float32"}  # ReLU
+    f = floor_ms(work, PEAKS, FP32_TOL)
+    assert f["bound"] == "memory"
+    assert f["floor_ms"] == pytest.approx(12.884901888e9 / 4000e9 * 1e3)
+
+
+def test_impossible_runtime_is_rejected_and_honest_one_reports_speed_of_light():
+    work = {"flops": 0, "min_bytes": 4_000_000_000, "dtype": "float32"}  # floor 1 ms
+    fake = roofline_result(0.3, work, PEAKS, FP32_TOL, margin=0.5)
+    assert fake.outcome == "failed" and fake.kind == "rejected"
+    assert "impossible speed" in fake.reason and "below the roofline floor" in fake.reason
+    honest = roofline_result(1.25, work, PEAKS, FP32_TOL, margin=0.5)
+    assert honest.outcome == "passed"
+    assert honest.details["sol_fraction"] == pytest.approx(0.8)
+    # within the margin: faster than the measured floor but not impossibly so
+    assert roofline_result(0.8, work, PEAKS, FP32_TOL, margin=0.5).outcome == "passed"
+
+
+def test_unchecked_without_peaks_or_work_says_so():
+    r = roofline_result(1.0, None, PEAKS, FP32_TOL)
+    assert r.outcome == "passed" and r.details["checked"] is False and "work" in r.details["note"]
+    r = roofline_result(1.0, {"flops": 1, "min_bytes": 1}, None, FP32_TOL)
+    assert r.details["checked"] is False and "peaks" in r.details["note"]
