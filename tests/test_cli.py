@@ -144,3 +144,18 @@ def test_baseline_json_and_cache(capsys, fast_config):
     assert out["reference_ms"]["eager"] > 0
     assert out["cached"] is False
     assert len(out["baselines"]["eager"]["samples_ms"]) >= 3
+
+
+def test_pass_through_is_valid_lenient_and_invalid_strict(capsys, fast_config):
+    args = ["eval", str(PROBLEM), str(FIX / "candidates/good_addmm.py"), *FAST, "--json", "--config", str(fast_config)]
+    code, lenient = run_json(capsys, args)
+    assert code == 0 and lenient["status"] == "valid"
+    assert "provenance" not in lenient["validators"]
+    code, strict = run_json(capsys, [*args, "--integrity", "strict"])
+    assert code == 0 and strict["status"] == "invalid"
+    first = strict["failures"][0]
+    assert first["validator"] == "static_checks"
+    checks = [r["check"] for r in strict["validators"]["static_checks"]["details"]["rejections"]]
+    assert checks == ["own_kernels"]
+    assert "provenance" in strict["validators"]
+    assert main(["eval", str(PROBLEM), str(FIX / "candidates/good_addmm.py"), "--integrity", "paranoid"]) == 2

@@ -42,8 +42,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
 
 
-def _config(config: Path | None, device: str | None, timeout: float | None = None) -> StratagemConfig:
-    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout}})
+def _config(
+    config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None
+) -> StratagemConfig:
+    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout, "integrity": integrity}})
 
 
 def _fail(console: Console, e: StratagemError, as_json: bool, code: int) -> None:
@@ -64,15 +66,20 @@ def eval_cmd(
         typer.Option("--timeout", help=f"Worker wall-clock limit in seconds, compile included (default {DEFAULT_TIMEOUT_S:g} s; a problem may set its own)."),
     ] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Record the evaluation in this run directory.")] = None,
+    integrity: Annotated[
+        str | None,
+        typer.Option("--integrity", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),
+    ] = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
-    """Evaluate one CANDIDATE against one PROBLEM: static checks, load, correctness, timing."""
+    """Evaluate one CANDIDATE against one PROBLEM: static checks, load, correctness,
+    integrity, shapes, timing, roofline."""
     from stratagem.evaluation.api import evaluate_files
 
     console = Console(stderr=as_json)
     try:
-        cfg = _config(config, device, timeout)
+        cfg = _config(config, device, timeout, integrity)
         ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
     except (ConfigError, ProblemError, CandidateError) as e:
         _fail(console, e, as_json, 2)

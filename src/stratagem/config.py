@@ -80,6 +80,11 @@ class EvaluationConfig(BaseModel):
     timing: TimingConfig = Field(default_factory=TimingConfig)
     baselines: list[BaselineMode] | None = None
     """Reference modes to time; `None`: eager and compile, plus max-autotune on a GPU."""
+    integrity: Literal["lenient", "strict"] = "lenient"
+    """`lenient` (AUTO's rule): vendor libraries, torch ops and algebraic simplifications are
+    allowed; cheating means faking speed or correctness. `strict` (KernelBench's intent): the
+    heavy computation must run in kernels the candidate wrote (checked statically, and on a
+    GPU by profiling which kernels ran and disabling the candidate's own)."""
     roofline_margin: float = Field(default=0.5, ge=0, lt=1)
     """A runtime below roofline floor x (1 - margin) is rejected as impossible."""
     network: Literal["deny", "allow"] = "deny"

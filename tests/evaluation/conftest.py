@@ -98,8 +98,22 @@ def linear_problem(fixtures: Path) -> Problem:
 
 
 @pytest.fixture
-def evaluate(cpu_config: EvaluationConfig, linear_problem: Problem) -> Callable[..., Evaluation]:
-    """Evaluate a candidate (source text or Design) end to end on a fresh CPU executor."""
+def evaluate(
+    cpu_config: EvaluationConfig, linear_problem: Problem, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Evaluation]:
+    """Evaluate a candidate (source text or Design) end to end on a fresh CPU executor.
+
+    The static checks are switched off here: these tests put deliberately hostile code
+    (subprocesses, os._exit, sockets) in front of the sandbox itself, which the static checks
+    would otherwise reject before any worker starts.
+    """
+    from stratagem.core.verdict import ValidatorResult
+    from stratagem.domains.pytorch import domain
+
+    monkeypatch.setattr(
+        domain, "run_static_checks",
+        lambda *a, **k: ValidatorResult("static_checks", "passed", details={"note": "disabled for sandbox tests"}),
+    )
 
     def run(
         candidate: str | Design,

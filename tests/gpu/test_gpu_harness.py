@@ -66,3 +66,21 @@ def test_illegal_address_is_a_verdict_not_a_dead_run(evaluator):
     # The harness still works afterwards (the poisoned worker was retired).
     ok = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_ok.py")
     assert ok.verdict.status == "valid", ok.verdict.report()
+
+
+@pytest.fixture(scope="module")
+def strict_evaluator():
+    cfg = load_config(None, {"evaluation": {"device": "cuda", "baselines": ["eager"], "timeout_s": 300,
+                                            "integrity": "strict"}})
+    return make_evaluator(cfg.evaluation)
+
+
+@pytest.mark.parametrize("candidate", EXAMPLES, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")
+def test_strict_policy_on_examples(strict_evaluator, candidate):
+    ev = evaluate(strict_evaluator, candidate.parent.parent / "problem.py", candidate)
+    if candidate.stem == "torch_rewrite":  # a pass-through: torch ops only
+        assert ev.verdict.status == "invalid", ev.verdict.report()
+    else:
+        assert ev.verdict.status == "valid", ev.verdict.report()
+        prov = ev.verdict.result("provenance")
+        assert prov.details["checked"] is True and prov.details["own_time_fraction"] >= 0.5

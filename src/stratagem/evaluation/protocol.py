@@ -59,6 +59,8 @@ class EvalRequest(BaseModel):
     shape_variants: list[dict[str, int | float]] = Field(default_factory=list)
     """Size-constant overrides for the shapes stage."""
     shape_seed: int = 0
+    own_kernels: list[str] = Field(default_factory=list)
+    """Names of the candidate's own kernels (`__global__`, Triton `@jit`), for provenance."""
 
 
 class ResultModel(BaseModel):

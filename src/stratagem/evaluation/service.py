@@ -155,7 +155,7 @@ class Evaluator:
         self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None
     ) -> Evaluation:
         t0 = time.monotonic()
-        graph = domain.validator_graph(problem)
+        graph = domain.validator_graph(problem, domain.integrity_policy(problem, self.cfg))
         run = GraphRun(graph, batch_placement="worker")
         environment: dict[str, Any] = {}
         seeds: tuple[int, ...] = ()

@@ -8,6 +8,8 @@ with `STRATAGEM = {"validators": [...]}` and set or disable the shape variants w
 
 from __future__ import annotations
 
+import ast
+import re
 import secrets
 import uuid
 from collections.abc import Mapping, Sequence
@@ -19,7 +21,7 @@ from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.floor import roofline_result
-from stratagem.domains.pytorch.static import run_static_checks
+from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
 from stratagem.errors import ProblemError
 from stratagem.evaluation.protocol import CandidateFile, EvalRequest, SourceFile, StageSpec
 
@@ -48,16 +50,35 @@ BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
 )
 
 
-def validator_graph(problem: Problem) -> ValidatorGraph:
-    """The problem's graph: the domain default, narrowed by the problem's own declaration."""
+STRICT_EXTRA = ValidatorSpec("provenance", ("correctness",), "worker")
+
+
+def integrity_policy(problem: Problem, cfg: EvaluationConfig) -> IntegrityPolicy:
+    """The problem's own declaration wins over the run's setting."""
+    return problem.settings.get("integrity", cfg.integrity)  # type: ignore[no-any-return]
+
+
+def validator_graph(problem: Problem, policy: IntegrityPolicy = "lenient") -> ValidatorGraph:
+    """The problem's graph: the domain default (plus `provenance` under the strict policy),
+    narrowed by the problem's own declaration."""
     wanted = problem.settings.get("validators")
     specs = DEFAULT_GRAPH
+    if policy == "strict":
+        specs = tuple(
+            ValidatorSpec(s.name, (*s.requires, "provenance"), s.placement) if s.name == "timing" else s
+            for s in DEFAULT_GRAPH
+        )
+        specs = (*specs[:3], STRICT_EXTRA, *specs[3:])
     if wanted is not None:
         names = {s.name for s in DEFAULT_GRAPH}
         unknown = sorted(set(wanted) - names)
         if unknown:
             raise ProblemError(f"{problem.name}: unknown validators {unknown}; known: {sorted(names)}")
-        specs = tuple(s for s in DEFAULT_GRAPH if s.name in wanted)
+        specs = tuple(
+            ValidatorSpec(s.name, tuple(r for r in s.requires if r != "provenance"), s.placement)
+            if s.name == "timing" and "provenance" not in wanted else s
+            for s in specs if s.name in wanted
+        )
     try:
         return ValidatorGraph.of(specs)
     except GraphError as e:
@@ -74,7 +95,9 @@ def run_parent_validator(
 ) -> ValidatorResult:
     """Run a parent-placed validator, given the results so far and the device's peaks."""
     if name == "static_checks":
-        return run_static_checks(problem, design.source)
+        return run_static_checks(
+            problem, design.source, checks=checks_for_policy(integrity_policy(problem, cfg))
+        )
     if name == "roofline":
         timing = earlier.get("timing")
         d = timing.details if timing is not None else {}
@@ -134,7 +157,30 @@ def build_request(
         integrity_seeds=[new_seed() for _ in range(4)],
         shape_variants=shape_variants(problem),
         shape_seed=new_seed(),
+        own_kernels=own_kernel_names(design.source) if design is not None else [],
     )
+
+
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
+_GLOBAL_FN = re.compile(r"__global__\s+(?:[\w:<>,\s*&]+?\s+)?(\w+)\s*\(")
+
+
+def own_kernel_names(source: str) -> list[str]:
+    """Names of the candidate's `__global__` functions and Triton `@jit` kernels (by syntax)."""
+    names = set(_GLOBAL_FN.findall(_LAUNCH_BOUNDS.sub(" ", source)))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return sorted(names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for d in node.decorator_list:
+                target = d.func if isinstance(d, ast.Call) else d
+                attr = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+                if attr in ("jit", "autotune", "heuristics"):
+                    names.add(node.name)
+    names.discard("void")
+    return sorted(names)
 
 
 SHAPE_MIN = 16

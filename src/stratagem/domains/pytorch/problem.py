@@ -22,7 +22,9 @@ from stratagem.core.problem import Problem
 from stratagem.errors import ProblemError
 
 SETTINGS_NAME = "STRATAGEM"
-SETTINGS_KEYS = frozenset({"validators", "tolerances", "correctness_trials", "timeout_s", "shapes"})
+SETTINGS_KEYS = frozenset(
+    {"validators", "tolerances", "correctness_trials", "timeout_s", "shapes", "integrity"}
+)
 
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -177,6 +179,8 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
     n = value.get("correctness_trials")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise bad("correctness_trials", "a positive integer")
+    if value.get("integrity", "lenient") not in ("lenient", "strict"):
+        raise bad("integrity", '"lenient" or "strict"')
     shapes = value.get("shapes")
     if shapes is not None and shapes is not False and not (
         isinstance(shapes, list)

@@ -22,7 +22,16 @@ import torch
 
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch import audit, compare, guard, integrity, roofline, runtime, timing
+from stratagem.domains.pytorch import (
+    audit,
+    compare,
+    guard,
+    integrity,
+    provenance,
+    roofline,
+    runtime,
+    timing,
+)
 from stratagem.domains.pytorch.runtime import Programs
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -244,6 +253,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "correctness": Worker.stage_correctness,
     "integrity": integrity.run_integrity,
     "audit": audit.run_audit,
+    "provenance": provenance.run_provenance,
     "calibrate": lambda w: roofline.calibrate(w.device),
     "shapes": integrity.run_shapes,
     "timing": Worker.stage_timing,
