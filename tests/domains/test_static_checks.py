@@ -9,6 +9,7 @@ import pytest
 
 from stratagem.domains.pytorch.problem import load_problem, parse_problem
 from stratagem.domains.pytorch.static import (
+    DEFAULT_CHECKS,
     REGISTRY,
     Finding,
     StaticCheck,
@@ -51,7 +52,8 @@ def test_fixture_candidates_pass(problem):
         assert r.outcome == "passed", (name, r.reason)
         assert r.name == "static_checks"
         assert r.kind is None and r.reason is None
-        assert r.details["checks"] == ["model_new", "signatures"]
+        assert r.details["checks"] == [c.name for c in DEFAULT_CHECKS]
+        assert r.details["checks"][:2] == ["model_new", "signatures"]
 
 
 def test_syntax_error_is_malformed_naming_line(problem):
@@ -72,9 +74,10 @@ def test_syntax_error_uses_given_filename(problem):
 def test_no_model_new_fails(problem):
     r = run_static_checks(problem, "import torch\n\nclass Model(torch.nn.Module):\n    pass\n")
     assert r.outcome == "failed"
-    assert r.kind == "malformed"
+    assert r.kind == "malformed"  # the first rejecting check decides the kind
     assert "ModelNew" in (r.reason or "")
-    assert [x["check"] for x in r.details["rejections"]] == ["model_new"]
+    # defining `Model` is itself a reference_access finding
+    assert [x["check"] for x in r.details["rejections"]] == ["model_new", "reference_access"]
 
 
 def test_model_new_without_forward_or_bases_fails(problem):
@@ -162,8 +165,10 @@ def test_rejections_in_registry_order_and_deterministic(problem):
 
 
 def test_select():
-    assert select(None) == REGISTRY
-    assert check_names() == ("model_new", "signatures")
+    assert select(None) == DEFAULT_CHECKS
+    assert check_names()[:2] == ("model_new", "signatures")
+    assert check_names() == tuple(c.name for c in REGISTRY)
+    assert [c.name for c in select(["own_kernels", "threads"])] == ["threads", "own_kernels"]
     assert [c.name for c in select(["signatures", "model_new"])] == ["model_new", "signatures"]
     assert select([]) == ()
     with pytest.raises(ConfigError, match="nope"):
@@ -183,14 +188,14 @@ def test_warn_severity_reports_without_failing(problem):
         return [Finding("noisy", "uses a big constant", 2)]
 
     warn = StaticCheck("noisy", "warn", "rejected", "doc", fn)
-    r = run_static_checks(problem, cand(), checks=(*REGISTRY, warn))
+    r = run_static_checks(problem, cand(), checks=(*DEFAULT_CHECKS, warn))
     assert r.outcome == "passed"
     assert r.details["warnings"] == [{"check": "noisy", "message": "uses a big constant", "line": 2}]
 
 
 def test_reject_check_kind_is_reported(problem):
     rej = StaticCheck("ban", "reject", "rejected", "doc", lambda ci: [Finding("ban", "banned", 1)])
-    r = run_static_checks(problem, cand(), checks=(*REGISTRY, rej))
+    r = run_static_checks(problem, cand(), checks=(*DEFAULT_CHECKS, rej))
     assert r.outcome == "failed" and r.kind == "rejected"
     assert "banned (line 1)" in (r.reason or "")
 

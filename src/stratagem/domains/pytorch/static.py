@@ -2,18 +2,27 @@
 
 Each check has a severity: `reject` fails the `static_checks` validator, `warn` is reported
 beside a pass. Checks run in registry order; asking for an unknown check name is an error.
-The registry is the seam for the integrity checks (AST patterns, CUDA/Triton source scans).
+Everything works on syntax only (ast, and regexes over the C++/CUDA strings): the parent never
+imports torch or runs the candidate. Names are resolved through the candidate's aliases first
+(`ast_scan`), so `import torch.cuda as c; c.Stream()` is caught like `torch.cuda.Stream()`.
+
+`DEFAULT_CHECKS` (the `lenient` integrity policy) is every check except `own_kernels`, which
+only the `strict` policy adds: the candidate must launch a CUDA or Triton kernel of its own.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import FailureKind, ValidatorResult
+from stratagem.domains.pytorch import integrity_checks as ic
+from stratagem.domains.pytorch.ast_scan import Scan
+from stratagem.domains.pytorch.kernel_use import own_kernels
+from stratagem.domains.pytorch.state_scan import mutable_state
 from stratagem.errors import ConfigError
 
 Severity = Literal["reject", "warn"]
@@ -36,6 +45,14 @@ class CheckInput:
     source: str
     tree: ast.Module
     problem_tree: ast.Module
+    _scan: list[Scan] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def scan(self) -> Scan:
+        """Aliases, references and strings of the candidate, computed once for every check."""
+        if not self._scan:
+            self._scan.append(Scan(self.tree, self.source))
+        return self._scan[0]
 
 
 CheckFn = Callable[[CheckInput], list[Finding]]
@@ -122,6 +139,13 @@ def _params(fn: ast.FunctionDef) -> str:
     return ", ".join(names)
 
 
+def _integrity(name: str, severity: Severity, doc: str, fn: Callable[[Scan], list[ic.Hit]]) -> StaticCheck:
+    def run(ci: CheckInput) -> list[Finding]:
+        return [Finding(name, msg, line) for line, msg in fn(ci.scan)]
+
+    return StaticCheck(name, severity, "rejected", doc, run)
+
+
 REGISTRY: tuple[StaticCheck, ...] = (
     StaticCheck(
         "model_new",
@@ -137,7 +161,52 @@ REGISTRY: tuple[StaticCheck, ...] = (
         "`ModelNew.__init__` and `forward` accept the same arguments as `Model`'s.",
         _check_signatures,
     ),
+    _integrity("reference_access", "reject",
+               "No use of `Model`, `get_inputs`, the reference or harness modules, stack frames, "
+               "sys.modules, gc object walks or `__subclasses__`.", ic.reference_access),
+    _integrity("dynamic_code", "reject",
+               "No exec/eval/compile/__import__/importlib, computed getattr/setattr, globals()/"
+               "vars()/locals()/__dict__, code objects, ctypes/cffi, dlopen or Python C-API calls.",
+               ic.dynamic_code),
+    _integrity("monkey_patch", "reject",
+               "No assignment, del or setattr into imported modules, classes or builtins, and no "
+               "global hooks (settrace, module hooks, aten overrides).", ic.monkey_patch),
+    _integrity("threads", "reject",
+               "No threads, processes, async tasks or signals (Python or C++).", ic.threads),
+    _integrity("streams", "reject",
+               "No side streams or CUDA graphs (Python or C++); the current stream is fine.",
+               ic.streams),
+    _integrity("mutable_state", "reject",
+               "No state kept between calls: mutated module/class containers, global rebinding, "
+               "caches, id()/data_ptr()/_version, non-const static or global C++ variables.",
+               mutable_state),
+    _integrity("fake_tensor", "reject",
+               "No Tensor subclasses, __torch_function__/__torch_dispatch__, custom __eq__/__bool__ "
+               "or __class__ assignment.", ic.fake_tensor),
+    _integrity("io", "reject",
+               "No files, sockets, shared memory, serialization or /dev/shm and /proc paths.",
+               ic.io),
+    _integrity("global_flags", "reject",
+               "No changes to torch.backends, default dtypes/devices, thread counts, RNG seeds, "
+               "grad mode, compiler configs or the environment.", ic.global_flags),
+    _integrity("exception_fallback", "reject",
+               "No except handlers, contextlib.suppress or suppressing __exit__ (try/finally is "
+               "fine).", ic.exception_fallback),
+    _integrity("process_exit", "reject",
+               "No sys.exit/os._exit/exit()/quit(), SystemExit, kill, abort or atexit.",
+               ic.process_exit),
+    _integrity("precision", "warn",
+               "Warns on fp16/bf16/fp8/TF32/fast-math; the tolerance decides.", ic.precision),
+    _integrity("own_kernels", "reject",
+               "Strict policy only: the candidate launches a CUDA `__global__` or Triton kernel of "
+               "its own from `ModelNew.forward`.", own_kernels),
 )
+
+STRICT_ONLY = frozenset({"own_kernels"})
+DEFAULT_CHECKS: tuple[StaticCheck, ...] = tuple(c for c in REGISTRY if c.name not in STRICT_ONLY)
+"""The `lenient` policy: every check except those only the `strict` policy adds."""
+
+IntegrityPolicy = Literal["lenient", "strict"]
 
 
 def check_names() -> tuple[str, ...]:
@@ -145,13 +214,13 @@ def check_names() -> tuple[str, ...]:
 
 
 def select(names: Iterable[str] | None) -> tuple[StaticCheck, ...]:
-    """The checks to run, in registry order.
+    """The checks to run, in registry order (`None`: the default, lenient, set).
 
     Raises:
         ConfigError: a name is not a known check.
     """
     if names is None:
-        return REGISTRY
+        return DEFAULT_CHECKS
     wanted = list(names)
     unknown = sorted(set(wanted) - set(check_names()))
     if unknown:
@@ -159,11 +228,24 @@ def select(names: Iterable[str] | None) -> tuple[StaticCheck, ...]:
     return tuple(c for c in REGISTRY if c.name in wanted)
 
 
+def checks_for_policy(policy: IntegrityPolicy) -> tuple[StaticCheck, ...]:
+    """`lenient`: DEFAULT_CHECKS; `strict`: every check, `own_kernels` included.
+
+    Raises:
+        ConfigError: an unknown policy.
+    """
+    if policy == "lenient":
+        return DEFAULT_CHECKS
+    if policy == "strict":
+        return REGISTRY
+    raise ConfigError(f"unknown integrity policy {policy!r}; known: ['lenient', 'strict']")
+
+
 def run_static_checks(
     problem: Problem,
     source: str,
     filename: str = "candidate.py",
-    checks: Sequence[StaticCheck] = REGISTRY,
+    checks: Sequence[StaticCheck] = DEFAULT_CHECKS,
 ) -> ValidatorResult:
     """The `static_checks` validator: parse the candidate, then run every selected check."""
     try:
@@ -199,3 +281,23 @@ def run_static_checks(
         name="static_checks", outcome="failed", kind=rejects[0][0].kind, reason=reason,
         details=details,
     )
+
+
+def check_source_for_agent(source: str, policy: IntegrityPolicy = "lenient") -> list[str]:
+    """The reject findings for a candidate's source alone, one actionable line each.
+
+    For an agent's output validator: the problem is not needed (the `signatures` check, which
+    compares against `Model`, is skipped); an empty list means every other check passed.
+    """
+    try:
+        tree = ast.parse(source, filename="candidate.py")
+    except SyntaxError as e:
+        return [f"line {e.lineno}: syntax error: {e.msg}"]
+    ci = CheckInput("candidate.py", source, tree, ast.Module(body=[], type_ignores=[]))
+    out = []
+    for check in checks_for_policy(policy):
+        if check.severity != "reject" or check.name == "signatures":
+            continue
+        for f in check.fn(ci):
+            out.append((f"line {f.line}: " if f.line else "") + f"[{f.check}] {f.message}")
+    return out
