@@ -4,7 +4,7 @@ Worker-side only. After correctness has passed on the harness's own inputs, `int
 calls the candidate in the ways cheating candidates do not survive:
 
 - warm calls on one input set, then fresh inputs at new addresses (output caches, CUDA graphs
-  replayed against stale pointers);
+  replayed against stale pointers, results kept from the warm calls);
 - the same input storage refilled in place with new values (caches keyed on `data_ptr`/`id`);
 - the allocator poisoned with NaN before the call and the candidate run first, the reference
   after (stale memory, outputs not fully written, results left behind by the reference);
@@ -127,14 +127,13 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     c = Checker(w)
     if changed:
         c.fail("rejected", "harness_tampering", "after import: " + "; ".join(changed[:6]))
-    # Warm calls on one set (and settle any lazily started library threads).
+    # Warm calls on one set (and settle any lazily started library threads); the fresh-input
+    # check below then catches results cached or graphs captured during these calls.
     warm = c.inputs(seeds[0])
-    for _ in range(3):
+    for _ in range(2):
         c.call("warm", warm)
     c.threads = guard.count_threads()
-    ref_warm = c.reference(runtime.clone_inputs(warm))
-    c.expect("warm_calls", ref_warm, c.call("warm_calls", runtime.clone_inputs(warm)), "after 3 warm calls")
-    del ref_warm
+    del warm
     # Fresh inputs at new addresses.
     fresh = c.inputs(seeds[1])
     c.expect("fresh_inputs", c.reference(runtime.clone_inputs(fresh)), c.call("fresh_inputs", fresh),
@@ -146,7 +145,7 @@ def run_integrity(w: Worker) -> dict[str, Any]:
             dst.copy_(src)
     c.expect("refilled_inputs", c.reference(runtime.clone_inputs(new_vals)), c.call("refilled_inputs", fresh),
              "the same input tensors refilled in place with new values")
-    del warm, fresh, new_vals
+    del fresh, new_vals
     # Candidate first, on poisoned memory; the reference after.
     first = c.inputs(seeds[3])
     kept = runtime.clone_inputs(first)
