@@ -55,6 +55,7 @@ class Worker:
         self.programs: Programs | None = None
         self.poisoned: str | None = None
         self.snapshot = guard.Snapshot()  # before any candidate code is imported
+        self.last_inputs: list[Any] | None = None
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -120,7 +121,8 @@ class Worker:
                                    {"trials": trials})
             cmp = compare.compare_outputs(ref_out, cand_out, tolerances)
             trials.append({"seed": int(seed), **cmp.to_json()})
-            del ref_out, cand_out, ref_in, cand_in, pristine
+            self.last_inputs = cand_in  # the integrity stage refills these very tensors
+            del ref_out, cand_out, ref_in, pristine
             _free(self.device)
             if not cmp.ok:
                 raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}", {"trials": trials})
