@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import ast
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from stratagem.domains.pytorch import ast_scan
 from stratagem.domains.pytorch.ast_scan import Aliases
 from stratagem.domains.pytorch.native_scan import clean, namespace_state, static_variables
 from stratagem.domains.pytorch.problem import load_problem
@@ -104,7 +106,10 @@ CHEATS: dict[str, list[str]] = {
         cand(top="from . import helpers"),
         cand(forward="inputs = get_inputs()"),
         cand(top="import sys", forward="f = sys._getframe(1)"),
+        cand(top="__name__ = '__main__'") + "\nif __name__ == '__main__':\n    import stratagem_reference\n",
         cand(top="import sys", forward="mods = getattr(sys, 'modules')"),
+        cand(top="import os", forward="mods = os.sys.modules"),  # a module re-exported by another
+        cand(forward="f = x.__iter__().gi_frame"),
     ],
     "dynamic_code": [
         cand(forward="exec('y = 1')"),
@@ -120,6 +125,8 @@ CHEATS: dict[str, list[str]] = {
         cand(forward="T = type('T', (object,), {})"),
         native('void* h = dlopen("libcuda.so", 1);'),
         native('PyRun_SimpleString("import os");'),
+        cand(top="from functools import reduce", forward="f = reduce(getattr, ['nn', 'functional'], torch)"),
+        native("#define CAT(a, b) a##b"),
     ],
     "monkey_patch": [
         cand(top="torch.allclose = lambda *a, **k: True"),
@@ -136,6 +143,12 @@ CHEATS: dict[str, list[str]] = {
         cand(top="import sys\nsys.settrace(None)"),
         cand(top="lib = torch.library.Library('aten', 'IMPL')"),
         cand(top="object.__setattr__(torch, 'allclose', None)"),
+        cand(forward="for cls in (type(x),):\n    cls.__sub__ = lambda a, b: a"),
+        cand(forward="list(map(setattr, [type(x)], ['__sub__'], [None]))"),
+        cand(top="vars(torch).update(allclose=lambda *a, **k: True)"),
+        cand(top="def cuda_mod():\n    return torch.cuda", forward="cuda_mod().synchronize = None"),
+        cand(forward="(c := torch.cuda).synchronize = None"),
+        cand(forward="x.__class__.__eq__ = lambda a, b: True"),
     ],
     "threads": [
         cand(top="import threading", forward="threading.Thread(target=print).start()"),
@@ -145,6 +158,8 @@ CHEATS: dict[str, list[str]] = {
         cand(forward="fut = torch.jit.fork(torch.relu, x)"),
         cand(top="import torch.multiprocessing as mp"),
         native("void bg(float* y) { std::thread t([=]{ y[0] = 1; }); t.detach(); }"),
+        native("void bg(float* y) { pthread_t t; pthread_create(&t, nullptr, nullptr, y); }"),
+        cand(top="from os import *", forward="fork()"),
     ],
     "streams": [
         cand(forward="s = torch.cuda.Stream()"),
@@ -163,6 +178,12 @@ CHEATS: dict[str, list[str]] = {
         native("void side(cudaGraphExec_t g, cudaStream_t s) { cudaGraphLaunch(g, s); }"),
         native("void side(cudaStream_t s) { cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); }"),
         cand(top="SRC = 'void f() { cudaStream_t s; cudaStream' + 'Create(&s); }'"),
+        cand(top="SRC = '{}Create(&s);'.format('cudaStream')"),
+        cand(top="SRC = '%sCreate(&s);' % 'cudaStream'"),
+        cand(top="SRC = 'cudaStreamXCreate'.replace('X', '')"),
+        cand(top="A = 'cudaStream'\nB = 'Create(&s);'\nSRC = A + B"),
+        cand(top="from torch.cuda import *", forward="s = Stream()"),
+        cand(top="FLAGS = ['--default-stream', 'per-thread', '--default-stream=per-thread']"),
     ],
     "mutable_state": [
         cand(top="_CACHE = {}", forward="k = tuple(x.shape)\nif k in _CACHE:\n    return _CACHE[k]\n_CACHE[k] = x"),
@@ -186,6 +207,11 @@ CHEATS: dict[str, list[str]] = {
         native("float* reuse() { static float* buf = nullptr; return buf; }"),
         native("torch::Tensor g_cache;"),
         native("thread_local int calls = 0;"),
+        cand(top="_CACHE = {}", init="self.cache = _CACHE", forward="self.cache[0] = x"),
+        cand(top="_CACHE = {}", forward="setattr(ModelNew, 'last', x)"),
+        cand(top="_CACHE = {}\n\ndef put(k, v, store=_CACHE):\n    store[k] = v"),
+        cand(top="_L = []", forward="list.append(_L, x)"),
+        cand(top="def make():\n    out = None\n    def f(v):\n        nonlocal out\n        out = v\n        return out\n    return f"),
     ],
     "fake_tensor": [
         cand(top="class Lazy(torch.Tensor):\n    pass"),
@@ -233,6 +259,7 @@ CHEATS: dict[str, list[str]] = {
         cand(top="from contextlib import suppress", forward="with suppress(RuntimeError):\n    y = x"),
         cand(top="class Quiet:\n    def __enter__(self):\n        return self\n    def __exit__(self, *a):\n        return True"),
         native("torch::Tensor safe(torch::Tensor x) { try { return x; } catch (...) { return x; } }"),
+        cand(top="import contextlib", forward="with contextlib.ExitStack() as st:\n    st.push(lambda *a: True)"),
     ],
     "process_exit": [
         cand(top="import sys", forward="sys.exit(0)"),
@@ -243,6 +270,7 @@ CHEATS: dict[str, list[str]] = {
         cand(top="import atexit\natexit.register(print)"),
         cand(top="import os", forward="os.kill(os.getpid(), 9)"),
         native("void reset() { cudaDeviceReset(); }"),
+        cand(forward="g = {}\ng['os']._exit(0)"),
     ],
 }
 
@@ -301,6 +329,8 @@ HONEST: list[str] = [
              "def get_ext():\n    global _ext\n    if _ext is None:\n        _ext = load_inline(name='e', cpp_sources='', functions=[])\n"
              "    return _ext"),
     cand(cls="BLOCK = 256\nNAMES = ('a', 'b')", forward="b = self.BLOCK"),
+    cand() + "\n\nif __name__ == '__main__':\n    torch.manual_seed(0)\n    m = ModelNew(*get_init_inputs())\n"
+    "    print(torch.allclose(m(*get_inputs()), Model(4)(*get_inputs())))\n",
     native("""
         // comments are not code: cudaStreamCreate(&s); static torch::Tensor cache; fopen("x");
         /* std::thread t; at::cuda::getStreamFromPool(); catch (...) {} __half h; */
@@ -325,6 +355,12 @@ HONEST: list[str] = [
         }
     """),
 ]
+
+
+HONEST.append(
+    cand(top="from torch.utils.cpp_extension import load_inline\nNOTE = '// no cudaStreamCreate, no std::thread\\n'\n"
+         "ext = load_inline(name='n', cpp_sources=[NOTE], cuda_sources=NOTE + '/* fopen */', functions=[])")
+)
 
 
 @pytest.mark.parametrize("source", HONEST, ids=[f"honest-{i}" for i in range(len(HONEST))])
@@ -566,3 +602,26 @@ def test_static_variables(code, flagged):
 )
 def test_namespace_state(code, flagged):
     assert bool(list(namespace_state(clean(code)))) is flagged
+
+
+# -- the parent's scan stays cheap on hostile input -------------------------------------------
+
+
+def test_pathological_sources_stay_fast(problem):
+    doubling = "a0 = 'x' * 10\n" + "".join(f"a{i + 1} = a{i} + a{i}\n" for i in range(60))
+    aliases = "x = torch\n" + "x = x.a\nx = x.b\n" * 30
+    loops = "S = 'a'\nS = S + S\nT = T + S\nT = S + T\n"
+    for top in (doubling, aliases, loops):
+        start = time.monotonic()
+        r = run_static_checks(problem, cand(top=top))
+        assert time.monotonic() - start < 5, top[:40]
+        assert r.outcome == "passed", r.reason
+
+
+def test_strings_too_large_to_check_are_rejected(problem, monkeypatch):
+    monkeypatch.setattr(ast_scan, "_MAX_BUILT", 1000)
+    top = "a0 = 'x' * 10\n" + "".join(f"a{i + 1} = 'p{i}' + a{i} + a{i}\n" for i in range(12))
+    r = run_static_checks(problem, cand(top=top))
+    assert r.outcome == "failed"
+    assert [x["check"] for x in r.details["rejections"]] == ["dynamic_code"]
+    assert "too large" in (r.reason or "")

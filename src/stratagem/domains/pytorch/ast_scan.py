@@ -16,7 +16,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from stratagem.domains.pytorch.integrity_rules import glob_regex
 from stratagem.domains.pytorch.native_scan import clean
+from stratagem.domains.pytorch.string_fold import StringFolder, is_str_expr, literal_str
 
 BUILTIN_NAMES = frozenset(dir(builtins)) | {"__builtins__"}
 
@@ -31,6 +33,9 @@ REEXPORTED_MODULES = frozenset(
 """Modules other modules re-export (`os.sys`, `torch.sys`): `x.sys.modules` also means `sys.modules`."""
 
 _SHADOWING = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_MAX_ROUNDS = 12
+_MAX_NAMES = 32
+"""Bounds on alias resolution, so that no candidate can make the parent's scan slow."""
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -43,10 +48,6 @@ def dotted(node: ast.AST) -> str | None:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
-
-
-def literal_str(node: ast.AST | None) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def is_getattr_call(node: ast.AST) -> bool:
@@ -90,7 +91,7 @@ def _target_pairs(target: ast.AST, value: ast.AST) -> Iterator[tuple[str, ast.AS
         yield key, value
 
 
-def _param_defaults(args: ast.arguments) -> Iterator[tuple[str, ast.AST]]:
+def param_defaults(args: ast.arguments) -> Iterator[tuple[str, ast.AST]]:
     pos = [*args.posonlyargs, *args.args]
     for a, d in zip(pos[len(pos) - len(args.defaults):], args.defaults, strict=True):
         yield a.arg, d
@@ -146,7 +147,7 @@ class Aliases:
                     for e in node.iter.elts:
                         pairs.extend((k, e) for k, _ in _target_pairs(node.target, e))
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                pairs.extend(_param_defaults(node.args))
+                pairs.extend(param_defaults(node.args))
                 self.shadowed.update(_params(node.args))
                 pairs.extend(_returns(node))
             elif isinstance(node, ast.ClassDef):  # class attributes: `H.t` where `class H: t = time`
@@ -191,12 +192,15 @@ class Aliases:
                     self.shadowed.add(n.id)
 
     def _resolve(self, pairs: list[tuple[str, ast.AST]]) -> None:
-        for _ in range(25):
+        for _ in range(_MAX_ROUNDS):
             changed = False
             for key, value in pairs:
-                new = self.qualnames(value) - self.bindings.get(key, set())
+                have = self.bindings.get(key, set())
+                if len(have) >= _MAX_NAMES:  # `x = x.a; x = x.b` must not blow up
+                    continue
+                new = self.qualnames(value) - have
                 if new:
-                    self.bindings[key] |= new
+                    self.bindings[key] = have | set(sorted(new)[: _MAX_NAMES - len(have)])
                     changed = True
             if not changed:
                 break
@@ -274,6 +278,43 @@ class Aliases:
         return out | {f"{b[: -len('.__dict__')]}.{key}" for b in base if b.endswith(".__dict__")}
 
 
+def store_targets(tree: ast.AST) -> Iterator[tuple[ast.stmt, ast.expr]]:
+    """(statement, target) for every assignment, augmented assignment and del."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                for e in ast.walk(t):
+                    if isinstance(e, ast.Attribute | ast.Subscript | ast.Name) and not isinstance(e.ctx, ast.Load):
+                        yield node, e
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            yield node, node.target
+        elif isinstance(node, ast.Delete):
+            for t in node.targets:
+                yield node, t
+
+
+def _is_main_test(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":` (no else): dead when the harness imports the candidate."""
+    t = node.test if isinstance(node, ast.If) and not node.orelse else None
+    return (
+        isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "__name__"
+        and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq) and literal_str(t.comparators[0]) == "__main__"
+    )
+
+
+def without_main_block(tree: ast.Module) -> ast.Module:
+    """The module without its top-level `if __name__ == "__main__":` blocks, which never run when
+    the candidate is imported (kept when anything rebinds `__name__`, which could revive them)."""
+    if not any(_is_main_test(s) for s in tree.body):
+        return tree
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and n.id == "__name__" and not isinstance(n.ctx, ast.Load):
+            return tree
+        if isinstance(n, ast.alias) and (n.asname or n.name) == "__name__":
+            return tree
+    return ast.Module(body=[s for s in tree.body if not _is_main_test(s)], type_ignores=tree.type_ignores)
+
+
 def parent_map(tree: ast.AST) -> dict[ast.AST, ast.AST]:
     return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
@@ -287,106 +328,9 @@ def docstring_nodes(tree: ast.Module) -> set[ast.AST]:
     }
 
 
-def is_str_expr(node: ast.AST) -> bool:
-    if isinstance(node, ast.Constant):
-        return isinstance(node.value, str)
-    if isinstance(node, ast.JoinedStr):
-        return True
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mod | ast.Mult):
-        return is_str_expr(node.left) or is_str_expr(node.right)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        return node.func.attr in ("join", "format", "replace") and is_str_expr(node.func.value)
-    return False
-
-
-class StringFolder:
-    """Best-effort value of string expressions (concatenation, f-strings, join/format/replace,
-    names assigned strings anywhere in the file); unknown parts fold to ""."""
-
-    def __init__(self, tree: ast.Module) -> None:
-        self.env: dict[str, list[ast.AST]] = defaultdict(list)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
-                    if isinstance(t, ast.Name) and _stringish(node.value):
-                        self.env[t.id].append(node.value)
-
-    def fold(self, node: ast.AST | None, depth: int = 0) -> str:
-        if node is None or depth > 12:
-            return ""
-        d = depth + 1
-        if isinstance(node, ast.Constant):
-            return node.value if isinstance(node.value, str) else ""
-        if isinstance(node, ast.JoinedStr):
-            return "".join(self.fold(v, d) for v in node.values)
-        if isinstance(node, ast.FormattedValue):
-            return self.fold(node.value, d)
-        if isinstance(node, ast.BinOp):
-            left = self.fold(node.left, d)
-            if isinstance(node.op, ast.Mult):
-                return left
-            if isinstance(node.op, ast.Mod) and not _WIDE_PERCENT.search(left):
-                r = node.right
-                args = tuple(self.fold(e, d) for e in r.elts) if isinstance(r, ast.Tuple) else (self.fold(r, d),)
-                try:
-                    return left % args
-                except (TypeError, ValueError, KeyError):
-                    pass
-            return left + self.fold(node.right, d)
-        if isinstance(node, ast.Name):
-            return "\n".join(self.fold(v, d) for v in self.env.get(node.id, ()))
-        if isinstance(node, ast.List | ast.Tuple):
-            return "\n".join(self.fold(e, d) for e in node.elts)
-        if isinstance(node, ast.IfExp):
-            return self.fold(node.body, d) + "\n" + self.fold(node.orelse, d)
-        if isinstance(node, ast.Call):
-            return self._call(node, d)
-        return ""
-
-    def _call(self, node: ast.Call, d: int) -> str:
-        f = node.func
-        if isinstance(f, ast.Name) and f.id == "str" and node.args:
-            return self.fold(node.args[0], d)
-        if not isinstance(f, ast.Attribute):
-            return ""
-        base = self.fold(f.value, d)
-        args = [self.fold(a, d) for a in node.args]
-        if f.attr == "join" and node.args:
-            a0 = node.args[0]
-            items = [self.fold(e, d) for e in a0.elts] if isinstance(a0, ast.List | ast.Tuple) else [args[0]]
-            return base.join(items)
-        if f.attr == "replace" and len(args) >= 2 and all(literal_str(a) is not None for a in node.args[:2]):
-            return base.replace(args[0], args[1])
-        if f.attr == "format":
-            if "{" in base and not re.search(r"\{[^{}]*[:!]", base):  # no format specs: no blow-up
-                kwargs = {k.arg: self.fold(k.value, d) for k in node.keywords if k.arg}
-                try:
-                    return base.format(*args, **kwargs)
-                except (IndexError, KeyError, ValueError, AttributeError):
-                    pass
-            return base + "".join(args)
-        return base
-
-    def fold_list(self, node: ast.AST | None) -> list[str]:
-        """Literal string items of a list/tuple (or one string), following names."""
-        if node is None:
-            return []
-        if isinstance(node, ast.Name):
-            return [s for v in self.env.get(node.id, ()) for s in self.fold_list(v)]
-        if isinstance(node, ast.List | ast.Tuple):
-            return [s for e in node.elts for s in self.fold_list(e)]
-        s = literal_str(node)
-        return [s] if s is not None else []
-
-
-_WIDE_PERCENT = re.compile(r"%[-+ #0]*(?:\*|\d)")
-
-
-def _stringish(node: ast.AST) -> bool:
-    if is_str_expr(node):
-        return True
-    return isinstance(node, ast.List | ast.Tuple) and any(is_str_expr(e) for e in node.elts)
+_MAX_BUILT = 1 << 22
+"""The most text (4 MiB) all built strings together may fold to; beyond it the candidate is
+rejected (dynamic_code) rather than scanned partly."""
 
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
@@ -428,13 +372,23 @@ class Scan:
     extension_calls: list[ast.Call] = field(init=False)
     refs: list[tuple[ast.AST, set[str]]] = field(init=False)
     """Every outermost reference that resolves, with its canonical names."""
+    too_large: bool = field(init=False, default=False)
+    """The strings the candidate builds exceed what the scan checks (`_MAX_BUILT`)."""
+    nodes: list[ast.AST] = field(init=False)
+    """Every node of the tree (`ast.walk` order), walked once."""
+    stores: list[tuple[ast.stmt, ast.expr]] = field(init=False)
+    """`store_targets` of the tree."""
 
     def __post_init__(self) -> None:
+        self.tree = without_main_block(self.tree)
+        self._lines = self.source.encode("utf-8").split(b"\n")
+        self.nodes = list(ast.walk(self.tree))
+        self.stores = list(store_targets(self.tree))
         self.aliases = Aliases(self.tree)
         self.parents = parent_map(self.tree)
         self.folder = StringFolder(self.tree)
         self.extension_calls = [
-            n for n in ast.walk(self.tree)
+            n for n in self.nodes
             if isinstance(n, ast.Call) and self.resolves(n.func, "torch.utils.cpp_extension.load*")
         ]
         self.strings = self._strings()
@@ -445,24 +399,43 @@ class Scan:
         return any(rx.fullmatch(q) for q in self.aliases.qualnames(node))
 
     def _strings(self) -> list[StringText]:
+        """Every non-docstring string constant, then every folded string expression and
+        load_inline source (deduplicated, within a total budget: see `too_large`)."""
         docs = docstring_nodes(self.tree)
         out: list[StringText] = []
-        compound: list[StringText] = []
-        for node in ast.walk(self.tree):
+        built: list[tuple[ast.AST, bool]] = []
+        for call in self.extension_calls:
+            built += [(kw.value, True) for kw in call.keywords if kw.arg in NATIVE_KEYWORDS]
+            built += [(a, True) for a in call.args[1:3]]
+        sources = {c for node, _ in built for c in self.folder.constants_in(node)}
+        for node in self.nodes:
             if node in docs:
                 continue
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                out.append(StringText(node.value, node.lineno, bool(_NATIVE_HINT.search(node.value))))
-            elif is_str_expr(node) and not is_str_expr(self.parents.get(node, ast.Pass())):
-                text = self.folder.fold(node)
-                compound.append(StringText(text, node.lineno, bool(_NATIVE_HINT.search(text))))
-        for call in self.extension_calls:
-            for kw in call.keywords:
-                if kw.arg in NATIVE_KEYWORDS:
-                    out.append(StringText(self.folder.fold(kw.value), kw.value.lineno, True))
-            for a in call.args[1:3]:
-                out.append(StringText(self.folder.fold(a), a.lineno, True))
-        return out + compound
+                native = node in sources or bool(_NATIVE_HINT.search(node.value))
+                out.append(StringText(node.value, node.lineno, native))
+            elif self._compound(node):
+                built.append((node, False))
+        seen = {st.text for st in out}
+        budget = _MAX_BUILT
+        for node, native in built:
+            text = self.folder.fold(node)
+            if text in seen and not native:
+                continue
+            budget -= len(text)
+            if budget < 0:
+                self.too_large = True
+                break
+            seen.add(text)
+            out.append(StringText(text, node.lineno, native or bool(_NATIVE_HINT.search(text))))
+        return out
+
+    def _compound(self, node: ast.AST) -> bool:
+        """An outermost string-building expression (not a plain constant, not a bare name)."""
+        names = self.folder.names
+        if isinstance(node, ast.Constant | ast.Name) or not is_str_expr(node, names):
+            return False
+        return not is_str_expr(self.parents.get(node, ast.Pass()), names)
 
     def _maximal_refs(self) -> Iterator[tuple[ast.AST, set[str]]]:
         """Every outermost Name/Attribute/getattr reference (read), with its canonical names."""
@@ -481,30 +454,16 @@ class Scan:
                 yield node, names
 
     def segment(self, node: ast.AST) -> str:
-        text = ast.get_source_segment(self.source, node) or ""
-        return " ".join(text.split())[:80]
-
-
-_GLOB_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Dotted-name pattern: `*` is part of one component, `**` any run of components, a
-    trailing `$` means exact; otherwise anything below the name matches too."""
-    rx = _GLOB_CACHE.get(pattern)
-    if rx is None:
-        exact = pattern.endswith("$")
-        body = re.escape(pattern.rstrip("$")).replace(r"\*\*", ".*").replace(r"\*", r"[^.]*")
-        rx = re.compile(body if exact else body + r"(?:\..*)?")
-        _GLOB_CACHE[pattern] = rx
-    return rx
-
-
-def first_match(names: set[str], patterns: tuple[str, ...]) -> tuple[str, str] | None:
-    """(name, pattern) for the first pattern any of `names` matches."""
-    for p in patterns:
-        rx = glob_regex(p)
-        for n in sorted(names):
-            if rx.fullmatch(n):
-                return n, p
-    return None
+        """The node's source text on one line, shortened (for messages)."""
+        try:
+            first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+            start, end = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+        except AttributeError:
+            return ""
+        if first < 0 or last is None or end is None or last >= len(self._lines) or last - first > 20:
+            return ""
+        if first == last:
+            raw = self._lines[first][start:end]
+        else:
+            raw = b" ".join([self._lines[first][start:], *self._lines[first + 1: last], self._lines[last][:end]])
+        return " ".join(raw.decode("utf-8", "replace").split())[:80]

@@ -58,8 +58,33 @@ HARNESS_MODULES = (
 )
 
 
+def _namespace(prefix: str, ns: Any, static: bool) -> dict[str, Any]:
+    """Every callable a namespace holds (class members read statically, unbound)."""
+    out: dict[str, Any] = {}
+    for name, value in list(vars(ns).items()):
+        if name.startswith("__") and name not in _DUNDERS:
+            continue
+        if static or callable(value):
+            out[f"{prefix}.{name}"] = value
+    return out
+
+
+_DUNDERS = frozenset({
+    "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__float__", "__len__",
+    "__getitem__", "__setitem__", "__torch_function__", "__add__", "__sub__", "__mul__",
+    "__truediv__", "__matmul__", "__abs__", "__neg__", "__pow__", "__rsub__", "__radd__", "__rmul__",
+    "__iadd__", "__isub__", "__imul__", "__array__", "__repr__", "__format__", "__hash__",
+})
+
+
 def _functions() -> dict[str, Any]:
     out: dict[str, Any] = {}
+    out.update(_namespace("torch", torch, static=False))
+    out.update(_namespace("torch.Tensor", torch.Tensor, static=True))
+    base = getattr(torch._C, "TensorBase", None) or getattr(torch._C, "_TensorBase", None)
+    if base is not None:
+        out.update(_namespace("torch._C.TensorBase", base, static=True))
+    out.update(_namespace("torch.nn.functional", torch.nn.functional, static=False))
     for name in _TORCH_FUNCS:
         if hasattr(torch, name):
             out[f"torch.{name}"] = getattr(torch, name)

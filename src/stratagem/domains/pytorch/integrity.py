@@ -124,6 +124,8 @@ class Checker:
 def run_integrity(w: Worker) -> dict[str, Any]:
     seeds = [int(s) for s in w.req["integrity_seeds"]]
     changed = w.snapshot.changes()
+    # Poisoning may start torch's CPU thread pool: do it once before the thread baseline.
+    poison_allocator(w.device, 1 << 20)
     c = Checker(w)
     if changed:
         c.fail("rejected", "harness_tampering", "after import: " + "; ".join(changed[:6]))

@@ -17,11 +17,11 @@ from stratagem.domains.pytorch.ast_scan import (
     Scan,
     attr_name,
     attr_receiver,
-    first_match,
     is_getattr_call,
     is_self,
     literal_str,
 )
+from stratagem.domains.pytorch.integrity_rules import first_match
 
 Hit = tuple[int | None, str]
 
@@ -61,7 +61,7 @@ def apply_rules(scan: Scan, rules: R.Rules) -> Hits:
             if m:
                 hits.add(getattr(node, "lineno", None), describe(scan, node, m[0]))
     if rules.attrs:
-        for node in ast.walk(scan.tree):
+        for node in scan.nodes:
             a = attr_name(node)
             if a not in rules.attrs or (isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load)):
                 continue
@@ -71,15 +71,30 @@ def apply_rules(scan: Scan, rules: R.Rules) -> Hits:
     return hits
 
 
+_ALTERNATION: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def _alternation(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    rx = _ALTERNATION.get(patterns)
+    if rx is None:
+        rx = _ALTERNATION[patterns] = re.compile("|".join(f"(?:{p})" for p in patterns))
+    return rx
+
+
 def scan_native(scan: Scan, rules: R.Rules, hits: Hits) -> None:
+    native_rx = _alternation((*rules.code, *rules.text))
+    text_rx = _alternation(rules.text)
     for st in scan.strings:
-        patterns = [*(rules.code if st.native else ()), *rules.text]
-        for rx in patterns:
-            for m in re.finditer(rx, st.code):
-                token = " ".join(m.group(0).split())
-                where = "C++/CUDA source" if st.native else "a string"
-                hits.add(st.line + st.code.count("\n", 0, m.start()), f"`{token}` in {where}",
-                         key=("native", token))
+        rx = native_rx if st.native else text_rx
+        if rx is None:
+            continue
+        where = "C++/CUDA source" if st.native else "a string"
+        for m in rx.finditer(st.code):
+            token = " ".join(m.group(0).split())
+            hits.add(st.line + st.code.count("\n", 0, m.start()), f"`{token}` in {where}",
+                     key=("native", token))
 
 
 def _parents_of(scan: Scan, node: ast.AST) -> Iterator[ast.AST]:
@@ -96,27 +111,12 @@ def enclosing_function(scan: Scan, node: ast.AST) -> ast.AST | None:
     return None
 
 
-def store_targets(tree: ast.AST) -> Iterator[tuple[ast.stmt, ast.expr]]:
-    """(statement, target) for every assignment, augmented assignment and del."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                for e in ast.walk(t):
-                    if isinstance(e, ast.Attribute | ast.Subscript | ast.Name) and not isinstance(e.ctx, ast.Load):
-                        yield node, e
-        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-            yield node, node.target
-        elif isinstance(node, ast.Delete):
-            for t in node.targets:
-                yield node, t
-
-
 # -- reference_access ------------------------------------------------------------------------
 
 
 def reference_access(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.REFERENCE_ACCESS)
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         name = None
         if isinstance(node, ast.Name):
             name = node.id
@@ -144,7 +144,7 @@ def _line_of_alias(scan: Scan, node: ast.AST) -> int | None:
 def dynamic_code(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.DYNAMIC_CODE)
     q = scan.aliases.qualnames
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.Call):
             fn = q(node.func)
             dyn = fn & {"builtins.getattr", "builtins.setattr", "builtins.delattr"}
@@ -154,6 +154,9 @@ def dynamic_code(scan: Scan) -> list[Hit]:
                 hits.add(node.lineno, "`type(name, bases, dict)` creates a class dynamically")
         elif isinstance(node, ast.Attribute) and node.attr == "__dict__" and not is_self(node.value):
             hits.add(node.lineno, f"`{scan.segment(node)}`")
+    if scan.too_large:
+        hits.add(None, "the strings this file builds are too large to check (over 4 MiB once "
+                 "folded)")
     attr_fns = {"builtins.getattr", "builtins.setattr", "builtins.delattr"}
     for node, names in _uncalled(scan, attr_fns):
         hits.add(node.lineno, f"`{min(names)[9:]}` passed as a value")  # type: ignore[attr-defined]
@@ -173,7 +176,7 @@ def _owned_by_flags(names: set[str]) -> bool:
 def monkey_patch(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.MONKEY_PATCH)
     q = scan.aliases.qualnames
-    for stmt, target in store_targets(scan.tree):
+    for stmt, target in scan.stores:
         if not isinstance(target, ast.Attribute | ast.Subscript):
             continue
         names = q(target.value)
@@ -182,7 +185,7 @@ def monkey_patch(scan: Scan) -> list[Hit]:
             hits.add(target.lineno, f"{verb} `{scan.segment(target)}` modifies `{_shown(names)}`")
         elif isinstance(target, ast.Attribute) and _dunder(target.attr) and not is_self(target.value):
             hits.add(target.lineno, f"{verb} `{scan.segment(target)}` rebinds a special method")
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.Call):
             _monkey_call(scan, node, hits)
     for node, names in _uncalled(scan, _SETATTRS):
@@ -220,7 +223,7 @@ def _monkey_call(scan: Scan, node: ast.Call, hits: Hits) -> None:
         obj = f.value if obj is None else obj
     if obj is not None and q(obj):
         hits.add(node.lineno, f"`{scan.segment(node)}` modifies `{_shown(q(obj))}`")
-    elif obj is not None and fn & _SETATTRS and _dunder(literal_str(node.args[1]) or "") and not is_self(obj):
+    elif obj is not None and len(node.args) > 1 and _dunder(literal_str(node.args[1]) or "") and not is_self(obj):
         hits.add(node.lineno, f"`{scan.segment(node)}` rebinds a special method")
     if isinstance(f, ast.Attribute) and f.attr in R.MUTATORS:
         names = q(f.value)  # vars(torch).update(...), torch.__dict__.setdefault(...)
@@ -259,7 +262,7 @@ def process_exit(scan: Scan) -> list[Hit]:
 def fake_tensor(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.FAKE_TENSOR)
     q = scan.aliases.qualnames
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.ClassDef):
             for b in node.bases:
                 m = first_match(q(b), R.TENSOR_BASES)
@@ -268,7 +271,7 @@ def fake_tensor(scan: Scan) -> list[Hit]:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name in R.FAKE_METHODS:
                     hits.add(item.lineno, f"`{node.name}` defines `{item.name}`")
-    for _, target in store_targets(scan.tree):
+    for _, target in scan.stores:
         if isinstance(target, ast.Attribute) and target.attr == "__class__":
             hits.add(target.lineno, f"assigning `{scan.segment(target)}`")
     return hits.items()
@@ -296,7 +299,7 @@ _ENV_WRITERS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__
 def global_flags(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.GLOBAL_FLAGS)
     q = scan.aliases.qualnames
-    for _, target in store_targets(scan.tree):
+    for _, target in scan.stores:
         if isinstance(target, ast.Subscript) and "os.environ" in q(target.value):
             if literal_str(target.slice) not in R.ENV_ALLOWED:
                 hits.add(target.lineno, f"setting `{scan.segment(target)}`")
@@ -304,7 +307,7 @@ def global_flags(scan: Scan) -> list[Hit]:
             m = first_match(q(target), (*R.FLAG_STORES, "os.environ$"))
             if m:
                 hits.add(target.lineno, f"setting `{m[0]}`")
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if not isinstance(node, ast.Call):
             continue
         f = node.func
@@ -323,7 +326,7 @@ def global_flags(scan: Scan) -> list[Hit]:
 
 def exception_fallback(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.EXCEPTION_FALLBACK)
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.ExceptHandler):
             caught = scan.segment(node.type) if node.type is not None else ""
             hits.add(node.lineno, f"`except {caught}`" if caught else "`except:`")
@@ -341,7 +344,7 @@ def exception_fallback(scan: Scan) -> list[Hit]:
 
 def precision(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.PRECISION)
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if not isinstance(node, ast.Call):
             continue
         for k in node.keywords:

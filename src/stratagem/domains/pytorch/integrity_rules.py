@@ -10,6 +10,7 @@ C++/CUDA source; `text` rules (distinctive API names, compiler flags) to every s
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -55,8 +56,8 @@ DYNAMIC_CODE = Rules(
     attrs=("__code__", "__globals__", "__closure__", "__builtins__", "__getattribute__",
            "func_globals", "gi_code", "f_code", "co_code", "__loader__", "__spec__"),
     attrs_on_self=True,
-    text=(r"\bdlopen\b", r"\bdlsym\b", r"\bPyImport_\w+", r"\bPyRun_\w+", r"\bPyEval_\w+",
-          r"\bPy_CompileString\w*", r"\bPyObject_SetAttr\w*", r"\bPySys_\w+",
+    text=(r"\bdlopen\b", r"\bdlsym\b", r"\bPy_CompileString\w*",
+          r"\bPy(?:Object|Dict|Module|Import|Run|Eval|Sys|Frame|Thread|GILState|Code|Function)_\w+",
           r"\b(?:py|pybind11)::(?:module_?::import|exec|eval|eval_file|globals)\b"),
     code=(r"##",),
 )
@@ -79,9 +80,10 @@ THREADS = Rules(
         "os.popen", "os.spawn*", "os.exec*", "os.posix_spawn*", "os.register_at_fork", "os.wait*",
         "torch.multiprocessing", "torch.jit.fork", "torch.jit._fork", "torch.jit.wait",
         "torch.futures", "torch.distributed", "torch._C._jit_fork*", "torch._C.Future",
+        "torch.utils.data.DataLoader",
     ),
-    text=(r"\bstd::(?:thread|jthread|async)\b", r"\bpthread_create\b", r"\bposix_spawn\w*"),
-    code=(r"\bv?fork\s*\(", r"\bpopen\s*\(", r"\bsystem\s*\(", r"\bexec[lv]p?e?\s*\("),
+    text=(r"\bstd::(?:thread|jthread|async)\b", r"\bpthread_\w+", r"\bposix_spawn\w*"),
+    code=(r"\bj?thread\s+\w+\s*[({]", r"\bv?fork\s*\(", r"\bpopen\s*\(", r"\bsystem\s*\(", r"\bexec[lv]p?e?\s*\("),
 )
 
 STREAMS = Rules(
@@ -103,14 +105,15 @@ STREAMS = Rules(
           r"\bgetStreamFromExternal\b", r"\bsetCurrentCUDAStream\b", r"\bCUDA(?:Multi)?StreamGuard\b",
           r"\bcudaGraph\w+", r"\bcuGraph\w+", r"\bcu(?:da)?StreamBeginCapture\w*",
           r"\bcu(?:da)?StreamEndCapture\b", r"\bcudaStreamPerThread\b", r"\bcudaStreamWaitEvent\b",
-          r"default-stream[= ]+per-thread"),
+          r"default-stream[= ]+per-thread", r"\bCUDAGraph\b"),
 )
 
 MUTABLE_STATE = Rules(
     why="state kept between calls can replay cached outputs; compute every output from the "
     "current inputs",
     names=("builtins.id", "functools.lru_cache", "functools.cache", "functools.cached_property",
-           "functools._lru_cache_wrapper", "cachetools", "methodtools", "weakref.finalize"),
+           "functools._lru_cache_wrapper", "cachetools", "methodtools", "weakref.finalize",
+           "operator.setitem", "operator.delitem", "operator.__setitem__", "operator.__delitem__"),
     attrs=("data_ptr", "_version", "storage", "untyped_storage", "_typed_storage", "_cdata",
            "_storage", "__cuda_array_interface__", "__array_interface__"),
 )
@@ -160,6 +163,7 @@ IO = Rules(
         "torch.save", "torch.load", "torch.from_file", "torch.hub", "torch.ops.load_library",
         "torch.classes.load_library", "torch.jit.save", "torch.jit.load", "numpy.save*",
         "numpy.load*", "numpy.fromfile", "numpy.memmap", "numpy.genfromtxt", "sys.stdin",
+        "torch.*.from_file", "pandas", "linecache", "codecs.open", "posix", "nt", "_io", "fcntl",
     ),
     attrs=("tofile",),
     text=(r"\bf(?:re)?open\s*\(", r"\bstd::(?:i|o)?fstream\b", r"\bshm_open\b", r"\bstd::filesystem\b"),
@@ -201,7 +205,8 @@ ENV_ALLOWED = frozenset({"TORCH_CUDA_ARCH_LIST", "MAX_JOBS"})
 EXCEPTION_FALLBACK = Rules(
     why="try/except can hide a failing kernel behind a fallback; let errors propagate "
     "(try/finally is fine)",
-    names=("contextlib.suppress", "contextlib.ContextDecorator"),
+    names=("contextlib.suppress", "contextlib.ContextDecorator", "contextlib.ExitStack",
+           "contextlib.AsyncExitStack"),
     code=(r"\bcatch\s*\(",),
 )
 
@@ -211,7 +216,7 @@ PROCESS_EXIT = Rules(
            "builtins.quit", "builtins.SystemExit", "builtins.KeyboardInterrupt",
            "builtins.GeneratorExit", "builtins.BaseException", "atexit",
            "_thread.interrupt_main"),
-    attrs=("_exit",),
+    attrs=("_exit", "exit", "abort"),
     attrs_on_self=True,
     text=(r"\bcudaDeviceReset\b",),
     code=(r"\bkill\s*\(", r"\bgetppid\b", r"\braise\s*\(\s*SIG\w*",
@@ -231,3 +236,43 @@ PRECISION = Rules(
           r"\ballow_tf32\b", r"\b__half\w*", r"\b__nv_bfloat16\w*", r"\b__float2half\w*",
           r"\b__float2bfloat16\w*", r"\b__nv_fp8\w*", r"\bprecision::tf32\b", r"\b__float_to_tf32\b"),
 )
+
+
+# -- dotted-name patterns ------------------------------------------------------------------
+
+_GLOB_CACHE: dict[str, re.Pattern[str]] = {}
+
+
+def _glob_body(pattern: str) -> str:
+    exact = pattern.endswith("$")
+    body = re.escape(pattern.rstrip("$")).replace(r"\*\*", ".*").replace(r"\*", r"[^.]*")
+    return body if exact else body + r"(?:\..*)?"
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Dotted-name pattern: `*` is part of one component, `**` any run of components, a
+    trailing `$` means exact; otherwise anything below the name matches too."""
+    rx = _GLOB_CACHE.get(pattern)
+    if rx is None:
+        rx = _GLOB_CACHE[pattern] = re.compile(_glob_body(pattern))
+    return rx
+
+
+_TABLE_CACHE: dict[tuple[str, ...], re.Pattern[str]] = {}
+
+
+def first_match(names: set[str], patterns: tuple[str, ...]) -> tuple[str, str] | None:
+    """(name, pattern) for the first pattern (in table order) any of `names` matches."""
+    if not names or not patterns:
+        return None
+    rx = _TABLE_CACHE.get(patterns)
+    if rx is None:
+        rx = _TABLE_CACHE[patterns] = re.compile(
+            "|".join(f"(?P<p{i}>{_glob_body(p)})" for i, p in enumerate(patterns))
+        )
+    best: tuple[int, str] | None = None
+    for n in sorted(names):
+        m = rx.fullmatch(n)
+        if m and m.lastgroup and (best is None or int(m.lastgroup[1:]) < best[0]):
+            best = (int(m.lastgroup[1:]), n)
+    return None if best is None else (best[1], patterns[best[0]])

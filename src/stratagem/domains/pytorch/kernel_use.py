@@ -32,7 +32,7 @@ def _is_triton_decorator(scan: Scan, node: ast.AST) -> bool:
 
 def triton_kernels(scan: Scan) -> set[str]:
     out: set[str] = set()
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.FunctionDef) and any(_is_triton_decorator(scan, d) for d in node.decorator_list):
             out.add(node.name)
         elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_triton_decorator(scan, node.value):
@@ -72,7 +72,7 @@ def cuda_exports(scan: Scan) -> tuple[set[str], set[str], list[str]]:
 def _reachable(scan: Scan) -> list[ast.AST]:
     """Functions reachable by name from ModelNew.forward (all ModelNew methods if none)."""
     defs: dict[str, list[ast.AST]] = {}
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             defs.setdefault(node.name, []).append(node)
     model = next((n for n in scan.tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
@@ -102,7 +102,7 @@ def _reachable(scan: Scan) -> list[ast.AST]:
 def _aliases_of(scan: Scan, names: set[str]) -> set[str]:
     """Names also bound to one of `names` (`self.op = ext.relu` makes `op` one)."""
     out = set(names)
-    for node in ast.walk(scan.tree):
+    for node in scan.nodes:
         if isinstance(node, ast.Assign):
             src = node.value.id if isinstance(node.value, ast.Name) else attr_name(node.value)
             if src in out:

@@ -16,6 +16,7 @@ import platform
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -49,7 +50,7 @@ class Worker:
     """State shared by the stages of one request."""
 
     def __init__(self, request: Mapping[str, Any], workdir: Path) -> None:
-        self.req = request
+        self.req = _freeze(request)  # read-only: candidate code cannot loosen tolerances
         self.workdir = workdir
         self.device = str(request["device"])
         self.programs: Programs | None = None
@@ -139,7 +140,7 @@ class Worker:
         with self._timing_lock(), torch.no_grad():
             sets = self._timing_inputs(p)
             try:
-                stats = timing.time_callable(model, sets, self.req["timing"], self.device)
+                stats = timing.time_callable(model, sets, self.req["timing"], self.device, self._fresh(p))
             except Exception as e:
                 self._note_cuda(e)
                 raise StageFailure(runtime.classify_exception(e), f"the candidate failed while timed: {runtime.one_line(e)}",
@@ -172,7 +173,7 @@ class Worker:
             for mode in modes:
                 try:
                     fn = _compiled(p.reference, mode)
-                    out[mode] = timing.time_callable(fn, sets, self.req["timing"], self.device)
+                    out[mode] = timing.time_callable(fn, sets, self.req["timing"], self.device, self._fresh(p))
                 except Exception as e:
                     self._note_cuda(e)
                     if mode == "eager":
@@ -196,6 +197,16 @@ class Worker:
         except Exception as e:
             raise StageFailure("problem_error", f"get_inputs() failed: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
+
+    def _fresh(self, p: Programs) -> Callable[[int], list[Any]]:
+        """Inputs for timed call i: new values at new addresses, built outside the timed
+        region, so no output can be looked up from an earlier call (value-keyed caches)."""
+        base = int(self.req["timing_seed"]) + 1_000_003
+
+        def make(i: int) -> list[Any]:
+            return self._inputs(p, base + i, "timing")
+
+        return make
 
     def _timing_inputs(self, p: Programs) -> list[list[Any]]:
         seed = int(self.req["timing_seed"])
@@ -261,6 +272,14 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "timing": Worker.stage_timing,
     "baseline": Worker.stage_baseline,
 }
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
 
 
 def _seeded_init_inputs(module: Any, seed: int, device: str) -> list[Any]:

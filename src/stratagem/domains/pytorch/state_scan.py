@@ -13,14 +13,14 @@ import ast
 from collections.abc import Iterator
 
 from stratagem.domains.pytorch import integrity_rules as R
-from stratagem.domains.pytorch.ast_scan import Scan, first_match, is_self
+from stratagem.domains.pytorch.ast_scan import Scan, is_self, param_defaults
 from stratagem.domains.pytorch.integrity_checks import (
     Hit,
     Hits,
     apply_rules,
     enclosing_function,
-    store_targets,
 )
+from stratagem.domains.pytorch.integrity_rules import first_match
 from stratagem.domains.pytorch.native_scan import (
     namespace_state,
     static_variables,
@@ -86,8 +86,20 @@ class _State:
             and self.mutable(n.value)
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)
         }
+        changed = True
+        while changed:  # `_alias = _CACHE` at module level
+            new = {
+                t.id for n in top if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+                and n.value.id in self.containers for t in n.targets if isinstance(t, ast.Name)
+            } - self.containers
+            self.containers |= new
+            changed = bool(new)
+        self.container_attrs = {  # `self.cache = _CACHE`
+            t.attr for stmt, t in scan.stores if isinstance(t, ast.Attribute) and is_self(t.value)
+            and isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id in self.containers
+        }
         self.class_containers: dict[str, set[str]] = {}
-        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for cls in (n for n in scan.nodes if isinstance(n, ast.ClassDef)):
             attrs = {
                 t.id for n in walk_no_defs(list(cls.body)) if isinstance(n, ast.Assign) and self.mutable(n.value)
                 for t in n.targets if isinstance(t, ast.Name)
@@ -95,9 +107,10 @@ class _State:
             if attrs:
                 self.class_containers[cls.name] = attrs
         self.instance_attrs = {
-            t.attr for _, t in store_targets(tree) if isinstance(t, ast.Attribute) and is_self(t.value)
+            t.attr for _, t in scan.stores if isinstance(t, ast.Attribute) and is_self(t.value)
         }
         self._locals: dict[ast.AST, set[str]] = {}
+        self._aliases: dict[ast.AST, set[str]] = {}
 
     def mutable(self, value: ast.AST) -> bool:
         if isinstance(value, ast.List | ast.Dict | ast.Set | ast.ListComp | ast.DictComp | ast.SetComp):
@@ -116,20 +129,27 @@ class _State:
         return self._locals[fn]
 
     def container_aliases(self, fn: ast.AST) -> set[str]:
-        """Local names assigned straight from a module-level container (`c = _CACHE`)."""
-        return {
+        """Local names bound straight to a module-level container (`c = _CACHE`, `c=_CACHE`)."""
+        if fn not in self._aliases:
+            self._aliases[fn] = self._container_aliases(fn)
+        return self._aliases[fn]
+
+    def _container_aliases(self, fn: ast.AST) -> set[str]:
+        out = {
             t.id for n in walk_no_defs(_body(fn)) if isinstance(n, ast.Assign)
             and isinstance(n.value, ast.Name) and n.value.id in self.containers
             for t in n.targets if isinstance(t, ast.Name)
         }
+        pairs = param_defaults(fn.args)  # type: ignore[attr-defined]
+        return out | {p for p, d in pairs if isinstance(d, ast.Name) and d.id in self.containers}
 
 
-def _mutations(tree: ast.AST) -> Iterator[tuple[ast.AST, ast.AST, bool]]:
+def _mutations(scan: Scan) -> Iterator[tuple[ast.AST, ast.AST, bool]]:
     """(node, expression being mutated, is_store) for stores, dels and mutating method calls."""
-    for _, target in store_targets(tree):
+    for _, target in scan.stores:
         if isinstance(target, ast.Attribute | ast.Subscript):
             yield target, target.value, True
-    for node in ast.walk(tree):
+    for node in scan.nodes:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in R.MUTATORS:
             yield node, node.func.value, False
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
@@ -139,21 +159,35 @@ def _mutations(tree: ast.AST) -> Iterator[tuple[ast.AST, ast.AST, bool]]:
 def mutable_state(scan: Scan) -> list[Hit]:
     hits = apply_rules(scan, R.MUTABLE_STATE)
     st = _State(scan)
-    for node, expr, is_store in _mutations(scan.tree):
+    for node, expr, is_store in _mutations(scan):
         what = _mutation(st, node, expr, is_store)
         if what:
             hits.add(node.lineno, what)  # type: ignore[attr-defined]
     _rebinding(st, hits)
     _mutable_defaults(st, hits)
+    _calls(st, hits)
     _native(scan, hits)
     return hits.items()
+
+
+class _Lazy:
+    """A node's source segment, computed only when a message needs it."""
+
+    def __init__(self, scan: Scan, node: ast.AST) -> None:
+        self.scan, self.node = scan, node
+
+    def __str__(self) -> str:
+        return self.scan.segment(self.node)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def _mutation(st: _State, node: ast.AST, expr: ast.AST, is_store: bool) -> str | None:
     scan = st.scan
     fn = enclosing_function(scan, node)
     root = _root(expr)
-    seg = scan.segment(node)
+    seg = _Lazy(scan, node)
     if isinstance(root, ast.Name) and scan.aliases.qualnames(root):
         return None  # an imported module, class or builtin: monkey_patch reports it
     if isinstance(root, ast.Name):
@@ -167,6 +201,8 @@ def _mutation(st: _State, node: ast.AST, expr: ast.AST, is_store: bool) -> str |
     for link in _chain(expr):  # self.cache[...] / ModelNew.cache.append(...)
         if isinstance(link, ast.Attribute) and isinstance(link.value, ast.Name):
             owner, attr = link.value.id, link.attr
+            if is_self(link.value) and attr in st.container_attrs:
+                return f"`{seg}` mutates a module-level container through `self.{attr}`"
             via_self = is_self(link.value) and attr not in st.instance_attrs
             in_class = any(attr in a for a in st.class_containers.values()) if via_self else (
                 attr in st.class_containers.get(owner, ()))
@@ -175,6 +211,32 @@ def _mutation(st: _State, node: ast.AST, expr: ast.AST, is_store: bool) -> str |
     if fn is not None and is_store and _is_class_of_self(scan, expr):
         return f"`{seg}` modifies the class from inside a method"
     return None
+
+
+_SETTERS = frozenset({"builtins.setattr", "builtins.delattr", "builtins.object.__setattr__",
+                      "builtins.object.__delattr__", "builtins.type.__setattr__"})
+_CONTAINER_METHODS = ("builtins.dict.*", "builtins.list.*", "builtins.set.*", "builtins.bytearray.*",
+                      "collections.*.*")
+
+
+def _calls(st: _State, hits: Hits) -> None:
+    """`setattr(ModelNew, "cache", out)` in a function; `dict.__setitem__(_CACHE, k, v)`."""
+    scan = st.scan
+    for node in scan.nodes:
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        fn = enclosing_function(scan, node)
+        names = scan.aliases.qualnames(node.func)
+        root = _root(node.args[0])
+        if not isinstance(root, ast.Name):
+            if fn is not None and names & _SETTERS and _is_class_of_self(scan, node.args[0]):
+                hits.add(node.lineno, f"`{scan.segment(node)}` modifies the class from inside a method")
+            continue
+        local = fn is not None and root.id in st.locals_of(fn)
+        if names & _SETTERS and fn is not None and not local and root.id in st.module_names:
+            hits.add(node.lineno, f"`{scan.segment(node)}` modifies module-level `{root.id}` from inside a function")
+        elif first_match(names, _CONTAINER_METHODS) and not local and root.id in st.containers:
+            hits.add(node.lineno, f"`{scan.segment(node)}` mutates the module-level container `{root.id}`")
 
 
 def _is_class_of_self(scan: Scan, expr: ast.AST) -> bool:
@@ -189,7 +251,7 @@ def _is_class_of_self(scan: Scan, expr: ast.AST) -> bool:
 def _rebinding(st: _State, hits: Hits) -> None:
     """`global x` / `nonlocal x` followed by an assignment to x: state between calls."""
     scan = st.scan
-    for fn in (n for n in ast.walk(scan.tree) if isinstance(n, _FUNCS)):
+    for fn in (n for n in scan.nodes if isinstance(n, _FUNCS)):
         nodes = list(walk_no_defs(_body(fn)))
         for decl in (n for n in nodes if isinstance(n, ast.Global | ast.Nonlocal)):
             kind = "global" if isinstance(decl, ast.Global) else "nonlocal"
@@ -218,7 +280,7 @@ def _allowed_rebind(scan: Scan, value: ast.AST | None) -> bool:
 
 
 def _mutable_defaults(st: _State, hits: Hits) -> None:
-    for fn in (n for n in ast.walk(st.scan.tree) if isinstance(n, _FUNCS)):
+    for fn in (n for n in st.scan.nodes if isinstance(n, _FUNCS)):
         for d in [*fn.args.defaults, *(k for k in fn.args.kw_defaults if k is not None)]:
             if st.mutable(d):
                 hits.add(d.lineno, f"mutable default argument `{st.scan.segment(d)}`")

@@ -12,8 +12,9 @@ device, record a device-end event. Both intervals are kept for every call:
   time plus that overhead means work escaped the timed stream.
 
 `sync_mode = "device"` reports the device-sync interval instead. Warm-up runs for a time
-budget; the repetition count is derived from the measured per-call time and a budget. Input
-sets are rotated so repeated calls do not hit the same addresses.
+budget; the repetition count is derived from the measured per-call time and a budget. Every
+timed call gets freshly generated inputs (new values at new addresses, made before the start
+event), so no call can be answered from an earlier one; warm-up rotates a few input sets.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+
+Fresh = Callable[[int], Sequence[Any]]
+"""Builds the inputs of timed call i (new values, new addresses), outside the timed region."""
 
 L2_FLUSH_BYTES_MIN = 256 * 1024 * 1024
 """Flush buffer size floor: several times the largest L2 of current GPUs (H100/H200: 50 MB)."""
@@ -74,6 +78,7 @@ def time_cuda(
     cfg: Mapping[str, Any],
     device: str,
     sync_mode: str = "stream",
+    fresh: Fresh | None = None,
 ) -> dict[str, Any]:
     """Time `fn(*args)` on a GPU; returns the summary with raw samples in ms.
 
@@ -96,7 +101,7 @@ def time_cuda(
     torch.cuda.synchronize()
     est, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
     reps = _reps(statistics.median(est), cfg)
-    stream, dev = _measure_cuda(fn, arg_sets, reps, flush)
+    stream, dev = _measure_cuda(fn, arg_sets, reps, flush, fresh)
     noop_stream, noop_dev = _measure_cuda(_noop, [()], 50, flush)
     overhead = statistics.median(d - s for s, d in zip(noop_stream, noop_dev, strict=True))
     primary = dev if sync_mode == "device" else stream
@@ -125,6 +130,7 @@ def _measure_cuda(
     arg_sets: Sequence[Sequence[Any]],
     reps: int,
     flush: L2Flusher | None,
+    fresh: Fresh | None = None,
 ) -> tuple[list[float], list[float]]:
     """(start -> stream end, start -> end after a device synchronize) per call, in ms."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -132,7 +138,7 @@ def _measure_cuda(
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     k = len(arg_sets)
     for i in range(reps):
-        args = arg_sets[i % k]
+        args = fresh(i) if fresh is not None else arg_sets[i % k]
         if flush is not None:
             flush()
         starts[i].record()
@@ -147,7 +153,10 @@ def _measure_cuda(
 
 
 def time_cpu(
-    fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: Mapping[str, Any]
+    fn: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    cfg: Mapping[str, Any],
+    fresh: Fresh | None = None,
 ) -> dict[str, Any]:
     """Time `fn(*args)` on the CPU with perf_counter."""
     k = len(arg_sets)
@@ -162,7 +171,7 @@ def time_cpu(
     reps = _reps(statistics.median(est[-5:]), cfg)
     samples = []
     for i in range(reps):
-        args = arg_sets[i % k]
+        args = fresh(i) if fresh is not None else arg_sets[i % k]
         s = time.perf_counter()
         fn(*args)
         samples.append((time.perf_counter() - s) * 1e3)
@@ -176,7 +185,9 @@ def time_callable(
     arg_sets: Sequence[Sequence[Any]],
     cfg: Mapping[str, Any],
     device: str,
+    fresh: Fresh | None = None,
 ) -> dict[str, Any]:
+    """Time `fn`; warm-up rotates `arg_sets`, timed calls use `fresh(i)` when given."""
     if device.startswith("cuda"):
-        return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "stream")))
-    return time_cpu(fn, arg_sets, cfg)
+        return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "stream")), fresh)
+    return time_cpu(fn, arg_sets, cfg, fresh)

@@ -1,0 +1,318 @@
+"""The adversarial corpus: every cheating candidate must be rejected, by the validator (and
+check) the manifest names, and every honest candidate must be valid.
+
+Each case runs through the real harness (`Evaluator` on a CPU `LocalExecutor`, default
+validator graph, no baseline). Static rejections cost no worker; the others spawn one worker
+each (~2 s). A cheat the harness lets through is kept as a strict xfail that names the gap.
+README.md beside this file is the detection table built from the same manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stratagem.config import EvaluationConfig, environment
+from stratagem.core.design import Design
+from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
+from stratagem.core.problem import Problem
+from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.evaluation.executors import LocalExecutor
+from stratagem.evaluation.outcome import interpret
+from stratagem.evaluation.service import Evaluation, Evaluator
+
+HERE = Path(__file__).parent
+CANDIDATES = HERE / "candidates"
+HONEST = HERE / "honest"
+PROBLEMS = HERE / "problems"
+
+LINEAR, MEAN, SILU = "linear_relu", "row_mean", "silu"
+
+STATIC, LOAD, CORRECTNESS, INTEGRITY, SHAPES, TIMING = (
+    "static_checks", "load", "correctness", "integrity", "shapes", "timing",
+)
+
+
+@dataclass(frozen=True)
+class Cheat:
+    problem: str
+    validator: str
+    """The validator that must be the first to fail."""
+    check: str | None
+    """static_checks: a `check` among details['rejections']; integrity: the reason's prefix
+    (`refilled_inputs`, `candidate_first`, `repeat_agrees`, `harness_tampering`, `threads`, ...);
+    otherwise None."""
+    pattern: str
+    """The integrity.md Part 1 pattern number and name."""
+    gap: str | None = None
+    """Set when the harness lets the cheat through: the test is a strict xfail with this reason."""
+    also: tuple[tuple[str, str | None], ...] = ()
+    """Other (validator, check) pairs accepted as the first failure, only where which one comes
+    first depends on what the CPU allocator hands back (documented in README.md)."""
+
+
+GAP_FINGERPRINT = (
+    "NEUTRALIZED, not rejected: a cache keyed on the input's values returns right answers, and "
+    "every timed call now gets freshly generated inputs, so it never hits while timed "
+    "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
+)
+GAP_POOL_THREAD = (
+    "GAP (false positive, integrity/threads): on a problem whose ops never start torch's intra-op "
+    "pool before integrity, the harness's own CPU allocator poisoning (torch.full of >= 1 MiB) "
+    "starts it, and the candidate_first call is blamed for the new native thread"
+)
+
+
+CHEATS: dict[str, Cheat] = {
+    # -- 5 reference passthrough / 17 reading the reference -------------------------------------
+    "ref_import_problem.py": Cheat(LINEAR, STATIC, "reference_access", "5 reference passthrough"),
+    "ref_model_name.py": Cheat(LINEAR, STATIC, "reference_access", "5 reference passthrough"),
+    "ref_sys_modules.py": Cheat(LINEAR, STATIC, "reference_access", "5 reference passthrough"),
+    "ref_gc.py": Cheat(LINEAR, STATIC, "reference_access", "5/17 reference via gc"),
+    "ref_frame_walk.py": Cheat(LINEAR, STATIC, "reference_access", "17 reference via stack frames"),
+    "ref_file_read.py": Cheat(LINEAR, STATIC, "io", "5/17 reference source read from disk"),
+    # -- aliasing / dynamic code -----------------------------------------------------------------
+    "dyn_importlib.py": Cheat(LINEAR, STATIC, "dynamic_code", "5 passthrough via importlib"),
+    "dyn_dunder_import.py": Cheat(LINEAR, STATIC, "dynamic_code", "5 passthrough via __import__"),
+    "dyn_exec.py": Cheat(LINEAR, STATIC, "dynamic_code", "5 passthrough via exec"),
+    "dyn_eval.py": Cheat(LINEAR, STATIC, "dynamic_code", "5 passthrough via eval"),
+    "dyn_getattr_alias.py": Cheat(LINEAR, STATIC, "dynamic_code", "5 passthrough via getattr alias"),
+    # -- 4 monkey-patching -------------------------------------------------------------------------
+    "monkey_allclose.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 harness monkey-patch"),
+    "monkey_tensor_eq.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 harness monkey-patch"),
+    "monkey_perf_counter.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 timer monkey-patch"),
+    "monkey_elapsed_time.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 timer monkey-patch"),
+    "monkey_builtins.py": Cheat(LINEAR, STATIC, "monkey_patch", "4/17 builtins monkey-patch"),
+    "monkey_setattr_alias.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 monkey-patch via setattr"),
+    "monkey_module_dict.py": Cheat(LINEAR, STATIC, "dynamic_code", "4 monkey-patch via vars()"),
+    "stealth_tensor_sub.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 operator rebound via loop variable"),
+    "stealth_reference_mul.py": Cheat(LINEAR, STATIC, "monkey_patch", "20 reference sabotage via type(...)"),
+    "stealth_setattr_map.py": Cheat(LINEAR, STATIC, "monkey_patch", "4 operator rebound via map(setattr, ...)"),
+    "stealth_reference_sabotage.py": Cheat(LINEAR, STATIC, "monkey_patch", "20 reference sabotage"),
+    "harness_rebind_frames.py": Cheat(LINEAR, STATIC, "reference_access", "4/17 harness rebound via frames"),
+    "stealth_tolerance.py": Cheat(LINEAR, STATIC, "reference_access", "17 harness data tampering"),
+    "forge_response.py": Cheat(LINEAR, STATIC, "reference_access", "17 forged in-process verdict"),
+    # -- 2 threads / 1 streams ---------------------------------------------------------------------
+    "thread_late_writer.py": Cheat(LINEAR, STATIC, "threads", "2 thread injection"),
+    "thread_futures.py": Cheat(LINEAR, STATIC, "threads", "2 thread injection"),
+    "thread_asyncio_executor.py": Cheat(LINEAR, STATIC, "threads", "2 thread injection (asyncio)"),
+    "thread_queue_listener.py": Cheat(LINEAR, INTEGRITY, "threads", "2 thread injection (logging QueueListener)"),
+    "stream_side.py": Cheat(LINEAR, STATIC, "streams", "1 side stream"),
+    # -- 6 output caches ---------------------------------------------------------------------------
+    "cache_module_id.py": Cheat(LINEAR, STATIC, "mutable_state", "6 output cache (module, id)"),
+    "cache_module_data_ptr.py": Cheat(LINEAR, STATIC, "mutable_state", "6 output cache (module, data_ptr)"),
+    "cache_self_identity.py": Cheat(LINEAR, INTEGRITY, "refilled_inputs", "6 output cache (self, identity)"),
+    "cache_self_data_ptr.py": Cheat(LINEAR, STATIC, "mutable_state", "6 output cache (self, data_ptr)"),
+    "cache_self_version.py": Cheat(LINEAR, STATIC, "mutable_state", "6 output cache (self, identity + _version)"),
+    "graph_replay_stale.py": Cheat(LINEAR, INTEGRITY, "candidate_first", "15 capture/replay on a stale input"),
+    "cache_self_fingerprint.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, content fingerprint)",
+                                   gap=GAP_FINGERPRINT),
+    # -- I/O ---------------------------------------------------------------------------------------
+    "io_file_cache.py": Cheat(LINEAR, STATIC, "io", "6 output cache in a file"),
+    "io_socket.py": Cheat(LINEAR, STATIC, "io", "17 network I/O"),
+    "io_dev_shm.py": Cheat(LINEAR, STATIC, "io", "6 output cache in /dev/shm"),
+    # -- 12 global flags ---------------------------------------------------------------------------
+    "flags_tf32.py": Cheat(LINEAR, STATIC, "global_flags", "12 precision downgrade (TF32)"),
+    "flags_matmul_precision.py": Cheat(LINEAR, STATIC, "global_flags", "12 precision downgrade"),
+    "flags_num_threads.py": Cheat(LINEAR, STATIC, "global_flags", "20 global flag (threads)"),
+    "flags_manual_seed.py": Cheat(LINEAR, STATIC, "global_flags", "global RNG reseed"),
+    "flags_flush_denormal.py": Cheat(LINEAR, STATIC, "global_flags", "12 global flag (denormals)"),
+    # -- 5 try/except fallback, 17 process exit ----------------------------------------------------
+    "try_fallback.py": Cheat(LINEAR, STATIC, "exception_fallback", "5 try/except fallback"),
+    "exit_sys.py": Cheat(LINEAR, STATIC, "process_exit", "17 process exit"),
+    "exit_os.py": Cheat(LINEAR, STATIC, "process_exit", "17 process exit"),
+    # -- runtime: 8 input mutation, 3 fake outputs, 9 identity, 7 stale memory ----------------------
+    "mutate_input_zero.py": Cheat(LINEAR, CORRECTNESS, None, "8 input mutation"),
+    "out_tensor_subclass.py": Cheat(LINEAR, STATIC, "fake_tensor", "3 tensor subclass"),
+    "out_always_equal.py": Cheat(LINEAR, STATIC, "fake_tensor", "3 always-equal object"),
+    "out_meta.py": Cheat(LINEAR, CORRECTNESS, None, "3 meta tensor"),
+    "out_alias_input.py": Cheat(SILU, CORRECTNESS, None, "9 identity / input alias"),
+    "stale_empty_partial.py": Cheat(LINEAR, CORRECTNESS, None, "7 stale memory (half unwritten)"),
+    "stale_reference_leftover.py": Cheat(SILU, CORRECTNESS, None, "7 stale memory (reference leftover)",
+                                         also=((INTEGRITY, None),)),
+    # -- 12 precision, 13 shapes, 19 nondeterminism, 10/11/14 shortcuts -------------------------------
+    "precision_bf16.py": Cheat(LINEAR, CORRECTNESS, None, "12 precision downgrade (bf16)"),
+    "shape_hardwired_view.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation"),
+    "shape_hardwired_mean.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation"),
+    "nondeterministic_rand.py": Cheat(LINEAR, CORRECTNESS, None, "19 nondeterminism"),
+    "nondeterministic_noise.py": Cheat(LINEAR, INTEGRITY, "repeat_agrees", "19 nondeterminism under tolerance"),
+    "partial_subsample.py": Cheat(MEAN, CORRECTNESS, None, "11 partial computation"),
+    "analytical_zeros.py": Cheat(MEAN, CORRECTNESS, None, "10 analytical shortcut"),
+    "skip_op.py": Cheat(LINEAR, CORRECTNESS, None, "14 skipped operation"),
+}
+
+@dataclass(frozen=True)
+class Honest:
+    problem: str
+    gap: str | None = None
+    """Set when the harness rejects the honest candidate: a strict xfail with this reason."""
+
+
+HONEST_CASES: dict[str, Honest] = {
+    "inplace_fresh_buffers.py": Honest(LINEAR),
+    "addmm_fused.py": Honest(LINEAR),
+    "class_constant.py": Honest(LINEAR),
+    "functional_linear.py": Honest(LINEAR),
+    "baddbmm_batched.py": Honest(LINEAR),
+    "module_helper.py": Honest(LINEAR),
+    "docstring_mentions.py": Honest(LINEAR),
+    "registered_buffer.py": Honest(LINEAR),
+    "row_mean_dynamic.py": Honest(MEAN),
+    "silu_functional.py": Honest(SILU),
+}
+
+GAP_FRAMES_RUNTIME = (
+    "GAP (integrity/harness_tampering, or isolation): with static_checks missed, code that reaches "
+    "the worker's frames can change harness data or write the verdict itself; the tamper snapshot "
+    "compares function identities and flags only, and the verdict is written by the process the "
+    "candidate runs in"
+)
+GAP_SNAPSHOT_LIST = (
+    "GAP (integrity/harness_tampering): guard.Snapshot checks a fixed list of torch functions and "
+    "Tensor methods; torch.relu, Tensor.__sub__/__mul__/__add__ and most of torch are not on it"
+)
+
+BACKSTOP: dict[str, Cheat] = {
+    # If static_checks missed these, what would the worker alone conclude? (defence in depth)
+    "monkey_perf_counter.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 timer monkey-patch"),
+    "harness_rebind_frames.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4/17 harness rebound via frames"),
+    "stealth_setattr_map.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 Tensor.__sub__ rebound",
+                                    gap=GAP_SNAPSHOT_LIST),
+    "stealth_reference_sabotage.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "20 reference sabotage"),
+    # The worker's request is read-only: the attempt to loosen the tolerances raises.
+    "stealth_tolerance.py": Cheat(LINEAR, "correctness", None, "17 harness data tampering"),
+    "forge_response.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "17 forged in-process verdict",
+                               gap=GAP_FRAMES_RUNTIME),
+}
+
+_problems: dict[str, Problem] = {}
+
+
+def problem(name: str) -> Problem:
+    if name not in _problems:
+        _problems[name] = load_problem(PROBLEMS / f"{name}.py")
+    return _problems[name]
+
+
+def evaluate(cfg: EvaluationConfig, problem_name: str, path: Path) -> Evaluation:
+    executor = LocalExecutor.for_devices(["cpu"], cfg, environment())
+    design = Design.from_source(path.read_text(encoding="utf-8"))
+    return asyncio.run(Evaluator(cfg, executor, "cpu").evaluate(problem(problem_name), design, with_baseline=False))
+
+
+def evaluate_worker_only(cfg: EvaluationConfig, problem_name: str, path: Path) -> Verdict:
+    """The worker's checking stages alone (load, correctness, integrity, shapes; not timing, to
+    save time), as if static_checks had passed the candidate."""
+    prob = problem(problem_name)
+    graph = domain.validator_graph(prob)
+    specs = [
+        ValidatorSpec(s.name, tuple(r for r in s.requires if r != STATIC), s.placement)
+        for s in graph.specs
+        if s.placement == "worker" and s.name != TIMING
+    ]
+    design = Design.from_source(path.read_text(encoding="utf-8"))
+    limit = domain.timeout_s(prob, cfg)
+
+    async def run() -> Verdict:
+        executor = LocalExecutor.for_devices(["cpu"], cfg, environment())
+        req = domain.build_request(prob, design, specs, cfg)
+        _slot, sr = await executor.submit(req, limit, cfg.compile_timeout_s)
+        out = interpret(specs, sr, req.request_id, limit, cfg.compile_timeout_s)
+        graph_run = GraphRun(ValidatorGraph.of(specs), batch_placement="worker")
+        graph_run.record(out.results)
+        graph_run.record_missing(specs, "the worker ended before this stage ran")
+        return Verdict(graph_run.results)
+
+    return asyncio.run(run())
+
+
+def _params(cases: dict[str, Cheat] | dict[str, Honest]) -> list[object]:
+    out = []
+    for name, case in sorted(cases.items()):
+        marks = [pytest.mark.xfail(strict=True, reason=case.gap)] if case.gap else []
+        out.append(pytest.param(name, marks=marks, id=name.removesuffix(".py")))
+    return out
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_dev_shm_leftovers():
+    """io_dev_shm.py writes /dev/shm/stratagem_adv_* if it ever runs: remove what it left."""
+    yield
+    for p in glob.glob("/dev/shm/stratagem_adv_*.pt"):
+        os.remove(p)
+
+
+@pytest.mark.parametrize("name", _params(CHEATS))
+def test_cheat_is_rejected(name: str, cpu_config: EvaluationConfig) -> None:
+    case = CHEATS[name]
+    ev = evaluate(cpu_config, case.problem, CANDIDATES / name)
+    report = ev.verdict.report()
+    assert ev.verdict.status == "invalid", f"{name} was {ev.verdict.status}:\n{report}"
+    if case.gap:
+        return  # any rejection closes the gap: the strict xfail then fails, so fix the manifest
+    first = ev.verdict.failures[0]
+    expected = [(case.validator, case.check), *case.also]
+    assert any(_caught_by(first, v, c) for v, c in expected), (
+        f"{name}: first failure {first.name} ({first.reason}), expected one of {expected}:\n{report}"
+    )
+
+
+@pytest.mark.parametrize("name", _params(BACKSTOP))
+def test_runtime_backstop(name: str, cpu_config: EvaluationConfig) -> None:
+    """Static checks bypassed: the worker's own validators must still reject the cheat."""
+    case = BACKSTOP[name]
+    verdict = evaluate_worker_only(cpu_config, case.problem, CANDIDATES / name)
+    assert verdict.status == "invalid", f"{name} was {verdict.status}:\n{verdict.report()}"
+    if case.gap:
+        return
+    first = verdict.failures[0]
+    assert _caught_by(first, case.validator, case.check), f"{name}:\n{verdict.report()}"
+
+
+def _caught_by(first: ValidatorResult, validator: str, check: str | None) -> bool:
+    if first.name != validator:
+        return False
+    if check is None:
+        return True
+    if validator == STATIC:
+        return check in [r["check"] for r in first.details.get("rejections", [])]
+    return (first.reason or "").startswith(check + ":")
+
+
+@pytest.mark.parametrize("name", _params(HONEST_CASES))
+def test_honest_candidate_is_valid(name: str, cpu_config: EvaluationConfig) -> None:
+    ev = evaluate(cpu_config, HONEST_CASES[name].problem, HONEST / name)
+    assert ev.verdict.status == "valid", f"{name}:\n{ev.verdict.report()}"
+    static = ev.verdict.result(STATIC)
+    assert static is not None and static.outcome == "passed"
+
+
+def test_manifest_covers_every_file() -> None:
+    """No orphan fixtures, and no manifest entry without its file."""
+    assert {p.name for p in CANDIDATES.glob("*.py")} == set(CHEATS)
+    assert set(BACKSTOP) <= set(CHEATS)
+    assert {p.name for p in HONEST.glob("*.py")} == set(HONEST_CASES)
+    used = {c.problem for c in [*CHEATS.values(), *HONEST_CASES.values()]}
+    assert {p.stem for p in PROBLEMS.glob("*.py")} == used
+
+
+def test_readme_lists_every_candidate() -> None:
+    readme = (HERE / "README.md").read_text(encoding="utf-8")
+    missing = [n for n in [*CHEATS, *HONEST_CASES] if f"`{n}`" not in readme]
+    assert not missing, f"README.md does not list {missing}"
+
+
+def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig) -> None:
+    """Timed calls get new input values, so a content-fingerprint cache never hits there."""
+    cheat = evaluate(cpu_config, LINEAR, CANDIDATES / "cache_self_fingerprint.py")
+    honest = evaluate(cpu_config, LINEAR, HONEST / "functional_linear.py")
+    assert cheat.runtime_ms is not None and honest.runtime_ms is not None
+    # A cache hit is a dictionary lookup (~5x faster than the honest call here when it hit).
+    assert cheat.runtime_ms > 0.6 * honest.runtime_ms, (cheat.runtime_ms, honest.runtime_ms)
