@@ -183,8 +183,7 @@ BACKSTOP: dict[str, Cheat] = {
     # If static_checks missed these, what would the worker alone conclude? (defence in depth)
     "monkey_perf_counter.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 timer monkey-patch"),
     "harness_rebind_frames.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4/17 harness rebound via frames"),
-    "stealth_setattr_map.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 Tensor.__sub__ rebound",
-                                    gap=GAP_SNAPSHOT_LIST),
+    "stealth_setattr_map.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 Tensor.__sub__ rebound"),
     "stealth_reference_sabotage.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "20 reference sabotage"),
     # The worker's request is read-only: the attempt to loosen the tolerances raises.
     "stealth_tolerance.py": Cheat(LINEAR, "correctness", None, "17 harness data tampering"),

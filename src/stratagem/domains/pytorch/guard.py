@@ -59,10 +59,16 @@ HARNESS_MODULES = (
 
 
 def _namespace(prefix: str, ns: Any, static: bool) -> dict[str, Any]:
-    """Every callable a namespace holds (class members read statically, unbound)."""
+    """Every callable a namespace holds. Classes are read statically over `dir()`, so an
+    override added to a subclass's dict (`torch.Tensor.__sub__ = ...`) shows as a change."""
     out: dict[str, Any] = {}
-    for name, value in list(vars(ns).items()):
+    names = dir(ns) if static else list(vars(ns))
+    for name in names:
         if name.startswith("__") and name not in _DUNDERS:
+            continue
+        try:
+            value = inspect.getattr_static(ns, name) if static else vars(ns)[name]
+        except (AttributeError, KeyError):
             continue
         if static or callable(value):
             out[f"{prefix}.{name}"] = value
