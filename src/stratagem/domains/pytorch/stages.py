@@ -140,7 +140,7 @@ class Worker:
         with self._timing_lock(), torch.no_grad():
             sets = self._timing_inputs(p)
             try:
-                stats = timing.time_callable(model, sets, self.req["timing"], self.device, self._fresh(p))
+                stats = timing.time_callable(model, sets, self.req["timing"], self.device, self._fresh(p, sets))
             except Exception as e:
                 self._note_cuda(e)
                 raise StageFailure(runtime.classify_exception(e), f"the candidate failed while timed: {runtime.one_line(e)}",
@@ -173,7 +173,7 @@ class Worker:
             for mode in modes:
                 try:
                     fn = _compiled(p.reference, mode)
-                    out[mode] = timing.time_callable(fn, sets, self.req["timing"], self.device, self._fresh(p))
+                    out[mode] = timing.time_callable(fn, sets, self.req["timing"], self.device, self._fresh(p, sets))
                 except Exception as e:
                     self._note_cuda(e)
                     if mode == "eager":
@@ -198,15 +198,33 @@ class Worker:
             raise StageFailure("problem_error", f"get_inputs() failed: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
-    def _fresh(self, p: Programs) -> Callable[[int], list[Any]]:
-        """Inputs for timed call i: new values at new addresses, built outside the timed
-        region, so no output can be looked up from an earlier call (value-keyed caches)."""
-        base = int(self.req["timing_seed"]) + 1_000_003
+    def _fresh(self, p: Programs, sets: list[list[Any]]) -> Callable[[int], list[Any]]:
+        """Inputs for timed call i, made outside the timed region, never with values an
+        earlier call saw (so value-keyed caches cannot hit). On a GPU: freshly generated
+        from the problem's `get_inputs()` (new values at new addresses; cheap there). On the
+        CPU, where generating gigabytes per call would dominate the run, the rotated sets are
+        rescaled in place by a factor that differs for every call (1 + (i+1) * 2**-20,
+        relative to the last factor that set saw), which changes every nonzero value."""
+        if self.device.startswith("cuda"):
+            base = int(self.req["timing_seed"]) + 1_000_003
 
-        def make(i: int) -> list[Any]:
-            return self._inputs(p, base + i, "timing")
+            def make(i: int) -> list[Any]:
+                return self._inputs(p, base + i, "timing")
 
-        return make
+            return make
+        k = len(sets)
+        last = [1.0] * k
+
+        def rescale(i: int) -> list[Any]:
+            j = i % k
+            factor = 1.0 + (i + 1) * 2.0**-20
+            for x in sets[j]:
+                if isinstance(x, torch.Tensor) and x.is_floating_point():
+                    x.mul_(factor / last[j])
+            last[j] = factor
+            return sets[j]
+
+        return rescale
 
     def _timing_inputs(self, p: Programs) -> list[list[Any]]:
         seed = int(self.req["timing_seed"])
