@@ -215,6 +215,15 @@ def _print_eval(console: Console, s: dict[str, Any]) -> None:
         if name == "timing" and v["status"] == "passed":
             rt = v["details"]["runtime"]
             detail = f"median {rt['median_ms']:.4f} ms, IQR {rt['iqr_ms']:.4f} ms, n={rt['n']}"
+        if name == "integrity" and v["status"] == "passed":
+            detail = "checks: " + ", ".join(v["details"].get("checks", []))
+        if name == "shapes" and v["status"] == "passed":
+            sizes = [x.get("sizes") for x in v["details"].get("variants", []) if "max_abs_err" in x]
+            detail = f"also correct with {sizes}" if sizes else v["details"].get("note", "")
+        if name == "roofline" and v["status"] == "passed":
+            d = v["details"]
+            detail = (f"{d['sol_fraction']:.1%} of speed-of-light ({d['bound']}-bound floor {d['floor_ms']:.4g} ms)"
+                      if d.get("checked") else d.get("note", ""))
         t.add_row(name, f"[{_COLORS[v['status']]}]{v['status']}[/]", detail)
     console.print(t)
     console.print(f"status: [bold {color}]{s['status']}[/]")

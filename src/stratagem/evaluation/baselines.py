@@ -13,11 +13,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+TIMING_PROTOCOL = 2
+"""Bumped whenever the way the worker times changes, so older cached baselines are not reused
+(2: fresh input values for every timed call)."""
+
 
 def baseline_key(
     problem_id: str, environment: Mapping[str, Any], modes: Sequence[str], timing: Mapping[str, Any]
 ) -> str:
     parts = {
+        "protocol": TIMING_PROTOCOL,
         "problem": problem_id,
         "device_name": environment.get("device_name"),
         "device": environment.get("device"),
