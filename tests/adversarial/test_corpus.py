@@ -63,12 +63,6 @@ GAP_FINGERPRINT = (
     "every timed call now gets freshly generated inputs, so it never hits while timed "
     "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
 )
-GAP_POOL_THREAD = (
-    "GAP (false positive, integrity/threads): on a problem whose ops never start torch's intra-op "
-    "pool before integrity, the harness's own CPU allocator poisoning (torch.full of >= 1 MiB) "
-    "starts it, and the candidate_first call is blamed for the new native thread"
-)
-
 
 CHEATS: dict[str, Cheat] = {
     # -- 5 reference passthrough / 17 reading the reference -------------------------------------
@@ -174,11 +168,6 @@ GAP_FRAMES_RUNTIME = (
     "compares function identities and flags only, and the verdict is written by the process the "
     "candidate runs in"
 )
-GAP_SNAPSHOT_LIST = (
-    "GAP (integrity/harness_tampering): guard.Snapshot checks a fixed list of torch functions and "
-    "Tensor methods; torch.relu, Tensor.__sub__/__mul__/__add__ and most of torch are not on it"
-)
-
 BACKSTOP: dict[str, Cheat] = {
     # If static_checks missed these, what would the worker alone conclude? (defence in depth)
     "monkey_perf_counter.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 timer monkey-patch"),

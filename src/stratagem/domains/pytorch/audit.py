@@ -56,7 +56,7 @@ def run_audit(w: Worker) -> dict[str, Any]:
     outputs: list[Any] = []
     nulls: dict[str, list[dict[str, Any]]] = {}
     for seed in seeds:
-        inputs = w._inputs(p, seed, "audit")
+        inputs = w._inputs(p, seed)
         with torch.no_grad():
             ref = w._call_reference(p.reference, runtime.clone_inputs(inputs))
         outputs.append(ref)

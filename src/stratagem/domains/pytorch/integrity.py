@@ -20,7 +20,7 @@ to the visible shapes fails.
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -118,7 +118,7 @@ class Checker:
         self.log.append({"check": check, "max_abs_err": c.max_abs_err})
 
     def inputs(self, seed: int) -> list[Any]:
-        return self.w._inputs(self.p, seed, "integrity")
+        return self.w._inputs(self.p, seed)
 
 
 def run_integrity(w: Worker) -> dict[str, Any]:
@@ -224,5 +224,3 @@ def _fail(kind: str, reason: str, details: Mapping[str, Any]) -> None:
 
     raise StageFailure(kind, reason, details)
 
-
-Stage = Callable[["Worker"], dict[str, Any]]

@@ -80,7 +80,7 @@ def run_provenance(w: Worker) -> dict[str, Any]:
     p = w._programs(need_candidate=True)
     assert p.candidate is not None and p.candidate_module is not None
     own = [str(n) for n in w.req.get("own_kernels", [])]
-    inputs = w._inputs(p, int(w.req["integrity_seeds"][0]) ^ 0x5EED, "provenance")
+    inputs = w._inputs(p, int(w.req["integrity_seeds"][0]) ^ 0x5EED)
     with torch.no_grad():
         ref = w._call_reference(p.reference, runtime.clone_inputs(inputs))
         w._call_candidate(p.candidate, runtime.clone_inputs(inputs))  # warm: compiles, autotuning

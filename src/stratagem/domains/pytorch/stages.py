@@ -109,7 +109,7 @@ class Worker:
         trials: list[dict[str, Any]] = []
         tolerances = self.req["tolerances"]
         for seed in self.req["seeds"]:
-            inputs = self._inputs(p, int(seed), "reference")
+            inputs = self._inputs(p, int(seed))
             pristine = runtime.clone_inputs(inputs)
             ref_in, cand_in = runtime.clone_inputs(inputs), runtime.clone_inputs(inputs)
             del inputs
@@ -191,7 +191,7 @@ class Worker:
             raise StageFailure("harness_error", "stage ran without a loaded program")
         return self.programs
 
-    def _inputs(self, p: Programs, seed: int, who: str) -> list[Any]:
+    def _inputs(self, p: Programs, seed: int) -> list[Any]:
         try:
             return runtime.make_inputs(p.reference_module, seed, self.device)
         except Exception as e:
@@ -209,7 +209,7 @@ class Worker:
             base = int(self.req["timing_seed"]) + 1_000_003
 
             def make(i: int) -> list[Any]:
-                return self._inputs(p, base + i, "timing")
+                return self._inputs(p, base + i)
 
             return make
         k = len(sets)
@@ -228,13 +228,13 @@ class Worker:
 
     def _timing_inputs(self, p: Programs) -> list[list[Any]]:
         seed = int(self.req["timing_seed"])
-        first = self._inputs(p, seed, "timing")
+        first = self._inputs(p, seed)
         want = int(self.req["timing"]["input_sets"])
         nbytes = runtime.inputs_nbytes(first)
         if self.device.startswith("cuda") and nbytes > 0:
             free, _ = torch.cuda.mem_get_info()
             want = max(1, min(want, int(0.25 * free // nbytes)))
-        return [first] + [self._inputs(p, seed + i, "timing") for i in range(1, want)]
+        return [first] + [self._inputs(p, seed + i) for i in range(1, want)]
 
     def _call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
         try:
