@@ -226,6 +226,10 @@ def _print_eval(console: Console, s: dict[str, Any]) -> None:
                       if d.get("checked") else d.get("note", ""))
         t.add_row(name, f"[{_COLORS[v['status']]}]{v['status']}[/]", detail)
     console.print(t)
+    for v in s["validators"].values():
+        tail = (v.get("details") or {}).get("stderr_tail") or (v.get("details") or {}).get("traceback")
+        if v["status"] == "failed" and v["kind"] in ("harness_error", "crash", "problem_error", "compile_error") and tail:
+            console.print("\n".join(str(tail).rstrip().splitlines()[-12:]), style="dim", markup=False)
     console.print(f"status: [bold {color}]{s['status']}[/]")
     if s["runtime_ms"] is not None:
         refs = ", ".join(f"{k} {v:.4f} ms" for k, v in s["reference_ms"].items() if v is not None)
