@@ -209,22 +209,21 @@ class Evaluator:
                 return Baseline(problem.id, hit["modes"], hit["environment"], True, Verdict(()))
         # Compiling references (max-autotune above all) takes minutes: allow for it.
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
-        verdict, environment = await self._run_reference_graph(
+        verdict, measured_env = await self._run_reference_graph(
             problem, domain.BASELINE_GRAPH, limit, baselines=modes, seeds=[]
         )
-        out_env = environment
         result = verdict.result("baseline")
         if result is None or result.outcome != "passed":
-            return Baseline(problem.id, {}, out_env, False, verdict)
+            return Baseline(problem.id, {}, measured_env, False, verdict)
         found = result.details.get("baselines")
         if not isinstance(found, Mapping):
             raise HarnessError("baseline stage passed without timings")
         modes_out = {str(k): dict(v) for k, v in found.items()}
         self.cache.put(
-            baseline_key(problem.id, out_env, modes, timing_cfg),
-            {"problem": problem.name, "modes": modes_out, "environment": out_env},
+            baseline_key(problem.id, measured_env, modes, timing_cfg),
+            {"problem": problem.name, "modes": modes_out, "environment": measured_env},
         )
-        return Baseline(problem.id, modes_out, out_env, False, verdict)
+        return Baseline(problem.id, modes_out, measured_env, False, verdict)
 
     async def device_peaks(self, problem: Problem) -> dict[str, Any] | None:
         """Calibrated bandwidth and matmul rates of this evaluator's device (cached on disk)."""

@@ -7,7 +7,7 @@ tolerance of the reference output's dtype; max absolute and relative errors are 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +25,6 @@ class Comparison:
     max_rel_err: float = 0.0
     mismatched: int = 0
     checked: int = 0
-    notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.domains.pytorch import compare, guard, runtime
+from stratagem.domains.pytorch.runtime import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.stages import Worker
@@ -87,8 +88,6 @@ class Checker:
         self.log: list[dict[str, Any]] = []
 
     def fail(self, kind: str, check: str, reason: str) -> None:
-        from stratagem.domains.pytorch.stages import StageFailure
-
         raise StageFailure(kind, f"{check}: {reason}", {"check": check, "passed_checks": self.log})
 
     def call(self, check: str, inputs: list[Any]) -> Any:
@@ -182,7 +181,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                 setattr(mod, k, val)
             seed = int(w.req["init_seed"])
             try:
-                init = _init_inputs(mod, seed, w.device)
+                init = runtime.init_inputs(mod, seed, w.device)
                 ref_model = runtime.instantiate(mod.Model, init, seed, w.device)
                 inputs = runtime.make_inputs(mod, int(w.req["shape_seed"]), w.device)
                 with torch.no_grad():
@@ -213,14 +212,6 @@ def run_shapes(w: Worker) -> dict[str, Any]:
     return {"variants": done}
 
 
-def _init_inputs(mod: Any, seed: int, device: str) -> list[Any]:
-    torch.manual_seed(seed)
-    with runtime.device_context(device):
-        return list(mod.get_init_inputs())
-
-
 def _fail(kind: str, reason: str, details: Mapping[str, Any]) -> None:
-    from stratagem.domains.pytorch.stages import StageFailure
-
     raise StageFailure(kind, reason, details)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,9 +97,8 @@ def _required_positional(fn: ast.FunctionDef) -> int:
     return positional - len(args.defaults)
 
 
-def size_constants(tree: ast.Module) -> dict[str, int | float]:
-    """Module-level names bound to numbers or arithmetic over earlier ones (`N = 2048 * 2`)."""
-    found: dict[str, int | float] = {}
+def _bindings(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:
+    """(name, value) of each module-level `name = value` or `name: T = value`, in order."""
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
@@ -107,11 +106,19 @@ def size_constants(tree: ast.Module) -> dict[str, int | float]:
             target, value = node.target, node.value
         else:
             continue
-        if not isinstance(target, ast.Name) or target.id == SETTINGS_NAME:
+        if isinstance(target, ast.Name):
+            yield target.id, value
+
+
+def size_constants(tree: ast.Module) -> dict[str, int | float]:
+    """Module-level names bound to numbers or arithmetic over earlier ones (`N = 2048 * 2`)."""
+    found: dict[str, int | float] = {}
+    for name, value in _bindings(tree):
+        if name == SETTINGS_NAME:
             continue
         v = _eval_number(value, found)
         if v is not None:
-            found[target.id] = v
+            found[name] = v
     return found
 
 
@@ -135,14 +142,8 @@ def _eval_number(node: ast.expr, env: Mapping[str, int | float]) -> int | float 
 
 
 def _settings(tree: ast.Module, where: str) -> dict[str, Any]:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, expr = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            target, expr = node.target, node.value
-        else:
-            continue
-        if isinstance(target, ast.Name) and target.id == SETTINGS_NAME:
+    for name, expr in _bindings(tree):
+        if name == SETTINGS_NAME:
             try:
                 value = ast.literal_eval(expr)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.domains.pytorch import compare, integrity, runtime
+from stratagem.domains.pytorch.runtime import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.stages import Worker
@@ -73,8 +74,6 @@ def _zeroing(fn: Any) -> Any:
 
 
 def run_provenance(w: Worker) -> dict[str, Any]:
-    from stratagem.domains.pytorch.stages import StageFailure
-
     if not w.device.startswith("cuda"):
         return {"checked": False, "note": "kernel provenance is profiled on GPUs only; checked statically here"}
     p = w._programs(need_candidate=True)

@@ -10,7 +10,7 @@ import importlib.util
 import sys
 import traceback
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,21 @@ def device_context(device: str) -> Any:
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+class StageFailure(Exception):
+    """Raised inside a worker stage to end it as failed with a kind, reason and details."""
+
+    def __init__(self, kind: str, reason: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.kind, self.reason, self.details = kind, reason, dict(details or {})
+
+
+def init_inputs(module: types.ModuleType, seed: int, device: str) -> list[Any]:
+    """Call the problem's `get_init_inputs()` seeded, under the default-device context."""
+    torch.manual_seed(seed)
+    with device_context(device):
+        return list(module.get_init_inputs())
 
 
 @dataclass

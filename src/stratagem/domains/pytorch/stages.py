@@ -33,17 +33,9 @@ from stratagem.domains.pytorch import (
     runtime,
     timing,
 )
-from stratagem.domains.pytorch.runtime import Programs
+from stratagem.domains.pytorch.runtime import Programs, StageFailure
 
 Emit = Callable[[str, dict[str, Any]], None]
-
-
-class StageFailure(Exception):
-    """Raised inside a stage to end it as failed with a kind, reason and details."""
-
-    def __init__(self, kind: str, reason: str, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(reason)
-        self.kind, self.reason, self.details = kind, reason, dict(details or {})
 
 
 class Worker:
@@ -66,7 +58,7 @@ class Worker:
             ref_mod = runtime.load_module(
                 runtime.REFERENCE_MODULE, prob["source"], self.workdir, "reference.py"
             )
-            init_inputs = _seeded_init_inputs(ref_mod, int(self.req["init_seed"]), self.device)
+            init_inputs = runtime.init_inputs(ref_mod, int(self.req["init_seed"]), self.device)
             ref = runtime.instantiate(ref_mod.Model, init_inputs, int(self.req["init_seed"]), self.device)
         except Exception as e:  # the problem, not the candidate, is broken
             raise StageFailure(
@@ -298,12 +290,6 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     return value
-
-
-def _seeded_init_inputs(module: Any, seed: int, device: str) -> list[Any]:
-    torch.manual_seed(seed)
-    with runtime.device_context(device):
-        return list(module.get_init_inputs())
 
 
 def _is_build_error(e: BaseException) -> bool:

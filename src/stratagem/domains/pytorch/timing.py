@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from stratagem.core.objective import quartiles
+
 Fresh = Callable[[int], Sequence[Any]]
 """Builds the inputs of timed call i (new values, new addresses), outside the timed region."""
 
@@ -36,10 +38,7 @@ L2_FLUSH_BYTES_MIN = 256 * 1024 * 1024
 
 def summarize(samples_ms: Sequence[float]) -> dict[str, Any]:
     xs = sorted(samples_ms)
-    if len(xs) == 1:
-        q1 = med = q3 = xs[0]
-    else:
-        q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    q1, med, q3 = quartiles(xs)
     return {
         "median_ms": med,
         "q1_ms": q1,
