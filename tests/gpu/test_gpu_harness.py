@@ -47,7 +47,7 @@ def test_cuda_candidate_valid(evaluator):
     assert t["device_sync_median_ms"] >= t["stream_median_ms"] == t["median_ms"]
     assert t["sync_overhead_ms"] > 0
     # An honest single-stream kernel leaves no work behind the timed stream.
-    assert t["unsynced_work_ms"] < max(0.01, 0.1 * t["median_ms"]), t
+    assert t["unsynced_work_ms"] < max(0.02, 0.1 * t["median_ms"]), t
 
 
 def test_wrong_cuda_candidate_invalid(evaluator):

@@ -40,6 +40,9 @@ def poison_allocator(device: str, nbytes_hint: int) -> None:
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+        # Release every cached block first: a freed block of exactly the output's size (holding
+        # an earlier call's right answer) would otherwise be a better fit than the poison.
+        torch.cuda.empty_cache()
         free, _ = torch.cuda.mem_get_info()
         n = int(min(POISON_BYTES_MAX, max(4 * nbytes_hint, 64 * 2**20), free * 0.5)) // 4
         big = torch.full((n,), float("nan"), device=device)

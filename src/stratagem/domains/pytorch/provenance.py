@@ -85,9 +85,12 @@ def run_provenance(w: Worker) -> dict[str, Any]:
         w._call_candidate(p.candidate, runtime.clone_inputs(inputs))  # warm: compiles, autotuning
         from torch.profiler import ProfilerActivity, profile
 
+        args = runtime.clone_inputs(inputs)  # copied outside the profile: only the call is attributed
+        torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+            w._call_candidate(p.candidate, args)
             torch.cuda.synchronize()
+        del args
     kernels = _kernel_times(prof)
     total = sum(t for _, t in kernels)
     mine = sum(t for name, t in kernels if any(k in name for k in own))

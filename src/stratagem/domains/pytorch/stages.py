@@ -147,7 +147,11 @@ class Worker:
                                {"runtime": stats})
         if self.device.startswith("cuda"):
             gap, med = float(stats["unsynced_work_ms"]), float(stats["median_ms"])
-            if gap > max(SIDE_STREAM_FLOOR_MS, SIDE_STREAM_FRACTION * med):
+            limit = max(SIDE_STREAM_FLOOR_MS, SIDE_STREAM_FRACTION * med)
+            if gap > limit:  # confirm with an independent measurement before rejecting
+                gap = min(gap, timing.unsynced_work_ms(model, sets, self.device))
+                stats["unsynced_work_confirm_ms"] = gap
+            if gap > limit:
                 raise StageFailure(
                     "rejected",
                     f"side_stream: {gap:.4f} ms of work per call finished only after a device-wide "
@@ -266,7 +270,7 @@ class Worker:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-SIDE_STREAM_FLOOR_MS = 0.01
+SIDE_STREAM_FLOOR_MS = 0.02
 SIDE_STREAM_FRACTION = 0.10
 """Work finishing after the timed stream's end event beyond max(floor, fraction x runtime)
 fails timing. Honest single-stream kernels measured 0.2-1.6 us on an H200."""

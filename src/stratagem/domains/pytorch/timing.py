@@ -8,8 +8,10 @@ device, record a device-end event. Both intervals are kept for every call:
   `triton.testing.do_bench` uses, and it agrees with it (benchmarks/RESULTS.md);
 - `device_sync_samples_ms` (start -> end after a device-wide synchronize) also counts work a
   candidate left on other streams, at the price of a fixed host round trip, which is
-  calibrated on an empty call (`sync_overhead_ms`). A device-sync time well above the stream
-  time plus that overhead means work escaped the timed stream.
+  calibrated on an empty call measured right after every timed call (`sync_overhead_ms`;
+  paired, so clock and power-state drift cancel). A device-sync time well above the stream
+  time plus that overhead (`unsynced_work_ms`, the median of the paired differences) means
+  work escaped the timed stream.
 
 `sync_mode = "device"` reports the device-sync interval instead. Warm-up runs for a time
 budget; the repetition count is derived from the measured per-call time and a budget. Every
@@ -98,11 +100,11 @@ def time_cuda(
         if calls >= 10_000:
             break
     torch.cuda.synchronize()
-    est, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
+    est, _, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
     reps = _reps(statistics.median(est), cfg)
-    stream, dev = _measure_cuda(fn, arg_sets, reps, flush, fresh)
-    noop_stream, noop_dev = _measure_cuda(_noop, [()], 50, flush)
-    overhead = statistics.median(d - s for s, d in zip(noop_stream, noop_dev, strict=True))
+    stream, dev, overheads = _measure_cuda(fn, arg_sets, reps, flush, fresh, paired_noop=True)
+    overhead = statistics.median(overheads)
+    gaps = [d - s - o for s, d, o in zip(stream, dev, overheads, strict=True)]
     primary = dev if sync_mode == "device" else stream
     out = summarize(primary)
     dev_median = statistics.median(dev)
@@ -115,9 +117,19 @@ def time_cuda(
         device_sync_median_ms=dev_median,
         device_sync_samples_ms=dev if sync_mode != "device" else stream,
         sync_overhead_ms=overhead,
-        unsynced_work_ms=dev_median - overhead - statistics.median(stream),
+        unsynced_work_ms=statistics.median(gaps),
     )
     return out
+
+
+def unsynced_work_ms(
+    fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], device: str, reps: int = 100,
+) -> float:
+    """A second, independent estimate of the work left behind the timed stream (a confirmation
+    of the side-stream detector before it rejects)."""
+    flush = L2Flusher(device)
+    stream, dev, overheads = _measure_cuda(fn, arg_sets, reps, flush, None, paired_noop=True)
+    return statistics.median(d - s - o for s, d, o in zip(stream, dev, overheads, strict=True))
 
 
 def _noop() -> None:
@@ -130,25 +142,30 @@ def _measure_cuda(
     reps: int,
     flush: L2Flusher | None,
     fresh: Fresh | None = None,
-) -> tuple[list[float], list[float]]:
-    """(start -> stream end, start -> end after a device synchronize) per call, in ms."""
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    mids = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    paired_noop: bool = False,
+) -> tuple[list[float], list[float], list[float]]:
+    """(start -> stream end, start -> end after a device synchronize, and with `paired_noop`
+    the same sync overhead of an empty call made right after) per call, in ms."""
+    ev = [[torch.cuda.Event(enable_timing=True) for _ in range(6 if paired_noop else 3)] for _ in range(reps)]
     k = len(arg_sets)
     for i in range(reps):
         args = fresh(i) if fresh is not None else arg_sets[i % k]
-        if flush is not None:
-            flush()
-        starts[i].record()
-        fn(*args)
-        mids[i].record()
-        torch.cuda.synchronize()
-        ends[i].record()
+        calls: list[tuple[Callable[..., Any], Sequence[Any]]] = [(fn, args)]
+        if paired_noop:
+            calls.append((_noop, ()))
+        for j, (f, a) in enumerate(calls):
+            if flush is not None:
+                flush()
+            ev[i][3 * j].record()
+            f(*a)
+            ev[i][3 * j + 1].record()
+            torch.cuda.synchronize()
+            ev[i][3 * j + 2].record()
     torch.cuda.synchronize()
-    stream = [s.elapsed_time(m) for s, m in zip(starts, mids, strict=True)]
-    dev = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
-    return stream, dev
+    stream = [e[0].elapsed_time(e[1]) for e in ev]
+    dev = [e[0].elapsed_time(e[2]) for e in ev]
+    over = [e[3].elapsed_time(e[5]) - e[3].elapsed_time(e[4]) for e in ev] if paired_noop else []
+    return stream, dev, over
 
 
 def time_cpu(
