@@ -1,5 +1,5 @@
 """GPU-only cheats the runtime checks must catch even when the static checks are bypassed
-(run on the GPU machine: pytest -m gpu). Written in session 1; not yet run on a GPU."""
+(run on the GPU machine: pytest -m gpu). Run on an H200 on 2026-11-30 (both pass)."""
 
 from __future__ import annotations
 
