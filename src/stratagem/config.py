@@ -108,11 +108,103 @@ class EvaluationConfig(BaseModel):
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, not {v!r}")
 
 
+class ContextConfig(BaseModel):
+    """What the Strategist sees of earlier designs (AUTO's P best, Q worst, R recent, F failed)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    best: int = Field(default=3, ge=0)
+    """P: the fastest valid designs."""
+    worst: int = Field(default=1, ge=0)
+    """Q: the slowest valid designs."""
+    recent: int = Field(default=2, ge=0)
+    """R: the most recent designs not already chosen."""
+    failed: int = Field(default=2, ge=0)
+    """F: random failed designs (invalid or error)."""
+    token_budget: int = Field(default=16_000, ge=500)
+    """Approximate token budget of the rendered context (4 characters per token)."""
+    failure_report_chars: int = Field(default=1_200, ge=100)
+    """Each failure report is compressed to at most this many characters."""
+
+
+class Price(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+
+
+class AgentsConfig(BaseModel):
+    """The LLM side: which model, which endpoints, limits and retries."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str | None = None
+    """`openai:gpt-4.1`, `anthropic:claude-sonnet-4-5`, `ollama:qwen3:32b`, `test`, or a bare
+    model name served by `endpoints`. None: no LLM (the `recipes` policy)."""
+    endpoints: list[str] = Field(default_factory=list)
+    """OpenAI-compatible base URLs serving `model` (vLLM, Ollama, ...); several form a pool that
+    concurrent agents share."""
+    api_key_env: str | None = None
+    """Environment variable holding the endpoints' API key (read by config.py only)."""
+    request_timeout_s: float = Field(default=300.0, gt=0)
+    max_retries: int = Field(default=4, ge=0)
+    """Retries of one request after a timeout, 429, 5xx or connection error."""
+    backoff_s: float = Field(default=2.0, ge=0)
+    """First retry delay; doubles each retry."""
+    output_retries: int = Field(default=2, ge=0)
+    """Retries after a malformed answer (schema or static-check failure)."""
+    implementor_token_limit: int = Field(default=200_000, ge=1_000)
+    """An Implementor's conversation is abandoned (design logged as failed) past this many tokens."""
+    implementor_max_attempts: int = Field(default=6, ge=1)
+    """Evaluations an Implementor may request before giving up."""
+    summarize_after_tokens: int = Field(default=60_000, ge=1_000)
+    """The Summarizer compresses a conversation's history past this size."""
+    analyst: bool = True
+    """Let the Strategist call the Analyst, and review too-good-to-be-true designs."""
+    suspicious_speedup: float = Field(default=10.0, gt=1)
+    """A valid design this many times faster than eager is reviewed before it can become the best."""
+    docs_dir: Path | None = None
+    """A folder of documentation the Analyst can search (a problem may also ship `docs/`)."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Model name -> price, overriding the built-in price table."""
+    temperature: float | None = None
+
+
+class SearchConfig(BaseModel):
+    """The run loop: policy, iterations, concurrency, budgets and stop rules."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policy: Literal["auto", "recipes"] | None = None
+    """None: `auto` when a model is configured, else `recipes`."""
+    iterations: int = Field(default=10, ge=1)
+    patience: int | None = Field(default=3, ge=1)
+    """Stop after this many iterations without a new best (None: never)."""
+    implementors: int = Field(default=2, ge=1)
+    max_queries: int | None = Field(default=None, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_usd: float | None = Field(default=None, ge=0)
+    max_gpu_seconds: float | None = Field(default=None, gt=0)
+    """Seconds of evaluation (worker) time, on whatever device evaluates."""
+    max_wall_seconds: float | None = Field(default=None, gt=0)
+    seed: int = 0
+    """Seeds the search's own choices (curation's random failures, recipe order)."""
+    recipes: list[str] | None = None
+    """Restrict the `recipes` policy to these recipe names (None: every one that applies)."""
+
+
 class StratagemConfig(BaseModel):
     """The whole configuration."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    context: ContextConfig = Field(default_factory=ContextConfig)
+
+    @property
+    def policy(self) -> str:
+        """The policy in force: the configured one, else `auto` with a model, `recipes` without."""
+        if self.search.policy is not None:
+            return self.search.policy
+        return "auto" if self.agents.model else "recipes"
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -180,3 +272,13 @@ def cache_dir(cfg: EvaluationConfig) -> Path:
 def environment() -> dict[str, str]:
     """A snapshot of the process environment, for the sandbox to filter."""
     return dict(os.environ)
+
+
+def secret(name: str | None) -> str | None:
+    """Read one secret (an API key) from the environment; None when unset or unnamed."""
+    return os.environ.get(name) if name else None
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Merge command-line overrides (None values ignored) into a config mapping."""
+    return _merge(dict(data), _drop_none(overrides or {}))

@@ -51,6 +51,13 @@ class ValidatorResult:
     duration_s: float | None = None
     """Wall time the validator took, `None` if it did not run."""
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ValidatorResult:
+        """The inverse of `to_json` (reading stored evaluations back)."""
+        return cls(name=str(d["name"]), outcome=d["outcome"], reason=d.get("reason"),
+                   kind=d.get("kind"), details=dict(d.get("details") or {}),
+                   duration_s=d.get("duration_s"))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: the search tables (run, iterations, agent_calls, reviews)."""
 
 
 class ProblemRecord(BaseModel):
@@ -57,4 +58,62 @@ class EvaluationRecord(BaseModel):
     seeds: list[int]
     reference_ms: dict[str, float | None]
     measurements: list[MeasurementRecord] = Field(default_factory=list)
+    created_at: float
+
+
+class RunRecord(BaseModel):
+    """The search run a run directory holds (one per directory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    problem_id: str
+    policy: str
+    config: dict[str, Any]
+    """The whole StratagemConfig as JSON, so `resume` continues with the same settings."""
+    status: str
+    """`running`, `finished` or `interrupted`."""
+    stop_reason: str | None = None
+    created_at: float
+    updated_at: float
+
+
+class IterationRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    n: int
+    """1-based iteration number."""
+    status: str
+    """`running` (or killed while running), `done`, `interrupted`."""
+    context_ids: dict[str, list[str]] = Field(default_factory=dict)
+    """Curated context: group (`best`, `worst`, `recent`, `failed`) -> design ids."""
+    plan: dict[str, Any] | None = None
+    design_ids: list[str] = Field(default_factory=list)
+    note: str = ""
+    started_at: float
+    finished_at: float | None = None
+
+
+class AgentCallRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: int | None = None
+    iteration: int | None
+    role: str
+    model: str
+    prompt_hash: str
+    input_tokens: int
+    output_tokens: int
+    requests: int
+    cost_usd: float | None
+    latency_s: float
+    retries: int
+    ok: bool
+    error: str | None
+    messages_hash: str
+    """Artifact hash of the message history (pydantic-ai JSON)."""
+    created_at: float
+
+
+class ReviewRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    design_id: str
+    cheating: bool
+    reason: str
     created_at: float

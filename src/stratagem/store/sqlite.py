@@ -21,10 +21,14 @@ from stratagem.core.problem import Problem, content_hash
 from stratagem.errors import StoreError
 from stratagem.store.records import (
     SCHEMA_VERSION,
+    AgentCallRecord,
     DesignRecord,
     EvaluationRecord,
+    IterationRecord,
     MeasurementRecord,
     ProblemRecord,
+    ReviewRecord,
+    RunRecord,
 )
 
 _SCHEMA = """
@@ -48,6 +52,22 @@ CREATE TABLE IF NOT EXISTS measurements (
     evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
     name TEXT NOT NULL, unit TEXT NOT NULL,
     median REAL NOT NULL, q1 REAL NOT NULL, q3 REAL NOT NULL, samples TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS run (
+    id INTEGER PRIMARY KEY CHECK (id = 1), problem_id TEXT NOT NULL, policy TEXT NOT NULL,
+    config TEXT NOT NULL, status TEXT NOT NULL, stop_reason TEXT,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS iterations (
+    n INTEGER PRIMARY KEY, status TEXT NOT NULL, context_ids TEXT NOT NULL, plan TEXT,
+    design_ids TEXT NOT NULL, note TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL);
+CREATE TABLE IF NOT EXISTS agent_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, iteration INTEGER, role TEXT NOT NULL,
+    model TEXT NOT NULL, prompt_hash TEXT NOT NULL, input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, requests INTEGER NOT NULL, cost_usd REAL,
+    latency_s REAL NOT NULL, retries INTEGER NOT NULL, ok INTEGER NOT NULL, error TEXT,
+    messages_hash TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS reviews (
+    design_id TEXT NOT NULL REFERENCES designs(id), cheating INTEGER NOT NULL,
+    reason TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS evaluations_design ON evaluations(design_id);
 CREATE INDEX IF NOT EXISTS designs_problem ON designs(problem_id);
 """
@@ -81,6 +101,8 @@ class RunStore:
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row[0]) < SCHEMA_VERSION:  # older databases gain the new tables above
+                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StoreError(
                     f"{d / cls.DB_NAME} has schema {row[0]}; this stratagem reads up to {SCHEMA_VERSION}"
@@ -231,6 +253,91 @@ class RunStore:
                                                 samples=json.loads(m[5])) for m in ms],
             ))
         return out
+
+    # -- the search -----------------------------------------------------------------------
+
+    def start_run(self, problem_id: str, policy: str, config: dict[str, object]) -> RunRecord:
+        """Record this directory's run; an existing run is kept (resume) and returned.
+
+        Raises:
+            StoreError: the directory already holds a run of another problem.
+        """
+        now = time.time()
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO run VALUES (1,?,?,?,?,?,?,?)",
+                      (problem_id, policy, json.dumps(config), "running", None, now, now))
+        run = self.run()
+        assert run is not None
+        if run.problem_id != problem_id:
+            raise StoreError(f"{self.run_dir} holds a run of another problem ({run.problem_id[:12]})")
+        return run
+
+    def run(self) -> RunRecord | None:
+        r = self._conn.execute("SELECT problem_id, policy, config, status, stop_reason, created_at,"
+                               " updated_at FROM run WHERE id=1").fetchone()
+        if r is None:
+            return None
+        return RunRecord(problem_id=r[0], policy=r[1], config=json.loads(r[2]), status=r[3],
+                         stop_reason=r[4], created_at=r[5], updated_at=r[6])
+
+    def set_run_status(self, status: str, stop_reason: str | None = None) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE run SET status=?, stop_reason=?, updated_at=? WHERE id=1",
+                      (status, stop_reason, time.time()))
+
+    def start_iteration(self, n: int, context_ids: dict[str, list[str]]) -> None:
+        """Open iteration `n` (re-opening one a killed run left `running` keeps its start)."""
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO iterations VALUES (?,?,?,?,?,?,?,?)",
+                      (n, "running", json.dumps(context_ids), None, "[]", "", time.time(), None))
+
+    def finish_iteration(
+        self, n: int, status: str, plan: dict[str, object] | None, design_ids: list[str], note: str
+    ) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE iterations SET status=?, plan=?, design_ids=?, note=?, finished_at=?"
+                      " WHERE n=?", (status, None if plan is None else json.dumps(plan),
+                                     json.dumps(design_ids), note, time.time(), n))
+
+    def iterations(self) -> list[IterationRecord]:
+        rows = self._conn.execute("SELECT n, status, context_ids, plan, design_ids, note, started_at,"
+                                  " finished_at FROM iterations ORDER BY n").fetchall()
+        return [IterationRecord(n=r[0], status=r[1], context_ids=json.loads(r[2]),
+                                plan=None if r[3] is None else json.loads(r[3]),
+                                design_ids=json.loads(r[4]), note=r[5], started_at=r[6],
+                                finished_at=r[7]) for r in rows]
+
+    def add_agent_call(self, rec: AgentCallRecord) -> int:
+        with self._tx() as c:
+            cur = c.execute(
+                "INSERT INTO agent_calls (iteration, role, model, prompt_hash, input_tokens,"
+                " output_tokens, requests, cost_usd, latency_s, retries, ok, error, messages_hash,"
+                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (rec.iteration, rec.role, rec.model, rec.prompt_hash, rec.input_tokens,
+                 rec.output_tokens, rec.requests, rec.cost_usd, rec.latency_s, rec.retries,
+                 int(rec.ok), rec.error, rec.messages_hash, rec.created_at))
+            return int(cur.lastrowid or 0)
+
+    def agent_calls(self) -> list[AgentCallRecord]:
+        rows = self._conn.execute(
+            "SELECT id, iteration, role, model, prompt_hash, input_tokens, output_tokens, requests,"
+            " cost_usd, latency_s, retries, ok, error, messages_hash, created_at FROM agent_calls"
+            " ORDER BY id").fetchall()
+        return [AgentCallRecord(id=r[0], iteration=r[1], role=r[2], model=r[3], prompt_hash=r[4],
+                                input_tokens=r[5], output_tokens=r[6], requests=r[7], cost_usd=r[8],
+                                latency_s=r[9], retries=r[10], ok=bool(r[11]), error=r[12],
+                                messages_hash=r[13], created_at=r[14]) for r in rows]
+
+    def add_review(self, rec: ReviewRecord) -> None:
+        with self._tx() as c:
+            c.execute("INSERT INTO reviews VALUES (?,?,?,?)",
+                      (rec.design_id, int(rec.cheating), rec.reason, rec.created_at))
+
+    def reviews(self) -> list[ReviewRecord]:
+        rows = self._conn.execute("SELECT design_id, cheating, reason, created_at FROM reviews"
+                                  " ORDER BY rowid").fetchall()
+        return [ReviewRecord(design_id=r[0], cheating=bool(r[1]), reason=r[2], created_at=r[3])
+                for r in rows]
 
 
 def _design(r: tuple[object, ...]) -> DesignRecord:

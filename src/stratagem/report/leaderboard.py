@@ -1,0 +1,47 @@
+"""Owns the terminal views of a run's results: the leaderboard, strategy counts and the
+spend line (rich renderables built from the store's records; nothing is computed that the
+store lacks beyond ranking and ratios)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.table import Table
+
+from stratagem.search.budget import Spend
+from stratagem.search.types import DesignView
+
+
+def leaderboard(
+    views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10
+) -> Table:
+    """Valid designs fastest first, with speedups against eager and torch.compile."""
+    t = Table(title="Leaderboard", title_justify="left")
+    for col in ("#", "design", "author", "strategy", "iter", "runtime ms", "vs eager", "vs compile"):
+        t.add_column(col, justify="right" if col in ("#", "iter", "runtime ms", "vs eager", "vs compile") else "left")
+    valid = sorted((v for v in views if v.status == "valid" and v.runtime_ms), key=lambda v: v.runtime_ms or 0.0)
+    eager, comp = reference_ms.get("eager"), reference_ms.get("compile")
+    for i, v in enumerate(valid[:top], 1):
+        rt = v.runtime_ms or 0.0
+        t.add_row(str(i), v.id[:12], v.author or "-", v.strategy or "-",
+                  "-" if v.iteration is None else str(v.iteration), f"{rt:.4f}",
+                  f"{eager / rt:.2f}x" if eager else "-", f"{comp / rt:.2f}x" if comp else "-")
+    if eager or comp:
+        t.caption = "reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v)
+    return t
+
+
+def strategy_table(counts: Mapping[str, Mapping[str, int]]) -> Table:
+    t = Table(title="Strategies", title_justify="left")
+    t.add_column("strategy")
+    t.add_column("designs", justify="right")
+    t.add_column("valid", justify="right")
+    for name, c in sorted(counts.items()):
+        t.add_row(name, str(c["designs"]), str(c["valid"]))
+    return t
+
+
+def spend_line(spend: Spend) -> str:
+    usd = f"${spend.usd:.4f}" + (f" (+{spend.unpriced_calls} unpriced calls)" if spend.unpriced_calls else "")
+    return (f"LLM queries {spend.queries} · tokens {spend.tokens:,} · {usd} · retries {spend.retries} · "
+            f"evaluations {spend.evaluations} · device {spend.gpu_seconds:.1f} s")

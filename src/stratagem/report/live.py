@@ -1,0 +1,55 @@
+"""Owns the live terminal view of a running search (rich): iteration, strategy, each agent's
+state, valid/invalid designs, best speedup, LLM queries, tokens, money and device time."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from stratagem.report.leaderboard import spend_line
+from stratagem.search.loop import Progress
+
+
+class LiveView:
+    """A `RunView` that redraws a small panel; on a non-terminal it prints events as lines."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._live: Live | None = None
+        self._printed = 0
+        self._last: list[str] = []
+
+    def __enter__(self) -> LiveView:
+        if self.console.is_terminal:
+            self._live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def update(self, p: Progress) -> None:
+        if self._live is not None:
+            self._live.update(self.render(p))
+            return
+        new = [e for e in p.events if e not in self._last]
+        for e in new:
+            self.console.print(e, highlight=False)
+        self._last = list(p.events)
+
+    def render(self, p: Progress) -> Group:
+        head = Table.grid(padding=(0, 2))
+        best = f"{p.best_speedup:.2f}x ({(p.best_id or '')[:10]})" if p.best_speedup else "-"
+        head.add_row(f"[bold]{p.problem}[/] · policy {p.policy}",
+                     f"iteration {p.iteration}/{p.iterations}", f"strategy {p.strategy or '-'}")
+        head.add_row(f"designs: [green]{p.valid} valid[/] · [red]{p.invalid} invalid[/]",
+                     f"best {best}", "")
+        workers = Table.grid(padding=(0, 2))
+        for name, status in sorted(p.workers.items()):
+            workers.add_row(name, status)
+        return Group(head, Text(spend_line(p.spend), style="dim"), workers,
+                     Text("\n".join(p.events[-5:]), style="dim"))

@@ -1,0 +1,132 @@
+"""Owns the library entry points behind `stratagem run`, `resume` and `show`: open or create
+the run directory, choose the policy, build the evaluator, run the loop.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stratagem.config import StratagemConfig, apply_overrides
+from stratagem.core.problem import Problem
+from stratagem.domains.pytorch.problem import load_problem, parse_problem
+from stratagem.errors import ConfigError, StoreError
+from stratagem.evaluation.api import make_evaluator
+from stratagem.evaluation.service import Evaluator
+from stratagem.search import state as st
+from stratagem.search.budget import Spend
+from stratagem.search.loop import RunOutcome, RunView, SearchLoop
+from stratagem.search.types import DesignView, Policy
+from stratagem.store.records import IterationRecord, RunRecord
+from stratagem.store.sqlite import RunStore
+
+
+def default_run_dir(problem: Problem, root: Path = Path("runs")) -> Path:
+    return root / f"{problem.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def make_policy(cfg: StratagemConfig, problem: Problem, evaluator: Evaluator, run_dir: Path) -> Policy:
+    """The configured policy (`auto` needs a model; `recipes` needs none)."""
+    if cfg.policy == "recipes":
+        from stratagem.search.policies.recipes import RecipesPolicy
+
+        return RecipesPolicy.from_config(cfg, on_gpu=evaluator.on_gpu)
+    if not cfg.agents.model:
+        raise ConfigError("policy `auto` needs a model: pass --model (e.g. openai:gpt-4.1, "
+                          "anthropic:claude-sonnet-4-5, ollama:qwen3, or a name with --endpoint URL)")
+    from stratagem.search.policies.auto import AutoPolicy
+
+    return AutoPolicy.from_config(cfg, problem, run_dir / "work")
+
+
+async def start_run(
+    problem_path: str | Path, cfg: StratagemConfig, run_dir: Path | None = None, view: RunView | None = None
+) -> RunOutcome:
+    """Start a new run (or continue the run already in `run_dir` with the new settings)."""
+    problem = load_problem(problem_path)
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(problem)
+    with RunStore.open(run_dir) as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
+        return await _run(cfg, problem, store, view)
+
+
+async def resume_run(run_dir: str | Path, view: RunView | None = None,
+                     overrides: dict[str, Any] | None = None) -> RunOutcome:
+    """Continue a stopped or killed run from its database, with the settings it started with.
+
+    Raises:
+        StoreError: `run_dir` holds no run.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / RunStore.DB_NAME).exists():
+        raise StoreError(f"{run_dir} holds no run database ({RunStore.DB_NAME})")
+    with RunStore.open(run_dir) as store:
+        run = store.run()
+        if run is None:
+            raise StoreError(f"{run_dir} holds evaluations but no search run")
+        data = apply_overrides(run.config, overrides)
+        try:
+            cfg = StratagemConfig.model_validate(data)
+        except Exception as e:  # noqa: BLE001 - a config written by another version
+            raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
+        problem = _stored_problem(store, run)
+        return await _run(cfg, problem, store, view)
+
+
+def _stored_problem(store: RunStore, run: RunRecord) -> Problem:
+    rec = next((p for p in store.problems() if p.id == run.problem_id), None)
+    if rec is None:
+        raise StoreError(f"the run's problem {run.problem_id[:12]} is missing from {store.run_dir}")
+    return parse_problem(store.get_artifact(rec.source_hash), name=rec.name, path=rec.path)
+
+
+async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: RunView | None) -> RunOutcome:
+    evaluator = make_evaluator(cfg.evaluation)
+    policy = make_policy(cfg, problem, evaluator, store.run_dir)
+    loop = SearchLoop(cfg, problem, store, evaluator, policy, view)
+    return await loop.run()
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What `stratagem show` prints: the run, its designs, iterations and spend."""
+
+    run_dir: Path
+    run: RunRecord | None
+    problem: str
+    views: list[DesignView]
+    iterations: list[IterationRecord]
+    spend: Spend
+    reference_ms: dict[str, float | None]
+
+    @property
+    def best(self) -> DesignView | None:
+        return st.best_of(self.views)
+
+    @property
+    def strategy_counts(self) -> dict[str, dict[str, int]]:
+        return st.strategy_counts(self.views)
+
+
+def show_run(run_dir: str | Path) -> RunSummary:
+    """Read a run directory (read-only use; works while the run is going on)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / RunStore.DB_NAME).exists():
+        raise StoreError(f"{run_dir} holds no run database ({RunStore.DB_NAME})")
+    with RunStore.open(run_dir) as store:
+        problems = store.problems()
+        run = store.run()
+        evaluations = store.evaluations()
+        views = st.design_views(store.designs(), evaluations, store.reviews(),
+                                lambda d: store.get_artifact(d.files["candidate.py"]))
+        ref: dict[str, float | None] = {}
+        for ev in reversed(evaluations):
+            if ev.reference_ms:
+                ref = dict(ev.reference_ms)
+                break
+        return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
+                          views=views, iterations=store.iterations(),
+                          spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref)

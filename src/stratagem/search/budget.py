@@ -1,0 +1,95 @@
+"""Owns the run's budgets and what has been spent against them: LLM queries, tokens, money,
+evaluation (GPU) seconds and wall-clock time.
+
+The spend is rebuilt from the store on resume (agent calls and evaluations are recorded), so
+budgets hold across a killed and resumed run; the wall clock counts the current invocation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from stratagem.config import SearchConfig
+from stratagem.search.types import AgentCall
+from stratagem.store.records import AgentCallRecord, EvaluationRecord
+
+
+@dataclass
+class Spend:
+    """What a run has used so far."""
+
+    queries: int = 0
+    """LLM requests (every request of every agent run, retries included)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    usd: float = 0.0
+    unpriced_calls: int = 0
+    """Agent calls whose model has no known price (their cost is not in `usd`)."""
+    retries: int = 0
+    failed_calls: int = 0
+    gpu_seconds: float = 0.0
+    """Worker time of every evaluation (validator durations), on whatever device evaluates."""
+    evaluations: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add_call(self, call: AgentCall | AgentCallRecord) -> None:
+        self.queries += call.requests
+        self.input_tokens += call.input_tokens
+        self.output_tokens += call.output_tokens
+        self.retries += call.retries
+        self.failed_calls += int(not call.ok)
+        if call.cost_usd is None:
+            self.unpriced_calls += int(call.requests > 0)
+        else:
+            self.usd += call.cost_usd
+
+    def add_evaluation(self, ev: EvaluationRecord) -> None:
+        self.evaluations += 1
+        self.gpu_seconds += evaluation_seconds(ev)
+
+    @classmethod
+    def from_records(cls, calls: Sequence[AgentCallRecord], evaluations: Sequence[EvaluationRecord]) -> Spend:
+        s = cls()
+        for c in calls:
+            s.add_call(c)
+        for e in evaluations:
+            s.add_evaluation(e)
+        return s
+
+
+def evaluation_seconds(ev: EvaluationRecord) -> float:
+    return float(sum(v.get("duration_s") or 0.0 for v in ev.validators))
+
+
+class Budgets:
+    """Limits from SearchConfig checked against a Spend."""
+
+    def __init__(self, cfg: SearchConfig, spend: Spend, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.spend = spend
+        self._clock = clock
+        self._t0 = clock()
+
+    @property
+    def wall_seconds(self) -> float:
+        return self._clock() - self._t0
+
+    def exhausted(self) -> str | None:
+        """The first budget that is used up, as `max_queries (12/12)`; None while all have room."""
+        c, s = self.cfg, self.spend
+        checks = (
+            ("max_queries", c.max_queries, s.queries),
+            ("max_tokens", c.max_tokens, s.tokens),
+            ("max_usd", c.max_usd, s.usd),
+            ("max_gpu_seconds", c.max_gpu_seconds, s.gpu_seconds),
+            ("max_wall_seconds", c.max_wall_seconds, self.wall_seconds),
+        )
+        for name, limit, used in checks:
+            if limit is not None and used >= limit:
+                return f"{name} ({used:.4g} of {limit:g})"
+        return None

@@ -1,0 +1,91 @@
+"""Owns turning stored records into the search's view of a run: design views (latest verdict,
+reviews applied), the best design, and how many iterations passed without a new best.
+
+Pure functions over records; the loop reads the store and calls these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.search.types import DesignView
+from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
+
+
+def report_of(ev: EvaluationRecord) -> str:
+    """The agent-facing failure report of a stored evaluation."""
+    return Verdict(tuple(ValidatorResult.from_json(v) for v in ev.validators)).report()
+
+
+def design_views(
+    designs: Sequence[DesignRecord],
+    evaluations: Sequence[EvaluationRecord],
+    reviews: Sequence[ReviewRecord],
+    source_of: Callable[[DesignRecord], str],
+) -> list[DesignView]:
+    """One view per evaluated design, oldest first; the latest evaluation decides its status
+    and a review that found cheating turns a valid design into `flagged`."""
+    latest: dict[str, EvaluationRecord] = {}
+    for ev in evaluations:
+        latest[ev.design_id] = ev
+    cheats = {r.design_id: r.reason for r in reviews if r.cheating}
+    out = []
+    for d in designs:
+        ev = latest.get(d.id)
+        if ev is None:
+            continue
+        prov = d.provenance
+        status = ev.status
+        report = report_of(ev)
+        if d.id in cheats:
+            status, report = "flagged", f"[review] judged cheating: {cheats[d.id]}"
+        valid = status == "valid"
+        out.append(DesignView(
+            id=d.id, source=source_of(d), status=status,  # type: ignore[arg-type]
+            iteration=prov.get("iteration"), strategy=prov.get("strategy"), author=prov.get("author"),
+            parents=tuple(d.parent_ids), runtime_ms=ev.runtime_ms if valid else None,
+            speedup=ev.speedup if valid else None, report=report, created_at=d.created_at,
+        ))
+    return out
+
+
+def pending_designs(designs: Sequence[DesignRecord], evaluations: Sequence[EvaluationRecord]) -> list[DesignRecord]:
+    """Designs stored but never evaluated (the run was killed while they were running)."""
+    done = {ev.design_id for ev in evaluations}
+    return [d for d in designs if d.id not in done]
+
+
+def best_of(views: Sequence[DesignView]) -> DesignView | None:
+    valid = [v for v in views if v.status == "valid" and v.runtime_ms is not None]
+    return min(valid, key=lambda v: v.runtime_ms or float("inf")) if valid else None
+
+
+def stale_iterations(iterations: Sequence[IterationRecord], views: Sequence[DesignView]) -> int:
+    """Trailing finished iterations that produced no new best (the patience counter)."""
+    best_ms = float("inf")
+    stale = 0
+    by_iter: dict[int, list[DesignView]] = {}
+    for v in views:
+        if v.iteration is not None:
+            by_iter.setdefault(int(v.iteration), []).append(v)
+    for it in iterations:
+        if it.status == "running":
+            continue
+        new = [v.runtime_ms for v in by_iter.get(it.n, []) if v.status == "valid" and v.runtime_ms is not None]
+        if new and min(new) < best_ms:
+            best_ms = min(new)
+            stale = 0
+        else:
+            stale += 1
+    return stale
+
+
+def strategy_counts(views: Sequence[DesignView]) -> dict[str, dict[str, int]]:
+    """Strategy -> {designs, valid}."""
+    out: dict[str, dict[str, int]] = {}
+    for v in views:
+        c = out.setdefault(v.strategy or "-", {"designs": 0, "valid": 0})
+        c["designs"] += 1
+        c["valid"] += int(v.status == "valid")
+    return out

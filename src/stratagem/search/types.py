@@ -1,0 +1,172 @@
+"""Owns the records the run loop and the policies exchange: plans, design views, feedback,
+agent-call accounting, and the Policy and Session protocols.
+
+Standard library only, so policies, agents and the loop can all import it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from stratagem.core.problem import Problem
+
+Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
+STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
+
+DesignStatus = Literal["valid", "invalid", "error", "flagged"]
+"""`flagged`: valid by the harness but judged cheating by the Analyst's review."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The Strategist's decision for one iteration."""
+
+    strategy: str
+    """One of STRATEGIES for `auto`; the recipe batch name for `recipes`."""
+    evidence: tuple[str, ...] = ()
+    """Ids of the designs the plan builds on."""
+    rationale: str = ""
+    instructions: str = ""
+    """Concrete implementation instructions for the Implementors."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "evidence": list(self.evidence),
+                "rationale": self.rationale, "instructions": self.instructions}
+
+
+@dataclass(frozen=True)
+class DesignView:
+    """One design as the search sees it: source, lineage and its latest verdict."""
+
+    id: str
+    source: str
+    status: DesignStatus
+    iteration: int | None = None
+    strategy: str | None = None
+    author: str | None = None
+    """`implementor-2`, `recipe:compile-max-autotune`, `file`, ..."""
+    parents: tuple[str, ...] = ()
+    runtime_ms: float | None = None
+    speedup: float | None = None
+    """Eager reference time / design time; None unless valid and timed."""
+    report: str = ""
+    """The validators' failure report (`Verdict.report()`), or the review's reason."""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """A read-only snapshot of the run the policies decide from."""
+
+    problem: Problem
+    designs: tuple[DesignView, ...]
+    """Every evaluated design, oldest first."""
+    iteration: int
+    """The iteration about to run (1-based)."""
+    reference_ms: dict[str, float | None] = field(default_factory=dict)
+    device: str = "cpu"
+    tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
+    """dtype name -> {atol, rtol} in force for this problem."""
+
+    @property
+    def valid(self) -> list[DesignView]:
+        return [d for d in self.designs if d.status == "valid" and d.runtime_ms is not None]
+
+    @property
+    def best(self) -> DesignView | None:
+        v = self.valid
+        return min(v, key=lambda d: d.runtime_ms or float("inf")) if v else None
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """What an evaluation tells the policy (and an Implementor) about one design."""
+
+    design_id: str
+    status: DesignStatus
+    report: str
+    """`All validators passed.` or every failure, one per line."""
+    runtime_ms: float | None = None
+    speedup: float | None = None
+    reused: bool = False
+    """True when the same source had been evaluated before in this run (no new run)."""
+
+
+@dataclass(frozen=True)
+class AgentCall:
+    """One agent run (one role, one conversation turn with possibly several requests)."""
+
+    role: str
+    """`strategist`, `analyst`, `implementor`, `summarizer`."""
+    model: str
+    prompt_hash: str
+    """sha256 of the instructions + user prompt sent."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+    cost_usd: float | None = None
+    """None when the model's price is unknown."""
+    latency_s: float = 0.0
+    retries: int = 0
+    """Transport retries (timeouts, 429/5xx) and output retries counted together."""
+    ok: bool = True
+    error: str | None = None
+    messages_json: str = "[]"
+    """The whole message history (pydantic-ai's JSON), kept as an artifact."""
+
+
+@dataclass(frozen=True)
+class IterationResult:
+    """What one policy iteration produced."""
+
+    plan: Plan | None
+    design_ids: tuple[str, ...] = ()
+    note: str = ""
+    exhausted: bool = False
+    """The policy has nothing more to propose (the loop stops)."""
+
+
+@dataclass(frozen=True)
+class Review:
+    """The Analyst's verdict on a suspiciously good design."""
+
+    cheating: bool
+    reason: str
+
+
+class Session(Protocol):
+    """The loop's services to a policy during one iteration."""
+
+    async def evaluate(
+        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = ""
+    ) -> Feedback:
+        """Store the design, run it through the harness (once per distinct source), store the
+        verdict; counts against the GPU-seconds budget."""
+        ...
+
+    def record_call(self, call: AgentCall) -> None:
+        """Store one agent call and count its queries, tokens and money against the budgets."""
+        ...
+
+    def budget_left(self) -> str | None:
+        """None while every budget has room; else the name of the exhausted one."""
+        ...
+
+    def set_status(self, worker: str, status: str) -> None:
+        """Show what one agent is doing in the live view (`implementor-1`, `attempt 2: evaluating`)."""
+        ...
+
+
+class Policy(Protocol):
+    name: str
+
+    async def iterate(self, state: SearchState, session: Session) -> IterationResult:
+        """Run one iteration: decide, make designs, evaluate them through `session`."""
+        ...
+
+    async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
+        """Inspect a design that looks too good to be true before it becomes the best; None when
+        the policy has no reviewer."""
+        ...

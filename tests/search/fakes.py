@@ -1,0 +1,102 @@
+"""Test doubles for the run loop: an evaluator that reads its verdict from markers in the
+candidate source (no worker, no torch), and a policy that replays scripted designs."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from stratagem.core.design import Design
+from stratagem.core.problem import Problem
+from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.evaluation.service import Baseline, Evaluation
+from stratagem.search.types import DesignView, IterationResult, Plan, Review, SearchState, Session
+
+EAGER_MS = 1.0
+
+
+def stats(ms: float) -> dict[str, object]:
+    return {"median_ms": ms, "q1_ms": ms, "q3_ms": ms, "samples_ms": [ms, ms, ms]}
+
+
+class FakeEvaluator:
+    """`# runtime_ms=0.5` in the source: valid at that time; `# invalid: why`: wrong output."""
+
+    physical_device = "cpu"
+    on_gpu = False
+
+    def __init__(self, delay_s: float = 0.0, seconds_per_eval: float = 1.0) -> None:
+        self.calls: list[str] = []
+        self.delay_s = delay_s
+        self.seconds_per_eval = seconds_per_eval
+
+    async def evaluate(self, problem: Problem, design: Design, **_: object) -> Evaluation:
+        self.calls.append(design.id)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        src = design.source
+        bad = re.search(r"# invalid: (.*)", src)
+        ms = re.search(r"# runtime_ms=([0-9.]+)", src)
+        d = self.seconds_per_eval
+        if bad or not ms:
+            results = (ValidatorResult("static_checks", "passed", duration_s=0.0),
+                       ValidatorResult("correctness", "failed", reason=bad.group(1) if bad else "no marker",
+                                       kind="wrong_output", duration_s=d),
+                       ValidatorResult("timing", "skipped", reason="needs correctness"))
+            baseline = None
+        else:
+            results = (ValidatorResult("static_checks", "passed", duration_s=0.0),
+                       ValidatorResult("correctness", "passed", duration_s=d / 2),
+                       ValidatorResult("timing", "passed", details={"runtime": stats(float(ms.group(1)))},
+                                       duration_s=d / 2))
+            baseline = Baseline(problem.id, {"eager": stats(EAGER_MS), "compile": stats(0.8)}, {}, True,
+                                Verdict(()))
+        return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
+                          environment={}, seeds=(1,), baseline=baseline)
+
+
+@dataclass
+class ScriptedPolicy:
+    """Each iteration evaluates the next list of sources; `exhausted` after the script ends."""
+
+    script: list[list[str]]
+    name: str = "scripted"
+    reviews: dict[str, Review] = field(default_factory=dict)
+    seen: list[SearchState] = field(default_factory=list)
+    on_iterate: Callable[[int], None] | None = None
+
+    async def iterate(self, state: SearchState, session: Session) -> IterationResult:
+        self.seen.append(state)
+        i = len(self.seen) - 1
+        if self.on_iterate is not None:
+            self.on_iterate(i)
+        if i >= len(self.script):
+            return IterationResult(plan=None, exhausted=True)
+        ids = []
+        for k, src in enumerate(self.script[i]):
+            if session.budget_left():
+                break
+            fb = await session.evaluate(src, strategy="innovate", author=f"implementor-{k + 1}")
+            ids.append(fb.design_id)
+        return IterationResult(plan=Plan("innovate", rationale="scripted"), design_ids=tuple(ids))
+
+    async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
+        for marker, review in self.reviews.items():
+            if marker in design.source:
+                return review
+        return None
+
+
+def src(tag: str, runtime_ms: float | None = None, invalid: str | None = None) -> str:
+    lines = [f"# design {tag}", "class ModelNew: pass"]
+    if runtime_ms is not None:
+        lines.append(f"# runtime_ms={runtime_ms}")
+    if invalid is not None:
+        lines.append(f"# invalid: {invalid}")
+    return "\n".join(lines) + "\n"
+
+
+def sources(*items: tuple[str, float | None]) -> Sequence[str]:
+    return [src(t, ms) for t, ms in items]

@@ -1,0 +1,168 @@
+"""The run loop with a scripted policy and a marker-reading evaluator: storage, stop rules,
+budgets, reviews, duplicate designs, cancellation and recovery of a killed run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from fakes import FakeEvaluator, ScriptedPolicy, src
+
+from stratagem.config import load_config
+from stratagem.core.design import Design
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.search.loop import SearchLoop
+from stratagem.search.types import AgentCall, Review
+from stratagem.store.sqlite import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests/fixtures/problem_relu.py"
+
+
+def make_loop(tmp_path: Path, policy: ScriptedPolicy, evaluator: FakeEvaluator | None = None, **search):
+    cfg = load_config(None, {"search": {"patience": 5, **search}})
+    problem = load_problem(PROBLEM)
+    store = RunStore.open(tmp_path / "run")
+    store.add_problem(problem)
+    store.start_run(problem.id, policy.name, cfg.model_dump(mode="json"))
+    ev = evaluator or FakeEvaluator()
+    return SearchLoop(cfg, problem, store, ev, policy), store, ev  # type: ignore[arg-type]
+
+
+def test_iterations_are_stored_and_the_best_is_written(tmp_path):
+    policy = ScriptedPolicy([[src("a", 0.8), src("b", invalid="wrong")], [src("c", 0.5)], [src("d", 0.6)]])
+    loop, store, ev = make_loop(tmp_path, policy, iterations=3)
+    out = asyncio.run(loop.run())
+    assert out.stop_reason.startswith("iterations (3 of 3)")
+    assert out.best is not None and out.best.source == src("c", 0.5)
+    assert out.best.speedup == pytest.approx(2.0)
+    assert out.best_path is not None and out.best_path.read_text() == src("c", 0.5)
+    its = store.iterations()
+    assert [i.n for i in its] == [1, 2, 3] and all(i.status == "done" for i in its)
+    assert len(its[0].design_ids) == 2 and its[0].plan["strategy"] == "innovate"
+    designs = store.designs()
+    assert len(designs) == 4 and len(store.evaluations()) == 4
+    assert designs[0].provenance == {"iteration": 1, "strategy": "innovate", "author": "implementor-1"}
+    assert store.run().status == "finished"
+    # The policy saw earlier iterations' designs with their verdicts.
+    seen = policy.seen[2].designs
+    assert {d.status for d in seen} == {"valid", "invalid"}
+    assert next(d for d in seen if d.status == "invalid").report.startswith("[correctness] wrong_output: wrong")
+
+
+def test_patience_stops_after_iterations_without_a_new_best(tmp_path):
+    script = [[src("a", 0.5)], [src("b", 0.6)], [src("c", 0.7)], [src("d", 0.1)]]
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy(script), iterations=10, patience=2)
+    out = asyncio.run(loop.run())
+    assert out.stop_reason.startswith("patience")
+    assert len(store.iterations()) == 3  # 1 improved, 2 and 3 did not: stop before 4
+
+
+def test_policy_exhaustion_stops_the_run(tmp_path):
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), iterations=10)
+    out = asyncio.run(loop.run())
+    assert out.stop_reason == "the policy has nothing more to propose"
+    assert len(store.designs()) == 1
+
+
+def test_device_seconds_budget(tmp_path):
+    script = [[src(f"{i}-{k}", 0.5 + i / 10 + k / 100) for k in range(2)] for i in range(5)]
+    loop, store, ev = make_loop(tmp_path, ScriptedPolicy(script), FakeEvaluator(seconds_per_eval=1.0),
+                                iterations=10, max_gpu_seconds=3)
+    out = asyncio.run(loop.run())
+    assert out.stop_reason.startswith("max_gpu_seconds")
+    assert len(ev.calls) == 3  # the policy checks budget_left() before each evaluation
+
+
+def test_query_and_money_budgets_count_agent_calls(tmp_path):
+    class Calling(ScriptedPolicy):
+        async def iterate(self, state, session):
+            session.record_call(AgentCall(role="strategist", model="m", prompt_hash="h", input_tokens=100,
+                                          output_tokens=50, requests=2, cost_usd=0.25, messages_json="[1]"))
+            return await super().iterate(state, session)
+
+    loop, store, _ = make_loop(tmp_path, Calling([[src(str(i), 1 - i / 10)] for i in range(9)]),
+                               iterations=10, max_usd=0.6)
+    out = asyncio.run(loop.run())
+    assert out.stop_reason.startswith("max_usd")
+    calls = store.agent_calls()
+    assert len(calls) == 3 and calls[0].iteration == 1 and calls[0].cost_usd == 0.25
+    assert store.get_artifact(calls[0].messages_hash) == "[1]"
+    assert out.spend.queries == 6 and out.spend.tokens == 450
+
+
+def test_the_same_source_is_evaluated_once(tmp_path):
+    same = src("same", 0.5)
+    loop, store, ev = make_loop(tmp_path, ScriptedPolicy([[same, same], [same]]), iterations=2)
+    asyncio.run(loop.run())
+    assert len(ev.calls) == 1 and len(store.designs()) == 1 and len(store.evaluations()) == 1
+
+
+def test_concurrent_identical_designs_share_one_evaluation(tmp_path):
+    policy = ScriptedPolicy([[src("x", 0.5)]])
+
+    async def go():
+        loop, store, ev = make_loop(tmp_path, policy, FakeEvaluator(delay_s=0.05), iterations=1)
+        loop._iteration = 1
+        fbs = await asyncio.gather(*(loop.evaluate(src("x", 0.5), strategy="refine") for _ in range(3)))
+        return fbs, ev, store
+
+    fbs, ev, store = asyncio.run(go())
+    assert len(ev.calls) == 1
+    assert sorted(f.reused for f in fbs) == [False, True, True]
+    assert {f.status for f in fbs} == {"valid"}
+
+
+def test_a_too_good_design_judged_cheating_never_becomes_best(tmp_path):
+    policy = ScriptedPolicy([[src("honest", 0.5)], [src("cheat SUSPECT", 0.01)]],
+                            reviews={"SUSPECT": Review(cheating=True, reason="returns a cached tensor")})
+    loop, store, _ = make_loop(tmp_path, policy, iterations=2)
+    out = asyncio.run(loop.run())
+    assert out.best is not None and "honest" in out.best.source
+    assert [r.cheating for r in store.reviews()] == [True]
+    flagged = [v for v in loop.views() if v.status == "flagged"]
+    assert len(flagged) == 1 and "cached tensor" in flagged[0].report
+
+
+def test_a_too_good_design_cleared_by_review_becomes_best(tmp_path):
+    policy = ScriptedPolicy([[src("fast SUSPECT", 0.01)]],
+                            reviews={"SUSPECT": Review(cheating=False, reason="fused kernel, looks right")})
+    loop, store, _ = make_loop(tmp_path, policy, iterations=1)
+    out = asyncio.run(loop.run())
+    assert out.best is not None and out.best.speedup == pytest.approx(100.0)
+    assert [r.cheating for r in store.reviews()] == [False]
+
+
+def test_cancellation_marks_the_run_and_iteration_interrupted(tmp_path):
+    loop, store, ev = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5), src("b", 0.4)]] * 3),
+                                FakeEvaluator(delay_s=5), iterations=3)
+
+    async def go():
+        task = asyncio.create_task(loop.run())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert store.run().status == "interrupted"
+    assert [i.status for i in store.iterations()] == ["interrupted"]
+    # The design being evaluated was stored before its evaluation began.
+    assert len(store.designs()) == 1 and store.evaluations() == []
+
+
+def test_recovery_evaluates_stored_designs_once_and_continues(tmp_path):
+    policy = ScriptedPolicy([[src("late", 0.3)]])
+    loop, store, ev = make_loop(tmp_path, policy, iterations=3)
+    # What a run killed mid-iteration leaves: an open iteration and a design never evaluated.
+    store.start_iteration(1, {})
+    orphan = Design.from_source(src("orphan", 0.4), provenance={"iteration": 1, "strategy": "refine",
+                                                                "author": "implementor-1"})
+    store.add_design(loop.problem.id, orphan)
+    out = asyncio.run(loop.run())
+    assert ev.calls[0] == orphan.id and ev.calls.count(orphan.id) == 1
+    its = store.iterations()
+    assert its[0].status == "interrupted" and its[1].status == "done"
+    assert len(store.designs()) == 2 and len(store.evaluations()) == 2
+    assert out.best is not None and "late" in out.best.source
