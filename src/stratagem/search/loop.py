@@ -26,7 +26,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
 from stratagem.search.types import AgentCall, DesignView, Feedback, Policy, SearchState
-from stratagem.store.records import AgentCallRecord, EvaluationRecord, ReviewRecord
+from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
 
@@ -95,12 +95,32 @@ class SearchLoop:
         self._iteration_ids: list[str] = []
         self._eval_lock = asyncio.Lock()
         self._inflight: dict[str, asyncio.Future[Feedback]] = {}
+        self._views: dict[str, DesignView] | None = None
 
     # -- state ----------------------------------------------------------------------------
 
     def views(self) -> list[DesignView]:
-        return st.design_views(self.store.designs(self.problem.id), self.store.evaluations(),
-                               self.store.reviews(), lambda d: self.store.get_artifact(d.files["candidate.py"]))
+        """Every evaluated design, oldest first (kept in memory, updated as verdicts arrive, so
+        an iteration's cost does not grow with the size of the run)."""
+        if self._views is None:
+            self._views = {v.id: v for v in st.design_views(
+                self.store.designs(self.problem.id), self.store.evaluations(), self.store.reviews(),
+                self._source)}
+        return list(self._views.values())
+
+    def _source(self, d: DesignRecord) -> str:
+        return self.store.get_artifact(d.files["candidate.py"])
+
+    def _update_view(self, design_id: str) -> None:
+        if self._views is None:
+            self.views()
+            return
+        rec = self.store.design(design_id)
+        if rec is None:
+            return
+        reviews = [r for r in self.store.reviews() if r.design_id == design_id]
+        for v in st.design_views([rec], self.store.evaluations(design_id), reviews, self._source):
+            self._views[v.id] = v
 
     def state(self, iteration: int) -> SearchState:
         return SearchState(
@@ -155,6 +175,7 @@ class SearchLoop:
         ev = await self.evaluator.evaluate(self.problem, design)
         rec = ev.to_record()
         self.store.add_evaluation(rec)
+        self._update_view(design.id)
         self.spend.add_evaluation(rec)
         if ev.reference_ms:
             self.reference_ms = dict(ev.reference_ms)
@@ -179,6 +200,7 @@ class SearchLoop:
             return fb
         self.store.add_review(ReviewRecord(design_id=design.id, cheating=review.cheating,
                                            reason=review.reason, created_at=time.time()))
+        self._update_view(design.id)
         if not review.cheating:
             return fb
         self.progress.event(f"{design.id[:10]} flagged by review: {review.reason[:60]}")
