@@ -33,18 +33,24 @@ def make_policy(cfg: StratagemConfig, problem: Problem, evaluator: Evaluator, ru
         from stratagem.search.policies.recipes import RecipesPolicy
 
         return RecipesPolicy.from_config(cfg, on_gpu=evaluator.on_gpu)
-    if not cfg.agents.model:
-        raise ConfigError("policy `auto` needs a model: pass --model (e.g. openai:gpt-4.1, "
-                          "anthropic:claude-sonnet-4-5, ollama:qwen3, or a name with --endpoint URL)")
+    check_policy(cfg)
     from stratagem.search.policies.auto import AutoPolicy
 
     return AutoPolicy.from_config(cfg, problem, run_dir / "work")
+
+
+def check_policy(cfg: StratagemConfig) -> None:
+    """Raises ConfigError when the policy cannot run with this configuration."""
+    if cfg.policy == "auto" and not cfg.agents.model:
+        raise ConfigError("policy `auto` needs a model: pass --model (e.g. openai:gpt-4.1, "
+                          "anthropic:claude-sonnet-4-5, ollama:qwen3, or a name with --endpoint URL)")
 
 
 async def start_run(
     problem_path: str | Path, cfg: StratagemConfig, run_dir: Path | None = None, view: RunView | None = None
 ) -> RunOutcome:
     """Start a new run (or continue the run already in `run_dir` with the new settings)."""
+    check_policy(cfg)
     problem = load_problem(problem_path)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(problem)
     with RunStore.open(run_dir) as store:

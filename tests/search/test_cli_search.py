@@ -1,0 +1,68 @@
+"""`stratagem show`, `resume` and `run` option handling (the loop itself: test_loop.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from fakes import FakeEvaluator, ScriptedPolicy, src
+
+from stratagem.cli import main
+from stratagem.config import load_config
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.search.loop import SearchLoop
+from stratagem.store.sqlite import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests/fixtures/problem_relu.py"
+
+
+def fake_run(run_dir: Path) -> None:
+    cfg = load_config(None, {"search": {"iterations": 2}})
+    problem = load_problem(PROBLEM)
+    with RunStore.open(run_dir) as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
+        policy = ScriptedPolicy([[src("a", 0.5), src("b", invalid="nan")], [src("c", 0.25)]])
+        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), policy).run())  # type: ignore[arg-type]
+
+
+def test_show_json(tmp_path, capsys):
+    fake_run(tmp_path / "r")
+    assert main(["show", str(tmp_path / "r"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["problem"] == "problem_relu" and out["status"] == "finished"
+    assert out["iterations"] == 2 and out["designs"] == 3 and out["valid"] == 2
+    assert out["best"]["speedup"] == 4.0
+    assert out["strategies"] == {"innovate": {"designs": 3, "valid": 2}}
+    assert out["reference_ms"] == {"eager": 1.0, "compile": 0.8}
+
+
+def test_show_table(tmp_path, capsys):
+    fake_run(tmp_path / "r")
+    assert main(["show", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "Leaderboard" in out and "4.00x" in out and "Strategies" in out
+
+
+def test_show_and_resume_need_a_run_directory(tmp_path, capsys):
+    assert main(["show", str(tmp_path / "nothing")]) == 1
+    assert main(["resume", str(tmp_path / "nothing")]) == 1
+    assert "holds no run database" in capsys.readouterr().out
+
+
+def test_run_rejects_bad_options(tmp_path, capsys):
+    assert main(["run", str(PROBLEM), "--policy", "auto", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "needs a model" in capsys.readouterr().out
+    assert not (tmp_path / "r").exists()
+    assert main(["run", str(PROBLEM), "--policy", "nonsense", "--run-dir", str(tmp_path / "r2")]) == 2
+    assert main(["run", str(PROBLEM), "--iterations", "0", "--run-dir", str(tmp_path / "r3")]) == 2
+    assert main(["run", str(tmp_path / "missing.py"), "--run-dir", str(tmp_path / "r4")]) == 2
+
+
+def test_run_directory_of_another_problem_is_refused(tmp_path, capsys):
+    fake_run(tmp_path / "r")
+    other = ROOT / "examples/01_elementwise/problem.py"
+    assert main(["run", str(other), "--run-dir", str(tmp_path / "r"), "--device", "cpu"]) == 1
+    assert "another problem" in capsys.readouterr().out
