@@ -49,3 +49,14 @@ def test_unchecked_without_peaks_or_work_says_so():
     assert r.outcome == "passed" and r.details["checked"] is False and "work" in r.details["note"]
     r = roofline_result(1.0, {"flops": 1, "min_bytes": 1}, None, FP32_TOL)
     assert r.details["checked"] is False and "peaks" in r.details["note"]
+
+
+def test_without_cache_flushes_only_the_compute_floor_applies():
+    # The CPU timer does not flush caches: a cache-resident working set beats main-memory
+    # bandwidth honestly, so only FLOPs bound the runtime there.
+    work = {"flops": 0, "min_bytes": 10**9, "dtype": "float32"}
+    assert roofline_result(0.001, work, PEAKS, FP32_TOL, cache_flushed=True).outcome == "failed"
+    r = roofline_result(0.001, work, PEAKS, FP32_TOL, cache_flushed=False)
+    assert r.outcome == "passed" and r.details["memory_floor"] is False
+    heavy = {"flops": 10**15, "min_bytes": 0, "dtype": "float32"}
+    assert roofline_result(0.001, heavy, PEAKS, FP32_TOL, cache_flushed=False).outcome == "failed"

@@ -104,7 +104,8 @@ def run_parent_validator(
         runtime = d.get("runtime") if isinstance(d.get("runtime"), Mapping) else {}
         work = d.get("work") if isinstance(d.get("work"), Mapping) and "flops" in d.get("work", {}) else None
         tol = tolerances(problem, cfg).get(str((work or {}).get("dtype") or "float32"))
-        return roofline_result(runtime.get("median_ms"), work, peaks, tol, cfg.roofline_margin)
+        flushed = bool(runtime.get("l2_flush_bytes"))
+        return roofline_result(runtime.get("median_ms"), work, peaks, tol, cfg.roofline_margin, flushed)
     raise KeyError(f"no parent validator {name!r}")
 
 
