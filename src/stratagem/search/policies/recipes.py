@@ -1,0 +1,207 @@
+"""Owns the `recipes` policy: the no-LLM search that tries known transformations of the
+reference (see `recipe_catalog`) and then combines the ones that helped.
+
+The policy is a pure function of `SearchState`, so a killed run resumes where it stopped: what
+was tried is read back from each design's author (`recipe:<name>` for a single recipe,
+`recipe:<a>+<b>` for a combination, names in catalog order).
+
+- While some applicable single recipe is untried: evaluate each untried one (sequentially,
+  stopping as soon as a budget runs out).
+- Then: combine the helpful singles (valid, faster than the plain reference and faster than
+  `inference_mode` alone), at most one per compatibility group, greedily by speedup, plus
+  `inference_mode` itself when it helped. A combination of two or more recipes not yet tried
+  is evaluated, with the singles as parents. Then the policy is exhausted.
+
+`SearchConfig.seed` is not used: recipes run in catalog order (cheap ones first, the slowest
+compile last), which is what matters when a budget cuts the batch short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stratagem.config import StratagemConfig
+from stratagem.errors import ConfigError
+from stratagem.search.policies.recipe_catalog import (
+    BY_NAME,
+    CATALOG,
+    Recipe,
+    catalog_order,
+    combination_name,
+    recipe_names,
+    render,
+)
+from stratagem.search.types import DesignView, IterationResult, Plan, Review, SearchState, Session
+
+AUTHOR_PREFIX = "recipe:"
+STATUS_WORKER = "recipes"
+BASE_RECIPE = "inference_mode"
+"""The cheapest recipe: the others must beat it to count as helpful."""
+
+
+def author_of(recipes: Sequence[Recipe]) -> str:
+    """The author recorded for a design made from `recipes`: `recipe:a+b`."""
+    return AUTHOR_PREFIX + combination_name(recipes)
+
+
+def check_recipe_names(names: Sequence[str] | None) -> None:
+    """Raises ConfigError when a name is not in the catalog (the message lists the known ones)."""
+    unknown = [n for n in (names or ()) if n not in BY_NAME]
+    if unknown:
+        raise ConfigError(f"unknown recipes {unknown}; known: {list(recipe_names())}")
+
+
+class RecipesPolicy:
+    """Tries every applicable recipe alone, then the best compatible combination of them."""
+
+    name = "recipes"
+
+    def __init__(self, recipes: list[str] | None = None, on_gpu: bool | None = None) -> None:
+        """`recipes`: restrict to these names (None: every one). `on_gpu`: whether candidates
+        run on a GPU (None: decided from `SearchState.device`).
+
+        Raises:
+            ConfigError: an unknown recipe name.
+        """
+        check_recipe_names(recipes)
+        self.allowed = None if recipes is None else frozenset(recipes)
+        self.on_gpu = on_gpu
+
+    @classmethod
+    def from_config(cls, cfg: StratagemConfig, on_gpu: bool | None = None) -> RecipesPolicy:
+        """The policy `cfg.search.recipes` describes.
+
+        Raises:
+            ConfigError: an unknown recipe name.
+        """
+        return cls(cfg.search.recipes, on_gpu)
+
+    # -- decisions (pure functions of the state) ------------------------------------------
+
+    def _gpu(self, state: SearchState) -> bool:
+        return self.on_gpu if self.on_gpu is not None else state.device.startswith("cuda")
+
+    def applicable(self, state: SearchState) -> list[Recipe]:
+        """The single recipes this problem admits, in catalog order."""
+        return [
+            r for r in CATALOG
+            if (self.allowed is None or r.name in self.allowed)
+            and r.applies(state.problem, state.tolerances, self._gpu(state))
+        ]
+
+    def untried(self, state: SearchState) -> list[Recipe]:
+        """Applicable single recipes with no design yet."""
+        done = _authors(state.designs)
+        return [r for r in self.applicable(state) if author_of([r]) not in done]
+
+    def combination(self, state: SearchState) -> list[Recipe]:
+        """The helpful singles, at most one per compatibility group, best first; plus
+        `inference_mode` when it helped. In catalog order."""
+        singles = _singles(state.designs)
+        base = singles.get(BASE_RECIPE)
+        floor = 1.0
+        if base is not None and base.speedup is not None and _helped(base, 1.0):
+            floor = base.speedup  # the others must beat inference_mode alone
+        helpful = [
+            (r, d) for r in self.applicable(state) if r.name != BASE_RECIPE
+            for d in [singles.get(r.name)] if _helped(d, floor)
+        ]
+        helpful.sort(key=lambda rd: -(rd[1].speedup or 0.0))
+        chosen: list[Recipe] = []
+        groups: set[str] = set()
+        for r, _ in helpful:
+            if r.group not in groups:
+                chosen.append(r)
+                groups.add(r.group)
+        if _helped(base, 1.0) and BASE_RECIPE in {r.name for r in self.applicable(state)}:
+            chosen.append(BY_NAME[BASE_RECIPE])
+        return catalog_order(chosen)
+
+    # -- the Policy protocol --------------------------------------------------------------
+
+    async def iterate(self, state: SearchState, session: Session) -> IterationResult:
+        """Evaluate the untried singles; once none is left, the combination; then exhausted."""
+        todo = self.untried(state)
+        if todo:
+            return await self._singles(state, todo, session)
+        return await self._combine(state, session)
+
+    async def review(
+        self, design: DesignView, state: SearchState, session: Session
+    ) -> Review | None:
+        """No reviewer: the recipes are honest transformations the harness checks anyway."""
+        return None
+
+    # -- evaluations ----------------------------------------------------------------------
+
+    async def _singles(
+        self, state: SearchState, todo: list[Recipe], session: Session
+    ) -> IterationResult:
+        plan = Plan(
+            strategy="recipes",
+            rationale="each applicable recipe alone, to learn which ones help this problem",
+            instructions=", ".join(r.name for r in todo),
+        )
+        ids: list[str] = []
+        stopped = ""
+        for r in todo:
+            exhausted = session.budget_left()
+            if exhausted is not None:
+                stopped = f"stopped before {r.name}: the {exhausted} budget is spent"
+                break
+            ids.append(await _evaluate(session, state, [r], ()))
+        return IterationResult(plan=plan, design_ids=tuple(ids), note=stopped)
+
+    async def _combine(self, state: SearchState, session: Session) -> IterationResult:
+        chosen = self.combination(state)
+        if len(chosen) < 2:
+            return IterationResult(plan=None, exhausted=True, note=(
+                "every recipe tried; fewer than two helped, so there is nothing to combine"))
+        author = author_of(chosen)
+        if author in _authors(state.designs):
+            return IterationResult(plan=None, exhausted=True,
+                                   note=f"every recipe and the combination {author} tried")
+        exhausted = session.budget_left()
+        if exhausted is not None:
+            return IterationResult(plan=None, note=f"the {exhausted} budget is spent")
+        singles = _singles(state.designs)
+        parents = tuple(singles[r.name].id for r in chosen)
+        plan = Plan(
+            strategy="recipes",
+            evidence=parents,
+            rationale="the recipes that helped alone, at most one per compatibility group, "
+            "chosen greedily by speedup",
+            instructions=", ".join(r.name for r in chosen),
+        )
+        design_id = await _evaluate(session, state, chosen, parents)
+        return IterationResult(plan=plan, design_ids=(design_id,), exhausted=True)
+
+
+
+async def _evaluate(
+    session: Session, state: SearchState, recipes: list[Recipe], parents: tuple[str, ...]
+) -> str:
+    """Render, evaluate through the session, return the design id."""
+    session.set_status(STATUS_WORKER, f"evaluating {combination_name(recipes)}")
+    source = render(state.problem.source, recipes)
+    fb = await session.evaluate(source, strategy="recipe", parents=parents,
+                                author=author_of(recipes))
+    return fb.design_id
+
+
+def _authors(designs: Sequence[DesignView]) -> set[str]:
+    return {d.author for d in designs if d.author}
+
+
+def _singles(designs: Sequence[DesignView]) -> dict[str, DesignView]:
+    """Recipe name -> its single-recipe design (the latest, should there be several)."""
+    out: dict[str, DesignView] = {}
+    for d in designs:
+        a = d.author or ""
+        if a.startswith(AUTHOR_PREFIX) and "+" not in a and a[len(AUTHOR_PREFIX):] in BY_NAME:
+            out[a[len(AUTHOR_PREFIX):]] = d
+    return out
+
+
+def _helped(d: DesignView | None, floor: float) -> bool:
+    return d is not None and d.status == "valid" and d.speedup is not None and d.speedup > floor
