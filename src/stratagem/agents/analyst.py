@@ -1,0 +1,200 @@
+"""Owns the Analyst: the Strategist's child agent that reads, diffs and searches docs, and the
+reviewer of designs that look too good to be true.
+
+Tools (besides the base work-directory and scratchpad tools): `read_design(design_id)`,
+`diff_designs(a, b)` (a unified diff) and `search_docs(query)`. Design ids may be given by any
+unique prefix. `ask_analyst` answers one question (text); `review_design` returns a `Review`.
+Failures come back as data: an unanswered question as a sentence saying why, a failed review
+as a non-cheating `Review` whose reason says the review could not be made.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent, FunctionToolset, RunContext
+from pydantic_ai.models import Model
+
+from stratagem.agents.calls import AgentRuntime, run_agent
+from stratagem.agents.docs import DocIndex, format_hits
+from stratagem.agents.tools import BaseDeps, base_toolset
+from stratagem.context import render
+from stratagem.context.curate import compress_report
+from stratagem.search.types import DesignView, Review
+
+MIN_PREFIX = 6
+MAX_DIFF_CHARS = 20_000
+MAX_SOURCE_CHARS = 40_000
+
+
+@dataclass
+class AnalystDeps(BaseDeps):
+    """The designs the Analyst may read and the documentation it may search."""
+
+    designs: Mapping[str, DesignView] = field(default_factory=dict)
+    """Full design id -> view."""
+    docs: DocIndex | None = None
+
+
+class ReviewOutput(BaseModel):
+    """The Analyst's verdict on a suspiciously fast design."""
+
+    cheating: bool = Field(description="true if the speed or the correctness is faked")
+    reason: str = Field(description="the lines and the argument that decide it")
+
+
+def find_design(designs: Mapping[str, DesignView], ref: str) -> DesignView | str:
+    """The design `ref` names (a full id or a unique prefix), or an error message."""
+    ref = ref.strip().strip("`")
+    if ref in designs:
+        return designs[ref]
+    if len(ref) < MIN_PREFIX:
+        return f"unknown design id {ref!r} (give at least {MIN_PREFIX} characters)"
+    matches = [d for i, d in designs.items() if i.startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        return f"unknown design id {ref!r}"
+    return f"ambiguous design id {ref!r}: matches {len(matches)} designs"
+
+
+def describe_design(view: DesignView) -> str:
+    """A design's full record as `read_design` shows it."""
+    source = view.source
+    if len(source) > MAX_SOURCE_CHARS:
+        source = source[:MAX_SOURCE_CHARS] + "\n# ... [cut]"
+    return render.render_design(replace(view, source=source), report_chars=4_000)
+
+
+def diff_text(a: DesignView, b: DesignView) -> str:
+    """Unified diff of two designs' sources."""
+    lines = difflib.unified_diff(
+        a.source.splitlines(keepends=True),
+        b.source.splitlines(keepends=True),
+        fromfile=render.short_id(a.id),
+        tofile=render.short_id(b.id),
+    )
+    text = "".join(lines)
+    if not text:
+        return "the two designs have identical sources"
+    if len(text) > MAX_DIFF_CHARS:
+        text = text[:MAX_DIFF_CHARS] + f"\n... [{len(text) - MAX_DIFF_CHARS} characters cut]"
+    return text
+
+
+def analyst_toolset() -> FunctionToolset[AnalystDeps]:
+    """read_design, diff_designs and search_docs."""
+    ts: FunctionToolset[AnalystDeps] = FunctionToolset()
+
+    @ts.tool
+    def read_design(ctx: RunContext[AnalystDeps], design_id: str) -> str:
+        """Show one design: its verdict, lineage, full source and failure report.
+
+        Args:
+            design_id: the id shown, or a unique prefix of at least 6 characters.
+        """
+        d = find_design(ctx.deps.designs, design_id)
+        return d if isinstance(d, str) else describe_design(d)
+
+    @ts.tool
+    def diff_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
+        """Show a unified diff from design `a` to design `b`.
+
+        Args:
+            a: the first design's id (or unique prefix).
+            b: the second design's id (or unique prefix).
+        """
+        da, db = find_design(ctx.deps.designs, a), find_design(ctx.deps.designs, b)
+        for d in (da, db):
+            if isinstance(d, str):
+                return d
+        return diff_text(da, db)  # type: ignore[arg-type]
+
+    @ts.tool
+    def search_docs(ctx: RunContext[AnalystDeps], query: str) -> str:
+        """Search the documentation (keyword and similarity ranking); returns the best snippets.
+
+        Args:
+            query: a few words describing what you look for.
+        """
+        if ctx.deps.docs is None or not len(ctx.deps.docs):
+            return "no documentation is available for this problem"
+        return format_hits(ctx.deps.docs.search(query, k=5))
+
+    return ts
+
+
+def build_analyst(*, output_retries: int = 2, model: Model | None = None) -> Agent[AnalystDeps, str]:
+    """A fresh Analyst that answers questions in text."""
+    return Agent(
+        model, output_type=str, deps_type=AnalystDeps, name="analyst",
+        instructions=render.instructions("analyst"),
+        toolsets=[base_toolset(), analyst_toolset()],
+        retries={"output": output_retries, "tools": max(output_retries, 2)},
+    )
+
+
+def build_reviewer(
+    *, output_retries: int = 2, model: Model | None = None
+) -> Agent[AnalystDeps, ReviewOutput]:
+    """A fresh Analyst that reviews one design and answers with a `ReviewOutput`."""
+    return Agent(
+        model, output_type=ReviewOutput, deps_type=AnalystDeps, name="reviewer",
+        instructions=render.instructions("review"),
+        toolsets=[base_toolset(), analyst_toolset()],
+        retries={"output": output_retries, "tools": max(output_retries, 2)},
+    )
+
+
+def docs_note(docs: DocIndex | None) -> str:
+    if docs is None or not len(docs):
+        return "no documentation available"
+    return f"{len(docs.files)} files ({', '.join(docs.files[:8])}{', ...' if len(docs.files) > 8 else ''})"
+
+
+async def ask_analyst(
+    question: str,
+    deps: AnalystDeps,
+    runtime: AgentRuntime,
+    *,
+    shown: Sequence[DesignView] | None = None,
+) -> str:
+    """Run the Analyst on one question; its answer, or a sentence saying why there is none.
+
+    Args:
+        shown: the designs listed in the prompt (default: all it may read).
+    """
+    listed = list(shown) if shown is not None else list(deps.designs.values())
+    prompt = render.render_analyst(question, listed, docs=docs_note(deps.docs))
+    agent = build_analyst(output_retries=runtime.cfg.output_retries)
+    outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps)
+    if not outcome.ok or outcome.output is None:
+        return f"The Analyst could not answer ({outcome.error_kind}): {outcome.error}"
+    return str(outcome.output)
+
+
+async def review_design(
+    design: DesignView,
+    deps: AnalystDeps,
+    runtime: AgentRuntime,
+    *,
+    problem: render.ProblemBrief,
+    best: DesignView | None = None,
+) -> Review:
+    """The Analyst's verdict on a design that looks too good to be true (never raises)."""
+    prompt = render.render_review(problem, design, best)
+    agent = build_reviewer(output_retries=runtime.cfg.output_retries)
+    outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps,
+                              model_key="review")
+    if not outcome.ok or outcome.output is None:
+        reason = compress_report(f"review failed ({outcome.error_kind}): {outcome.error}", 600)
+        return Review(cheating=False, reason=reason)
+    out = outcome.output
+    return Review(cheating=bool(out.cheating), reason=out.reason.strip() or "(no reason given)")
+
+
+def designs_by_id(views: Sequence[DesignView]) -> dict[str, DesignView]:
+    return {v.id: v for v in views}

@@ -1,0 +1,157 @@
+"""Owns model resolution: `AgentsConfig` -> pydantic-ai models, and the pool agents share.
+
+- `test`: pydantic-ai's `TestModel` (offline, no network; `offline.py` scripts it per role).
+- `provider:name` (`openai:gpt-4.1`, `anthropic:claude-sonnet-4-5`, ...): pydantic-ai's own
+  resolution; with `api_key_env` the key is read through `config.secret` and handed over.
+- `endpoints` (OpenAI-compatible base URLs: vLLM, Ollama, llama.cpp ...): one `OpenAIChatModel`
+  per URL serving `model` (a leading `openai:`/`ollama:`/`vllm:` is dropped from the name).
+
+Several models form a `ModelPool`: `checkout()` hands out the least busy one, so concurrent
+agents spread across endpoints. Construction opens no connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.models import Model, infer_model
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.providers import Provider, infer_provider, infer_provider_class
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.settings import ModelSettings
+
+from stratagem.config import AgentsConfig, secret
+from stratagem.errors import ConfigError
+
+ENDPOINT_PREFIXES = frozenset({"openai", "ollama", "vllm", "local"})
+"""Provider prefixes dropped from `model` when it is served by `endpoints`."""
+
+ROLES = ("strategist", "analyst", "review", "implementor", "summarizer")
+"""The keys a `RoleModels` knows (the review is an Analyst run with its own output type)."""
+
+
+class ModelPool:
+    """Models serving the same role, handed out least-busy first.
+
+    `checkout()` picks and claims a model without awaiting in between, so concurrent tasks of
+    one event loop never race; ties go to the model used least recently.
+    """
+
+    def __init__(self, models: Sequence[Model], *, labels: Sequence[str] | None = None) -> None:
+        if not models:
+            raise ValueError("a ModelPool needs at least one model")
+        self.models: tuple[Model, ...] = tuple(models)
+        self.labels: tuple[str, ...] = tuple(labels) if labels else tuple(
+            m.model_name for m in models
+        )
+        self.busy: list[int] = [0] * len(self.models)
+        """Checkouts in progress, per model."""
+        self.served: list[int] = [0] * len(self.models)
+        """Checkouts so far, per model."""
+        self._tick = 0
+        self._last: list[int] = [-1] * len(self.models)
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def _pick(self) -> int:
+        return min(range(len(self.models)), key=lambda i: (self.busy[i], self._last[i], i))
+
+    @asynccontextmanager
+    async def checkout(self) -> AsyncIterator[Model]:
+        """Hold the least busy model for the duration of the block."""
+        i = self._pick()
+        self.busy[i] += 1
+        self.served[i] += 1
+        self._tick += 1
+        self._last[i] = self._tick
+        try:
+            yield self.models[i]
+        finally:
+            self.busy[i] -= 1
+
+
+@dataclass(frozen=True)
+class RoleModels:
+    """Which pool serves which role; roles without their own pool use `default`."""
+
+    default: ModelPool
+    by_role: Mapping[str, ModelPool] = field(default_factory=dict)
+
+    def pool(self, role: str) -> ModelPool:
+        return self.by_role.get(role, self.default)
+
+    @classmethod
+    def of(cls, models: Mapping[str, Model], fallback: ModelPool | None = None) -> RoleModels:
+        """Single models per role (tests inject these); `default` (or the fallback) fills gaps."""
+        pools = {k: ModelPool([m]) for k, m in models.items() if k != "default"}
+        if "default" in models:
+            default = ModelPool([models["default"]])
+        elif fallback is not None:
+            default = fallback
+        elif pools:
+            default = pools.get("implementor") or next(iter(pools.values()))
+        else:
+            raise ConfigError("no model: set agents.model (or inject models)")
+        return cls(default=default, by_role=pools)
+
+
+def endpoint_model_name(model: str) -> str:
+    """The model name to send to an OpenAI-compatible endpoint (`ollama:qwen3:32b` -> `qwen3:32b`)."""
+    prefix, sep, rest = model.partition(":")
+    return rest if sep and prefix in ENDPOINT_PREFIXES and rest else model
+
+
+def resolve_models(cfg: AgentsConfig) -> ModelPool:
+    """Build the pool the config names (no network traffic).
+
+    Raises:
+        ConfigError: no model configured, or pydantic-ai cannot build it (unknown provider,
+            missing API key).
+    """
+    if not cfg.model:
+        raise ConfigError("the auto policy needs a model: set agents.model (or --model)")
+    if cfg.model == "test":
+        return ModelPool([TestModel(call_tools=[])], labels=["test"])
+    if cfg.endpoints:
+        key = secret(cfg.api_key_env) or "none"
+        name = endpoint_model_name(cfg.model)
+        models: list[Model] = [
+            OpenAIChatModel(name, provider=OpenAIProvider(base_url=url, api_key=key))
+            for url in cfg.endpoints
+        ]
+        return ModelPool(models, labels=[f"{name}@{url}" for url in cfg.endpoints])
+    try:
+        model = infer_model(cfg.model, provider_factory=_provider_factory(cfg))
+    except (UserError, ValueError, ImportError) as e:
+        raise ConfigError(f"cannot use model {cfg.model!r}: {e}") from e
+    return ModelPool([model], labels=[cfg.model])
+
+
+def _provider_factory(cfg: AgentsConfig) -> Any:
+    key = secret(cfg.api_key_env)
+    if key is None:
+        return infer_provider
+
+    def factory(name: str) -> Provider[Any]:
+        cls = infer_provider_class(name)
+        try:
+            return cls(api_key=key)  # type: ignore[call-arg]
+        except TypeError:  # a provider without an api_key argument
+            return infer_provider(name)
+
+    return factory
+
+
+def model_settings(cfg: AgentsConfig) -> ModelSettings:
+    """Per-request settings: the provider's own timeout, no SDK retries (ours run instead)."""
+    settings: ModelSettings = {"timeout": cfg.request_timeout_s, "max_retries": 0}
+    if cfg.temperature is not None:
+        settings["temperature"] = cfg.temperature
+    return settings
+

@@ -1,0 +1,150 @@
+"""Owns the Strategist: one agent run per iteration that picks AUTO's strategy and writes the plan.
+
+Its output is a `PlanOutput` (strategy, evidence ids, rationale, instructions). An output
+validator resolves the cited ids (full or unique prefixes) against the curated context and
+checks the evidence fits the strategy; anything wrong is sent back as a retry. With the Analyst
+enabled it has an `ask_analyst(question)` tool that runs the Analyst as a child agent.
+`plan_iteration` returns the plan, or None with the reason (a failure is data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai.models import Model
+
+from stratagem.agents.calls import AgentRuntime, CallOutcome, run_agent
+from stratagem.agents.tools import BaseDeps, base_toolset
+from stratagem.context import render
+from stratagem.context.curate import Curated
+from stratagem.search.types import Plan
+
+MIN_PREFIX = 6
+MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure": 1, "combine": 2}
+
+
+class PlanOutput(BaseModel):
+    """The Strategist's answer."""
+
+    strategy: Literal["innovate", "combine", "refine", "reattempt_failure"]
+    evidence: list[str] = Field(
+        default_factory=list,
+        description="ids (or unique prefixes) of the designs shown that the plan builds on",
+    )
+    rationale: str = Field(description="why this strategy now, from the evidence")
+    instructions: str = Field(description="concrete implementation steps for the Implementors")
+
+
+@dataclass
+class StrategistDeps(BaseDeps):
+    """The ids the plan may cite, and the Analyst (when enabled)."""
+
+    known_ids: Sequence[str] = ()
+    failed_ids: Sequence[str] = ()
+    ask: Callable[[str], Awaitable[str]] | None = None
+    questions: list[str] = field(default_factory=list)
+
+
+def resolve_ids(cited: Sequence[str], known: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(full ids, problems): each cited id must be a known id or a unique prefix of one."""
+    out: list[str] = []
+    problems: list[str] = []
+    for ref in cited:
+        r = ref.strip().strip("`")
+        matches = [k for k in known if k == r] or (
+            [k for k in known if k.startswith(r)] if len(r) >= MIN_PREFIX else []
+        )
+        if len(matches) == 1:
+            if matches[0] not in out:
+                out.append(matches[0])
+        elif not matches:
+            problems.append(f"{ref!r} is not the id of a design shown in the context")
+        else:
+            problems.append(f"{ref!r} matches several designs; give more characters")
+    return out, problems
+
+
+def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
+    ids, problems = resolve_ids(out.evidence, deps.known_ids)
+    need = MIN_EVIDENCE[out.strategy]
+    if len(ids) < need:
+        problems.append(f"strategy {out.strategy!r} must cite at least {need} design(s)"
+                        + ("" if len(deps.known_ids) >= need else "; choose another strategy"))
+    if out.strategy == "reattempt_failure" and ids and not set(ids) & set(deps.failed_ids):
+        problems.append("reattempt_failure must cite a failed design")
+    if not out.instructions.strip():
+        problems.append("instructions are empty")
+    if problems:
+        known = ", ".join(render.short_id(k) for k in deps.known_ids) or "none"
+        raise ModelRetry("Fix the plan: " + "; ".join(problems) + f". Known design ids: {known}.")
+    return out.model_copy(update={"evidence": ids})
+
+
+def build_strategist(
+    *, analyst: bool, output_retries: int = 2, model: Model | None = None
+) -> Agent[StrategistDeps, PlanOutput]:
+    """A fresh Strategist; with `analyst`, it gets the `ask_analyst` tool."""
+    agent: Agent[StrategistDeps, PlanOutput] = Agent(
+        model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
+        instructions=render.instructions("strategist", analyst=analyst),
+        toolsets=[base_toolset()],
+        retries={"output": output_retries, "tools": max(output_retries, 2)},
+    )
+
+    @agent.output_validator
+    def validate(ctx: RunContext[StrategistDeps], out: PlanOutput) -> PlanOutput:
+        return _check_plan(ctx.deps, out)
+
+    if analyst:
+
+        @agent.tool
+        async def ask_analyst(ctx: RunContext[StrategistDeps], question: str) -> str:
+            """Ask the Analyst, who can read designs in full, diff them and search the docs.
+
+            Args:
+                question: a specific question.
+            """
+            if ctx.deps.ask is None:
+                return "the Analyst is not available"
+            ctx.deps.questions.append(question)
+            return await ctx.deps.ask(question)
+
+    return agent
+
+
+@dataclass(frozen=True)
+class StrategistResult:
+    """The plan (None when the Strategist failed) and the run's outcome."""
+
+    plan: Plan | None
+    outcome: CallOutcome[PlanOutput]
+
+    @property
+    def error(self) -> str | None:
+        return None if self.plan is not None else (self.outcome.error or "no plan")
+
+
+async def plan_iteration(
+    problem: render.ProblemBrief,
+    curated: Curated,
+    runtime: AgentRuntime,
+    deps: StrategistDeps,
+    *,
+    iteration: int,
+) -> StrategistResult:
+    """Run the Strategist once on the curated context."""
+    deps.known_ids = curated.ids
+    deps.failed_ids = tuple(d.id for d in curated.designs if d.status != "valid")
+    agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries)
+    prompt = render.render_strategist(problem, curated, iteration=iteration)
+    outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)
+    out = outcome.output
+    if not outcome.ok or out is None:
+        return StrategistResult(None, outcome)
+    plan = Plan(strategy=out.strategy, evidence=tuple(out.evidence),
+                rationale=out.rationale.strip(), instructions=out.instructions.strip())
+    return StrategistResult(plan, outcome)

@@ -1,0 +1,306 @@
+"""Owns AUTO's context curation: which earlier designs the Strategist sees, and in how much text.
+
+From every evaluated design it picks P best (fastest valid), Q worst (slowest valid), R most
+recent and F random failed designs (`invalid`, `error` or `flagged`); the groups are disjoint and
+chosen in that order, so a design shown as a best is not shown again as recent. Failure reports
+are compressed, and the whole selection is fitted to a token budget (about 4 characters per
+token) by shortening sources and then dropping the lowest-priority designs.
+
+Pure functions over records; the randomness comes from an explicit `random.Random`.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from stratagem.config import ContextConfig
+from stratagem.search.types import DesignView, SearchState
+
+Group = Literal["best", "worst", "recent", "failed"]
+GROUPS: tuple[Group, ...] = ("best", "worst", "recent", "failed")
+
+CHARS_PER_TOKEN = 4
+"""The budget's rough conversion: one token is about four characters of code or English."""
+
+TEMPLATE_OVERHEAD_CHARS = 6_000
+"""Room kept for the prompt's own prose (instructions, headings) besides problem and designs."""
+
+PER_DESIGN_OVERHEAD_CHARS = 200
+"""Heading, status line and code fences around each design."""
+
+MIN_SOURCE_CHARS = 400
+"""A source is never shortened below this many characters (then designs are dropped instead)."""
+
+FAILED_STATUSES = frozenset({"invalid", "error", "flagged"})
+
+TRACEBACK_KEEP_LINES = 3
+"""A traceback is cut to its last few frame lines and the exception line."""
+
+_KEY_LINE = re.compile(
+    r"error|exception|fail|mismatch|expected|assert|exceed|timed? ?out|not allowed|forbidden"
+    r"|illegal|rejected|undefined|cannot|line \d+",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Curated:
+    """The designs chosen for one Strategist prompt, per group, in display order."""
+
+    best: tuple[DesignView, ...] = ()
+    """Fastest valid first."""
+    worst: tuple[DesignView, ...] = ()
+    """Slowest valid first."""
+    recent: tuple[DesignView, ...] = ()
+    """Newest first."""
+    failed: tuple[DesignView, ...] = ()
+    """In the random order they were drawn."""
+    total: int = 0
+    """How many designs the run had to choose from."""
+    dropped_ids: tuple[str, ...] = ()
+    """Designs chosen but left out to fit the token budget."""
+    truncated_ids: tuple[str, ...] = ()
+    """Designs whose source was shortened to fit the token budget."""
+    chars: int = 0
+    """Approximate size of the chosen designs as rendered (sources, reports, headings)."""
+
+    def group(self, name: Group) -> tuple[DesignView, ...]:
+        return getattr(self, name)
+
+    @property
+    def designs(self) -> tuple[DesignView, ...]:
+        """Every chosen design, groups in priority order (best, recent, failed, worst)."""
+        return (*self.best, *self.recent, *self.failed, *self.worst)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(d.id for d in self.designs)
+
+    def ids_by_group(self) -> dict[str, tuple[str, ...]]:
+        """Group name -> chosen design ids (what the run records beside the plan)."""
+        return {g: tuple(d.id for d in self.group(g)) for g in GROUPS}
+
+    def find(self, design_id: str) -> DesignView | None:
+        return next((d for d in self.designs if d.id == design_id), None)
+
+
+@dataclass
+class _Pick:
+    group: Group
+    view: DesignView
+    source_cap: int | None = None
+    dropped: bool = False
+    truncated: bool = field(default=False)
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count of a text (4 characters per token, rounded up)."""
+    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def curate(
+    state: SearchState,
+    cfg: ContextConfig,
+    rng: random.Random,
+    *,
+    reserved_chars: int | None = None,
+) -> Curated:
+    """Choose the designs the Strategist sees this iteration.
+
+    Args:
+        state: the run so far (designs oldest first).
+        cfg: counts (P, Q, R, F), token budget and failure-report size.
+        rng: the only source of randomness (which failed designs are drawn).
+        reserved_chars: characters of the budget taken by the rest of the prompt; default: the
+            problem's source plus `TEMPLATE_OVERHEAD_CHARS`.
+    """
+    designs = list(state.designs)
+    valid = [d for d in designs if d.status == "valid" and d.runtime_ms is not None]
+    by_speed = sorted(valid, key=lambda d: (d.runtime_ms, d.created_at, d.id))
+    chosen: set[str] = set()
+
+    def take(pool: Sequence[DesignView], n: int) -> list[DesignView]:
+        out = []
+        for d in pool:
+            if len(out) >= n:
+                break
+            if d.id not in chosen:
+                out.append(d)
+                chosen.add(d.id)
+        return out
+
+    best = take(by_speed, cfg.best)
+    worst = take(list(reversed(by_speed)), cfg.worst)
+    order = {id(d): i for i, d in enumerate(designs)}
+    newest_first = sorted(designs, key=lambda d: (d.created_at, order[id(d)]), reverse=True)
+    recent = take(newest_first, cfg.recent)
+    failed_pool = [d for d in designs if d.status in FAILED_STATUSES and d.id not in chosen]
+    failed = take(rng.sample(failed_pool, min(cfg.failed, len(failed_pool))), cfg.failed)
+
+    picks = [
+        *(_Pick("best", d) for d in best),
+        *(_Pick("recent", d) for d in recent),
+        *(_Pick("failed", d) for d in failed),
+        *(_Pick("worst", d) for d in worst),
+    ]
+    for p in picks:
+        p.view = replace(p.view, report=compress_report(p.view.report, cfg.failure_report_chars))
+    reserved = (
+        reserved_chars
+        if reserved_chars is not None
+        else len(state.problem.source) + TEMPLATE_OVERHEAD_CHARS
+    )
+    budget = max(cfg.token_budget * CHARS_PER_TOKEN - reserved, 0)
+    _fit(picks, budget)
+    kept = [p for p in picks if not p.dropped]
+    for p in kept:
+        if p.source_cap is not None and len(p.view.source) > p.source_cap:
+            p.view = replace(p.view, source=truncate_source(p.view.source, p.source_cap))
+            p.truncated = True
+
+    def group(name: Group) -> tuple[DesignView, ...]:
+        return tuple(p.view for p in kept if p.group == name)
+
+    return Curated(
+        best=group("best"),
+        worst=group("worst"),
+        recent=group("recent"),
+        failed=group("failed"),
+        total=len(designs),
+        dropped_ids=tuple(p.view.id for p in picks if p.dropped),
+        truncated_ids=tuple(p.view.id for p in kept if p.truncated),
+        chars=sum(_size(p) for p in kept),
+    )
+
+
+def _size(p: _Pick) -> int:
+    src = len(p.view.source) if p.source_cap is None else min(len(p.view.source), p.source_cap)
+    return src + len(p.view.report) + PER_DESIGN_OVERHEAD_CHARS
+
+
+def _fit(picks: list[_Pick], budget_chars: int) -> None:
+    """Shorten sources, then drop the lowest-priority picks (the list's tail), to fit the budget.
+
+    The highest-priority pick is never dropped; its source is cut as far as needed instead.
+    """
+
+    def total() -> int:
+        return sum(_size(p) for p in picks if not p.dropped)
+
+    if not picks or total() <= budget_chars:
+        return
+    # 1. Give every design an equal share of the budget for its source (never below the floor).
+    share = max(budget_chars // len(picks) - PER_DESIGN_OVERHEAD_CHARS, MIN_SOURCE_CHARS)
+    for p in picks:
+        if len(p.view.source) > share:
+            p.source_cap = share
+    # 2. Drop designs from the lowest priority up while still over the budget.
+    live = [p for p in picks if not p.dropped]
+    while total() > budget_chars and len(live) > 1:
+        live.pop().dropped = True
+    # 3. The last one standing gets what is left of the budget.
+    if total() > budget_chars:
+        top = live[0]
+        room = budget_chars - len(top.view.report) - PER_DESIGN_OVERHEAD_CHARS
+        top.source_cap = max(room, MIN_SOURCE_CHARS // 2)
+
+
+def truncate_source(source: str, max_chars: int) -> str:
+    """Keep the head and tail of a source, marking the cut; whole lines only where possible."""
+    if len(source) <= max_chars:
+        return source
+    lines = source.splitlines()
+    marker = "# ... [{n} lines cut to fit the context budget] ..."
+    head_budget = int(max_chars * 0.7)
+    tail_budget = max_chars - head_budget - len(marker) - 8
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        if used + len(line) + 1 > head_budget:
+            break
+        head.append(line)
+        used += len(line) + 1
+    tail: list[str] = []
+    used = 0
+    for line in reversed(lines[len(head):]):
+        if used + len(line) + 1 > tail_budget:
+            break
+        tail.append(line)
+        used += len(line) + 1
+    tail.reverse()
+    cut = len(lines) - len(head) - len(tail)
+    if not head and not tail:  # one enormous line
+        return source[: max(max_chars - 40, 0)] + "\n# ... [cut to fit the context budget]"
+    return "\n".join([*head, marker.format(n=cut), *tail])
+
+
+def compress_report(report: str, max_chars: int) -> str:
+    """Compress a validators' failure report to at most `max_chars` characters.
+
+    Keeps the first line (the first validator's failure) and the key lines (validator headings,
+    errors, mismatches, line numbers), cuts each Python traceback to its last frames and its
+    exception line, and fills what room is left with the other lines in order.
+    """
+    if len(report) <= max_chars:
+        return report
+    lines = _cut_tracebacks(report.splitlines())
+    text = "\n".join(lines)
+    if len(text) <= max_chars:
+        return text
+    rank = [_line_rank(i, line) for i, line in enumerate(lines)]
+    keep: set[int] = set()
+    used = 0
+    omitted_note = 40  # room for the "... (N lines cut)" note
+    for level in (0, 1, 2):
+        for i, line in enumerate(lines):
+            if rank[i] != level or i in keep:
+                continue
+            cost = len(line) + 1
+            if used + cost + omitted_note <= max_chars:
+                keep.add(i)
+                used += cost
+            elif level == 0:  # the first line alone is too long: cut it
+                room = max(max_chars - omitted_note - 1, 10)
+                lines[i] = line[: room - 3] + "..."
+                keep.add(i)
+                used += len(lines[i]) + 1
+    out = [lines[i] for i in sorted(keep)]
+    cut = len(lines) - len(out)
+    if cut:
+        out.append(f"... ({cut} lines cut)")
+    return "\n".join(out)[:max_chars]
+
+
+def _line_rank(i: int, line: str) -> int:
+    if i == 0:
+        return 0
+    stripped = line.lstrip()
+    if stripped.startswith("[") or stripped.startswith("Skipped:") or _KEY_LINE.search(line):
+        return 1
+    return 2
+
+
+def _cut_tracebacks(lines: list[str]) -> list[str]:
+    """Replace each `Traceback (most recent call last):` block by its last frames."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if "Traceback (most recent call last)" not in line:
+            out.append(line)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(lines) and (lines[j].startswith(" ") or lines[j].startswith("\t")):
+            j += 1
+        frames = lines[i + 1 : j]
+        kept = frames[-TRACEBACK_KEEP_LINES:] if frames else []
+        cut = len(frames) - len(kept)
+        out.append(line + (f" [{cut} lines cut]" if cut else ""))
+        out.extend(kept)
+        i = j  # the exception line (unindented) is kept as an ordinary line
+    return out

@@ -1,0 +1,171 @@
+"""AutoPolicy.iterate end to end with scripted models and a fake Session."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from agent_fakes import (
+    GOOD_SOURCE,
+    WRONG_SOURCE,
+    FakeSession,
+    call_tool,
+    design_id,
+    full_config,
+    no_sleep,
+    output,
+    problem,
+    scripted,
+    state,
+    text,
+    tool_returns,
+    user_prompts,
+    valid_if,
+)
+from pydantic_ai.exceptions import ModelAuthenticationError, ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from stratagem.errors import HarnessError
+from stratagem.search.policies.auto import AutoIterationResult, AutoPolicy
+from stratagem.search.types import DesignView, Feedback, Policy
+
+
+def implementor_fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """First answer wrong; after feedback, the fix (each implementor in its own conversation)."""
+    fixed = any("did not pass" in p for p in user_prompts(messages))
+    return output(info, {"source": GOOD_SOURCE if fixed else WRONG_SOURCE, "notes": "n"})
+
+
+def plan_fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    return output(info, {"strategy": "innovate", "evidence": [], "rationale": "start",
+                         "instructions": "use F.gelu(approximate='tanh')"})
+
+
+def policy(tmp_path: Path, models: dict, **agents) -> AutoPolicy:
+    cfg = full_config(max_retries=0, **agents)
+    return AutoPolicy.from_config(cfg, problem(), tmp_path, models=models, sleep=no_sleep)
+
+
+def test_iterate_plan_and_two_implementors(tmp_path: Path) -> None:
+    pol = policy(tmp_path, {"strategist": FunctionModel(plan_fn),
+                            "implementor": FunctionModel(implementor_fn)})
+    typed: Policy = pol  # structurally a Policy
+    assert typed.name == "auto"
+    session = FakeSession(verdict=valid_if(lambda s: s == GOOD_SOURCE))
+    res = asyncio.run(pol.iterate(state(), session))
+    assert isinstance(res, AutoIterationResult)
+    assert res.plan is not None and res.plan.strategy == "innovate"
+    assert set(res.design_ids) == {design_id(WRONG_SOURCE), design_id(GOOD_SOURCE)}
+    assert sorted(e["author"] for e in session.evaluations) == [
+        "implementor-1", "implementor-1", "implementor-2", "implementor-2"]
+    assert [c.role for c in session.calls].count("implementor") == 4
+    assert [c.role for c in session.calls][0] == "strategist"
+    assert all(r.ok for r in res.implementors)
+    assert set(res.context_ids) == {"best", "worst", "recent", "failed"}
+    assert not res.exhausted and res.strategist_ok
+    assert ("strategist", "plan: innovate") in session.statuses
+
+
+def test_the_strategist_sees_the_curated_designs_and_can_ask_the_analyst(tmp_path: Path) -> None:
+    good = DesignView(design_id(GOOD_SOURCE), GOOD_SOURCE, "valid", 1, runtime_ms=0.5, speedup=3.0,
+                      created_at=1.0)
+    seen: dict[str, list[str]] = {}
+
+    def second(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        seen["answers"] = tool_returns(m, "ask_analyst")
+        seen["prompt"] = user_prompts(m)
+        return output(i, {"strategy": "refine", "evidence": [good.id[:10]], "rationale": "r",
+                          "instructions": "vectorize"})
+
+    strategist = scripted(lambda m, i: call_tool("ask_analyst", {"question": "what is best?"}),
+                          second)
+    analyst = scripted(lambda m, i: text("the gelu rewrite"))
+    pol = policy(tmp_path, {"strategist": strategist, "analyst": analyst,
+                            "implementor": FunctionModel(implementor_fn)})
+    session = FakeSession()
+    res = asyncio.run(pol.iterate(state([good], 2), session))
+    assert res.plan is not None and res.plan.evidence == (good.id,)
+    assert seen["answers"] == ["the gelu rewrite"]
+    assert good.id[:12] in seen["prompt"][0]
+    assert [c.role for c in session.calls][:2] == ["analyst", "strategist"]
+    assert all(e["parents"] == (good.id,) for e in session.evaluations)
+
+
+def test_strategist_failure_falls_back_to_refining_the_best(tmp_path: Path) -> None:
+    def down(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        raise ModelHTTPError(503, "m")
+
+    best = DesignView(design_id(GOOD_SOURCE), GOOD_SOURCE, "valid", 1, runtime_ms=0.5, speedup=3.0)
+    pol = policy(tmp_path, {"strategist": FunctionModel(down),
+                            "implementor": FunctionModel(implementor_fn)})
+    session = FakeSession()
+    res = asyncio.run(pol.iterate(state([best], 2), session))
+    assert res.plan is not None and res.plan.strategy == "refine"
+    assert res.plan.evidence == (best.id,)
+    assert "strategist failed" in res.note and not res.strategist_ok
+    assert len(session.evaluations) == 2  # the implementors still ran
+    first = pol.fallback_plan(state(), "x")
+    assert first.strategy == "innovate" and first.evidence == ()
+
+
+def test_an_unusable_model_exhausts_the_policy(tmp_path: Path) -> None:
+    def denied(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        raise ModelHTTPError.for_category(ModelAuthenticationError, status_code=401,
+                                          model_name="m")
+
+    pol = policy(tmp_path, {"default": FunctionModel(denied)})
+    session = FakeSession()
+    res = asyncio.run(pol.iterate(state(), session))
+    assert res.exhausted and "unusable" in res.note
+    assert session.evaluations == []
+    assert all(not c.ok for c in session.calls)
+
+
+def test_budget_exhausted_before_planning(tmp_path: Path) -> None:
+    pol = policy(tmp_path, {"default": FunctionModel(plan_fn)})
+    session = FakeSession(exhausted="queries")
+    res = asyncio.run(pol.iterate(state(), session))
+    assert res.plan is None and "queries" in res.note and session.calls == []
+
+
+def test_broken_harness_propagates(tmp_path: Path) -> None:
+    def broken(source: str) -> Feedback:
+        raise HarnessError("worker could not start")
+
+    pol = policy(tmp_path, {"strategist": FunctionModel(plan_fn),
+                            "implementor": FunctionModel(implementor_fn)})
+    with pytest.raises(HarnessError):
+        asyncio.run(pol.iterate(state(), FakeSession(verdict=broken)))
+
+
+def test_review_runs_the_analyst_or_nothing(tmp_path: Path) -> None:
+    fast = DesignView(design_id(GOOD_SOURCE), GOOD_SOURCE, "valid", 1, runtime_ms=0.01,
+                      speedup=50.0)
+    reviewer = scripted(lambda m, i: output(i, {"cheating": False, "reason": "fused gelu"}))
+    pol = policy(tmp_path, {"review": reviewer, "default": FunctionModel(plan_fn)})
+    session = FakeSession()
+    review = asyncio.run(pol.review(fast, state([fast], 2), session))
+    assert review is not None and not review.cheating and review.reason == "fused gelu"
+    assert [c.role for c in session.calls] == ["analyst"]
+    off = policy(tmp_path, {"default": FunctionModel(plan_fn)}, analyst=False)
+    assert asyncio.run(off.review(fast, state([fast], 2), session)) is None
+
+
+def test_test_model_completes_an_iteration(tmp_path: Path) -> None:
+    cfg = full_config()
+    pol = AutoPolicy.from_config(cfg, problem(), tmp_path)
+    session = FakeSession()
+    res = asyncio.run(pol.iterate(state(), session))
+    assert res.plan is not None and res.plan.strategy == "innovate"
+    assert len(res.design_ids) == 1  # both implementors echo the reference as ModelNew
+    assert all(r.ok for r in res.implementors)
+    assert all(c.ok for c in session.calls)
+    assert "class ModelNew" in session.evaluations[0]["source"]
+    again = asyncio.run(pol.iterate(state([], 2), session))
+    assert again.plan is not None
+    review = asyncio.run(pol.review(
+        DesignView(res.design_ids[0], "x", "valid", speedup=20.0, runtime_ms=1.0),
+        state(), session))
+    assert review is not None and not review.cheating

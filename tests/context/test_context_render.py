@@ -1,0 +1,109 @@
+"""Snapshot tests of every prompt template rendered from fixed inputs.
+
+A rendering that differs from `snapshots/<name>.md` fails. To accept a deliberate change, run
+with `STRATAGEM_UPDATE_SNAPSHOTS=1` (the snapshots are rewritten; review the diff) and commit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stratagem.context import render
+from stratagem.context.curate import Curated
+from stratagem.search.types import DesignView, Feedback, Plan
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UPDATE = os.environ.get("STRATAGEM_UPDATE_SNAPSHOTS") == "1"
+
+PROBLEM = render.ProblemBrief(
+    name="19_ReLU",
+    source="import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+           "        return torch.relu(x)\n",
+    device="cuda:0 (NVIDIA H200)",
+    reference_ms={"eager": 0.0412, "compile": 0.0388},
+    tolerances={"float32": {"atol": 1e-4, "rtol": 1e-4}},
+    integrity="lenient",
+)
+BEST = DesignView("1" * 64, "class ModelNew:  # fused\n    pass\n", "valid", 2, "refine",
+                  "implementor-1", ("0" * 64,), runtime_ms=0.0205, speedup=2.01)
+WORST = DesignView("2" * 64, "class ModelNew:  # slow\n    pass\n", "valid", 1, "innovate",
+                   "implementor-2", runtime_ms=0.0398, speedup=1.04)
+RECENT = DesignView("3" * 64, "class ModelNew:  # recent\n    pass\n", "invalid", 3, "combine",
+                    "implementor-1", ("1" * 64, "2" * 64),
+                    report="[correctness] wrong: max abs diff 0.5 at output 0")
+FAILED = DesignView("4" * 64, "class ModelNew:  # broken\n", "error", 2, "innovate",
+                    "implementor-2", report="[load] compile: nvcc failed: error: expected ';'")
+CURATED = Curated(best=(BEST,), worst=(WORST,), recent=(RECENT,), failed=(FAILED,), total=9)
+PLAN = Plan("combine", ("1" * 64, "2" * 64), "1111 fuses, 2222 vectorizes",
+            "Use one Triton kernel with BLOCK_SIZE=1024 and float4 loads.")
+
+
+def renderings() -> dict[str, Callable[[], str]]:
+    return {
+        "strategist.instructions": lambda: render.instructions("strategist", analyst=True),
+        "strategist.instructions_no_analyst": lambda: render.instructions("strategist",
+                                                                          analyst=False),
+        "strategist.prompt": lambda: render.render_strategist(PROBLEM, CURATED, iteration=4),
+        "strategist.prompt_first": lambda: render.render_strategist(PROBLEM, Curated(),
+                                                                    iteration=1),
+        "strategist.fallback_refine": lambda: "\n---\n".join(
+            render.fallback_plan_text("refine", "server: 503")),
+        "analyst.instructions": lambda: render.instructions("analyst"),
+        "analyst.prompt": lambda: render.render_analyst(
+            "Why is 1111 faster than 2222?", [BEST, WORST, FAILED], docs="2 files (a.md, b.md)"),
+        "implementor.instructions": lambda: render.instructions("implementor"),
+        "implementor.prompt": lambda: render.render_implementor(
+            PROBLEM, PLAN, [BEST, WORST], worker="implementor-2", max_attempts=6),
+        "implementor.static_rejection": lambda: render.fill(
+            "implementor", "static_rejection", reason="candidate.py defines no `class ModelNew`"),
+        "implementor_feedback.prompt": lambda: render.render_implementor_feedback(
+            Feedback("5" * 64, "invalid", "[correctness] wrong: max abs diff 0.5\n"
+                     "Skipped: timing (needs correctness)"), attempt=2, max_attempts=6),
+        "review.instructions": lambda: render.instructions("review"),
+        "review.prompt": lambda: render.render_review(
+            PROBLEM, DesignView("6" * 64, "class ModelNew:  # suspicious\n    pass\n", "valid",
+                                runtime_ms=0.0011, speedup=37.5), BEST),
+        "summarizer.instructions": lambda: render.instructions("summarizer"),
+        "summarizer.prompt": lambda: render.render_summarizer(
+            "USER: write a kernel\n\nASSISTANT: here it is"),
+        "summarizer.summary": lambda: render.summary_message("The kernel compiles; fix the mask.")
+        + "\n---\n" + render.summary_acknowledgement(),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(renderings()))
+def test_snapshot(name: str) -> None:
+    text = renderings()[name]() + "\n"
+    path = SNAPSHOTS / f"{name}.md"
+    if UPDATE:
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.exists(), f"missing snapshot {path.name}: run with STRATAGEM_UPDATE_SNAPSHOTS=1"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{name} changed; if deliberate, rerun with STRATAGEM_UPDATE_SNAPSHOTS=1 and review"
+    )
+
+
+def test_every_template_is_snapshotted() -> None:
+    covered = {n.split(".")[0] for n in renderings()}
+    assert set(render.ROLES) <= covered
+
+
+def test_rendered_prompts_have_no_unfilled_placeholders() -> None:
+    for name, make in renderings().items():
+        text = make()
+        assert "$" not in text.replace("$$", ""), name
+        assert "<!-- section" not in text, name
+
+
+def test_design_block_shows_status_lineage_and_report() -> None:
+    block = render.render_design(RECENT)
+    assert "`333333333333` (invalid)" in block
+    assert "from `111111111111`, `222222222222`" in block
+    assert "max abs diff 0.5" in block
+    assert "Failure report" not in render.render_design(BEST)
