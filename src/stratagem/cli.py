@@ -233,7 +233,7 @@ def run_cmd(
                    "max_wall_seconds": max_wall_seconds},
         "agents": {"model": model, "endpoints": endpoint or None},
     }
-    console = Console(stderr=as_json)
+    console = _wide_console(stderr=as_json)
     try:
         cfg = load_config(config, overrides)
     except ConfigError as e:
@@ -252,7 +252,7 @@ def resume_cmd(
     """Continue a stopped or killed run from its database, with the settings it started with."""
     from stratagem.search.api import resume_run
 
-    console = Console(stderr=as_json)
+    console = _wide_console(stderr=as_json)
     over = {"search": {"iterations": iterations}}
     _drive(console, as_json, lambda view: resume_run(run_dir, view, over))
 
@@ -266,7 +266,7 @@ def show_cmd(
     from stratagem.report.leaderboard import leaderboard, spend_line, strategy_table
     from stratagem.search.api import show_run
 
-    console = Console()
+    console = _wide_console()
     try:
         r = show_run(run_dir)
     except StratagemError as e:
@@ -290,6 +290,12 @@ def show_cmd(
     console.print(leaderboard(r.views, r.reference_ms))
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
+
+
+def _wide_console(stderr: bool = False) -> Console:
+    """A console that does not fold tables to 80 columns when writing to a file or pipe."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=120)
 
 
 def _drive(console: Console, as_json: bool, start: Any) -> None:

@@ -17,15 +17,16 @@ def leaderboard(
 ) -> Table:
     """Valid designs fastest first, with speedups against eager and torch.compile."""
     t = Table(title="Leaderboard", title_justify="left")
-    for col in ("#", "design", "author", "strategy", "iter", "runtime ms", "vs eager", "vs compile"):
-        t.add_column(col, justify="right" if col in ("#", "iter", "runtime ms", "vs eager", "vs compile") else "left")
+    for col in ("#", "design", "runtime ms", "vs eager", "vs compile", "iter"):
+        t.add_column(col, justify="left" if col == "design" else "right", no_wrap=True)
+    t.add_column("author · strategy", overflow="fold")
     valid = sorted((v for v in views if v.status == "valid" and v.runtime_ms), key=lambda v: v.runtime_ms or 0.0)
     eager, comp = reference_ms.get("eager"), reference_ms.get("compile")
     for i, v in enumerate(valid[:top], 1):
         rt = v.runtime_ms or 0.0
-        t.add_row(str(i), v.id[:12], v.author or "-", v.strategy or "-",
-                  "-" if v.iteration is None else str(v.iteration), f"{rt:.4f}",
-                  f"{eager / rt:.2f}x" if eager else "-", f"{comp / rt:.2f}x" if comp else "-")
+        t.add_row(str(i), v.id[:10], f"{rt:.4f}", f"{eager / rt:.2f}x" if eager else "-",
+                  f"{comp / rt:.2f}x" if comp else "-", "-" if v.iteration is None else str(v.iteration),
+                  f"{v.author or '-'} · {v.strategy or '-'}")
     if eager or comp:
         t.caption = "reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v)
     return t
