@@ -353,3 +353,36 @@ def test_cancelled_run_kills_the_worker_and_cleans_up(linear_problem, cpu_config
         assert list(root.iterdir()) == [], "the sandbox temp dir outlived the cancelled run"
     finally:
         h.kill_leftovers(tokens)
+
+
+def test_worker_dies_with_the_process_that_started_it(tmp_path):
+    """A search killed with SIGKILL must not leave its workers running (PR_SET_PDEATHSIG)."""
+    import signal as _signal
+    import subprocess as _subprocess
+    import sys as _sys
+    import time as _time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import functools, subprocess, sys, time\n"
+        "from stratagem.evaluation.sandbox import _preexec\n"
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True,\n"
+        "                     preexec_fn=functools.partial(_preexec, None))\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = _subprocess.Popen([_sys.executable, str(script)], stdout=_subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.send_signal(_signal.SIGKILL)
+    parent.wait()
+    deadline = _time.monotonic() + 5
+    while _time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split()[2] == "Z":  # reaped later by init; already dead
+                    break
+        except FileNotFoundError:
+            break
+        _time.sleep(0.05)
+    else:
+        raise AssertionError(f"worker {child} outlived its parent")

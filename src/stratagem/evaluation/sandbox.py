@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import json
 import os
@@ -204,7 +205,21 @@ def _kill_marked(marker: str) -> int:
     return killed
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the process that started it dies (a search killed
+    with `kill -9` leaves no worker running on the GPU). Elsewhere: nothing."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _preexec(memory_limit: int | None) -> None:
+    _die_with_parent()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if memory_limit is not None:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
