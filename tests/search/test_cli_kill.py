@@ -1,0 +1,90 @@
+"""`stratagem run` as a real process: SIGKILL mid-evaluation then `stratagem resume`, and
+Ctrl-C (SIGINT) stopping cleanly. Real CPU harness, recipes policy, one cheap recipe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests/adversarial/problems/linear_relu.py"
+CONFIG = """
+[evaluation]
+device = "cpu"
+baselines = ["eager"]
+correctness_trials = 2
+[evaluation.timing]
+warmup_ms = 5
+budget_ms = 20
+min_reps = 3
+max_reps = 30
+[search]
+recipes = ["inference_mode"]
+"""
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute(sql).fetchall()
+    except sqlite3.Error:
+        return []
+
+
+def start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--run-dir", str(run_dir),
+                             "--config", str(cfg), "--json"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not rows(run_dir / "run.db", "SELECT id FROM designs"):
+        time.sleep(0.05)
+    time.sleep(0.5)  # the worker is running now
+    assert rows(run_dir / "run.db", "SELECT id FROM designs"), proc.communicate()
+    return proc, run_dir
+
+
+def resume(tmp_path: Path, run_dir: Path) -> dict:
+    env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "stratagem", "resume", str(run_dir), "--json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_sigkill_mid_evaluation_then_resume(tmp_path):
+    proc, run_dir = start(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    db = run_dir / "run.db"
+    assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(0,)]
+    assert rows(db, "SELECT status FROM iterations") == [("running",)]
+    out = resume(tmp_path, run_dir)
+    assert out["best"] is not None and out["stop_reason"] == "the policy has nothing more to propose"
+    assert rows(db, "SELECT COUNT(*), COUNT(DISTINCT id) FROM designs") == [(1, 1)]
+    assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(1,)]
+    assert [r[0] for r in rows(db, "SELECT status FROM iterations ORDER BY n")] == ["interrupted", "done"]
+    assert rows(db, "SELECT status FROM run") == [("finished",)]
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
+    proc, run_dir = start(tmp_path)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "stratagem resume" in err
+    db = run_dir / "run.db"
+    assert rows(db, "SELECT status FROM run") == [("interrupted",)]
+    assert rows(db, "SELECT status FROM iterations") == [("interrupted",)]
+    out = resume(tmp_path, run_dir)
+    assert out["best"] is not None
+    assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(1,)]
