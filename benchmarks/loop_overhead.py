@@ -3,7 +3,9 @@
 A scripted policy proposes K designs per iteration and an evaluator answers instantly with a
 stored-looking verdict, so what is timed is the loop itself: storing designs, evaluations,
 agent calls and iterations in SQLite, rebuilding the search state, stop rules, the live-view
-snapshot. Reported per iteration as the run database grows (target: under 1 s).
+snapshot, plus the `auto` policy's own non-LLM work each iteration (context curation over
+every design and rendering the Strategist's prompt). Reported per
+iteration as the run database grows (target: under 1 s).
 
 Usage: python benchmarks/loop_overhead.py [--iterations 200] [--designs-per-iteration 4]
 """
@@ -21,7 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+import random  # noqa: E402
+
 from stratagem.config import load_config  # noqa: E402
+from stratagem.context import render  # noqa: E402
+from stratagem.context.curate import curate  # noqa: E402
 from stratagem.core.verdict import ValidatorResult, Verdict  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.service import Baseline, Evaluation  # noqa: E402
@@ -51,12 +57,17 @@ class InstantEvaluator:
 class Scripted:
     name = "scripted"
 
-    def __init__(self, k: int, source_kb: int, timings: list[float]) -> None:
-        self.k, self.pad, self.timings = k, "#" * (source_kb * 1024), timings
-        self.t_end: float | None = None
+    def __init__(self, k: int, source_kb: int, timings: list[float], cfg) -> None:  # noqa: ANN001
+        self.k, self.pad, self.timings, self.cfg = k, "#" * (source_kb * 1024), timings, cfg
+        self.curation_s: list[float] = []
 
     async def iterate(self, state, session):  # noqa: ANN001
         t0 = time.perf_counter()
+        curated = curate(state, self.cfg.context, random.Random(state.iteration))
+        brief = render.ProblemBrief.from_state(state)
+        prompts = [render.render_strategist(brief, curated, iteration=state.iteration)]
+        assert prompts[0]
+        self.curation_s.append(time.perf_counter() - t0)
         session.record_call(AgentCall(role="strategist", model="m", prompt_hash="h", input_tokens=5000,
                                       output_tokens=500, requests=1, cost_usd=0.01, messages_json="[]" * 2000))
         ids = []
@@ -78,7 +89,7 @@ async def run(args: argparse.Namespace) -> list[float]:
     with tempfile.TemporaryDirectory() as d, RunStore.open(Path(d)) as store:
         store.add_problem(problem)
         store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
-        policy = Scripted(args.designs_per_iteration, args.source_kb, [])
+        policy = Scripted(args.designs_per_iteration, args.source_kb, [], cfg)
         loop = SearchLoop(cfg, problem, store, InstantEvaluator(), policy)  # type: ignore[arg-type]
         t = time.perf_counter()
         marks: list[float] = []
@@ -93,7 +104,8 @@ async def run(args: argparse.Namespace) -> list[float]:
         loop._iterate = timed  # type: ignore[method-assign]
         await loop.run()
         per_iter = marks
-        print(f"total {time.perf_counter() - t:.2f} s for {len(marks)} iterations")
+        print(f"total {time.perf_counter() - t:.2f} s for {len(marks)} iterations; curation + "
+              f"prompt median {statistics.median(policy.curation_s) * 1e3:.1f} ms")
     return per_iter
 
 
