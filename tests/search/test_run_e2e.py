@@ -86,7 +86,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         assert roles.count("strategist") == 1 and roles.count("implementor") == 4
         it = store.iterations()[0]
         assert it.status == "done" and it.plan["strategy"] == "innovate"
-        assert set(it.plan["context_ids"]) == {"best", "worst", "recent", "failed"}
+        assert set(it.context_ids) == {"best", "worst", "recent", "failed"}
         assert set(it.design_ids) == {views[s].id for s in (CHEAT, WRONG, HONEST)}
 
 

@@ -292,9 +292,8 @@ class SearchLoop:
         if result.plan is not None:
             self.progress.strategy = result.plan.strategy
         ctx = getattr(result, "context_ids", None) or {}
-        if plan is not None and ctx:
-            plan = {**plan, "context_ids": {k: list(v) for k, v in ctx.items()}}
-        self.store.finish_iteration(n, "done", plan, ids, result.note)
+        self.store.finish_iteration(n, "done", plan, ids, result.note,
+                                    {k: list(v) for k, v in ctx.items()} if ctx else None)
         self.progress.event(f"iteration {n} done: {len(ids)} designs")
         self._iteration = None
         self._refresh()

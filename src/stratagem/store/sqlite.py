@@ -292,12 +292,16 @@ class RunStore:
                       (n, "running", json.dumps(context_ids), None, "[]", "", time.time(), None))
 
     def finish_iteration(
-        self, n: int, status: str, plan: dict[str, object] | None, design_ids: list[str], note: str
+        self, n: int, status: str, plan: dict[str, object] | None, design_ids: list[str], note: str,
+        context_ids: dict[str, list[str]] | None = None,
     ) -> None:
+        """Close iteration `n`; `context_ids` (the curated design ids per group) when known."""
         with self._tx() as c:
             c.execute("UPDATE iterations SET status=?, plan=?, design_ids=?, note=?, finished_at=?"
                       " WHERE n=?", (status, None if plan is None else json.dumps(plan),
                                      json.dumps(design_ids), note, time.time(), n))
+            if context_ids is not None:
+                c.execute("UPDATE iterations SET context_ids=? WHERE n=?", (json.dumps(context_ids), n))
 
     def iterations(self) -> list[IterationRecord]:
         rows = self._conn.execute("SELECT n, status, context_ids, plan, design_ids, note, started_at,"
