@@ -47,7 +47,8 @@ def _body(fn: ast.AST) -> list[ast.AST]:
     return [fn.body] if isinstance(fn, ast.Lambda) else list(fn.body)  # type: ignore[attr-defined]
 
 
-def _bound_names(nodes: Iterator[ast.AST]) -> set[str]:
+def bound_names(nodes: Iterator[ast.AST]) -> set[str]:
+    """Names the nodes bind: assignment targets, defs and classes, import aliases."""
     out: set[str] = set()
     for n in nodes:
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
@@ -78,7 +79,7 @@ class _State:
         self.scan = scan
         tree = scan.tree
         top = list(walk_no_defs(list(tree.body)))
-        self.module_names = _bound_names(iter(top)) - {
+        self.module_names = bound_names(iter(top)) - {
             (a.asname or a.name).split(".")[0] for n in top if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names
         }
         self.containers = {
@@ -125,7 +126,7 @@ class _State:
             declared = {n for s in nodes if isinstance(s, ast.Global | ast.Nonlocal) for n in s.names}
             args = fn.args  # type: ignore[attr-defined]
             params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
-            self._locals[fn] = (params | _bound_names(iter(nodes))) - declared
+            self._locals[fn] = (params | bound_names(iter(nodes))) - declared
         return self._locals[fn]
 
     def container_aliases(self, fn: ast.AST) -> set[str]:

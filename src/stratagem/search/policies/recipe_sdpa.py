@@ -8,6 +8,9 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from stratagem.domains.pytorch.ast_scan import dotted as _dotted
+from stratagem.domains.pytorch.state_scan import bound_names
+
 _SOFTMAX_FUNCS = frozenset({"torch.softmax", "F.softmax", "torch.nn.functional.softmax",
                             "nn.functional.softmax", "functional.softmax", "softmax",
                             "torch.special.softmax"})
@@ -17,16 +20,6 @@ _MATMUL_FUNCS = frozenset({"torch.matmul", "torch.bmm"})
 _TRANSPOSE_DIMS = ({-2, -1}, {2, 3})
 _BMM_TRANSPOSE_DIMS = ({-2, -1}, {1, 2})
 _SDPA = "torch.nn.functional.scaled_dot_product_attention"
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
 
 
 def _int(node: ast.AST) -> int | None:
@@ -174,15 +167,7 @@ def names_in(node: ast.AST) -> set[str]:
 
 
 def _stored_names(stmt: ast.stmt) -> set[str]:
-    out: set[str] = set()
-    for n in ast.walk(stmt):
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-            out.add(n.id)
-        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            out.add(n.name)
-        elif isinstance(n, ast.alias):
-            out.add((n.asname or n.name).split(".")[0])
-    return out
+    return bound_names(ast.walk(stmt))
 
 
 def _loaded_names(stmt: ast.AST) -> set[str]:
