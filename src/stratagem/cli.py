@@ -342,6 +342,9 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
         console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup or 0:.2f}x vs eager)")
     else:
         console.print("no valid design was found")
+    if outcome.spend.failed_calls:
+        console.print(f"[yellow]{outcome.spend.failed_calls} LLM calls failed[/]; each one's error is in "
+                      "the run database (`agent_calls`) and in the iteration notes")
     console.print(f"run directory: {outcome.run_dir}")
 
 

@@ -51,5 +51,5 @@ class LiveView:
         workers = Table.grid(padding=(0, 2))
         for name, status in sorted(p.workers.items()):
             workers.add_row(name, status)
-        return Group(head, Text(spend_line(p.spend), style="dim"), workers,
+        return Group(head, Text.from_markup(spend_line(p.spend), style="dim"), workers,
                      Text("\n".join(p.events[-5:]), style="dim"))
