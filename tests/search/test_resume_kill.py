@@ -28,7 +28,7 @@ def count(db: Path, table: str) -> int:
 def test_sigkill_mid_iteration_then_resume(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    proc = subprocess.Popen([sys.executable, str(HERE / "scripted_run.py"), str(run_dir), "0.4"], env=env)
+    proc = subprocess.Popen([sys.executable, str(HERE / "scripted_run.py"), str(run_dir), "1.0"], env=env)
     db = run_dir / "run.db"
     deadline = time.monotonic() + 60
     # Kill once the second design of iteration 2 is stored but not yet evaluated.
