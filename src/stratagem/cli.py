@@ -230,7 +230,7 @@ def run_cmd(
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
-                   "max_wall_seconds": max_wall_seconds},
+                   "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
         "agents": {"model": model, "endpoints": endpoint or None},
     }
     console = _wide_console(stderr=as_json)
@@ -240,7 +240,7 @@ def run_cmd(
         _fail(console, e, as_json, 2)
     from stratagem.search.api import start_run
 
-    _drive(console, as_json, lambda view: start_run(problem, cfg, run_dir, view))
+    _drive(console, as_json, lambda view: start_run(problem, cfg, None, view))
 
 
 @app.command("resume")

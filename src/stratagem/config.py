@@ -188,6 +188,8 @@ class SearchConfig(BaseModel):
     """Seeds the search's own choices (curation's random failures, recipe order)."""
     recipes: list[str] | None = None
     """Restrict the `recipes` policy to these recipe names (None: every one that applies)."""
+    run_dir: Path | None = None
+    """The run directory (None: `runs/<problem>-<timestamp>` under the current directory)."""
 
 
 class StratagemConfig(BaseModel):

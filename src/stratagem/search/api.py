@@ -52,6 +52,7 @@ async def start_run(
     """Start a new run (or continue the run already in `run_dir` with the new settings)."""
     check_policy(cfg)
     problem = load_problem(problem_path)
+    run_dir = run_dir or cfg.search.run_dir
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(problem)
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
