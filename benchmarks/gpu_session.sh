@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Everything a session runs on the lent GPU machine, in one call (device README: few, full
+# calls). The machine has torch, triton, typer and rich but no pydantic: carry the wheels in
+# .whl/ (see docs below) and pass carry [".whl"]. Writes logs under $OUT.
+#
+#   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
+#     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
+#
+# Usage (on the device): bash benchmarks/gpu_session.sh [tests|recipes|harness|all]
+set -u
+what="${1:-all}"
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 STRATAGEM_CACHE_DIR=$PWD/.sc MAX_JOBS=8
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if [[ $what == tests || $what == all ]]; then
+  timeout 560 python3 -m pytest -m gpu tests/gpu -p no:cacheprovider -q -rA -o addopts="" 2>&1 \
+    | tee "$OUT/gpu_tests.log" | tail -40
+fi
+if [[ $what == recipes || $what == all ]]; then
+  timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir /tmp/runs 2>&1 \
+    | tee "$OUT/recipes_run.log" | tail -20
+fi
+if [[ $what == harness ]]; then
+  timeout 560 python3 benchmarks/harness.py --repeats 3 --out "$OUT/harness.json" 2>&1 | tail -60
+fi
