@@ -89,3 +89,12 @@ def test_every_run_option_can_come_from_the_toml_file(tmp_path):
     over = load_config(toml, {"search": {"iterations": 2, "run_dir": tmp_path / "x"}, "agents": {"model": "n"}})
     assert over.search.iterations == 2 and over.search.run_dir == tmp_path / "x" and over.agents.model == "n"
     assert over.search.implementors == 3
+
+
+def test_unknown_recipe_is_refused_before_the_run_directory_exists(tmp_path, capsys):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[search]\nrecipes = ["compile", "warp-speed"]\n')
+    code = main(["run", str(PROBLEM), "--device", "cpu", "--config", str(cfg), "--run-dir", str(tmp_path / "r")])
+    assert code == 2
+    assert "warp-speed" in capsys.readouterr().out
+    assert not (tmp_path / "r").exists()

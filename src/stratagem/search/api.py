@@ -54,10 +54,14 @@ async def start_run(
     problem = load_problem(problem_path)
     run_dir = run_dir or cfg.search.run_dir
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(problem)
+    # Everything that can be refused (device, policy, recipe names, models) is built before the
+    # run directory is written, so a bad option leaves nothing behind.
+    evaluator = make_evaluator(cfg.evaluation)
+    policy = make_policy(cfg, problem, evaluator, run_dir)
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
         store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
-        return await _run(cfg, problem, store, view)
+        return await SearchLoop(cfg, problem, store, evaluator, policy, view).run()
 
 
 async def resume_run(run_dir: str | Path, view: RunView | None = None,
