@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from stratagem.config import DEFAULT_TIMEOUT_S, StratagemConfig, load_config
@@ -52,7 +53,7 @@ def _fail(console: Console, e: StratagemError, as_json: bool, code: int) -> None
     if as_json:
         print(json.dumps({"status": "error", "error": str(e), "error_type": type(e).__name__}))
     else:
-        console.print(f"[bold red]error:[/] {e}")
+        console.print(f"[bold red]error:[/] {escape(str(e))}")
     raise typer.Exit(code)
 
 

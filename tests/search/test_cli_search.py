@@ -98,3 +98,15 @@ def test_unknown_recipe_is_refused_before_the_run_directory_exists(tmp_path, cap
     assert code == 2
     assert "warp-speed" in capsys.readouterr().out
     assert not (tmp_path / "r").exists()
+
+
+def test_a_problem_whose_reference_fails_stops_the_run_with_a_clear_error(tmp_path, capsys):
+    problem = ROOT / "tests/fixtures/problem_broken_reference.py"
+    code = main(["run", str(problem), "--device", "cpu", "--run-dir", str(tmp_path / "r")])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 2, out
+    assert "reference problem fails" in out and "[correctness] the reference Model raised" in out
+    from stratagem.store.sqlite import RunStore
+    with RunStore.open(tmp_path / "r") as store:
+        assert store.run().status == "interrupted"
+        assert len(store.evaluations()) == 1  # stopped at the first evaluation

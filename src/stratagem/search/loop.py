@@ -22,6 +22,7 @@ from stratagem.config import StratagemConfig
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.domains.pytorch import domain
+from stratagem.errors import ProblemError
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
@@ -179,6 +180,10 @@ class SearchLoop:
         self.spend.add_evaluation(rec)
         if ev.reference_ms:
             self.reference_ms = dict(ev.reference_ms)
+        broken = next((r for r in ev.verdict.failures if r.kind == "problem_error"), None)
+        if broken is not None:  # the reference itself fails: no design can be judged
+            raise ProblemError(f"{self.problem.name}: the reference problem fails in the harness, so no "
+                               f"design can be judged: [{broken.name}] {broken.reason}")
         fb = self._feedback(design.id, rec)
         if fb.status == "valid":
             fb = await self._maybe_review(design, fb)
