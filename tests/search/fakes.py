@@ -37,6 +37,11 @@ class FakeEvaluator:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         src = design.source
+        if "# harness_error" in src:
+            results = (ValidatorResult("load", "failed", reason="worker could not start",
+                                       kind="harness_error", duration_s=0.1),)
+            return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
+                              environment={}, seeds=(1,), baseline=None)
         bad = re.search(r"# invalid: (.*)", src)
         ms = re.search(r"# runtime_ms=([0-9.]+)", src)
         d = self.seconds_per_eval

@@ -166,3 +166,16 @@ def test_recovery_evaluates_stored_designs_once_and_continues(tmp_path):
     assert its[0].status == "interrupted" and its[1].status == "done"
     assert len(store.designs()) == 2 and len(store.evaluations()) == 2
     assert out.best is not None and "late" in out.best.source
+
+
+def test_a_broken_harness_stops_the_run_after_three_failures_in_a_row(tmp_path):
+    from stratagem.errors import HarnessError
+
+    broken = [src(f"h{i}", 0.5) + "# harness_error\n" for i in range(5)]
+    script = [[broken[0], src("ok", 0.5), broken[1], broken[2]], [broken[3], broken[4]]]
+    loop, store, ev = make_loop(tmp_path, ScriptedPolicy(script), iterations=5)
+    with pytest.raises(HarnessError, match="3 evaluations in a row"):
+        asyncio.run(loop.run())
+    assert len(ev.calls) == 5  # h0, ok (resets the count), h1, h2, then h3 is the third in a row
+    assert store.run().status == "interrupted"
+    assert [i.status for i in store.iterations()] == ["done", "interrupted"]

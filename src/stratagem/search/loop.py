@@ -22,13 +22,16 @@ from stratagem.config import StratagemConfig
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.domains.pytorch import domain
-from stratagem.errors import ProblemError
+from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
 from stratagem.search.types import AgentCall, DesignView, Feedback, Policy, SearchState
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
+
+HARNESS_FAILURES_MAX = 3
+"""Consecutive evaluations failing with `harness_error` (broken infrastructure) that stop a run."""
 
 
 class RunView(Protocol):
@@ -97,6 +100,7 @@ class SearchLoop:
         self._eval_lock = asyncio.Lock()
         self._inflight: dict[str, asyncio.Future[Feedback]] = {}
         self._views: dict[str, DesignView] | None = None
+        self._harness_failures = 0
 
     # -- state ----------------------------------------------------------------------------
 
@@ -184,6 +188,11 @@ class SearchLoop:
         if broken is not None:  # the reference itself fails: no design can be judged
             raise ProblemError(f"{self.problem.name}: the reference problem fails in the harness, so no "
                                f"design can be judged: [{broken.name}] {broken.reason}")
+        harness = next((r for r in ev.verdict.failures if r.kind == "harness_error"), None)
+        self._harness_failures = self._harness_failures + 1 if harness is not None else 0
+        if harness is not None and self._harness_failures >= HARNESS_FAILURES_MAX:
+            raise HarnessError(f"the harness failed {self._harness_failures} evaluations in a row; "
+                               f"the last: [{harness.name}] {harness.reason}")
         fb = self._feedback(design.id, rec)
         if fb.status == "valid":
             fb = await self._maybe_review(design, fb)
