@@ -263,8 +263,13 @@ def show_cmd(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Print a run's leaderboard, strategy counts and spend."""
-    from stratagem.report.leaderboard import leaderboard, spend_line, strategy_table
+    """Print a run's leaderboard, iterations, strategy counts and spend."""
+    from stratagem.report.leaderboard import (
+        iterations_table,
+        leaderboard,
+        spend_line,
+        strategy_table,
+    )
     from stratagem.search.api import show_run
 
     console = _wide_console()
@@ -289,6 +294,7 @@ def show_cmd(
     console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations · "
                   f"{len(r.views)} designs")
     console.print(leaderboard(r.views, r.reference_ms))
+    console.print(iterations_table(r.iterations, r.views))
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
 

@@ -44,6 +44,7 @@ def test_show_table(tmp_path, capsys):
     assert main(["show", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "Leaderboard" in out and "4.00x" in out and "Strategies" in out
+    assert "Iterations" in out and "0.2500" in out  # the best after iteration 2
 
 
 def test_show_and_resume_need_a_run_directory(tmp_path, capsys):

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from stratagem.search.budget import Spend
 from stratagem.search.types import DesignView
+from stratagem.store.records import IterationRecord
 
 
 def leaderboard(
@@ -47,3 +48,23 @@ def spend_line(spend: Spend) -> str:
     failed = f" · [red]{spend.failed_calls} failed LLM calls[/]" if spend.failed_calls else ""
     return (f"LLM queries {spend.queries} · tokens {spend.tokens:,} · {usd} · retries {spend.retries}"
             f"{failed} · evaluations {spend.evaluations} · device {spend.gpu_seconds:.1f} s")
+
+
+def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView], last: int = 20) -> Table:
+    """Each iteration: status, strategy, designs made, valid ones, the best runtime after it."""
+    t = Table(title="Iterations", title_justify="left")
+    for col in ("#", "status", "strategy", "designs", "valid", "best ms after"):
+        t.add_column(col, justify="left" if col in ("status", "strategy") else "right")
+    by_id = {v.id: v for v in views}
+    best = float("inf")
+    rows = []
+    for it in iterations:
+        made = [by_id[i] for i in it.design_ids if i in by_id]
+        ok = [v.runtime_ms for v in made if v.status == "valid" and v.runtime_ms is not None]
+        best = min([best, *ok])
+        strategy = str((it.plan or {}).get("strategy") or "-")
+        rows.append((str(it.n), it.status, strategy, str(len(made)), str(len(ok)),
+                     "-" if best == float("inf") else f"{best:.4f}"))
+    for row in rows[-last:]:
+        t.add_row(*row)
+    return t
