@@ -8,19 +8,21 @@
 #     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
 #
-# Usage (on the device): bash benchmarks/gpu_session.sh [tests|recipes|harness|all]
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness
+# Each part fits one device command (10 minutes); call them back to back while the machine is
+# warm (compile caches in .sc/ are kept between calls on a warm machine).
 set -u
-what="${1:-all}"
+what="${1:?usage: gpu_session.sh tests|recipes|harness}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 STRATAGEM_CACHE_DIR=$PWD/.sc MAX_JOBS=8
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-if [[ $what == tests || $what == all ]]; then
+if [[ $what == tests ]]; then
   timeout 560 python3 -m pytest -m gpu tests/gpu -p no:cacheprovider -q -rA -o addopts="" 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -40
 fi
-if [[ $what == recipes || $what == all ]]; then
+if [[ $what == recipes ]]; then
   timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir /tmp/runs 2>&1 \
     | tee "$OUT/recipes_run.log" | tail -20
 fi
