@@ -8,7 +8,9 @@
 #     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
 #
-# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness [--only a,b]
+# (a recipes run over all six examples takes longer than one command: split it with --only,
+# e.g. 01_elementwise,02_reduction,03_softmax then 04_matmul,05_conv,06_fused_block)
 # Each part fits one device command (10 minutes); call them back to back while the machine is
 # warm (compile caches in .sc/ are kept between calls on a warm machine).
 set -u
@@ -23,7 +25,7 @@ if [[ $what == tests ]]; then
     | tee "$OUT/gpu_tests.log" | tail -40
 fi
 if [[ $what == recipes ]]; then
-  timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir /tmp/runs 2>&1 \
+  timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir /tmp/runs "${@:2}" 2>&1 \
     | tee "$OUT/recipes_run.log" | tail -20
 fi
 if [[ $what == harness ]]; then
