@@ -286,8 +286,7 @@ def show_cmd(
             "valid": sum(v.status == "valid" for v in r.views),
             "best": None if best is None else {"id": best.id, "runtime_ms": best.runtime_ms, "speedup": best.speedup},
             "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
-            "spend": {"queries": r.spend.queries, "tokens": r.spend.tokens, "usd": r.spend.usd,
-                      "gpu_seconds": r.spend.gpu_seconds, "evaluations": r.spend.evaluations},
+            "spend": r.spend.to_json(),
         }))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
@@ -319,9 +318,7 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: everything so far is saved; continue with `stratagem resume RUN_DIR`")
         raise typer.Exit(130) from None
-    except ConfigError as e:
-        _fail(console, e, as_json, 2)
-    except ProblemError as e:
+    except (ConfigError, ProblemError) as e:
         _fail(console, e, as_json, 2)
     except StratagemError as e:
         _fail(console, e, as_json, 1)
@@ -333,9 +330,7 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
             "best": None if best is None else {"id": best.id, "runtime_ms": best.runtime_ms,
                                                "speedup": best.speedup, "path": str(outcome.best_path)},
             "reference_ms": outcome.reference_ms,
-            "spend": {"queries": outcome.spend.queries, "tokens": outcome.spend.tokens,
-                      "usd": outcome.spend.usd, "gpu_seconds": outcome.spend.gpu_seconds,
-                      "evaluations": outcome.spend.evaluations},
+            "spend": outcome.spend.to_json(),
         }))
         return
     from stratagem.search.api import show_run

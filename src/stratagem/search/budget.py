@@ -37,6 +37,11 @@ class Spend:
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def to_json(self) -> dict[str, float | int]:
+        """The `--json` view of the spend."""
+        return {"queries": self.queries, "tokens": self.tokens, "usd": self.usd,
+                "gpu_seconds": self.gpu_seconds, "evaluations": self.evaluations}
+
     def add_call(self, call: AgentCall | AgentCallRecord) -> None:
         self.queries += call.requests
         self.input_tokens += call.input_tokens

@@ -154,7 +154,7 @@ class SearchLoop:
         })
         if self._iteration is not None and design.id not in self._iteration_ids:
             self._iteration_ids.append(design.id)
-        done = [e for e in self.store.evaluations(design.id)]
+        done = self.store.evaluations(design.id)
         if done:
             return self._feedback(design.id, done[-1], reused=True)
         if design.id in self._inflight:  # two agents wrote the same file at once
@@ -305,9 +305,8 @@ class SearchLoop:
         plan = result.plan.to_json() if result.plan else None
         if result.plan is not None:
             self.progress.strategy = result.plan.strategy
-        ctx = getattr(result, "context_ids", None) or {}
-        self.store.finish_iteration(n, "done", plan, ids, result.note,
-                                    {k: list(v) for k, v in ctx.items()} if ctx else None)
+        ctx = {k: list(v) for k, v in result.context_ids.items()}
+        self.store.finish_iteration(n, "done", plan, ids, result.note, ctx or None)
         self.progress.event(f"iteration {n} done: {len(ids)} designs")
         self._iteration = None
         self._refresh()

@@ -126,6 +126,8 @@ class IterationResult:
     note: str = ""
     exhausted: bool = False
     """The policy has nothing more to propose (the loop stops)."""
+    context_ids: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Curation group -> design ids the policy decided from (stored with the iteration)."""
 
 
 @dataclass(frozen=True)

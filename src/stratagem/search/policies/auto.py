@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stratagem.agents.analyst import AnalystDeps, ask_analyst, designs_by_id, review_design
@@ -47,8 +47,6 @@ SleepFn = Callable[[float], Awaitable[None]]
 class AutoIterationResult(IterationResult):
     """An `auto` iteration: the plan, the designs, and what the Strategist was shown."""
 
-    context_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Curation group -> design ids shown to the Strategist (the loop stores it with the plan)."""
     implementors: tuple[ImplementorResult, ...] = ()
     strategist_ok: bool = True
 
