@@ -6,6 +6,7 @@ modules: the candidate never sees the reference's namespace.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import traceback
@@ -82,6 +83,14 @@ class StageFailure(Exception):
     def __init__(self, kind: str, reason: str, details: Mapping[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.kind, self.reason, self.details = kind, reason, dict(details or {})
+
+
+def reset_compiled() -> None:
+    """Forget everything torch.compile compiled in this process (dynamo's code caches, its
+    automatic-dynamic shape memory, CUDA graph trees); the next call of a compiled function
+    compiles afresh (Inductor's on-disk caches still serve it)."""
+    with contextlib.suppress(Exception):
+        torch._dynamo.reset()
 
 
 def init_inputs(module: types.ModuleType, seed: int, device: str) -> list[Any]:

@@ -177,7 +177,7 @@ class Worker:
                                            {"traceback": runtime.format_exception(e)}) from e
                     out[mode] = {"error": runtime.one_line(e)}
                 finally:
-                    _reset_dynamo()
+                    runtime.reset_compiled()
         return {"baselines": out}
 
     # -- helpers --------------------------------------------------------------------------
@@ -304,15 +304,10 @@ def _is_build_error(e: BaseException) -> bool:
 def _compiled(model: torch.nn.Module, mode: str) -> Callable[..., Any]:
     if mode == "eager":
         return model
-    _reset_dynamo()
+    runtime.reset_compiled()
     if mode == "compile":
         return torch.compile(model)
     return torch.compile(model, mode=mode)
-
-
-def _reset_dynamo() -> None:
-    with contextlib.suppress(Exception):
-        torch._dynamo.reset()
 
 
 def _free(device: str) -> None:
