@@ -49,6 +49,10 @@ def main() -> None:
                f"{time.monotonic() - t0:.0f}", f"{r.spend.gpu_seconds:.0f}"]
         rows.append(row)
         print(row, flush=True)
+        for v in r.views:  # every design, so a surprising best can be explained from the log
+            ms = f"{v.runtime_ms:.4f} ms" if v.runtime_ms else "-"
+            print(f"    {v.author}: {v.status} {ms} {v.report.splitlines()[0] if v.report else ''}",
+                  flush=True)
     head = ["problem", "best design", "runtime ms", "vs eager", "vs compile", "designs", "valid",
             "wall s", "device s"]
     print(f"\n{time.strftime('%Y-%m-%d')} · device {args.device} · recipes policy\n")

@@ -29,11 +29,16 @@ class FakeEvaluator:
 
     def __init__(self, delay_s: float = 0.0, seconds_per_eval: float = 1.0) -> None:
         self.calls: list[str] = []
+        self.refreshes: list[bool] = []
+        """`refresh_baseline` of each call: a refreshed baseline comes back as not cached."""
         self.delay_s = delay_s
         self.seconds_per_eval = seconds_per_eval
 
-    async def evaluate(self, problem: Problem, design: Design, **_: object) -> Evaluation:
+    async def evaluate(
+        self, problem: Problem, design: Design, *, refresh_baseline: bool = False, **_: object
+    ) -> Evaluation:
         self.calls.append(design.id)
+        self.refreshes.append(refresh_baseline)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         src = design.source
@@ -56,7 +61,7 @@ class FakeEvaluator:
                        ValidatorResult("correctness", "passed", duration_s=d / 2),
                        ValidatorResult("timing", "passed", details={"runtime": stats(float(ms.group(1)))},
                                        duration_s=d / 2))
-            baseline = Baseline(problem.id, {"eager": stats(EAGER_MS), "compile": stats(0.8)}, {}, True,
+            baseline = Baseline(problem.id, {"eager": stats(EAGER_MS), "compile": stats(0.8)}, {}, not refresh_baseline,
                                 Verdict(()))
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
                           environment={}, seeds=(1,), baseline=baseline)

@@ -99,6 +99,15 @@ def test_the_same_source_is_evaluated_once(tmp_path):
     assert len(ev.calls) == 1 and len(store.designs()) == 1 and len(store.evaluations()) == 1
 
 
+def test_the_first_baseline_of_an_invocation_is_measured_not_cached(tmp_path):
+    # An invalid design gets no baseline, so the next one still asks for a fresh measurement;
+    # once one came back measured, the rest of the run may use the cache (the same numbers).
+    script = [[src("bad", invalid="wrong")], [src("a", 0.8)], [src("b", 0.5)]]
+    loop, _, ev = make_loop(tmp_path, ScriptedPolicy(script), iterations=3)
+    asyncio.run(loop.run())
+    assert ev.refreshes == [True, True, False]
+
+
 def test_concurrent_identical_designs_share_one_evaluation(tmp_path):
     policy = ScriptedPolicy([[src("x", 0.5)]])
 

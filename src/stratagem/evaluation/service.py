@@ -152,8 +152,11 @@ class Evaluator:
         return self.physical_device.startswith("cuda")
 
     async def evaluate(
-        self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None
+        self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None,
+        refresh_baseline: bool = False,
     ) -> Evaluation:
+        """Run the validator graph on `design`; for a valid, timed design, attach the reference
+        baselines (from the cache unless `refresh_baseline`)."""
         t0 = time.monotonic()
         graph = domain.validator_graph(problem, domain.integrity_policy(problem, self.cfg))
         run = GraphRun(graph, batch_placement="worker")
@@ -185,7 +188,8 @@ class Evaluator:
         verdict = Verdict(run.results)
         baseline = None
         if with_baseline and verdict.status == "valid" and verdict.result("timing") is not None:
-            baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s)
+            baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
+                                           refresh=refresh_baseline)
         return Evaluation(
             problem=problem, design=design, verdict=verdict, device=self.physical_device,
             environment=environment, seeds=seeds, baseline=baseline, sandbox=sandbox,

@@ -95,6 +95,8 @@ class SearchLoop:
         self.progress = Progress(problem=problem.name, policy=policy.name, iterations=cfg.search.iterations,
                                  spend=self.spend)
         self.reference_ms: dict[str, float | None] = {}
+        self._baseline_fresh = False
+        """Whether this invocation measured the baselines itself (not from the disk cache)."""
         self._iteration: int | None = None
         self._iteration_ids: list[str] = []
         self._eval_lock = asyncio.Lock()
@@ -177,7 +179,11 @@ class SearchLoop:
     async def _evaluate_stored(self, design: Design) -> Feedback:
         self.progress.event(f"evaluating {design.id[:10]} ({design.provenance.get('author', '')})")
         self._refresh()
-        ev = await self.evaluator.evaluate(self.problem, design)
+        # Speedups are ratios measured in the same run: the first baseline of an invocation is
+        # measured afresh, never taken from a cache filled under other load (or another day).
+        ev = await self.evaluator.evaluate(self.problem, design, refresh_baseline=not self._baseline_fresh)
+        if ev.baseline is not None and not ev.baseline.cached and ev.baseline.modes:
+            self._baseline_fresh = True
         rec = ev.to_record()
         self.store.add_evaluation(rec)
         self._update_view(design.id)
