@@ -124,7 +124,7 @@ def test_failed_review_is_not_a_cheating_verdict(tmp_path: Path) -> None:
     rt = runtime({"review": scripted(lambda m, i: text("no structured answer"))})
     brief = render.ProblemBrief("p", "class Model: ...")
     review = asyncio.run(review_design(A, analyst_deps(tmp_path), rt, problem=brief))
-    assert not review.cheating and review.reason.startswith("review failed")
+    assert review.failed and not review.cheating and review.reason.startswith("review failed")
 
 
 # -- the work directory ----------------------------------------------------------------------

@@ -280,6 +280,22 @@ def test_shape_variants_shrink_large_constants_keeping_alignment():
     assert all(variant[k] % 8 == 0 for k in ("batch_size", "dim", "odd"))
 
 
+def test_shape_variants_leave_alone_constants_the_reference_reads():
+    # `dim` is read by forward and `hidden` by a helper forward calls: a candidate (its own
+    # module) cannot follow a change to either, so only `batch_size` is varied.
+    from stratagem.domains.pytorch.domain import shape_variants
+
+    prob = parse_problem(
+        "import torch\nbatch_size = 32\ndim = 64\nhidden = 128\n"
+        "def _proj(x): return x[..., :hidden]\n"
+        "class Model:\n    def forward(self, x): return _proj(x.view(-1, dim))\n"
+        "def get_inputs(): return [torch.randn(batch_size, dim)]\n"
+        "def get_init_inputs(): return []\n",
+        name="p",
+    )
+    assert shape_variants(prob) == [{"batch_size": 16}]
+
+
 def test_shape_variants_declared_or_disabled():
     from stratagem.domains.pytorch.domain import shape_variants
 

@@ -12,6 +12,7 @@ from fakes import FakeEvaluator, ScriptedPolicy, src
 from stratagem.config import load_config
 from stratagem.core.design import Design
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.search import state as st
 from stratagem.search.loop import SearchLoop
 from stratagem.search.types import AgentCall, Review
 from stratagem.store.sqlite import RunStore
@@ -141,6 +142,37 @@ def test_a_too_good_design_cleared_by_review_becomes_best(tmp_path):
     out = asyncio.run(loop.run())
     assert out.best is not None and out.best.speedup == pytest.approx(100.0)
     assert [r.cheating for r in store.reviews()] == [False]
+
+
+class FlakyReviews(ScriptedPolicy):
+    """The reviewer fails (an LLM error) the first `failures` times, then clears the design."""
+
+    def __init__(self, script, failures: int) -> None:
+        super().__init__(script)
+        self.failures, self.asked = failures, 0
+
+    async def review(self, design, state, session):
+        self.asked += 1
+        if self.asked <= self.failures:
+            return Review(cheating=False, reason="review failed (timeout): no answer", failed=True)
+        return Review(cheating=False, reason="fused kernel, looks right")
+
+
+def test_a_too_good_design_whose_review_failed_is_not_best_until_a_retry_clears_it(tmp_path):
+    script = [[src("honest", 0.5), src("fast SUSPECT", 0.01)], [src("other", 0.4)], [src("more", 0.45)]]
+    policy = FlakyReviews(script, failures=2)
+    loop, store, _ = make_loop(tmp_path, policy, iterations=3)
+    asyncio.run(loop._iterate(1))
+    fast = next(v for v in loop.views() if "SUSPECT" in v.source)
+    assert fast.status == "unreviewed" and fast.runtime_ms == pytest.approx(0.01)
+    assert "honest" in st.best_of(loop.views()).source  # not the unreviewed one
+    # Iteration 2 retries the review first (fails again); iteration 3's retry clears it.
+    asyncio.run(loop._iterate(2))
+    assert "other" in st.best_of(loop.views()).source
+    out = asyncio.run(loop.run())
+    assert out.best is not None and "SUSPECT" in out.best.source
+    assert [r.failed for r in store.reviews()] == [True, True, False]
+    assert policy.asked == 3
 
 
 def test_cancellation_marks_the_run_and_iteration_interrupted(tmp_path):

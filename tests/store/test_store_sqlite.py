@@ -12,7 +12,12 @@ import pytest
 from stratagem.core.design import Design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import StoreError
-from stratagem.store.records import SCHEMA_VERSION, EvaluationRecord, MeasurementRecord
+from stratagem.store.records import (
+    SCHEMA_VERSION,
+    EvaluationRecord,
+    MeasurementRecord,
+    ReviewRecord,
+)
 from stratagem.store.sqlite import RunStore
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -187,6 +192,25 @@ def test_schema_version_recorded(store, run_dir):
     assert raw(run_dir, "SELECT value FROM meta WHERE key='schema_version'") == [
         (str(SCHEMA_VERSION),)
     ]
+
+
+def test_a_schema_2_database_gains_the_review_failed_column(run_dir, problem):
+    # A run made by the previous release: its reviews table has no `failed` column.
+    RunStore.open(run_dir).close()
+    conn = sqlite3.connect(run_dir / "run.db")
+    conn.execute("DROP TABLE reviews")
+    conn.execute("CREATE TABLE reviews (design_id TEXT NOT NULL REFERENCES designs(id), "
+                 "cheating INTEGER NOT NULL, reason TEXT NOT NULL, created_at REAL NOT NULL)")
+    conn.execute("UPDATE meta SET value='2' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with RunStore.open(run_dir) as s:
+        assert s.schema_version == SCHEMA_VERSION
+        s.add_problem(problem)
+        d = Design.from_source(SRC)
+        s.add_design(problem.id, d)
+        s.add_review(ReviewRecord(design_id=d.id, cheating=False, reason="timeout", created_at=1.0, failed=True))
+        assert [(r.failed, r.reason) for r in s.reviews()] == [(True, "timeout")]
 
 
 def test_newer_schema_raises_store_error(run_dir):

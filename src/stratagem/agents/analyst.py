@@ -191,7 +191,7 @@ async def review_design(
                               model_key="review")
     if not outcome.ok or outcome.output is None:
         reason = compress_report(f"review failed ({outcome.error_kind}): {outcome.error}", 600)
-        return Review(cheating=False, reason=reason)
+        return Review(cheating=False, reason=reason, failed=True)
     out = outcome.output
     return Review(cheating=bool(out.cheating), reason=out.reason.strip() or "(no reason given)")
 

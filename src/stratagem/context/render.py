@@ -125,7 +125,7 @@ def render_design(view: DesignView, *, report_chars: int | None = None) -> str:
     report = view.report.strip()
     if report_chars is not None:
         report = compress_report(report, report_chars)
-    if view.status == "valid":
+    if view.status in ("valid", "unreviewed"):
         report_block = ""
     else:
         report_block = "Failure report:\n```\n" + report + "\n```" if report else ""

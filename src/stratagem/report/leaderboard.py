@@ -28,8 +28,14 @@ def leaderboard(
         t.add_row(str(i), v.id[:10], f"{rt:.4f}", f"{eager / rt:.2f}x" if eager else "-",
                   f"{comp / rt:.2f}x" if comp else "-", "-" if v.iteration is None else str(v.iteration),
                   f"{v.author or '-'} · {v.strategy or '-'}")
+    notes = []
     if eager or comp:
-        t.caption = "reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v)
+        notes.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
+    waiting = sorted((v for v in views if v.status == "unreviewed"), key=lambda v: v.runtime_ms or 0.0)
+    if waiting:
+        notes.append("not ranked until reviewed (the Analyst's review failed): " + ", ".join(
+            f"{v.id[:10]} {v.runtime_ms or 0.0:.4f} ms" for v in waiting[:5]))
+    t.caption = "\n".join(notes) or None
     return t
 
 

@@ -139,7 +139,7 @@ class SearchLoop:
     def _refresh(self) -> None:
         views = self.views()
         p = self.progress
-        p.valid = sum(v.status == "valid" for v in views)
+        p.valid = sum(v.status in ("valid", "unreviewed") for v in views)
         p.invalid = len(views) - p.valid
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
@@ -215,21 +215,43 @@ class SearchLoop:
         if best is not None and best.runtime_ms is not None and (fb.runtime_ms or 0) >= best.runtime_ms:
             return fb
         view = next(v for v in self.views() if v.id == design.id)
+        return await self._review(view) or fb
+
+    async def _review(self, view: DesignView) -> Feedback | None:
+        """The policy's review of `view`, stored; the resulting feedback (None: no reviewer)."""
         review = await self.policy.review(view, self.state(self._iteration or 0), self)
         if review is None:
-            return fb
-        self.store.add_review(ReviewRecord(design_id=design.id, cheating=review.cheating,
-                                           reason=review.reason, created_at=time.time()))
-        self._update_view(design.id)
-        if not review.cheating:
-            return fb
-        self.progress.event(f"{design.id[:10]} flagged by review: {review.reason[:60]}")
-        return Feedback(design.id, "flagged", f"[review] judged cheating: {review.reason}")
+            return None
+        self.store.add_review(ReviewRecord(design_id=view.id, cheating=review.cheating,
+                                           reason=review.reason, created_at=time.time(),
+                                           failed=review.failed))
+        self._update_view(view.id)
+        if review.failed:
+            self.progress.event(f"{view.id[:10]} not reviewed (will retry): {review.reason[:60]}")
+        elif review.cheating:
+            self.progress.event(f"{view.id[:10]} flagged by review: {review.reason[:60]}")
+        now = next(v for v in self.views() if v.id == view.id)
+        return Feedback(view.id, now.status, now.report, now.runtime_ms, now.speedup)
+
+    async def _retry_review(self) -> None:
+        """Review again the fastest design whose review failed, if it would be the best: until
+        a review clears it, it cannot become the best (one attempt per iteration)."""
+        views = self.views()
+        best = st.best_of(views)
+        waiting = [v for v in views if v.status == "unreviewed" and v.runtime_ms is not None
+                   and (best is None or best.runtime_ms is None or v.runtime_ms < best.runtime_ms)]
+        if waiting:
+            fastest = min(waiting, key=lambda v: v.runtime_ms or 0.0)
+            self.progress.event(f"retrying the review of {fastest.id[:10]}")
+            await self._review(fastest)
 
     def _feedback(self, design_id: str, ev: EvaluationRecord, reused: bool = False) -> Feedback:
-        flagged = [r for r in self.store.reviews() if r.design_id == design_id and r.cheating]
-        if flagged:
-            return Feedback(design_id, "flagged", f"[review] judged cheating: {flagged[-1].reason}", reused=reused)
+        view = (self._views or {}).get(design_id)
+        if view is None:
+            self._update_view(design_id)
+            view = (self._views or {}).get(design_id)
+        if view is not None and view.status in ("flagged", "unreviewed"):
+            return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
         return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
                         ev.runtime_ms, ev.speedup, reused=reused)
 
@@ -306,6 +328,7 @@ class SearchLoop:
         self.store.start_iteration(n, {})
         self.progress.event(f"iteration {n} started")
         self._refresh()
+        await self._retry_review()
         result = await self.policy.iterate(self.state(n), self)
         ids = list(dict.fromkeys([*result.design_ids, *self._iteration_ids]))
         plan = result.plan.to_json() if result.plan else None

@@ -24,12 +24,14 @@ def design_views(
     reviews: Sequence[ReviewRecord],
     source_of: Callable[[DesignRecord], str],
 ) -> list[DesignView]:
-    """One view per evaluated design, oldest first; the latest evaluation decides its status
-    and a review that found cheating turns a valid design into `flagged`."""
+    """One view per evaluated design, oldest first; the latest evaluation decides its status,
+    a review that found cheating turns a valid design into `flagged`, and one whose latest
+    review failed (no verdict) into `unreviewed` (its runtime kept, so it can be retried)."""
     latest: dict[str, EvaluationRecord] = {}
     for ev in evaluations:
         latest[ev.design_id] = ev
     cheats = {r.design_id: r.reason for r in reviews if r.cheating}
+    last_review = {r.design_id: r for r in reviews}
     out = []
     for d in designs:
         ev = latest.get(d.id)
@@ -38,9 +40,12 @@ def design_views(
         prov = d.provenance
         status = ev.status
         report = report_of(ev)
+        review = last_review.get(d.id)
         if d.id in cheats:
             status, report = "flagged", f"[review] judged cheating: {cheats[d.id]}"
-        valid = status == "valid"
+        elif status == "valid" and review is not None and review.failed:
+            status, report = "unreviewed", f"[review] not reviewed yet: {review.reason}"
+        valid = status in ("valid", "unreviewed")
         out.append(DesignView(
             id=d.id, source=source_of(d), status=status,  # type: ignore[arg-type]
             iteration=prov.get("iteration"), strategy=prov.get("strategy"), author=prov.get("author"),

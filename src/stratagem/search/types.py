@@ -15,8 +15,10 @@ from stratagem.core.problem import Problem
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
 STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
 
-DesignStatus = Literal["valid", "invalid", "error", "flagged"]
-"""`flagged`: valid by the harness but judged cheating by the Analyst's review."""
+DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed"]
+"""`flagged`: valid by the harness but judged cheating by the Analyst's review; `unreviewed`:
+valid by the harness and fast enough to need the review, which failed (an LLM error): it may
+not become the best until a later review clears it."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,8 @@ class Review:
 
     cheating: bool
     reason: str
+    failed: bool = False
+    """No verdict: the review itself failed (the reason says why); `cheating` is then False."""
 
 
 class Session(Protocol):

@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 2
-"""2: the search tables (run, iterations, agent_calls, reviews)."""
+SCHEMA_VERSION = 3
+"""2: the search tables (run, iterations, agent_calls, reviews); 3: `reviews.failed`."""
 
 
 class ProblemRecord(BaseModel):
@@ -117,3 +117,5 @@ class ReviewRecord(BaseModel):
     cheating: bool
     reason: str
     created_at: float
+    failed: bool = False
+    """The review gave no verdict (its LLM call failed)."""

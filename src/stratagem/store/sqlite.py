@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS agent_calls (
     messages_hash TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reviews (
     design_id TEXT NOT NULL REFERENCES designs(id), cheating INTEGER NOT NULL,
-    reason TEXT NOT NULL, created_at REAL NOT NULL);
+    reason TEXT NOT NULL, created_at REAL NOT NULL, failed INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS evaluations_design ON evaluations(design_id);
 CREATE INDEX IF NOT EXISTS designs_problem ON designs(problem_id);
 """
@@ -102,6 +102,7 @@ class RunStore:
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) < SCHEMA_VERSION:  # older databases gain the new tables above
+                _add_missing_columns(conn)
                 conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StoreError(
@@ -334,14 +335,26 @@ class RunStore:
 
     def add_review(self, rec: ReviewRecord) -> None:
         with self._tx() as c:
-            c.execute("INSERT INTO reviews VALUES (?,?,?,?)",
-                      (rec.design_id, int(rec.cheating), rec.reason, rec.created_at))
+            c.execute("INSERT INTO reviews (design_id, cheating, reason, created_at, failed)"
+                      " VALUES (?,?,?,?,?)",
+                      (rec.design_id, int(rec.cheating), rec.reason, rec.created_at, int(rec.failed)))
 
     def reviews(self) -> list[ReviewRecord]:
-        rows = self._conn.execute("SELECT design_id, cheating, reason, created_at FROM reviews"
+        rows = self._conn.execute("SELECT design_id, cheating, reason, created_at, failed FROM reviews"
                                   " ORDER BY rowid").fetchall()
-        return [ReviewRecord(design_id=r[0], cheating=bool(r[1]), reason=r[2], created_at=r[3])
-                for r in rows]
+        return [ReviewRecord(design_id=r[0], cheating=bool(r[1]), reason=r[2], created_at=r[3],
+                             failed=bool(r[4])) for r in rows]
+
+
+ADDED_COLUMNS = (("reviews", "failed", "INTEGER NOT NULL DEFAULT 0"),)
+"""Columns later schemas added to tables an older database already has: (table, column, type)."""
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, column, decl in ADDED_COLUMNS:
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in have:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
 
 
 def _design(r: tuple[object, ...]) -> DesignRecord:

@@ -188,17 +188,36 @@ SHAPE_MIN = 16
 """Size constants below this (kernel sizes, strides, channel counts of 3) are left alone."""
 
 
+INPUT_BUILDERS = frozenset({"get_inputs", "get_init_inputs"})
+
+
+def read_by_the_model(source: str) -> set[str]:
+    """Module-level names read inside any function or class other than the input builders
+    (the `Model` class and the helpers it calls)."""
+    out: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name not in INPUT_BUILDERS:
+            out |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return out
+
+
 def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
     """Size-constant overrides for the shapes stage: the problem's own, or every integer
-    constant >= 16 shrunk to about 3/4, keeping its power-of-two alignment (up to 16)."""
+    constant >= 16 shrunk to about 3/4, keeping its power-of-two alignment (up to 16).
+
+    Constants the reference's own code reads (in `Model` or a helper, rather than through
+    `get_inputs`/`get_init_inputs`) are left alone: the reference is itself wired to them, so a
+    candidate, which cannot see the reference module's values, could never follow a change.
+    """
     declared = problem.settings.get("shapes")
     if declared is False:
         return []
     if isinstance(declared, list):
         return [dict(v) for v in declared]
     variant: dict[str, int | float] = {}
+    wired = read_by_the_model(problem.source)
     for name, v in problem.size_constants.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < SHAPE_MIN:
+        if isinstance(v, bool) or not isinstance(v, int) or v < SHAPE_MIN or name in wired:
             continue
         align = 1
         while align < 16 and v % (align * 2) == 0:
