@@ -49,6 +49,8 @@ class Worker:
         self.poisoned: str | None = None
         self.snapshot = guard.Snapshot()  # before any candidate code is imported
         self.last_inputs: list[Any] | None = None
+        self.compiled_state_reset = False
+        """Set by the shapes stage: the candidate's compiled code must compile again."""
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -129,6 +131,14 @@ class Worker:
         p = self._programs(need_candidate=True)
         assert p.candidate is not None
         model = p.candidate
+        if self.compiled_state_reset:  # compile again outside the lock other workers time under
+            try:
+                with torch.no_grad():
+                    self._call_candidate(model, self._inputs(p, int(self.req["timing_seed"])))
+            except StageFailure as e:
+                raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
+            _free(self.device)
+            self.compiled_state_reset = False
         with self._timing_lock(), torch.no_grad():
             sets = self._timing_inputs(p)
             try:
