@@ -296,6 +296,21 @@ def test_shape_variants_leave_alone_constants_the_reference_reads():
     assert shape_variants(prob) == [{"batch_size": 16}]
 
 
+def test_a_parameter_named_like_a_constant_is_not_a_read_of_it():
+    # KernelBench style: `dim` reaches the model through get_init_inputs, as a parameter.
+    from stratagem.domains.pytorch.domain import shape_variants
+
+    prob = parse_problem(
+        "import torch\nbatch_size = 32\ndim = 64\n"
+        "class Model:\n    def __init__(self, dim):\n        self.dim = dim\n"
+        "    def forward(self, x):\n        dim = self.dim\n        return x.view(-1, dim)\n"
+        "def get_inputs(): return [torch.randn(batch_size, dim)]\n"
+        "def get_init_inputs(): return [dim]\n",
+        name="p",
+    )
+    assert shape_variants(prob) == [{"batch_size": 16, "dim": 48}]
+
+
 def test_shape_variants_declared_or_disabled():
     from stratagem.domains.pytorch.domain import shape_variants
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 import secrets
+import symtable
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -192,12 +193,19 @@ INPUT_BUILDERS = frozenset({"get_inputs", "get_init_inputs"})
 
 
 def read_by_the_model(source: str) -> set[str]:
-    """Module-level names read inside any function or class other than the input builders
-    (the `Model` class and the helpers it calls)."""
+    """Module-level (global) names read inside any function or class other than the input
+    builders: the `Model` class and the helpers it calls. Parameters and locals that share a
+    constant's name (`def __init__(self, dim)`) are not reads of the constant."""
     out: set[str] = set()
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name not in INPUT_BUILDERS:
-            out |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+    def walk(table: symtable.SymbolTable) -> None:
+        out.update(s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced())
+        for child in table.get_children():
+            walk(child)
+
+    for child in symtable.symtable(source, "problem", "exec").get_children():
+        if child.get_name() not in INPUT_BUILDERS:
+            walk(child)
     return out
 
 
