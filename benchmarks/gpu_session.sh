@@ -9,8 +9,10 @@
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
 #
 # Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness [--only a,b]
-# `tests` takes pytest arguments instead (default tests/gpu); the whole gpu suite took 549 s of
-# the 560 s limit on 2026-11-30, so split it when it grows, e.g. tests/gpu/test_gpu_harness.py
+# `tests` takes pytest arguments instead (default tests/gpu). The whole gpu suite took 549 s of
+# the 560 s limit on 2026-11-30 and has grown since: run it in two calls,
+#   tests tests/gpu/test_gpu_harness.py
+#   tests tests/gpu/test_gpu_integrity.py tests/gpu/test_gpu_search.py
 # (a recipes run over all six examples takes longer than one command: split it with --only,
 # e.g. 01_elementwise,02_reduction,03_softmax then 04_matmul,05_conv,06_fused_block)
 # Each part fits one device command (10 minutes); call them back to back while the machine is
