@@ -31,7 +31,7 @@ if [[ $what == tests ]]; then
     | tee "$OUT/gpu_tests.log" | tail -40
 fi
 if [[ $what == recipes ]]; then
-  timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir /tmp/runs "${@:2}" 2>&1 \
+  timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir "$OUT/runs" "${@:2}" 2>&1 \
     | tee "$OUT/recipes_run.log" | tail -20
 fi
 if [[ $what == harness ]]; then
