@@ -11,7 +11,7 @@ Prints one table per measurement:
      level1/19_ReLU.py).
 
 Usage: python benchmarks/harness.py [--examples examples] [--kernelbench DIR] [--repeats 5]
-       [--out results.json] [--only 01_elementwise,...]
+       [--out results.json] [--only 01_elementwise,...] [--max-reps N]
 """
 
 from __future__ import annotations
@@ -96,9 +96,10 @@ def overhead_row(name: str, ev: Any) -> list[Any]:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     # One worker slot: one compile cache, and evaluations never wait for each other.
-    base = {"device": args.device, "workers_per_gpu": 1}
+    timing = {"max_reps": args.max_reps} if args.max_reps else {}
+    base = {"device": args.device, "workers_per_gpu": 1, "timing": timing}
     cfg = load_config(None, {"evaluation": base}).evaluation
-    device_cfg = load_config(None, {"evaluation": {**base, "timing": {"sync_mode": "device"}}}).evaluation
+    device_cfg = load_config(None, {"evaluation": {**base, "timing": {**timing, "sync_mode": "device"}}}).evaluation
     evaluator, device_eval = make_evaluator(cfg), make_evaluator(device_cfg)
     results: dict[str, Any] = {"examples": [], "stability": [], "agreement": [], "overhead": []}
     dirs = sorted(p for p in Path(args.examples).iterdir() if (p / "problem.py").exists())
@@ -194,6 +195,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--max-reps", type=int, default=None,
+                    help="cap on timed repetitions (evaluation.timing.max_reps), to weigh the "
+                         "timing stage's cost against the stability table")
     args = ap.parse_args()
     results = asyncio.run(main_async(args))
     if args.out:
