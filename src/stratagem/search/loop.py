@@ -118,6 +118,10 @@ class SearchLoop:
     def _source(self, d: DesignRecord) -> str:
         return self.store.get_artifact(d.files["candidate.py"])
 
+    def _view(self, design_id: str) -> DesignView | None:
+        self.views()  # builds the in-memory views on first use
+        return (self._views or {}).get(design_id)
+
     def _update_view(self, design_id: str) -> None:
         if self._views is None:
             self.views()
@@ -214,8 +218,8 @@ class SearchLoop:
         best = st.best_of([v for v in self.views() if v.id != design.id])
         if best is not None and best.runtime_ms is not None and (fb.runtime_ms or 0) >= best.runtime_ms:
             return fb
-        view = next(v for v in self.views() if v.id == design.id)
-        return await self._review(view) or fb
+        view = self._view(design.id)
+        return (await self._review(view) if view is not None else None) or fb
 
     async def _review(self, view: DesignView) -> Feedback | None:
         """The policy's review of `view`, stored; the resulting feedback (None: no reviewer)."""
@@ -230,7 +234,7 @@ class SearchLoop:
             self.progress.event(f"{view.id[:10]} not reviewed (will retry): {review.reason[:60]}")
         elif review.cheating:
             self.progress.event(f"{view.id[:10]} flagged by review: {review.reason[:60]}")
-        now = next(v for v in self.views() if v.id == view.id)
+        now = self._view(view.id) or view
         return Feedback(view.id, now.status, now.report, now.runtime_ms, now.speedup)
 
     async def _retry_review(self) -> None:
@@ -246,10 +250,7 @@ class SearchLoop:
             await self._review(fastest)
 
     def _feedback(self, design_id: str, ev: EvaluationRecord, reused: bool = False) -> Feedback:
-        view = (self._views or {}).get(design_id)
-        if view is None:
-            self._update_view(design_id)
-            view = (self._views or {}).get(design_id)
+        view = self._view(design_id)
         if view is not None and view.status in ("flagged", "unreviewed"):
             return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
         return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
