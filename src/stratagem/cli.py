@@ -120,6 +120,8 @@ def baseline_cmd(
         "problem": prob.name,
         "problem_id": prob.id,
         "reference_ms": {m: base.median_ms(m) for m in base.modes},
+        "vs_eager": {m: r.to_json() for m in base.modes if (r := base.vs_eager(m)) is not None},
+        "unstable": {m: list(r) for m, r in base.unstable().items()},
         "baselines": {m: dict(v) for m, v in base.modes.items()},
         "cached": base.cached,
         "environment": dict(base.environment),
@@ -129,14 +131,20 @@ def baseline_cmd(
         print(json.dumps(out, default=str))
     else:
         t = Table(title=f"baseline: {prob.name} on {base.environment.get('device_name', '?')}")
-        for col in ("mode", "median ms", "IQR ms", "n"):
+        for col in ("mode", "median ms", "IQR ms", "n", "speedup over eager (paired)", "stability"):
             t.add_column(col)
+        unstable = base.unstable()
         for mode, stats in base.modes.items():
             if "median_ms" in stats:
-                t.add_row(mode, f"{stats['median_ms']:.4f}", f"{stats['iqr_ms']:.4f}", str(stats["n"]))
+                r = base.vs_eager(mode)
+                vs = "-" if r is None or mode == "eager" else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
+                flag = "[yellow]unstable[/]" if mode in unstable else "stable"
+                t.add_row(mode, f"{stats['median_ms']:.4f}", f"{stats['iqr_ms']:.4f}", str(stats["n"]), vs, flag)
             else:
-                t.add_row(mode, f"[red]{stats.get('error', 'failed')}[/]", "", "")
+                t.add_row(mode, f"[red]{stats.get('error', 'failed')}[/]", "", "", "", "")
         console.print(t)
+        for mode, reasons in unstable.items():
+            console.print(f"[yellow]{mode} timing unstable[/]: " + "; ".join(reasons), markup=True, highlight=False)
         for f in failures:
             console.print(f"[red]{f['validator']}[/] {f['kind']}: {f['reason']}")
         if base.cached:
@@ -284,7 +292,9 @@ def show_cmd(
             "status": r.run.status if r.run else None, "stop_reason": r.run.stop_reason if r.run else None,
             "iterations": len(r.iterations), "designs": len(r.views),
             "valid": sum(v.status == "valid" for v in r.views),
-            "best": None if best is None else {"id": best.id, "runtime_ms": best.runtime_ms, "speedup": best.speedup},
+            "unstable": sum(v.status == "unstable" for v in r.views),
+            "best": None if best is None else _design_json(best),
+            "beats_reference": bool(best is not None and best.beats_reference),
             "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
             "spend": r.spend.to_json(),
         }))
@@ -296,6 +306,14 @@ def show_cmd(
     console.print(iterations_table(r.iterations, r.views))
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
+
+
+def _design_json(v: Any) -> dict[str, Any]:
+    """One design's numbers as `show --json` and `run --json` give them."""
+    return {"id": v.id, "status": v.status, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
+            "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
+            "speedup_compile": v.speedup_compile, "beats_reference": v.beats_reference,
+            "stability": v.stability or "stable"}
 
 
 def _wide_console(stderr: bool = False) -> Console:
@@ -327,8 +345,10 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
         print(json.dumps({
             "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
             "iterations": outcome.iterations,
-            "best": None if best is None else {"id": best.id, "runtime_ms": best.runtime_ms,
-                                               "speedup": best.speedup, "path": str(outcome.best_path)},
+            "best": None if best is None else {**_design_json(best), "path": str(outcome.best_path)},
+            "no_gain": outcome.no_gain,
+            "best_path": str(outcome.best_path) if outcome.best_path else None,
+            "fastest": None if outcome.top is None else _design_json(outcome.top),
             "reference_ms": outcome.reference_ms,
             "spend": outcome.spend.to_json(),
         }))
@@ -341,9 +361,12 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
     console.print(strategy_table(st.strategy_counts(r.views)))
     console.print(spend_line(r.spend))
     if best is not None:
-        console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup or 0:.2f}x vs eager)")
+        comp = f", {best.speedup_compile:.2f}x vs torch.compile" if best.speedup_compile else ""
+        console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup_text()} vs eager{comp})",
+                      highlight=False)
     else:
-        console.print("no valid design was found")
+        console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",
+                      highlight=False)
     if outcome.spend.failed_calls:
         console.print(f"[yellow]{outcome.spend.failed_calls} LLM calls failed[/]; each one's error is in "
                       "the run database (`agent_calls`) and in the iteration notes")
@@ -363,7 +386,11 @@ def _print_eval(console: Console, s: dict[str, Any]) -> None:
             detail = f"{len(d['trials'])} trials, max abs err {d['max_abs_err']:.3g}, max rel err {d['max_rel_err']:.3g}"
         if name == "timing" and v["status"] == "passed":
             rt = v["details"]["runtime"]
+            ref = v["details"].get("reference") or {}
             detail = f"median {rt['median_ms']:.4f} ms, IQR {rt['iqr_ms']:.4f} ms, n={rt['n']}"
+            if ref:
+                detail += (f"; eager beside it {ref['median_ms']:.4f} ms, {v['details'].get('pairs')} block pairs, "
+                           f"{len(v['details'].get('attempts') or [])} timing(s)")
         if name == "integrity" and v["status"] == "passed":
             detail = "checks: " + ", ".join(v["details"].get("checks", []))
         if name == "shapes" and v["status"] == "passed":
@@ -384,7 +411,21 @@ def _print_eval(console: Console, s: dict[str, Any]) -> None:
         refs = ", ".join(f"{k} {v:.4f} ms" for k, v in s["reference_ms"].items() if v is not None)
         console.print(f"candidate {s['runtime_ms']:.4f} ms · reference {refs}")
     if s["speedup"] is not None:
-        console.print(f"speedup vs eager: [bold]{s['speedup']:.2f}x[/]")
+        lo, hi = s["speedup_ci"] or (s["speedup"], s["speedup"])
+        line = f"speedup vs eager (paired): [bold]{s['speedup']:.3g}x[/] [95% CI {lo:.3g}-{hi:.3g}]"
+        comp = (s.get("speedups") or {}).get("compile")
+        if comp:
+            line += f" · vs torch.compile {comp['ratio']:.3g}x"
+        console.print(line, highlight=False)
+    stab = s.get("stability") or {}
+    if stab.get("verdict") == "unstable":
+        console.print("[yellow]timing unstable[/] (after re-timing): " + "; ".join(stab.get("reasons", [])),
+                      highlight=False)
+    base = s.get("baseline") or {}
+    if base.get("cached"):
+        console.print("[dim](torch.compile ratio from the cached baseline; `stratagem baseline --refresh` measures it again)[/]")
+    for mode, reasons in (base.get("unstable") or {}).items():
+        console.print(f"[yellow]baseline {mode} unstable[/]: " + "; ".join(reasons), highlight=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -43,6 +43,20 @@ def _default_tolerances() -> dict[str, Tolerance]:
     }
 
 
+class StabilityConfig(BaseModel):
+    """When a timing is `unstable` (see docs/timing.md); fractions, 0.10 = 10%."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ci_max: float = Field(default=0.10, gt=0)
+    """The paired speedup's 95% interval may be at most +-this fraction of it."""
+    drift_max: float = Field(default=0.15, gt=0)
+    """The pair ratios of the first and second half may differ by at most this."""
+    cluster_gap: float = Field(default=0.25, gt=0)
+    """Two clusters of pair ratios this far apart (each at least a fifth of them): unstable."""
+    reference_drift_max: float = Field(default=0.5, gt=0)
+    """The reference's median may be at most this far from the run's own baseline of it."""
+
+
 class TimingConfig(BaseModel):
     """How candidates and references are timed."""
 
@@ -62,6 +76,12 @@ class TimingConfig(BaseModel):
     host round trip (~20 us on an H200). Both are always measured and stored."""
     input_sets: int = Field(default=3, ge=1)
     """Distinct input sets rotated across timed calls (fewer if they would not fit in memory)."""
+    pairs: int = Field(default=12, ge=2)
+    """Block pairs of paired timing: the reference and the candidate alternate this many
+    times each (the budget is split over the blocks)."""
+    max_retimes: int = Field(default=2, ge=0)
+    """An unstable paired timing is measured again at most this many times in its worker."""
+    stability: StabilityConfig = Field(default_factory=StabilityConfig)
 
 
 class EvaluationConfig(BaseModel):
@@ -75,6 +95,9 @@ class EvaluationConfig(BaseModel):
     compile_timeout_s: float = Field(default=DEFAULT_COMPILE_TIMEOUT_S, gt=0)
     """Limit for the load stage: process start, imports, CUDA/Triton compiles (~80 s for one
     load_inline extension on an H200 machine)."""
+    lock_wait_timeout_s: float = Field(default=3600.0, gt=0)
+    """Limit on the time a worker waits for its device's lock (never charged to the
+    candidate's own limits): other workers timing or compiling hold it."""
     correctness_trials: int = Field(default=5, ge=1)
     tolerances: dict[str, Tolerance] = Field(default_factory=_default_tolerances)
     timing: TimingConfig = Field(default_factory=TimingConfig)

@@ -74,7 +74,10 @@ def test_slots_have_their_own_caches_and_settings(cpu_config, linear_problem, mo
     out = asyncio.run(go())
     slots = [s for s, _ in out]
     assert {s.index for s in slots} == {0, 1}
-    assert all(s.device == "cpu" and s.physical == "cpu" and s.lock_path is None for s in slots)
+    assert all(s.device == "cpu" and s.physical == "cpu" for s in slots)
+    # Both CPU slots share the CPU's one device lock (timing there excludes every other worker)
+    assert len({s.lock_path for s in slots}) == 1 and slots[0].lock_path.is_relative_to(_isolated_cache)
+    assert all(s.timing_cores == () and s.reserved_cores == () for s in slots)
     dirs = [s.env["TORCH_EXTENSIONS_DIR"] for s in slots]
     assert dirs[0] != dirs[1]
     for s in slots:

@@ -17,8 +17,27 @@ from stratagem.search.types import DesignView, IterationResult, Plan, Review, Se
 EAGER_MS = 1.0
 
 
+COMPILE_MS = 0.8
+
+
 def stats(ms: float) -> dict[str, object]:
     return {"median_ms": ms, "q1_ms": ms, "q3_ms": ms, "samples_ms": [ms, ms, ms]}
+
+
+def fake_baseline(problem_id: str, cached: bool) -> Baseline:
+    r = EAGER_MS / COMPILE_MS
+    return Baseline(problem_id, {"eager": stats(EAGER_MS),
+                                 "compile": {**stats(COMPILE_MS), "vs_eager": {"ratio": r, "low": r, "high": r}}},
+                    {}, cached, Verdict(()))
+
+
+def timing_details(ms: float, unstable: bool = False, ci: float = 0.01) -> dict[str, object]:
+    """What the paired timing stage reports for a design at `ms` beside eager at EAGER_MS."""
+    r = EAGER_MS / ms
+    return {"runtime": stats(ms), "reference": stats(EAGER_MS),
+            "speedup": {"ratio": r, "low": r * (1 - ci), "high": r * (1 + ci), "pairs": 12},
+            "stability": {"verdict": "unstable" if unstable else "stable",
+                          "reasons": ["ratio spread: scripted"] if unstable else [], "notes": []}}
 
 
 class FakeEvaluator:
@@ -28,14 +47,21 @@ class FakeEvaluator:
     on_gpu = False
 
     def __init__(self, delay_s: float = 0.0, seconds_per_eval: float = 1.0) -> None:
+        self.baselines: list[bool] = []
+        """`refresh` of each baseline measurement."""
         self.calls: list[str] = []
         self.refreshes: list[bool] = []
         """`refresh_baseline` of each call: a refreshed baseline comes back as not cached."""
         self.delay_s = delay_s
         self.seconds_per_eval = seconds_per_eval
 
+    async def baseline(self, problem: Problem, *, refresh: bool = False, **_: object) -> Baseline:
+        self.baselines.append(refresh)
+        return fake_baseline(problem.id, not refresh)
+
     async def evaluate(
-        self, problem: Problem, design: Design, *, refresh_baseline: bool = False, **_: object
+        self, problem: Problem, design: Design, *, refresh_baseline: bool = False,
+        baseline: Baseline | None = None, **_: object
     ) -> Evaluation:
         self.calls.append(design.id)
         self.refreshes.append(refresh_baseline)
@@ -59,10 +85,10 @@ class FakeEvaluator:
         else:
             results = (ValidatorResult("static_checks", "passed", duration_s=0.0),
                        ValidatorResult("correctness", "passed", duration_s=d / 2),
-                       ValidatorResult("timing", "passed", details={"runtime": stats(float(ms.group(1)))},
+                       ValidatorResult("timing", "passed",
+                                       details=timing_details(float(ms.group(1)), "# unstable" in src),
                                        duration_s=d / 2))
-            baseline = Baseline(problem.id, {"eager": stats(EAGER_MS), "compile": stats(0.8)}, {}, not refresh_baseline,
-                                Verdict(()))
+            baseline = baseline or fake_baseline(problem.id, not refresh_baseline)
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
                           environment={}, seeds=(1,), baseline=baseline)
 

@@ -69,7 +69,8 @@ def test_sigkill_mid_evaluation_then_resume(tmp_path):
     assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(0,)]
     assert rows(db, "SELECT status FROM iterations") == [("running",)]
     out = resume(tmp_path, run_dir)
-    assert out["best"] is not None and out["stop_reason"] == "the policy has nothing more to propose"
+    # inference_mode is about as fast as eager: it is evaluated and ranked, not necessarily the best
+    assert out["fastest"] is not None and out["stop_reason"] == "the policy has nothing more to propose"
     assert rows(db, "SELECT COUNT(*), COUNT(DISTINCT id) FROM designs") == [(1, 1)]
     assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(1,)]
     assert [r[0] for r in rows(db, "SELECT status FROM iterations ORDER BY n")] == ["interrupted", "done"]
@@ -86,5 +87,5 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
     assert rows(db, "SELECT status FROM run") == [("interrupted",)]
     assert rows(db, "SELECT status FROM iterations") == [("interrupted",)]
     out = resume(tmp_path, run_dir)
-    assert out["best"] is not None
+    assert out["fastest"] is not None
     assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(1,)]

@@ -14,7 +14,7 @@ from stratagem.search.loop import Progress
 def progress() -> Progress:
     p = Progress(problem="19_ReLU", policy="auto", iteration=2, iterations=10, strategy="refine",
                  workers={"implementor-1": "attempt 2: evaluating", "strategist": "plan: refine"},
-                 valid=3, invalid=4, best_speedup=2.5, best_id="abcdef123456",
+                 valid=3, invalid=4, best_speedup=2.5, best_id="abcdef123456", best_text="2.50x [2.40, 2.61]",
                  spend=Spend(queries=12, input_tokens=1000, output_tokens=234, usd=0.42, failed_calls=1))
     p.event("evaluating abcdef1234 (implementor-1)")
     return p
@@ -26,7 +26,7 @@ def test_terminal_panel_shows_the_search_state():
     console.print(LiveView(console).render(progress()))
     out = buf.getvalue()
     for text in ("19_ReLU", "policy auto", "iteration 2/10", "strategy refine", "3 valid", "4 invalid",
-                 "2.50x", "LLM queries 12", "tokens 1,234", "$0.4200", "1 failed LLM calls",
+                 "2.50x [2.40, 2.61] vs eager", "LLM queries 12", "tokens 1,234", "$0.4200", "1 failed LLM calls",
                  "implementor-1", "attempt 2: evaluating", "evaluating abcdef1234"):
         assert text in out, text
 

@@ -100,13 +100,14 @@ def test_the_same_source_is_evaluated_once(tmp_path):
     assert len(ev.calls) == 1 and len(store.designs()) == 1 and len(store.evaluations()) == 1
 
 
-def test_the_first_baseline_of_an_invocation_is_measured_not_cached(tmp_path):
-    # An invalid design gets no baseline, so the next one still asks for a fresh measurement;
-    # once one came back measured, the rest of the run may use the cache (the same numbers).
+def test_baselines_are_measured_fresh_once_per_invocation_before_the_first_plan(tmp_path):
     script = [[src("bad", invalid="wrong")], [src("a", 0.8)], [src("b", 0.5)]]
-    loop, _, ev = make_loop(tmp_path, ScriptedPolicy(script), iterations=3)
+    policy = ScriptedPolicy(script)
+    loop, _, ev = make_loop(tmp_path, policy, iterations=3)
     asyncio.run(loop.run())
-    assert ev.refreshes == [True, True, False]
+    assert ev.baselines == [True]  # measured afresh, never from a cache filled under other load
+    assert policy.seen[0].reference_ms == {"eager": 1.0, "compile": 0.8}  # the first plan has them
+    assert ev.refreshes == [False, False, False]  # evaluations use the invocation's baseline
 
 
 def test_concurrent_identical_designs_share_one_evaluation(tmp_path):

@@ -80,7 +80,10 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         assert views[CHEAT].status == "invalid" and views[CHEAT].report.startswith("[shapes]")
         assert views[WRONG].status == "invalid" and views[WRONG].report.startswith("[correctness]")
         assert views[HONEST].status == "valid" and views[HONEST].author in ("implementor-1", "implementor-2")
-        assert out.best is not None and out.best.source == HONEST
+        # The honest design is ranked first; it is the run's best only if it beats eager by more
+        # than its interval (addmm vs linear is about as fast on the CPU)
+        assert out.top is not None and out.top.source == HONEST
+        assert out.best is None or out.best.source == HONEST
         assert len(store.evaluations()) == 3  # the honest fix both wrote is evaluated once
         roles = [c.role for c in store.agent_calls()]
         assert roles.count("strategist") == 1 and roles.count("implementor") == 4
@@ -99,7 +102,9 @@ def test_cli_run_with_the_test_model_completes(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
     assert out["stop_reason"].startswith("iterations") and out["iterations"] == 1
-    assert out["best"] is not None and Path(out["best"]["path"]).exists()
+    # The offline model's design is about as fast as eager: ranked, but best/ may hold the reference
+    assert out["fastest"] is not None and Path(out["best_path"]).exists()
+    assert out["best"] is None or out["best"]["beats_reference"]
     assert out["spend"]["queries"] >= 2 and out["spend"]["evaluations"] >= 1
     assert main(["show", str(tmp_path / "run"), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)

@@ -176,7 +176,7 @@ async def run_implementor(
                                     parents=task.plan.evidence, author=task.worker)
         p.ids.append(fb.design_id)
         p.feedback = fb
-        if fb.status in ("valid", "unreviewed"):  # the harness passed it; a review is not its job
+        if fb.status in ("valid", "unreviewed", "unstable"):  # the harness passed it; a review or a re-timing is not its job
             speed = f" ({fb.speedup:.3g}x)" if fb.speedup is not None else ""
             return done("valid", f"valid after {p.attempts} evaluation(s){speed}")
         prompt = render.render_implementor_feedback(

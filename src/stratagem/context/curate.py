@@ -1,6 +1,6 @@
 """Owns AUTO's context curation: which earlier designs the Strategist sees, and in how much text.
 
-From every evaluated design it picks P best (fastest valid), Q worst (slowest valid), R most
+From every evaluated design it picks P best (highest paired speedup), Q worst (lowest), R most
 recent and F random failed designs (`invalid`, `error` or `flagged`); the groups are disjoint and
 chosen in that order, so a design shown as a best is not shown again as recent. Failure reports
 are compressed, and the whole selection is fitted to a token budget (about 4 characters per
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from stratagem.config import ContextConfig
-from stratagem.search.types import DesignView, SearchState
+from stratagem.search.types import DesignView, SearchState, ranked
 
 Group = Literal["best", "worst", "recent", "failed"]
 GROUPS: tuple[Group, ...] = ("best", "worst", "recent", "failed")
@@ -119,8 +119,7 @@ def curate(
             problem's source plus `TEMPLATE_OVERHEAD_CHARS`.
     """
     designs = list(state.designs)
-    valid = [d for d in designs if d.status == "valid" and d.runtime_ms is not None]
-    by_speed = sorted(valid, key=lambda d: (d.runtime_ms, d.created_at, d.id))
+    by_speed = ranked(designs)  # highest paired speedup first
     chosen: set[str] = set()
 
     def take(pool: Sequence[DesignView], n: int) -> list[DesignView]:

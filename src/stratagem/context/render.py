@@ -99,11 +99,18 @@ def _tolerances(tol: Mapping[str, Mapping[str, float]]) -> str:
 
 
 def _performance(view: DesignView) -> str:
+    """The design's numbers as the leaderboard shows them: the paired speedup over eager with
+    its 95% interval, over torch.compile, the absolute time, and an unstable timing's reason."""
     parts = []
+    if view.speedup is not None:
+        ci = " (paired, 95% interval)" if view.speedup_low is not None else ""
+        parts.append(f"{view.speedup_text()} vs eager{ci}")
+    if view.speedup_compile is not None:
+        parts.append(f"{view.speedup_compile:.3g}x vs torch.compile")
     if view.runtime_ms is not None:
         parts.append(f"{view.runtime_ms:.4g} ms")
-    if view.speedup is not None:
-        parts.append(f"{view.speedup:.3g}x vs eager")
+    if view.status == "unstable" and view.stability:
+        parts.append(f"timing unstable: {view.stability}")
     return (", " + ", ".join(parts)) if parts else ""
 
 
@@ -125,7 +132,7 @@ def render_design(view: DesignView, *, report_chars: int | None = None) -> str:
     report = view.report.strip()
     if report_chars is not None:
         report = compress_report(report, report_chars)
-    if view.status in ("valid", "unreviewed"):
+    if view.status in ("valid", "unreviewed", "unstable"):
         report_block = ""
     else:
         report_block = "Failure report:\n```\n" + report + "\n```" if report else ""
@@ -253,7 +260,7 @@ def render_review(
     """The Analyst's review prompt for a design that looks too good to be true."""
     best_note = ""
     if best is not None and best.id != design.id and best.speedup is not None:
-        best_note = f" The best design so far, `{short_id(best.id)}`, reached {best.speedup:.3g}x."
+        best_note = f" The best design so far, `{short_id(best.id)}`, reached {best.speedup_text()}."
     return fill(
         "review",
         "prompt",

@@ -2,14 +2,18 @@
 
 A slot is one concurrent worker: on a GPU machine, `workers_per_gpu` slots per GPU, each
 pinned with `CUDA_VISIBLE_DEVICES` (so the worker sees `cuda`), each with its own compile
-caches kept across candidates; on the CPU, `cpu_slots` slots. Compiles in different slots
-overlap; the timing stages of one GPU take an exclusive file lock per physical device, which
-also serialises timing across separate stratagem processes on the same machine.
+caches kept across candidates; on the CPU, `cpu_slots` slots. Every device (each GPU, and the
+CPU) has one shared/exclusive lock file per machine (`evaluation/device_lock.py`): workers
+hold it shared while they use the device and exclusive while they time, across every
+stratagem process on the machine. On a GPU machine with at least 4 cores, one core per GPU is
+reserved for that GPU's timing: workers run off the reserved cores except while they time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import platform
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -35,7 +39,11 @@ class Slot:
     env: Mapping[str, str]
     """Variables pinned for this slot (visible devices, compile caches)."""
     lock_path: Path | None
-    """Exclusive timing lock of the physical device."""
+    """The physical device's shared/exclusive lock."""
+    timing_cores: tuple[int, ...] = ()
+    """Cores this slot's worker times on (GPU slots on machines with cores to spare)."""
+    reserved_cores: tuple[int, ...] = ()
+    """Every GPU's timing cores on this machine (workers keep off them otherwise)."""
 
 
 class Executor(Protocol):
@@ -93,6 +101,23 @@ def resolve_device(device: str, env: Mapping[str, str]) -> list[str]:
     return [device]
 
 
+TIMING_CORES_MIN = 4
+"""Machines with fewer usable cores reserve none (there is no core to spare)."""
+
+
+def reserve_timing_cores(devices: list[str]) -> dict[str, tuple[int, ...]]:
+    """One core per GPU for its timing thread: the last usable core for the first GPU, the one
+    before it for the second, ... (the same on every process of this machine, so separate runs
+    agree). None on the CPU device, or where fewer than 4 cores (per GPU, plus 2) are usable."""
+    gpus = [d for d in devices if d.startswith("cuda")]
+    if not gpus or not hasattr(os, "sched_getaffinity"):
+        return {}
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < max(TIMING_CORES_MIN, len(gpus) + 2):
+        return {}
+    return {dev: (cores[-1 - int(dev.split(":", 1)[1]) % len(cores)],) for dev in gpus}
+
+
 class LocalExecutor:
     """Worker slots on this machine."""
 
@@ -109,6 +134,9 @@ class LocalExecutor:
     @classmethod
     def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
         root = cache_dir(cfg)
+        host = platform.node() or "host"
+        timing_cores = reserve_timing_cores(devices)
+        reserved = tuple(sorted(c for cs in timing_cores.values() for c in cs))
         slots: list[Slot] = []
         for dev in devices:
             per = cfg.cpu_slots if dev == "cpu" else cfg.workers_per_gpu
@@ -120,15 +148,15 @@ class LocalExecutor:
                     "TRITON_CACHE_DIR": str(caches / "triton"),
                     "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
                 }
-                lock = None
+                lock = root / "locks" / f"{host}-{dev.replace(':', '')}.lock"
                 if dev == "cpu":
                     env["CUDA_VISIBLE_DEVICES"] = ""
                     worker_dev = "cpu"
                 else:
                     env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
                     worker_dev = "cuda"
-                    lock = root / "locks" / f"{dev.replace(':', '')}.lock"
-                slots.append(Slot(len(slots), worker_dev, dev, env, lock))
+                slots.append(Slot(len(slots), worker_dev, dev, env, lock,
+                                  timing_cores.get(dev, ()), reserved if dev != "cpu" else ()))
         return cls(slots, cfg, base_env)
 
     def _queue(self) -> asyncio.Queue[Slot]:
@@ -156,6 +184,8 @@ class LocalExecutor:
             req = request.model_copy(update={
                 "device": slot.device,
                 "timing_lock": str(slot.lock_path) if slot.lock_path else None,
+                "timing_cores": list(slot.timing_cores),
+                "reserved_cores": list(slot.reserved_cores),
             })
             settings = SandboxSettings(
                 timeout_s=timeout_s,
@@ -169,6 +199,7 @@ class LocalExecutor:
                 max_response_bytes=self._cfg.max_response_bytes,
                 compile_stage="load" if compile_timeout_s and any(s.name == "load" for s in req.stages) else None,
                 compile_timeout_s=compile_timeout_s,
+                lock_wait_timeout_s=self._cfg.lock_wait_timeout_s,
             )
             result = await run_worker(req.model_dump_json(), settings)
             return slot, result

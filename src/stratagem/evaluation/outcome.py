@@ -32,6 +32,8 @@ def _sandbox_details(sr: SandboxResult) -> dict[str, Any]:
         "returncode": sr.returncode,
         "signal": sr.signal_name,
         "duration_s": sr.duration_s,
+        "limit_hit": sr.limit_hit,
+        "phase_s": dict(sr.phase_s),
         "stderr_tail": sr.stderr_tail[-3000:],
         "stdout_tail": sr.stdout_tail[-1500:],
     }
@@ -106,7 +108,8 @@ def _from_progress(
             if running == r.name:
                 running = None
     compiling = compile_timeout_s is not None and "load" in names and "load" not in done
-    kind, reason = _death(sr, problem, compile_timeout_s if compiling else timeout_s)  # type: ignore[arg-type]
+    limit = compile_timeout_s if (sr.limit_hit == "compile" or (sr.limit_hit is None and compiling)) else timeout_s
+    kind, reason = _death(sr, problem, limit)  # type: ignore[arg-type]
     details = _sandbox_details(sr)
     results = list(done.values())
     if running is not None:
@@ -132,6 +135,15 @@ def _from_progress(
 
 def _death(sr: SandboxResult, problem: str | None, timeout_s: float) -> tuple[FailureKind, str]:
     if sr.timed_out:
+        if sr.limit_hit == "compile":
+            return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (imports, "
+                               "builds and the first calls that compile; compile_timeout_s)")
+        if sr.limit_hit == "lock_wait":
+            return "harness_error", ("the worker was killed after waiting lock_wait_timeout_s for its "
+                                     "device's lock (other workers held it: not the candidate's fault)")
+        if sr.limit_hit == "run":
+            return "timeout", (f"the worker was killed at the {timeout_s:g} s run limit (timeout_s; "
+                               "compiles and lock waits not counted)")
         return "timeout", f"the worker was killed after the {timeout_s:g} s timeout"
     if sr.signal_name in _CRASH_SIGNALS:
         return "crash", f"the worker died with {sr.signal_name}"

@@ -54,6 +54,7 @@ class EvalRequest(BaseModel):
     timing: dict[str, Any]
     baselines: list[str] = Field(default_factory=list)
     timing_lock: str | None = None
+    """The device's shared/exclusive lock file (`evaluation/device_lock.py`)."""
     integrity_seeds: list[int] = Field(default_factory=list)
     """Seeds of the integrity stage's input sets (warm, fresh, refill, candidate-first)."""
     shape_variants: list[dict[str, int | float]] = Field(default_factory=list)
@@ -61,6 +62,13 @@ class EvalRequest(BaseModel):
     shape_seed: int = 0
     own_kernels: list[str] = Field(default_factory=list)
     """Names of the candidate's own kernels (`__global__`, Triton `@jit`), for provenance."""
+    timing_cores: list[int] = Field(default_factory=list)
+    """CPU cores the worker's timing thread runs on while it times (GPU slots)."""
+    reserved_cores: list[int] = Field(default_factory=list)
+    """CPU cores reserved for timing on this machine: the worker runs off them otherwise."""
+    reference_expect_ms: float | None = None
+    """The eager reference's median in this invocation's own baseline, for the stability
+    verdict's reference-drift check (None: no check)."""
 
 
 class ResultModel(BaseModel):

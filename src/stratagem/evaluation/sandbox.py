@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import functools
 import json
+import math
 import os
 import re
 import resource
@@ -87,9 +88,14 @@ class SandboxSettings:
     max_response_bytes: int = 8 * 1024 * 1024
     tmp_root: Path | None = None
     compile_stage: str | None = None
-    """A stage (e.g. `load`) with its own limit: `compile_timeout_s` runs until the worker
-    reports it ended, then `timeout_s` starts for the rest."""
+    """A stage (e.g. `load`) charged to `compile_timeout_s`: the worker starts in the compile
+    phase, and the stage's end event starts the run phase."""
     compile_timeout_s: float | None = None
+    """The compile budget: process start, the compile stage, and every `compile` phase the
+    worker reports (the first calls of compiled code). None: compiles count as run time."""
+    lock_wait_timeout_s: float = 3600.0
+    """The limit on time spent in `wait` phases (waiting for the device lock), which count
+    against neither other limit."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,10 @@ class SandboxResult:
     network_isolated: bool
     strays_killed: int
     """Processes outside the group that still carried this run's marker and were killed."""
+    limit_hit: str | None = None
+    """Which limit killed it: `compile`, `run` or `lock_wait` (None: none did)."""
+    phase_s: dict[str, float] = field(default_factory=dict)
+    """Seconds charged to each phase (`compile`, `run`, `wait`)."""
 
 
 @functools.cache
@@ -271,8 +281,9 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
             start_new_session=True,
             preexec_fn=functools.partial(_preexec, settings.memory_limit_bytes),
         )
+        clock = PhaseClock(settings, prog)
         try:
-            timed_out = await _wait(proc, settings, prog)
+            timed_out = await _wait(proc, clock)
             if timed_out:
                 _kill_group(proc.pid)
                 await proc.wait()
@@ -300,30 +311,100 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
         stderr_tail=_tail(err_path),
         network_isolated=prefix is not None,
         strays_killed=strays,
+        limit_hit=clock.limit_hit,
+        phase_s=clock.totals(),
     )
 
 
-async def _wait(proc: asyncio.subprocess.Process, settings: SandboxSettings, progress: Path) -> bool:
-    """Wait for the worker; True if it ran past its limit (and must be killed)."""
-    phased = settings.compile_stage is not None and settings.compile_timeout_s is not None
-    deadline = time.monotonic() + (settings.compile_timeout_s if phased else settings.timeout_s)  # type: ignore[operator]
+class PhaseClock:
+    """Charges the worker's wall time to its phases, from its progress events.
+
+    Phases: `compile` (the start of the process, the compile stage, and the `compile` phases
+    the worker reports around the first calls of compiled code), `run` (everything else) and
+    `wait` (the worker waits for its device's lock). Each has its own limit; time spent
+    waiting for a lock is charged to no candidate limit. Events carry the worker's wall-clock
+    time, used when it is plausible (between the phase's start and now)."""
+
+    def __init__(self, settings: SandboxSettings, progress: Path) -> None:
+        self.settings = settings
+        self.progress = progress
+        self._offset = 0
+        self._partial = b""
+        phased = settings.compile_stage is not None and settings.compile_timeout_s is not None
+        self.phase = "compile" if phased else "run"
+        self.since = time.time()
+        self.used: dict[str, float] = {"compile": 0.0, "run": 0.0, "wait": 0.0}
+        self.limit_hit: str | None = None
+
+    def _switch(self, phase: str, at: float) -> None:
+        at = min(max(at, self.since), time.time())
+        self.used[self.phase] += at - self.since
+        self.phase, self.since = phase, at
+
+    def poll(self) -> None:
+        try:
+            with open(self.progress, "rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read(1 << 20)
+        except OSError:
+            return
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        stage = self.settings.compile_stage
+        for line in lines:
+            try:
+                ev = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if not isinstance(ev, dict):
+                continue
+            t = ev.get("t") if isinstance(ev.get("t"), int | float) else time.time()
+            if ev.get("event") == "phase" and ev.get("phase") in ("compile", "run", "wait"):
+                self._switch(str(ev["phase"]), float(t))
+            elif stage is not None and ev.get("stage") == stage and ev.get("event") in ("start", "end"):
+                self._switch("compile" if ev["event"] == "start" else "run", float(t))
+
+    def totals(self) -> dict[str, float]:
+        now = time.time()
+        out = dict(self.used)
+        out[self.phase] += max(0.0, now - self.since)
+        return out
+
+    def remaining_s(self) -> float:
+        """Seconds until the current phase's limit (<= 0: over a limit; sets `limit_hit`)."""
+        t = self.totals()
+        s = self.settings
+        compile_limit = s.compile_timeout_s if s.compile_timeout_s is not None else None
+        if compile_limit is None:  # compiles count as run time
+            t = {**t, "run": t["run"] + t["compile"], "compile": 0.0}
+        left = {
+            "run": s.timeout_s - t["run"],
+            "compile": (compile_limit - t["compile"]) if compile_limit is not None else math.inf,
+            "wait": s.lock_wait_timeout_s - t["wait"],
+        }
+        names = {"run": "run", "compile": "compile", "wait": "lock_wait"}
+        for phase, rem in left.items():
+            if rem <= 0:
+                self.limit_hit = names[phase]
+                return rem
+        current = "run" if (self.phase == "compile" and compile_limit is None) else self.phase
+        return left[current]
+
+
+async def _wait(proc: asyncio.subprocess.Process, clock: PhaseClock) -> bool:
+    """Wait for the worker; True if it ran past a limit (and must be killed)."""
     while True:
-        remaining = deadline - time.monotonic()
+        clock.poll()
+        remaining = clock.remaining_s()
         if remaining <= 0:
             return True
         try:
-            await asyncio.wait_for(proc.wait(), timeout=min(remaining, 0.25) if phased else remaining)
+            await asyncio.wait_for(proc.wait(), timeout=min(remaining, 0.25))
             return False
         except TimeoutError:
-            if phased and _stage_ended(progress, settings.compile_stage):  # type: ignore[arg-type]
-                phased = False
-                deadline = time.monotonic() + settings.timeout_s
-
-
-def _stage_ended(progress: Path, stage: str) -> bool:
-    return any(
-        e.get("event") == "end" and e.get("stage") == stage for e in _read_progress(progress, 1 << 20)
-    )
+            pass
 
 
 def _signal_name(num: int) -> str:

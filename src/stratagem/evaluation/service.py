@@ -1,9 +1,12 @@
 """Owns evaluating one design against one problem: the validator graph, end to end.
 
 Parent-placed validators run inline; worker-placed ones go to the executor as one batch (one
-fresh sandboxed process). Reference baselines are timed in a separate worker that never loads
-a candidate, and cached per problem, hardware and torch version. speedup = eager reference
-median / candidate median.
+fresh sandboxed process). The speedup over eager is the paired ratio the timing stage measured
+in the candidate's own worker (eager and candidate in alternating blocks), with its interval.
+The speedups over compiled baselines chain it with the eager/compiled ratio that the baseline
+worker (which never loads a candidate) measured paired as well: candidate/compile =
+(eager/candidate) / (eager/compile). Baselines are cached per problem, hardware and torch
+version; a search measures them afresh once per invocation. See docs/timing.md.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.core.design import Design
+from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.graph import GraphRun, ValidatorGraph
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
@@ -45,6 +49,24 @@ class Baseline:
         m = self.modes.get(mode) or {}
         v = m.get("median_ms")
         return float(v) if isinstance(v, int | float) else None
+
+    def vs_eager(self, mode: str) -> Ratio | None:
+        """The mode's paired speedup over eager (eager time / mode time)."""
+        if mode == "eager":
+            return Ratio(1.0, 1.0, 1.0)
+        return Ratio.from_json((self.modes.get(mode) or {}).get("vs_eager"))
+
+    def stability(self, mode: str) -> Stability:
+        return Stability.from_json((self.modes.get(mode) or {}).get("stability"))
+
+    def unstable(self) -> dict[str, tuple[str, ...]]:
+        """mode -> the reasons its timing is unstable (only the unstable ones)."""
+        out = {}
+        for mode in self.modes:
+            st = self.stability(mode)
+            if not st.stable:
+                out[mode] = st.reasons
+        return out
 
 
 @dataclass(frozen=True)
@@ -75,19 +97,51 @@ class Evaluation:
         t = self.timing
         return float(t["median_ms"]) if t and "median_ms" in t else None
 
+    def _timing_details(self) -> Mapping[str, Any]:
+        r = self.verdict.result("timing")
+        return r.details if r is not None and r.outcome == "passed" else {}
+
+    @property
+    def paired(self) -> Ratio | None:
+        """The paired speedup over eager measured in this evaluation's own worker."""
+        return Ratio.from_json(self._timing_details().get("speedup"))
+
+    @property
+    def stability(self) -> Stability | None:
+        d = self._timing_details()
+        return Stability.from_json(d.get("stability")) if d else None
+
     @property
     def reference_ms(self) -> dict[str, float | None]:
-        if self.baseline is None:
+        """Absolute reference medians: eager as timed beside the candidate, the compiled modes
+        from the baseline worker."""
+        out: dict[str, float | None] = {}
+        if self.baseline is not None:
+            out = {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
+        ref = self._timing_details().get("reference")
+        if isinstance(ref, Mapping) and isinstance(ref.get("median_ms"), int | float):
+            out["eager"] = float(ref["median_ms"])
+        return out
+
+    @property
+    def speedups(self) -> dict[str, Ratio]:
+        """Mode -> the candidate's speedup over it: paired over eager, chained over the
+        compiled modes the baseline measured."""
+        p = self.paired
+        if p is None:
             return {}
-        return {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
+        out = {"eager": p}
+        if self.baseline is not None:
+            for mode in self.baseline.modes:
+                r = self.baseline.vs_eager(mode)
+                if mode != "eager" and r is not None and r.ratio > 0:
+                    out[mode] = divide(p, r)
+        return out
 
     @property
     def speedup(self) -> float | None:
-        ref = self.reference_ms.get("eager")
-        rt = self.runtime_ms
-        if ref is None or rt is None or rt <= 0:
-            return None
-        return ref / rt
+        p = self.paired
+        return p.ratio if p is not None else None
 
 
     def summary(self) -> dict[str, Any]:
@@ -107,6 +161,13 @@ class Evaluation:
             "runtime_ms": self.runtime_ms,
             "reference_ms": self.reference_ms,
             "speedup": self.speedup,
+            "speedup_ci": [p.low, p.high] if (p := self.paired) is not None else None,
+            "speedups": {m: r.to_json() for m, r in self.speedups.items()},
+            "stability": self.stability.to_json() if self.stability is not None else None,
+            "baseline": None if self.baseline is None else {
+                "cached": self.baseline.cached,
+                "unstable": {m: list(r) for m, r in self.baseline.unstable().items()},
+            },
             "device": self.device,
             "seeds": list(self.seeds),
             "environment": dict(self.environment),
@@ -118,15 +179,21 @@ class Evaluation:
         ms: list[MeasurementRecord] = []
         if self.timing:
             ms.append(_measurement("runtime", self.timing))
+        ref = self._timing_details().get("reference")
+        if isinstance(ref, Mapping) and "median_ms" in ref:
+            ms.append(_measurement("reference_eager_paired", ref))
         if self.baseline is not None:
             for mode, stats in self.baseline.modes.items():
                 if "median_ms" in stats:
                     ms.append(_measurement(f"reference_{mode}", stats))
+        stab = self.stability
         return EvaluationRecord(
             design_id=self.design.id, problem_id=self.problem.id, status=self.verdict.status,
             device=self.device, runtime_ms=self.runtime_ms, speedup=self.speedup,
             validators=[r.to_json() for r in self.verdict.results], environment=dict(self.environment),
             seeds=list(self.seeds), reference_ms=self.reference_ms, measurements=ms, created_at=time.time(),
+            speedups={m: r.to_json() for m, r in self.speedups.items()},
+            stability=stab.to_json() if stab is not None else {},
         )
 
 
@@ -153,10 +220,12 @@ class Evaluator:
 
     async def evaluate(
         self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None,
-        refresh_baseline: bool = False,
+        refresh_baseline: bool = False, baseline: Baseline | None = None,
     ) -> Evaluation:
         """Run the validator graph on `design`; for a valid, timed design, attach the reference
-        baselines (from the cache unless `refresh_baseline`)."""
+        baselines: `baseline` when given (a search's, measured once per invocation; its eager
+        median is also the expectation of the reference-drift check), else from the cache
+        unless `refresh_baseline`."""
         t0 = time.monotonic()
         graph = domain.validator_graph(problem, domain.integrity_policy(problem, self.cfg))
         run = GraphRun(graph, batch_placement="worker")
@@ -174,6 +243,8 @@ class Evaluator:
                 run.record([_with_duration(r, time.monotonic() - s0)])
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)
+            if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
+                req = req.model_copy(update={"reference_expect_ms": baseline.median_ms("eager")})
             seeds = tuple(req.seeds)
             _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
             out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
@@ -186,8 +257,7 @@ class Evaluator:
                 "strays_killed": sr.strays_killed,
             }
         verdict = Verdict(run.results)
-        baseline = None
-        if with_baseline and verdict.status == "valid" and verdict.result("timing") is not None:
+        if baseline is None and with_baseline and verdict.status == "valid" and verdict.result("timing") is not None:
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
                                            refresh=refresh_baseline)
         return Evaluation(
@@ -207,14 +277,17 @@ class Evaluator:
         """Reference timings, from the cache when the hardware and torch version match."""
         modes = domain.default_baselines(self.cfg, self.on_gpu)
         timing_cfg = self.cfg.timing.model_dump()
-        if environment and not refresh:
-            hit = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
-            if hit is not None:
-                return Baseline(problem.id, hit["modes"], hit["environment"], True, Verdict(()))
+        earlier = None
+        if environment:
+            earlier = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
+            if earlier is not None and not refresh:
+                return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # Compiling references (max-autotune above all) takes minutes: allow for it.
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
+        expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
         verdict, measured_env = await self._run_reference_graph(
-            problem, domain.BASELINE_GRAPH, limit, baselines=modes, seeds=[]
+            problem, domain.BASELINE_GRAPH, limit, baselines=modes, seeds=[],
+            reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
         )
         result = verdict.result("baseline")
         if result is None or result.outcome != "passed":
@@ -260,9 +333,13 @@ class Evaluator:
     ) -> tuple[Verdict, dict[str, Any]]:
         """Run a worker-only graph that loads the reference and no candidate."""
         graph = ValidatorGraph.of(specs)
+        expect = request.pop("reference_expect_ms", None)
         req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
-        _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
-        out = interpret(graph.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
+        if expect is not None:
+            req = req.model_copy(update={"reference_expect_ms": expect})
+        compile_limit = max(self.cfg.compile_timeout_s, limit) if graph.specs[-1].name == "baseline" else self.cfg.compile_timeout_s
+        _slot, sr = await self.executor.submit(req, limit, compile_limit)
+        out = interpret(graph.specs, sr, req.request_id, limit, compile_limit)
         run = GraphRun(graph, batch_placement="worker")
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")

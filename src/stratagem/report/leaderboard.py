@@ -9,32 +9,35 @@ from collections.abc import Mapping, Sequence
 from rich.table import Table
 
 from stratagem.search.budget import Spend
-from stratagem.search.types import DesignView
+from stratagem.search.types import DesignView, ranked
 from stratagem.store.records import IterationRecord
 
 
 def leaderboard(
     views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10
 ) -> Table:
-    """Valid designs fastest first, with speedups against eager and torch.compile."""
+    """Ranked designs by paired speedup, with its interval and the speedup over torch.compile
+    (the same numbers the store, `show --json` and the agents' context hold)."""
     t = Table(title="Leaderboard", title_justify="left")
-    for col in ("#", "design", "runtime ms", "vs eager", "vs compile", "iter"):
+    for col in ("#", "design", "runtime ms", "vs eager [95% CI]", "vs compile", "iter"):
         t.add_column(col, justify="left" if col == "design" else "right", no_wrap=True)
     t.add_column("author · strategy", overflow="fold")
-    valid = sorted((v for v in views if v.status == "valid" and v.runtime_ms), key=lambda v: v.runtime_ms or 0.0)
-    eager, comp = reference_ms.get("eager"), reference_ms.get("compile")
-    for i, v in enumerate(valid[:top], 1):
-        rt = v.runtime_ms or 0.0
-        t.add_row(str(i), v.id[:10], f"{rt:.4f}", f"{eager / rt:.2f}x" if eager else "-",
-                  f"{comp / rt:.2f}x" if comp else "-", "-" if v.iteration is None else str(v.iteration),
-                  f"{v.author or '-'} · {v.strategy or '-'}")
+    for i, v in enumerate(ranked(views)[:top], 1):
+        mark = "" if v.beats_reference else " [dim](within noise of eager)[/]" if (v.speedup or 0) >= 1 else ""
+        t.add_row(str(i), v.id[:10], f"{v.runtime_ms or 0.0:.4f}", v.speedup_text() + mark,
+                  f"{v.speedup_compile:.2f}x" if v.speedup_compile else "-",
+                  "-" if v.iteration is None else str(v.iteration), f"{v.author or '-'} · {v.strategy or '-'}")
     notes = []
-    if eager or comp:
+    if any(reference_ms.values()):
         notes.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
-    waiting = sorted((v for v in views if v.status == "unreviewed"), key=lambda v: v.runtime_ms or 0.0)
+    waiting = [v for v in views if v.status == "unreviewed"]
     if waiting:
         notes.append("not ranked until reviewed (the Analyst's review failed): " + ", ".join(
-            f"{v.id[:10]} {v.runtime_ms or 0.0:.4f} ms" for v in waiting[:5]))
+            f"{v.id[:10]} {v.speedup_text()}" for v in waiting[:5]))
+    unstable = [v for v in views if v.status == "unstable"]
+    if unstable:
+        notes.append("not ranked, timing unstable: " + "; ".join(
+            f"{v.id[:10]} {v.speedup_text()} ({v.stability[:80]})" for v in unstable[:5]))
     t.caption = "\n".join(notes) or None
     return t
 
@@ -57,20 +60,21 @@ def spend_line(spend: Spend) -> str:
 
 
 def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView], last: int = 20) -> Table:
-    """Each iteration: status, strategy, designs made, valid ones, the best runtime after it."""
+    """Each iteration: status, strategy, designs made, ranked ones, the best speedup after it."""
     t = Table(title="Iterations", title_justify="left")
-    for col in ("#", "status", "strategy", "designs", "valid", "best ms after"):
+    for col in ("#", "status", "strategy", "designs", "valid", "best after (vs eager)"):
         t.add_column(col, justify="left" if col in ("status", "strategy") else "right")
     by_id = {v.id: v for v in views}
-    best = float("inf")
+    best: DesignView | None = None
     rows = []
     for it in iterations:
         made = [by_id[i] for i in it.design_ids if i in by_id]
-        ok = [v.runtime_ms for v in made if v.status == "valid" and v.runtime_ms is not None]
-        best = min([best, *ok])
+        ok = ranked(made)
+        if ok and (best is None or (ok[0].speedup or 0) > (best.speedup or 0)):
+            best = ok[0]
         strategy = str((it.plan or {}).get("strategy") or "-")
         rows.append((str(it.n), it.status, strategy, str(len(made)), str(len(ok)),
-                     "-" if best == float("inf") else f"{best:.4f}"))
+                     "-" if best is None else best.speedup_text()))
     for row in rows[-last:]:
         t.add_row(*row)
     return t

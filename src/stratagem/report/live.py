@@ -43,10 +43,11 @@ class LiveView:
 
     def render(self, p: Progress) -> Group:
         head = Table.grid(padding=(0, 2))
-        best = f"{p.best_speedup:.2f}x ({(p.best_id or '')[:10]})" if p.best_speedup else "-"
+        best = f"{p.best_text} vs eager ({(p.best_id or '')[:10]})" if p.best_id else "-"
         head.add_row(f"[bold]{p.problem}[/] · policy {p.policy}",
                      f"iteration {p.iteration}/{p.iterations}", f"strategy {p.strategy or '-'}")
-        head.add_row(f"designs: [green]{p.valid} valid[/] · [red]{p.invalid} invalid[/]",
+        unstable = f" · [yellow]{p.unstable} unstable timing[/]" if p.unstable else ""
+        head.add_row(f"designs: [green]{p.valid} valid[/] · [red]{p.invalid} invalid[/]{unstable}",
                      f"best {best}", "")
         workers = Table.grid(padding=(0, 2))
         for name, status in sorted(p.workers.items()):

@@ -23,15 +23,19 @@ from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.domains.pytorch import domain
 from stratagem.errors import HarnessError, ProblemError
-from stratagem.evaluation.service import Evaluator
+from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
-from stratagem.search.types import AgentCall, DesignView, Feedback, Policy, SearchState
+from stratagem.search.types import MEASURED, AgentCall, DesignView, Feedback, Policy, SearchState
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
 HARNESS_FAILURES_MAX = 3
 """Consecutive evaluations failing with `harness_error` (broken infrastructure) that stop a run."""
+
+RETIMES_MAX = 2
+"""New evaluations a run spends on one design whose timing stayed unstable (each already
+re-times in its worker up to `timing.max_retimes` times)."""
 
 
 class RunView(Protocol):
@@ -54,6 +58,10 @@ class Progress:
     invalid: int = 0
     best_speedup: float | None = None
     best_id: str | None = None
+    best_text: str = "-"
+    """The best design's paired speedup as everywhere else (`1.23x [1.20, 1.26]`)."""
+    unstable: int = 0
+    """Valid designs whose timing is unstable (not ranked until re-timed)."""
     spend: Spend = field(default_factory=Spend)
     events: list[str] = field(default_factory=list)
 
@@ -66,10 +74,15 @@ class RunOutcome:
     run_dir: Path
     stop_reason: str
     best: DesignView | None
+    """The best design, only when it beats eager by more than its interval."""
     best_path: Path | None
     iterations: int
     spend: Spend
     reference_ms: dict[str, float | None]
+    no_gain: str | None = None
+    """Why there is no best design (best/ then holds the reference)."""
+    top: DesignView | None = None
+    """The fastest ranked design, whether or not it beats eager."""
 
 
 class SearchLoop:
@@ -95,8 +108,9 @@ class SearchLoop:
         self.progress = Progress(problem=problem.name, policy=policy.name, iterations=cfg.search.iterations,
                                  spend=self.spend)
         self.reference_ms: dict[str, float | None] = {}
-        self._baseline_fresh = False
-        """Whether this invocation measured the baselines itself (not from the disk cache)."""
+        self.baseline: Baseline | None = None
+        """The reference baselines this invocation measured before its first iteration: every
+        evaluation's chained speedups (vs compile) and reference-drift check use them."""
         self._iteration: int | None = None
         self._iteration_ids: list[str] = []
         self._eval_lock = asyncio.Lock()
@@ -143,10 +157,12 @@ class SearchLoop:
     def _refresh(self) -> None:
         views = self.views()
         p = self.progress
-        p.valid = sum(v.status in ("valid", "unreviewed") for v in views)
+        p.valid = sum(v.status in MEASURED for v in views)
         p.invalid = len(views) - p.valid
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
+        p.best_text = best.speedup_text() + ("" if best.beats_reference else " (within noise)") if best else "-"
+        p.unstable = sum(v.status == "unstable" for v in views)
         if self.view is not None:
             self.view.update(p)
 
@@ -183,11 +199,10 @@ class SearchLoop:
     async def _evaluate_stored(self, design: Design) -> Feedback:
         self.progress.event(f"evaluating {design.id[:10]} ({design.provenance.get('author', '')})")
         self._refresh()
-        # Speedups are ratios measured in the same run: the first baseline of an invocation is
-        # measured afresh, never taken from a cache filled under other load (or another day).
-        ev = await self.evaluator.evaluate(self.problem, design, refresh_baseline=not self._baseline_fresh)
-        if ev.baseline is not None and not ev.baseline.cached and ev.baseline.modes:
-            self._baseline_fresh = True
+        # The speedup over eager is paired in the design's own worker; the chained ones use the
+        # baselines this invocation measured before its first iteration.
+        ev = await self.evaluator.evaluate(self.problem, design, baseline=self.baseline,
+                                           refresh_baseline=self.baseline is None)
         rec = ev.to_record()
         self.store.add_evaluation(rec)
         self._update_view(design.id)
@@ -206,7 +221,8 @@ class SearchLoop:
         fb = self._feedback(design.id, rec)
         if fb.status == "valid":
             fb = await self._maybe_review(design, fb)
-        speed = f" {fb.speedup:.2f}x" if fb.speedup is not None else ""
+        view = self._view(design.id)
+        speed = f" {view.speedup_text()}" if view is not None and view.speedup is not None else ""
         self.progress.event(f"{design.id[:10]} {fb.status}{speed}")
         self._refresh()
         return fb
@@ -216,7 +232,7 @@ class SearchLoop:
         if fb.speedup is None or fb.speedup < self.cfg.agents.suspicious_speedup:
             return fb
         best = st.best_of([v for v in self.views() if v.id != design.id])
-        if best is not None and best.runtime_ms is not None and (fb.runtime_ms or 0) >= best.runtime_ms:
+        if best is not None and best.speedup is not None and fb.speedup <= best.speedup:
             return fb
         view = self._view(design.id)
         return (await self._review(view) if view is not None else None) or fb
@@ -240,18 +256,39 @@ class SearchLoop:
     async def _retry_review(self) -> None:
         """Review again the fastest design whose review failed, if it would be the best: until
         a review clears it, it cannot become the best (one attempt per iteration)."""
-        views = self.views()
-        best = st.best_of(views)
-        waiting = [v for v in views if v.status == "unreviewed" and v.runtime_ms is not None
-                   and (best is None or best.runtime_ms is None or v.runtime_ms < best.runtime_ms)]
+        waiting = self._would_lead("unreviewed")
         if waiting:
-            fastest = min(waiting, key=lambda v: v.runtime_ms or 0.0)
+            fastest = waiting[0]
             self.progress.event(f"retrying the review of {fastest.id[:10]}")
             await self._review(fastest)
 
+    def _would_lead(self, status: str) -> list[DesignView]:
+        """Designs of `status` with a paired speedup above the current best's, fastest first."""
+        views = self.views()
+        best = st.best_of(views)
+        top = best.speedup if best is not None and best.speedup is not None else 0.0
+        out = [v for v in views if v.status == status and v.speedup is not None and v.speedup > top]
+        return sorted(out, key=lambda v: -(v.speedup or 0.0))
+
+    async def _retime_unstable(self) -> None:
+        """Evaluate again the fastest design whose timing stayed unstable, if it would be the
+        best (at most RETIMES_MAX more evaluations per design): until a stable re-timing
+        exists, it is not ranked."""
+        for v in self._would_lead("unstable"):
+            if len(self.store.evaluations(v.id)) > RETIMES_MAX:
+                continue
+            rec = self.store.design(v.id)
+            if rec is None:
+                continue
+            self.progress.event(f"re-timing {v.id[:10]} (unstable: {v.stability[:60]})")
+            design = Design(files={n: self.store.get_artifact(h) for n, h in rec.files.items()},
+                            parent_ids=tuple(rec.parent_ids), provenance=rec.provenance)
+            await self._evaluate_stored(design)
+            return
+
     def _feedback(self, design_id: str, ev: EvaluationRecord, reused: bool = False) -> Feedback:
         view = self._view(design_id)
-        if view is not None and view.status in ("flagged", "unreviewed"):
+        if view is not None and view.status in ("flagged", "unreviewed", "unstable"):
             return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
         return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
                         ev.runtime_ms, ev.speedup, reused=reused)
@@ -275,6 +312,26 @@ class SearchLoop:
         self._refresh()
 
     # -- the loop -------------------------------------------------------------------------
+
+    async def measure_baseline(self) -> None:
+        """Time the reference baselines afresh, once per invocation and before the first plan
+        (so the first prompt has them). A reference that cannot be timed stops the run."""
+        if self.baseline is not None:
+            return
+        self.progress.event("measuring the reference baselines")
+        self._refresh()
+        base = await self.evaluator.baseline(self.problem, refresh=True)
+        if not base.modes or base.median_ms("eager") is None:
+            why = "; ".join(f"[{r.name}] {r.reason}" for r in base.verdict.failures) or "no eager timing"
+            raise ProblemError(f"{self.problem.name}: the reference cannot be timed in the harness, so no "
+                               f"design can be judged: {why}")
+        self.baseline = base
+        self.reference_ms = {m: base.median_ms(m) for m in base.modes}
+        shown = ", ".join(f"{m} {v:.4g} ms" for m, v in self.reference_ms.items() if v is not None)
+        unstable = base.unstable()
+        note = f" (unstable: {', '.join(unstable)})" if unstable else ""
+        self.progress.event(f"reference: {shown}{note}")
+        self._refresh()
 
     async def recover(self) -> None:
         """Close iterations a killed run left open and evaluate designs it never evaluated."""
@@ -304,6 +361,7 @@ class SearchLoop:
         self.store.set_run_status("running")
         reason = "interrupted"
         try:
+            await self.measure_baseline()
             await self.recover()
             while (r := self.stop_reason()) is None:
                 n = len(self.store.iterations()) + 1
@@ -330,6 +388,7 @@ class SearchLoop:
         self.progress.event(f"iteration {n} started")
         self._refresh()
         await self._retry_review()
+        await self._retime_unstable()
         result = await self.policy.iterate(self.state(n), self)
         ids = list(dict.fromkeys([*result.design_ids, *self._iteration_ids]))
         plan = result.plan.to_json() if result.plan else None
@@ -349,16 +408,39 @@ class SearchLoop:
         self._iteration = None
 
     def outcome(self, reason: str) -> RunOutcome:
+        """The run's result. `best/candidate.py` holds the best design only when it beats the
+        eager reference by more than its measurement's interval; otherwise it holds the
+        reference itself (as a `ModelNew`), and `best` is None with `no_gain` saying why."""
         views = self.views()
-        best = st.best_of(views)
-        path = None
+        top = st.best_of(views)
+        best = top if top is not None and top.beats_reference else None
+        path = self.store.run_dir / "best" / "candidate.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        no_gain = None
         if best is not None:
-            path = self.store.run_dir / "best" / "candidate.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(best.source, encoding="utf-8")
+        else:
+            no_gain = no_gain_note(top)
+            path.write_text(reference_as_candidate(self.problem.source, no_gain), encoding="utf-8")
         ref = self.reference_ms or _reference_from(self.store.evaluations())
         return RunOutcome(run_dir=self.store.run_dir, stop_reason=reason, best=best, best_path=path,
-                          iterations=len(self.store.iterations()), spend=self.spend, reference_ms=ref)
+                          iterations=len(self.store.iterations()), spend=self.spend, reference_ms=ref,
+                          no_gain=no_gain, top=top)
+
+
+def no_gain_note(top: DesignView | None) -> str:
+    """Why a run has no best design, in one sentence."""
+    if top is None:
+        return "no valid, stably timed design was found"
+    return (f"no design beats the eager reference by more than its measurement's interval (the "
+            f"fastest, {top.id[:10]}, measured {top.speedup_text()} vs eager)")
+
+
+def reference_as_candidate(reference_source: str, why: str) -> str:
+    """The reference problem file as a candidate (`ModelNew = Model`), headed by `why`."""
+    header = ("# stratagem: this is the reference itself, not a design: " + why + ".\n"
+              "# Keep using the original program; this file only restates it as a ModelNew.\n\n")
+    return header + reference_source.rstrip("\n") + "\n\n\nModelNew = Model\n"
 
 
 def _reference_from(evaluations: Sequence[EvaluationRecord]) -> dict[str, Any]:

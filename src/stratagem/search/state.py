@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.search.types import DesignView
+from stratagem.search.types import MEASURED, DesignView, ranked
 from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
 
 
@@ -45,14 +45,28 @@ def design_views(
             status, report = "flagged", f"[review] judged cheating: {cheats[d.id]}"
         elif status == "valid" and review is not None and review.failed:
             status, report = "unreviewed", f"[review] not reviewed yet: {review.reason}"
-        valid = status in ("valid", "unreviewed")
+        unstable = ev.stability.get("verdict") == "unstable"
+        why = "; ".join(str(r) for r in ev.stability.get("reasons") or ()) if unstable else ""
+        if status == "valid" and unstable:
+            status, report = "unstable", f"[timing] unstable, not ranked until re-timed stably: {why}"
+        valid = status in MEASURED
+        eager = ev.speedups.get("eager") or {}
+        comp = ev.speedups.get("compile") or {}
         out.append(DesignView(
             id=d.id, source=source_of(d), status=status,  # type: ignore[arg-type]
             iteration=prov.get("iteration"), strategy=prov.get("strategy"), author=prov.get("author"),
             parents=tuple(d.parent_ids), runtime_ms=ev.runtime_ms if valid else None,
             speedup=ev.speedup if valid else None, report=report, created_at=d.created_at,
+            speedup_low=_num(eager.get("low")) if valid else None,
+            speedup_high=_num(eager.get("high")) if valid else None,
+            speedup_compile=_num(comp.get("ratio")) if valid else None,
+            stability=why,
         ))
     return out
+
+
+def _num(x: object) -> float | None:
+    return float(x) if isinstance(x, int | float) else None
 
 
 def pending_designs(designs: Sequence[DesignRecord], evaluations: Sequence[EvaluationRecord]) -> list[DesignRecord]:
@@ -62,13 +76,15 @@ def pending_designs(designs: Sequence[DesignRecord], evaluations: Sequence[Evalu
 
 
 def best_of(views: Sequence[DesignView]) -> DesignView | None:
-    valid = [v for v in views if v.status == "valid" and v.runtime_ms is not None]
-    return min(valid, key=lambda v: v.runtime_ms or float("inf")) if valid else None
+    """The ranked design with the highest paired speedup (whether or not it beats eager:
+    `DesignView.beats_reference` says that)."""
+    valid = ranked(views)
+    return valid[0] if valid else None
 
 
 def stale_iterations(iterations: Sequence[IterationRecord], views: Sequence[DesignView]) -> int:
     """Trailing finished iterations that produced no new best (the patience counter)."""
-    best_ms = float("inf")
+    best = 0.0
     stale = 0
     by_iter: dict[int, list[DesignView]] = {}
     for v in views:
@@ -77,9 +93,9 @@ def stale_iterations(iterations: Sequence[IterationRecord], views: Sequence[Desi
     for it in iterations:
         if it.status == "running":
             continue
-        new = [v.runtime_ms for v in by_iter.get(it.n, []) if v.status == "valid" and v.runtime_ms is not None]
-        if new and min(new) < best_ms:
-            best_ms = min(new)
+        new = [v.speedup for v in ranked(by_iter.get(it.n, []))]
+        if new and max(new) > best:  # type: ignore[type-var]
+            best = float(max(new))  # type: ignore[type-var, arg-type]
             stale = 0
         else:
             stale += 1

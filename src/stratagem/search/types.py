@@ -15,10 +15,15 @@ from stratagem.core.problem import Problem
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
 STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
 
-DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed"]
+DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed", "unstable"]
 """`flagged`: valid by the harness but judged cheating by the Analyst's review; `unreviewed`:
 valid by the harness and fast enough to need the review, which failed (an LLM error): it may
-not become the best until a later review clears it."""
+not become the best until a later review clears it; `unstable`: valid, but its timing stayed
+unstable after its re-timings (the reason is in the report): it is not ranked until a stable
+re-timing exists."""
+
+MEASURED: frozenset[str] = frozenset({"valid", "unreviewed", "unstable"})
+"""Statuses of designs the harness passed and timed."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,32 @@ class DesignView:
     parents: tuple[str, ...] = ()
     runtime_ms: float | None = None
     speedup: float | None = None
-    """Eager reference time / design time; None unless valid and timed."""
+    """The paired speedup over eager (eager time / design time, timed side by side in the
+    design's own worker); None unless valid and timed."""
     report: str = ""
     """The validators' failure report (`Verdict.report()`), or the review's reason."""
     created_at: float = 0.0
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    """The paired speedup's 95% interval."""
+    speedup_compile: float | None = None
+    """The speedup over torch.compile (chained through the run's eager/compile ratio)."""
+    stability: str = ""
+    """Why the timing is unstable ('' when stable or unknown)."""
+
+    @property
+    def beats_reference(self) -> bool:
+        """Faster than eager by more than the measurement's own interval."""
+        low = self.speedup_low if self.speedup_low is not None else self.speedup
+        return self.status == "valid" and low is not None and low > 1.0
+
+    def speedup_text(self) -> str:
+        """`1.23x [1.20, 1.26]`, the one way a speedup is written."""
+        if self.speedup is None:
+            return "-"
+        if self.speedup_low is None or self.speedup_high is None:
+            return f"{ratio_text(self.speedup)}x"
+        return f"{ratio_text(self.speedup)}x [{ratio_text(self.speedup_low)}, {ratio_text(self.speedup_high)}]"
 
 
 @dataclass(frozen=True)
@@ -74,12 +101,26 @@ class SearchState:
 
     @property
     def valid(self) -> list[DesignView]:
-        return [d for d in self.designs if d.status == "valid" and d.runtime_ms is not None]
+        """Ranked designs (valid, stable, timed), fastest (highest paired speedup) first."""
+        return ranked(self.designs)
 
     @property
     def best(self) -> DesignView | None:
         v = self.valid
-        return min(v, key=lambda d: d.runtime_ms or float("inf")) if v else None
+        return v[0] if v else None
+
+
+def ratio_text(x: float) -> str:
+    """A speedup's digits: two decimals below 100 (`1.23`), none above (`123`)."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}"
+
+
+def ranked(designs: Sequence[DesignView]) -> list[DesignView]:
+    """Valid, stably timed designs by paired speedup, highest first (ties: oldest first).
+    Ranking uses the paired ratio, not the absolute time: times measured in different workers
+    under different load are not comparable; ratios measured side by side are."""
+    ok = [d for d in designs if d.status == "valid" and d.speedup is not None]
+    return sorted(ok, key=lambda d: (-(d.speedup or 0.0), d.created_at, d.id))
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 3
-"""2: the search tables (run, iterations, agent_calls, reviews); 3: `reviews.failed`."""
+SCHEMA_VERSION = 4
+"""2: the search tables (run, iterations, agent_calls, reviews); 3: `reviews.failed`;
+4: `evaluations.speedups` and `evaluations.stability` (paired timing)."""
 
 
 class ProblemRecord(BaseModel):
@@ -59,6 +60,11 @@ class EvaluationRecord(BaseModel):
     reference_ms: dict[str, float | None]
     measurements: list[MeasurementRecord] = Field(default_factory=list)
     created_at: float
+    speedups: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Baseline mode -> the design's speedup over it: `ratio`, `low`, `high` (95% interval),
+    `pairs`, `chained` (`core.paired.Ratio`). `speedup` is `speedups['eager']['ratio']`."""
+    stability: dict[str, Any] = Field(default_factory=dict)
+    """The timing's stability verdict: `verdict` (`stable` | `unstable`), `reasons`, `notes`."""
 
 
 class RunRecord(BaseModel):

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS evaluations (
     status TEXT NOT NULL, device TEXT NOT NULL,
     runtime_ms REAL, speedup REAL,
     validators TEXT NOT NULL, environment TEXT NOT NULL, seeds TEXT NOT NULL,
-    reference_ms TEXT NOT NULL, created_at REAL NOT NULL);
+    reference_ms TEXT NOT NULL, created_at REAL NOT NULL,
+    speedups TEXT NOT NULL DEFAULT '{}', stability TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS measurements (
     evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
     name TEXT NOT NULL, unit TEXT NOT NULL,
@@ -194,11 +195,12 @@ class RunStore:
         with self._tx() as c:
             cur = c.execute(
                 "INSERT INTO evaluations (design_id, problem_id, status, device, runtime_ms, speedup,"
-                " validators, environment, seeds, reference_ms, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " validators, environment, seeds, reference_ms, created_at, speedups, stability)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (rec.design_id, rec.problem_id, rec.status, rec.device, rec.runtime_ms, rec.speedup,
                  json.dumps(rec.validators), json.dumps(rec.environment), json.dumps(rec.seeds),
-                 json.dumps(rec.reference_ms), rec.created_at),
+                 json.dumps(rec.reference_ms), rec.created_at, json.dumps(rec.speedups),
+                 json.dumps(rec.stability)),
             )
             eid = int(cur.lastrowid or 0)
             c.executemany(
@@ -236,7 +238,7 @@ class RunStore:
 
     def evaluations(self, design_id: str | None = None) -> list[EvaluationRecord]:
         q = ("SELECT id, design_id, problem_id, status, device, runtime_ms, speedup, validators,"
-             " environment, seeds, reference_ms, created_at FROM evaluations")
+             " environment, seeds, reference_ms, created_at, speedups, stability FROM evaluations")
         args: tuple[str, ...] = ()
         if design_id is not None:
             q += " WHERE design_id=?"
@@ -250,6 +252,7 @@ class RunStore:
                 id=r[0], design_id=r[1], problem_id=r[2], status=r[3], device=r[4], runtime_ms=r[5],
                 speedup=r[6], validators=json.loads(r[7]), environment=json.loads(r[8]),
                 seeds=json.loads(r[9]), reference_ms=json.loads(r[10]), created_at=r[11],
+                speedups=json.loads(r[12]), stability=json.loads(r[13]),
                 measurements=[MeasurementRecord(name=m[0], unit=m[1], median=m[2], q1=m[3], q3=m[4],
                                                 samples=json.loads(m[5])) for m in ms],
             ))
@@ -346,7 +349,11 @@ class RunStore:
                              failed=bool(r[4])) for r in rows]
 
 
-ADDED_COLUMNS = (("reviews", "failed", "INTEGER NOT NULL DEFAULT 0"),)
+ADDED_COLUMNS = (
+    ("reviews", "failed", "INTEGER NOT NULL DEFAULT 0"),
+    ("evaluations", "speedups", "TEXT NOT NULL DEFAULT '{}'"),
+    ("evaluations", "stability", "TEXT NOT NULL DEFAULT '{}'"),
+)
 """Columns later schemas added to tables an older database already has: (table, column, type)."""
 
 

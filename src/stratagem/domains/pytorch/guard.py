@@ -55,6 +55,8 @@ HARNESS_MODULES = (
     "stratagem.evaluation.worker",
     "stratagem.core.graph",
     "stratagem.core.verdict",
+    "stratagem.core.paired",
+    "stratagem.evaluation.device_lock",
 )
 
 

@@ -196,7 +196,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
             label = ", ".join(f"{k}={v}" for k, v in variant.items())
             try:
                 cand = runtime.instantiate(cand_cls, init, seed, w.device)
-                with torch.no_grad():
+                with torch.no_grad(), w.compiling():  # new sizes: compiled code compiles again
                     out = cand(*runtime.clone_inputs(inputs))
                 runtime.synchronize(w.device)
             except (Exception, SystemExit) as e:

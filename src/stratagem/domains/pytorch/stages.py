@@ -4,12 +4,18 @@ Worker-side only. `run_request` drives the requested stages through the same gra
 the parent (a failed stage skips its dependents) and reports each result as it finishes. An
 exception in candidate code is a failed stage; a CUDA error also retires the worker: every
 later stage is skipped, since the CUDA context can no longer be trusted.
+
+Device use: every stage holds the device lock shared (on a GPU, the import part of `load`,
+which runs only on the CPU, holds nothing), and the timed sections hold it exclusive, so no
+other worker of any run on this machine uses the device while something is timed. Compiles
+(the first calls of a compiled program) happen under the shared lock, never the exclusive
+one. The worker reports its phase (`compile`, `run`, `wait` for a lock) in its progress
+events; the sandbox charges each phase to its own limit.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import os
 import platform
@@ -21,6 +27,7 @@ from typing import Any
 
 import torch
 
+from stratagem.core import paired
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import (
@@ -34,6 +41,7 @@ from stratagem.domains.pytorch import (
     timing,
 )
 from stratagem.domains.pytorch.runtime import Programs, StageFailure
+from stratagem.evaluation.device_lock import DeviceLock, LockWindow, Mode
 
 Emit = Callable[[str, dict[str, Any]], None]
 
@@ -41,7 +49,7 @@ Emit = Callable[[str, dict[str, Any]], None]
 class Worker:
     """State shared by the stages of one request."""
 
-    def __init__(self, request: Mapping[str, Any], workdir: Path) -> None:
+    def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit | None = None) -> None:
         self.req = _freeze(request)  # read-only: candidate code cannot loosen tolerances
         self.workdir = workdir
         self.device = str(request["device"])
@@ -51,6 +59,79 @@ class Worker:
         self.last_inputs: list[Any] | None = None
         self.compiled_state_reset = False
         """Set by the shapes stage: the candidate's compiled code must compile again."""
+        self._emit = emit or (lambda _e, _d: None)
+        path = request.get("timing_lock")
+        self._lock = DeviceLock(str(path)) if path else None
+        self._held: Mode | None = None
+        self._phases: list[str] = ["run"]
+        self.windows: list[LockWindow] = []
+        """Every lock hold of this worker (the stage results carry their own)."""
+        self._timing_cores = [int(c) for c in request.get("timing_cores") or ()]
+        self._base_cores: set[int] | None = None
+
+    # -- device use -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Report `name` (`compile`, `run`, `wait`) as the worker's phase while inside."""
+        self._phases.append(name)
+        self._emit("phase", {"phase": name})
+        try:
+            yield
+        finally:
+            self._phases.pop()
+            self._emit("phase", {"phase": self._phases[-1]})
+
+    @contextlib.contextmanager
+    def hold(self, mode: Mode) -> Iterator[None]:
+        """Hold the device lock in `mode` (a no-op without a lock, or inside a hold of the
+        same mode or an exclusive one). The wait is reported as the `wait` phase; an exclusive
+        hold on a GPU also moves this thread onto the cores reserved for timing.
+
+        Raises:
+            RuntimeError: an exclusive hold asked for inside a shared one (stages take the
+                exclusive lock only outside shared sections, so two workers never deadlock).
+        """
+        if self._lock is None or self._held == "exclusive" or self._held == mode:
+            yield
+            return
+        if self._held is not None:
+            raise RuntimeError("exclusive device lock requested inside a shared hold")
+        cm = self._lock.hold(mode)
+        with self.phase("wait"):
+            waited = cm.__enter__()
+        acquired = time.time()
+        self._held = mode
+        try:
+            if mode == "exclusive":
+                self._pin(True)
+            yield
+        finally:
+            if mode == "exclusive":
+                self._pin(False)
+            self._held = None
+            cm.__exit__(None, None, None)
+            self.windows.append(LockWindow(mode, waited, acquired, time.time()))
+
+    def _pin(self, timing: bool) -> None:
+        """GPU timing runs on the reserved cores, everything else off them (Linux only)."""
+        if not self._timing_cores or not hasattr(os, "sched_setaffinity"):
+            return
+        try:
+            if timing:
+                self._base_cores = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, self._timing_cores)
+            elif self._base_cores is not None:
+                os.sched_setaffinity(0, self._base_cores)
+        except OSError:
+            pass
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        """A program's first calls, where torch.compile and Triton compile and autotune: the
+        compile budget pays for them, under the shared lock."""
+        with self.hold("shared"), self.phase("compile"):
+            yield
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -60,8 +141,9 @@ class Worker:
             ref_mod = runtime.load_module(
                 runtime.REFERENCE_MODULE, prob["source"], self.workdir, "reference.py"
             )
-            init_inputs = runtime.init_inputs(ref_mod, int(self.req["init_seed"]), self.device)
-            ref = runtime.instantiate(ref_mod.Model, init_inputs, int(self.req["init_seed"]), self.device)
+            with self.hold("shared"):
+                init_inputs = runtime.init_inputs(ref_mod, int(self.req["init_seed"]), self.device)
+                ref = runtime.instantiate(ref_mod.Model, init_inputs, int(self.req["init_seed"]), self.device)
         except Exception as e:  # the problem, not the candidate, is broken
             raise StageFailure(
                 "problem_error", f"the reference problem failed to load: {runtime.one_line(e)}",
@@ -86,7 +168,8 @@ class Worker:
             if not isinstance(getattr(mod, "ModelNew", None), type):
                 raise StageFailure("malformed", "the candidate module has no class ModelNew")
             try:
-                new = runtime.instantiate(mod.ModelNew, init_inputs, int(self.req["init_seed"]), self.device)
+                with self.hold("shared"):  # __init__ may put work on the device
+                    new = runtime.instantiate(mod.ModelNew, init_inputs, int(self.req["init_seed"]), self.device)
             except Exception as e:
                 raise StageFailure(
                     runtime.classify_exception(e), f"ModelNew(*get_init_inputs()) failed: {runtime.one_line(e)}",
@@ -109,7 +192,9 @@ class Worker:
             del inputs
             with torch.no_grad():
                 ref_out = self._call_reference(p.reference, ref_in)
-                cand_out = self._call_candidate(p.candidate, cand_in)
+                # The first call compiles (torch.compile, Triton autotuning): the compile budget.
+                with self.compiling() if not trials else contextlib.nullcontext():
+                    cand_out = self._call_candidate(p.candidate, cand_in)
             changed = compare.inputs_unchanged(pristine, cand_in)
             if changed is not None:
                 raise StageFailure("wrong_output", f"trial seed {seed}: the candidate changed its inputs: {changed}",
@@ -128,25 +213,50 @@ class Worker:
         }
 
     def stage_timing(self) -> dict[str, Any]:
+        """The candidate timed paired with the eager reference (alternating blocks under the
+        exclusive lock), re-timed up to `max_retimes` times while the result is unstable."""
         p = self._programs(need_candidate=True)
         assert p.candidate is not None
         model = p.candidate
-        if self.compiled_state_reset:  # compile again outside the lock other workers time under
+        if self.compiled_state_reset:  # compile again, outside the exclusive lock
             try:
-                with torch.no_grad():
+                with self.compiling(), torch.no_grad():
                     self._call_candidate(model, self._inputs(p, int(self.req["timing_seed"])))
             except StageFailure as e:
                 raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
             _free(self.device)
             self.compiled_state_reset = False
-        with self._timing_lock(), torch.no_grad():
-            sets = self._timing_inputs(p)
-            try:
-                stats = timing.time_callable(model, sets, self.req["timing"], self.device, self._fresh(p, sets))
-            except Exception as e:
-                self._note_cuda(e)
-                raise StageFailure(runtime.classify_exception(e), f"the candidate failed while timed: {runtime.one_line(e)}",
-                                   {"traceback": runtime.format_exception(e)}) from e
+        cfg = self.req["timing"]
+        rules = _rules(cfg)
+        expect = self.req.get("reference_expect_ms")
+        attempts: list[dict[str, Any]] = []
+        out: dict[str, Any] = {}
+        for attempt in range(1 + int(cfg.get("max_retimes", 2))):
+            with torch.no_grad():
+                sets = self._timing_inputs(p)
+                with self.hold("exclusive"):
+                    try:
+                        stats = timing.time_paired(p.reference, model, sets, cfg, self.device, self._fresh(p, sets))
+                    except Exception as e:
+                        self._note_cuda(e)
+                        raise StageFailure(runtime.classify_exception(e),
+                                           f"the candidate failed while timed: {runtime.one_line(e)}",
+                                           {"traceback": runtime.format_exception(e)}) from e
+                window = self.windows[-1].to_json() if self.windows else None
+            ratio = paired.Ratio.from_json(stats["speedup"])
+            assert ratio is not None
+            stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
+                                           stats["candidate"]["samples_ms"], rules, expect)
+            attempts.append({"attempt": attempt, "speedup": stats["speedup"], "stability": stab.to_json(),
+                             "candidate_median_ms": stats["candidate"]["median_ms"],
+                             "reference_median_ms": stats["reference"]["median_ms"], "lock": window})
+            out = {"stats": stats, "stability": stab, "lock": window}
+            if stab.stable:
+                break
+        stats, stab = out["stats"], out["stability"]
+        cand = dict(stats["candidate"])
+        cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
+                    warmup_calls=stats["warmup_calls"]["candidate"])
         try:
             work = roofline.work(p.reference, runtime.clone_inputs(sets[0]))
         except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
@@ -154,41 +264,87 @@ class Worker:
         changed = self.snapshot.changes()
         if changed:
             raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
-                               {"runtime": stats})
+                               {"runtime": cand})
         if self.device.startswith("cuda"):
-            gap, med = float(stats["unsynced_work_ms"]), float(stats["median_ms"])
+            gap, med = float(cand["unsynced_work_ms"]), float(cand["median_ms"])
             limit = max(SIDE_STREAM_FLOOR_MS, SIDE_STREAM_FRACTION * med)
             if gap > limit:  # confirm with an independent measurement before rejecting
-                gap = min(gap, timing.unsynced_work_ms(model, sets, self.device))
-                stats["unsynced_work_confirm_ms"] = gap
+                with self.hold("exclusive"):
+                    gap = min(gap, timing.unsynced_work_ms(model, sets, self.device))
+                cand["unsynced_work_confirm_ms"] = gap
             if gap > limit:
                 raise StageFailure(
                     "rejected",
                     f"side_stream: {gap:.4f} ms of work per call finished only after a device-wide "
                     f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
-                    {"runtime": stats},
+                    {"runtime": cand},
                 )
-        return {"runtime": stats, "work": work}
+        return {
+            "runtime": cand,
+            "reference": stats["reference"],
+            "speedup": stats["speedup"],
+            "pair_ratios": stats["pair_ratios"],
+            "pairs": stats["pairs"],
+            "calls_per_block": stats["calls_per_block"],
+            "stability": stab.to_json(),
+            "attempts": attempts,
+            "lock": out["lock"],
+            "timing_wall_s": stats["wall_s"],
+            "work": work,
+        }
 
     def stage_baseline(self) -> dict[str, Any]:
+        """Eager timed alone, and each compiled mode paired with eager: each mode is compiled
+        first (its first calls, under the shared lock and the compile budget), then timed."""
         p = self._programs(need_candidate=False)
         modes = list(self.req.get("baselines") or ["eager"])
+        cfg = self.req["timing"]
+        rules = _rules(cfg)
+        expect = self.req.get("reference_expect_ms")
         out: dict[str, Any] = {}
-        with self._timing_lock(), torch.no_grad():
+        with torch.no_grad():
             sets = self._timing_inputs(p)
+            fresh = self._fresh(p, sets)
             for mode in modes:
+                if mode == "eager":
+                    continue
                 try:
                     fn = _compiled(p.reference, mode)
-                    out[mode] = timing.time_callable(fn, sets, self.req["timing"], self.device, self._fresh(p, sets))
+                    with self.compiling():
+                        for i in range(3):  # compile; CUDA graphs record on a later call
+                            fn(*sets[i % len(sets)])
+                        runtime.synchronize(self.device)
+                    with self.hold("exclusive"):
+                        stats = timing.time_paired(p.reference, fn, sets, cfg, self.device, fresh)
+                    ratio = paired.Ratio.from_json(stats["speedup"])
+                    assert ratio is not None
+                    stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
+                                                   stats["candidate"]["samples_ms"], rules, expect)
+                    out[mode] = {**stats["candidate"], "vs_eager": stats["speedup"], "stability": stab.to_json(),
+                                 "method": stats["method"], "pairs": stats["pairs"],
+                                 "lock": self.windows[-1].to_json() if self.windows else None}
+                    if "eager" not in out:
+                        out["eager"] = {**stats["reference"], "stability": _single(stats["reference"], rules, expect),
+                                        "method": stats["method"], "paired_with": mode}
                 except Exception as e:
                     self._note_cuda(e)
-                    if mode == "eager":
+                    if self.poisoned:
                         raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
                                            {"traceback": runtime.format_exception(e)}) from e
                     out[mode] = {"error": runtime.one_line(e)}
                 finally:
                     runtime.reset_compiled()
-        return {"baselines": out}
+            if "eager" not in out:  # eager alone (no compiled mode asked for, or none compiled)
+                try:
+                    with self.hold("exclusive"):
+                        stats = timing.time_callable(p.reference, sets, cfg, self.device, fresh)
+                except Exception as e:
+                    self._note_cuda(e)
+                    raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
+                                       {"traceback": runtime.format_exception(e)}) from e
+                out["eager"] = {**stats, "stability": _single(stats, rules, expect),
+                                "lock": self.windows[-1].to_json() if self.windows else None}
+        return {"baselines": {m: out[m] for m in ["eager", *[x for x in modes if x != "eager"]] if m in out}}
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -266,18 +422,15 @@ class Worker:
         if runtime.classify_exception(e) == "cuda_error":
             self.poisoned = runtime.one_line(e)
 
-    @contextlib.contextmanager
-    def _timing_lock(self) -> Iterator[None]:
-        path = self.req.get("timing_lock")
-        if not path:
-            yield
-            return
-        with open(path, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _rules(cfg: Mapping[str, Any]) -> paired.StabilityRules:
+    raw = cfg.get("stability") or {}
+    return paired.StabilityRules(**{k: float(v) for k, v in dict(raw).items()})
+
+
+def _single(stats: Mapping[str, Any], rules: paired.StabilityRules, expect: Any) -> dict[str, Any]:
+    return paired.single_stability(stats["samples_ms"], rules, float(expect) if expect else None).to_json()
 
 
 SIDE_STREAM_FLOOR_MS = 0.02
@@ -371,7 +524,8 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit) -> dict[s
     unknown = [s.name for s in specs if s.name not in STAGES]
     if unknown:
         raise ValueError(f"unknown worker stages: {unknown}")
-    worker = Worker(request, workdir)
+    worker = Worker(request, workdir, emit)
+    _keep_off_timing_cores(request)
     run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
     while (step := run.next_step()) is not None:
         spec = step.specs[0]
@@ -385,10 +539,51 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit) -> dict[s
     return {"results": [r.to_json() for r in run.results], "environment": environment(device)}
 
 
+SELF_LOCKING = frozenset({"load", "timing", "baseline"})
+"""Stages that take the device lock themselves (for parts of their work); every other stage
+holds it shared throughout, and `calibrate` (which measures the device's peaks) exclusive."""
+
+
+@contextlib.contextmanager
+def _stage_context(worker: Worker, name: str) -> Iterator[None]:
+    if name == "load":
+        with worker.phase("compile"):
+            if worker.device.startswith("cuda"):
+                yield  # imports and builds run on the CPU; instantiation holds the lock itself
+            else:
+                with worker.hold("shared"):  # on the CPU, a build competes with timing
+                    yield
+    elif name == "calibrate":
+        with worker.hold("exclusive"):
+            yield
+    elif name in SELF_LOCKING:
+        yield
+    else:
+        with worker.hold("shared"):
+            yield
+
+
+def _keep_off_timing_cores(request: Mapping[str, Any]) -> None:
+    """On a GPU machine with cores reserved for timing, this worker (and every process it
+    starts: compile workers, nvcc) runs off them, except while it times (Linux only)."""
+    reserved = {int(c) for c in request.get("reserved_cores") or ()}
+    if not reserved or not hasattr(os, "sched_setaffinity"):
+        return
+    with contextlib.suppress(OSError):
+        rest = os.sched_getaffinity(0) - reserved
+        if rest:
+            os.sched_setaffinity(0, rest)
+
+
 def _run_stage(worker: Worker, name: str) -> ValidatorResult:
     t0 = time.perf_counter()
+    first_window = len(worker.windows)
     try:
-        details = STAGES[name](worker)
+        with _stage_context(worker, name):
+            details = STAGES[name](worker)
+        locks = [w.to_json() for w in worker.windows[first_window:]]
+        if locks and isinstance(details, dict):
+            details = {**details, "locks": locks}
         return ValidatorResult(name, "passed", details=details, duration_s=time.perf_counter() - t0)
     except StageFailure as f:
         return ValidatorResult(name, "failed", reason=f.reason, kind=f.kind,  # type: ignore[arg-type]

@@ -17,6 +17,10 @@ device, record a device-end event. Both intervals are kept for every call:
 budget; the repetition count is derived from the measured per-call time and a budget. Every
 timed call gets freshly generated inputs (new values at new addresses, made before the start
 event), so no call can be answered from an earlier one; warm-up rotates a few input sets.
+
+`time_paired` times a reference and a candidate in alternating blocks (A B, B A, ...) with
+exactly this per-call protocol for both, and returns each block's samples; the ratio and its
+interval are `core.paired`'s. See docs/timing.md.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 import torch
 
+from stratagem.core import paired
 from stratagem.core.objective import quartiles
 
 Fresh = Callable[[int], Sequence[Any]]
@@ -207,3 +212,123 @@ def time_callable(
     if device.startswith("cuda"):
         return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "stream")), fresh)
     return time_cpu(fn, arg_sets, cfg, fresh)
+
+
+# -- paired timing ------------------------------------------------------------------------
+
+
+def _estimate_ms(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg: Mapping[str, Any],
+                 device: str, flush: L2Flusher | None) -> tuple[float, int]:
+    """Warm `fn` up for the warm-up budget (at least 3 calls); (per-call estimate, calls)."""
+    k = len(arg_sets)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+    t0, calls, est = time.perf_counter(), 0, []
+    while calls < 3 or (time.perf_counter() - t0) * 1e3 < float(cfg["warmup_ms"]):
+        s = time.perf_counter()
+        fn(*arg_sets[calls % k])
+        if cuda:
+            torch.cuda.synchronize()
+        est.append((time.perf_counter() - s) * 1e3)
+        calls += 1
+        if calls >= 10_000:
+            break
+    if cuda:
+        stream, _, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
+        return statistics.median(stream), calls
+    return statistics.median(est[-5:]), calls
+
+
+def _block(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, device: str,
+           flush: L2Flusher | None, fresh: Fresh | None, start: int) -> tuple[list[float], list[float], list[float]]:
+    """n timed calls of `fn` (inputs `fresh(start + i)`): (reported, device-sync, sync overhead)."""
+    make = (lambda i: fresh(start + i)) if fresh is not None else None  # noqa: E731
+    if device.startswith("cuda"):
+        return _measure_cuda(fn, arg_sets, n, flush, make, paired_noop=True)
+    k = len(arg_sets)
+    out = []
+    for i in range(n):
+        args = make(i) if make is not None else arg_sets[(start + i) % k]
+        s = time.perf_counter()
+        fn(*args)
+        out.append((time.perf_counter() - s) * 1e3)
+    return out, [], []
+
+
+def block_calls(estimate_ms: float, cfg: Mapping[str, Any]) -> int:
+    """Calls per block: the program's share of the budget over the pairs, within the
+    repetition bounds (at least one call per block)."""
+    pairs = int(cfg.get("pairs", 12))
+    per = float(cfg["budget_ms"]) / pairs / max(estimate_ms, 1e-6)
+    lo = math.ceil(int(cfg["min_reps"]) / pairs)
+    hi = max(1, int(cfg["max_reps"]) // pairs)
+    return int(max(1, min(max(math.ceil(per), lo), hi)))
+
+
+def time_paired(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    arg_sets: Sequence[Sequence[Any]],
+    cfg: Mapping[str, Any],
+    device: str,
+    fresh: Fresh | None = None,
+) -> dict[str, Any]:
+    """Time `reference` and `candidate` in alternating blocks; return both summaries, the
+    per-pair ratios and the paired speedup (reference time / candidate time) with its interval.
+
+    Each block pair runs A then B, the next B then A (so a linear drift cancels too). Every
+    call gets the same protocol: flush (GPU), fresh inputs, start, call, end.
+    """
+    cuda = device.startswith("cuda")
+    sync_mode = str(cfg.get("sync_mode", "stream"))
+    flush = L2Flusher(device) if cuda and cfg.get("flush_l2", True) else None
+    t_start = time.perf_counter()
+    est_ref, warm_ref = _estimate_ms(reference, arg_sets, cfg, device, flush)
+    est_cand, warm_cand = _estimate_ms(candidate, arg_sets, cfg, device, flush)
+    n_ref, n_cand = block_calls(est_ref, cfg), block_calls(est_cand, cfg)
+    pairs = int(cfg.get("pairs", 12))
+    blocks: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
+    dev: dict[str, list[float]] = {"reference": [], "candidate": []}
+    over: dict[str, list[float]] = {"reference": [], "candidate": []}
+    progs = {"reference": (reference, n_ref), "candidate": (candidate, n_cand)}
+    counter = 0
+    for p in range(pairs):
+        order = ("reference", "candidate") if p % 2 == 0 else ("candidate", "reference")
+        for name in order:
+            fn, n = progs[name]
+            rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter)
+            counter += n
+            if cuda and sync_mode == "device":
+                rep, d = d, rep
+            blocks[name].append(rep)
+            dev[name] += d
+            over[name] += o
+    ratios = paired.pair_ratios(blocks["reference"], blocks["candidate"])
+    ratio = paired.bootstrap_median(ratios, seed=len(ratios))
+    out: dict[str, Any] = {
+        "method": (f"cuda_event/{sync_mode}" if cuda else "perf_counter") + "/paired",
+        "pairs": pairs,
+        "calls_per_block": {"reference": n_ref, "candidate": n_cand},
+        "warmup_calls": {"reference": warm_ref, "candidate": warm_cand},
+        "pair_ratios": ratios,
+        "speedup": ratio.to_json(),
+        "input_sets": len(arg_sets),
+        "l2_flush_bytes": flush.nbytes if flush else 0,
+        "wall_s": time.perf_counter() - t_start,
+    }
+    for name in ("reference", "candidate"):
+        samples = [x for b in blocks[name] for x in b]
+        s = summarize(samples)
+        s["block_medians_ms"] = [statistics.median(b) for b in blocks[name]]
+        if cuda:
+            other = dev[name]
+            s["device_sync_samples_ms"] = other
+            s["device_sync_median_ms"] = statistics.median(other)
+            s["sync_overhead_ms"] = statistics.median(over[name])
+            reported = samples
+            stream, devs = (other, reported) if sync_mode == "device" else (reported, other)
+            s["unsynced_work_ms"] = statistics.median(
+                d - t - o for t, d, o in zip(stream, devs, over[name], strict=True))
+        out[name] = s
+    return out

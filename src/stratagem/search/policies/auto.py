@@ -245,8 +245,7 @@ class AutoPolicy:
         )
         session.set_status("analyst", f"reviewing {render.short_id(design.id)}")
         try:
-            best = next((d for d in sorted(state.valid, key=lambda d: d.runtime_ms or 0.0)
-                         if d.id != design.id), None)
+            best = next((d for d in state.valid if d.id != design.id), None)
             return await review_design(design, deps, runtime, problem=self._brief(state),
                                        best=best)
         finally:

@@ -204,4 +204,9 @@ def _singles(designs: Sequence[DesignView]) -> dict[str, DesignView]:
 
 
 def _helped(d: DesignView | None, floor: float) -> bool:
-    return d is not None and d.status == "valid" and d.speedup is not None and d.speedup > floor
+    """Faster than `floor` by more than the paired measurement's interval (its lower bound is
+    above the floor), so noise never enters a combination."""
+    if d is None or d.status != "valid" or d.speedup is None:
+        return False
+    low = d.speedup_low if d.speedup_low is not None else d.speedup
+    return low > floor

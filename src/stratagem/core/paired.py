@@ -1,0 +1,265 @@
+"""Owns the statistics of paired timing: ratios of interleaved blocks, their bootstrap
+interval, chained ratios, and the stability verdict of a timing.
+
+A paired measurement times a reference A and a candidate B in alternating blocks
+(A B, B A, A B, ...) in one process, under the same inputs, flush and synchronization. Block
+pair p gives the ratio r_p = median(A's samples in p) / median(B's samples in p): how many
+times faster B ran than A while both saw the same machine. Load that comes and goes (another
+process, clock changes) scales both blocks of a pair alike and cancels in r_p; the reported
+speedup is the median of the r_p, and its interval is a percentile bootstrap over the pairs.
+
+Standard library only: the worker (no numpy guaranteed) and the parent both use it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A speedup (reference time / candidate time) with its confidence interval."""
+
+    ratio: float
+    low: float
+    high: float
+    pairs: int = 0
+    """Block pairs it was measured from (0 for a chained ratio)."""
+    chained: bool = False
+    """A product of two paired ratios measured in different processes (vs compile)."""
+
+    @property
+    def rel_halfwidth(self) -> float:
+        """Half the interval's width relative to the ratio (0.05: +-5%)."""
+        return (self.high - self.low) / (2 * self.ratio) if self.ratio > 0 else math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "pairs": self.pairs,
+                "chained": self.chained}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Ratio | None:
+        if not isinstance(d, dict) or not isinstance(d.get("ratio"), int | float):
+            return None
+        r = float(d["ratio"])
+        return cls(r, float(d.get("low", r)), float(d.get("high", r)), int(d.get("pairs", 0)),
+                   bool(d.get("chained", False)))
+
+
+def pair_ratios(ref_blocks: Sequence[Sequence[float]], cand_blocks: Sequence[Sequence[float]]) -> list[float]:
+    """r_p = median(reference block p) / median(candidate block p), for every pair."""
+    out = []
+    for a, b in zip(ref_blocks, cand_blocks, strict=True):
+        ma, mb = statistics.median(a), statistics.median(b)
+        if ma > 0 and mb > 0:
+            out.append(ma / mb)
+    return out
+
+
+def paired_ratio(
+    ref_blocks: Sequence[Sequence[float]], cand_blocks: Sequence[Sequence[float]], seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Ratio:
+    """The median pair ratio with a percentile-bootstrap interval over pairs.
+
+    Raises:
+        ValueError: no pair has positive times on both sides.
+    """
+    rs = pair_ratios(ref_blocks, cand_blocks)
+    if not rs:
+        raise ValueError("no block pair with positive times")
+    return bootstrap_median(rs, seed, resamples)
+
+
+def bootstrap_median(values: Sequence[float], seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES) -> Ratio:
+    """The median of `values` and its percentile-bootstrap interval (seeded: reproducible)."""
+    xs = list(values)
+    med = statistics.median(xs)
+    if len(xs) == 1:
+        return Ratio(med, med, med, 1)
+    rng = random.Random(seed)
+    n = len(xs)
+    boots = sorted(statistics.median(rng.choices(xs, k=n)) for _ in range(resamples))
+    alpha = (1 - CONFIDENCE) / 2
+    lo = boots[int(alpha * (resamples - 1))]
+    hi = boots[int(math.ceil((1 - alpha) * (resamples - 1)))]
+    return Ratio(med, min(lo, med), max(hi, med), n)
+
+
+def chain(a: Ratio, b: Ratio) -> Ratio:
+    """a x b, for two independent ratios (candidate/eager x eager/compile = candidate/compile).
+    The interval adds the two log half-widths in quadrature."""
+    r = a.ratio * b.ratio
+
+    def half(x: Ratio) -> tuple[float, float]:
+        if x.ratio <= 0 or x.low <= 0:
+            return math.inf, math.inf
+        return math.log(x.ratio / x.low), math.log(x.high / x.ratio)
+
+    (al, ah), (bl, bh) = half(a), half(b)
+    lo = r / math.exp(math.hypot(al, bl)) if math.isfinite(al + bl) else 0.0
+    hi = r * math.exp(math.hypot(ah, bh)) if math.isfinite(ah + bh) else math.inf
+    return Ratio(r, lo, hi, 0, chained=True)
+
+
+def divide(a: Ratio, b: Ratio) -> Ratio:
+    """a / b for independent ratios (candidate/eager over compile/eager)."""
+    inv = Ratio(1 / b.ratio, 1 / b.high if b.high > 0 else 0.0, 1 / b.low if b.low > 0 else math.inf, b.pairs)
+    return chain(a, inv)
+
+
+# -- stability --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StabilityRules:
+    """Thresholds of the stability verdict (all relative: 0.10 is 10%)."""
+
+    ci_max: float = 0.10
+    """A paired ratio whose interval half-width exceeds this fraction of it is unstable."""
+    drift_max: float = 0.15
+    """Pair ratios of the first and second half of the run differing by more: unstable."""
+    cluster_gap: float = 0.25
+    """Two groups of values whose medians differ by more than this, each holding at least
+    `cluster_share` of the values and separated by a gap wider than their spreads: clusters."""
+    cluster_share: float = 0.2
+    reference_drift_max: float = 0.5
+    """The reference's median this far from the invocation's own earlier measurement of it
+    (here +50% / -33%): the machine changed between the two, so chained ratios are unsafe."""
+
+
+@dataclass(frozen=True)
+class Stability:
+    """The stability verdict of one timing."""
+
+    stable: bool
+    reasons: tuple[str, ...] = ()
+    """Why it is unstable (empty when stable)."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """What was seen that did not decide the verdict (clusters in one program's samples that
+    paired blocks cancel, say)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": "stable" if self.stable else "unstable", "reasons": list(self.reasons),
+                "notes": list(self.notes)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Stability:
+        if not isinstance(d, dict):
+            return cls(True)
+        return cls(d.get("verdict", "stable") != "unstable", tuple(d.get("reasons") or ()),
+                   tuple(d.get("notes") or ()))
+
+
+def clusters(values: Sequence[float], rules: StabilityRules = StabilityRules()) -> str | None:
+    """A description of two clusters in `values` (log scale), or None.
+
+    Sorted values are split at every point leaving at least `cluster_share` on each side; a
+    split is a cluster boundary when the upper group's median exceeds the lower's by more than
+    `cluster_gap` and the gap between the groups is wider than either group's own
+    interquartile range (so a smooth long tail is not called two clusters)."""
+    xs = sorted(math.log(v) for v in values if v > 0)
+    n = len(xs)
+    k0 = max(2, math.ceil(rules.cluster_share * n))
+    if n < 2 * k0:
+        return None
+    best: tuple[float, int] | None = None
+    for k in range(k0, n - k0 + 1):
+        gap = xs[k] - xs[k - 1]
+        if best is None or gap > best[0]:
+            best = (gap, k)
+    assert best is not None
+    gap, k = best
+    lo, hi = xs[:k], xs[k:]
+    spread = max(_iqr(lo), _iqr(hi))
+    ratio = math.exp(statistics.median(hi) - statistics.median(lo))
+    if ratio - 1 > rules.cluster_gap and gap > spread:
+        return (f"samples fall into two clusters: {k} near {math.exp(statistics.median(lo)):.4g} and "
+                f"{n - k} near {math.exp(statistics.median(hi)):.4g} ({ratio:.2f}x apart)")
+    return None
+
+
+def drift(values: Sequence[float], limit: float) -> str | None:
+    """A description of a level change between the first and the second half, or None."""
+    n = len(values)
+    if n < 6:
+        return None
+    a, b = statistics.median(values[: n // 2]), statistics.median(values[n // 2:])
+    if a <= 0 or b <= 0:
+        return None
+    change = max(a, b) / min(a, b) - 1
+    if change > limit:
+        return f"the first half's median {a:.4g} and the second half's {b:.4g} differ by {change:.0%}"
+    return None
+
+
+def _iqr(xs: Sequence[float]) -> float:
+    if len(xs) < 4:
+        return max(xs) - min(xs) if xs else 0.0
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+def sample_stability(samples: Sequence[float], rules: StabilityRules = StabilityRules()) -> list[str]:
+    """Instabilities of one program's raw samples (time order kept): clusters, drift."""
+    out = []
+    c = clusters(samples, rules)
+    if c:
+        out.append(c)
+    d = drift(samples, rules.drift_max)
+    if d:
+        out.append("drift: " + d)
+    return out
+
+
+def paired_stability(
+    ratio: Ratio,
+    ratios: Sequence[float],
+    ref_samples: Sequence[float],
+    cand_samples: Sequence[float],
+    rules: StabilityRules = StabilityRules(),
+    reference_expect_ms: float | None = None,
+) -> Stability:
+    """The verdict of a paired measurement. It decides on the ratio: a wide interval, pair
+    ratios that drift or cluster, or a reference far from the invocation's own earlier
+    measurement. Clusters or drift in one program's raw samples alone are notes: pairing
+    cancels what both programs saw."""
+    reasons: list[str] = []
+    if ratio.rel_halfwidth > rules.ci_max:
+        reasons.append(f"ratio spread: the {CONFIDENCE:.0%} interval [{ratio.low:.3g}, {ratio.high:.3g}] "
+                       f"is +-{ratio.rel_halfwidth:.0%} of {ratio.ratio:.3g} (limit +-{rules.ci_max:.0%})")
+    d = drift(ratios, rules.drift_max)
+    if d:
+        reasons.append("ratio drift: " + d)
+    c = clusters(ratios, rules)
+    if c:
+        reasons.append("ratio clusters: " + c.replace("samples", "pair ratios"))
+    if reference_expect_ms:
+        ref = statistics.median(ref_samples)
+        off = max(ref, reference_expect_ms) / max(min(ref, reference_expect_ms), 1e-12) - 1
+        if off > rules.reference_drift_max:
+            reasons.append(f"reference drift: the reference timed {ref:.4g} ms here and "
+                           f"{reference_expect_ms:.4g} ms earlier in this invocation ({off:.0%} apart)")
+    notes = [f"reference {s}" for s in sample_stability(ref_samples, rules)]
+    notes += [f"candidate {s}" for s in sample_stability(cand_samples, rules)]
+    return Stability(not reasons, tuple(reasons), tuple(notes))
+
+
+def single_stability(samples: Sequence[float], rules: StabilityRules = StabilityRules(),
+                     reference_expect_ms: float | None = None) -> Stability:
+    """The verdict of one program timed alone: clusters or drift in its samples."""
+    reasons = sample_stability(samples, rules)
+    if reference_expect_ms:
+        med = statistics.median(samples)
+        off = max(med, reference_expect_ms) / max(min(med, reference_expect_ms), 1e-12) - 1
+        if off > rules.reference_drift_max:
+            reasons.append(f"reference drift: {med:.4g} ms now, {reference_expect_ms:.4g} ms earlier ({off:.0%} apart)")
+    return Stability(not reasons, tuple(reasons))
