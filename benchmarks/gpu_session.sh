@@ -8,7 +8,8 @@
 #     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
 #
-# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness [--only a,b]
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness|noise [--only a,b]
+# `noise` runs benchmarks/timing_noise.py (paired vs unpaired under load) with its arguments.
 # `tests` takes pytest arguments instead (default tests/gpu). The whole gpu suite took 549 s of
 # the 560 s limit on 2026-11-30 and has grown since: run it in two calls,
 #   tests tests/gpu/test_gpu_harness.py
@@ -33,6 +34,10 @@ fi
 if [[ $what == recipes ]]; then
   timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir "$OUT/runs" "${@:2}" 2>&1 \
     | tee "$OUT/recipes_run.log" | tail -20
+fi
+if [[ $what == noise ]]; then
+  timeout 560 python3 benchmarks/timing_noise.py --device cuda --out "$OUT/timing_noise.json" "${@:2}" 2>&1 \
+    | tee "$OUT/timing_noise.log" | tail -40
 fi
 if [[ $what == harness ]]; then
   timeout 560 python3 benchmarks/harness.py --repeats 3 --out "$OUT/harness.json" 2>&1 | tail -60

@@ -410,6 +410,11 @@ def _print_eval(console: Console, s: dict[str, Any]) -> None:
     if s["runtime_ms"] is not None:
         refs = ", ".join(f"{k} {v:.4f} ms" for k, v in s["reference_ms"].items() if v is not None)
         console.print(f"candidate {s['runtime_ms']:.4f} ms · reference {refs}")
+    _print_speedups(console, s)
+
+
+def _print_speedups(console: Console, s: dict[str, Any]) -> None:
+    """The paired speedup, its interval and stability, and the baseline's state."""
     if s["speedup"] is not None:
         lo, hi = s["speedup_ci"] or (s["speedup"], s["speedup"])
         line = f"speedup vs eager (paired): [bold]{s['speedup']:.3g}x[/] [95% CI {lo:.3g}-{hi:.3g}]"

@@ -41,7 +41,9 @@ def timing_details(ms: float, unstable: bool = False, ci: float = 0.01) -> dict[
 
 
 class FakeEvaluator:
-    """`# runtime_ms=0.5` in the source: valid at that time; `# invalid: why`: wrong output."""
+    """`# runtime_ms=0.5` in the source: valid at that time (paired beside eager at EAGER_MS,
+    interval +-1%, or `# ci=0.2` for +-20%); `# unstable`: its timing stays unstable;
+    `# invalid: why`: wrong output."""
 
     physical_device = "cpu"
     on_gpu = False
@@ -86,7 +88,8 @@ class FakeEvaluator:
             results = (ValidatorResult("static_checks", "passed", duration_s=0.0),
                        ValidatorResult("correctness", "passed", duration_s=d / 2),
                        ValidatorResult("timing", "passed",
-                                       details=timing_details(float(ms.group(1)), "# unstable" in src),
+                                       details=timing_details(float(ms.group(1)), "# unstable" in src,
+                                                              float(ci.group(1)) if (ci := re.search(r"# ci=([0-9.]+)", src)) else 0.01),
                                        duration_s=d / 2))
             baseline = baseline or fake_baseline(problem.id, not refresh_baseline)
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",

@@ -21,8 +21,8 @@ from typing import Any
 
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.core.design import Design
-from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.graph import GraphRun, ValidatorGraph
+from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.pytorch import domain

@@ -256,10 +256,21 @@ def _block(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, de
     return out, [], []
 
 
-def block_calls(estimate_ms: float, cfg: Mapping[str, Any]) -> int:
+PAIRS_MIN = 10
+"""Fewest block pairs of a paired timing (slow programs: one call per block)."""
+
+
+def pair_count(est_ms: float, cfg: Mapping[str, Any]) -> int:
+    """Block pairs: `pairs`, or fewer (down to PAIRS_MIN) when one call of the slower program
+    takes more than its share of the budget, so a slow program does not take minutes."""
+    most = int(cfg.get("pairs", 40))
+    fit = int(float(cfg["budget_ms"]) // max(est_ms, 1e-6))
+    return max(min(most, fit), min(PAIRS_MIN, most))
+
+
+def block_calls(estimate_ms: float, cfg: Mapping[str, Any], pairs: int) -> int:
     """Calls per block: the program's share of the budget over the pairs, within the
     repetition bounds (at least one call per block)."""
-    pairs = int(cfg.get("pairs", 12))
     per = float(cfg["budget_ms"]) / pairs / max(estimate_ms, 1e-6)
     lo = math.ceil(int(cfg["min_reps"]) / pairs)
     hi = max(1, int(cfg["max_reps"]) // pairs)
@@ -286,8 +297,8 @@ def time_paired(
     t_start = time.perf_counter()
     est_ref, warm_ref = _estimate_ms(reference, arg_sets, cfg, device, flush)
     est_cand, warm_cand = _estimate_ms(candidate, arg_sets, cfg, device, flush)
-    n_ref, n_cand = block_calls(est_ref, cfg), block_calls(est_cand, cfg)
-    pairs = int(cfg.get("pairs", 12))
+    pairs = pair_count(max(est_ref, est_cand), cfg)
+    n_ref, n_cand = block_calls(est_ref, cfg, pairs), block_calls(est_cand, cfg, pairs)
     blocks: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
     dev: dict[str, list[float]] = {"reference": [], "candidate": []}
     over: dict[str, list[float]] = {"reference": [], "candidate": []}

@@ -1,0 +1,109 @@
+"""The statistics of paired timing on synthetic samples with known answers: ratios and their
+intervals, chained ratios, and the stability verdict (clusters, drift, spread, reference)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from stratagem.core import paired
+from stratagem.core.paired import Ratio, StabilityRules
+
+
+def _noisy(center: float, n: int, rel: float, rng: random.Random) -> list[float]:
+    return [center * math.exp(rng.gauss(0, rel)) for _ in range(n)]
+
+
+def test_pair_ratios_cancel_load_that_scales_both_blocks_of_a_pair() -> None:
+    rng = random.Random(1)
+    ref, cand = [], []
+    for p in range(30):
+        load = 1.0 if p % 3 else 8.0  # every third pair ran on a machine 8x slower
+        load *= 1 + p / 10  # and the machine slows down steadily
+        ref.append(_noisy(2.0 * load, 20, 0.02, rng))
+        cand.append(_noisy(1.0 * load, 20, 0.02, rng))
+    r = paired.paired_ratio(ref, cand)
+    assert r.ratio == pytest.approx(2.0, rel=0.01)
+    assert r.low <= 2.0 <= r.high and r.rel_halfwidth < 0.02
+
+
+def test_bootstrap_interval_covers_the_median_and_narrows_with_more_pairs() -> None:
+    rng = random.Random(2)
+    few = paired.bootstrap_median(_noisy(1.5, 8, 0.1, rng))
+    many = paired.bootstrap_median(_noisy(1.5, 200, 0.1, rng))
+    assert few.low <= few.ratio <= few.high and many.low <= many.ratio <= many.high
+    assert many.rel_halfwidth < few.rel_halfwidth
+    assert many.low < 1.5 < many.high
+    assert paired.bootstrap_median([3.0]) == Ratio(3.0, 3.0, 3.0, 1)
+
+
+def test_chained_and_divided_ratios() -> None:
+    a = Ratio(2.0, 1.9, 2.1, 20)   # candidate over eager
+    b = Ratio(1.6, 1.5, 1.7, 20)   # compile over eager
+    c = paired.divide(a, b)        # candidate over compile
+    assert c.ratio == pytest.approx(1.25) and c.chained
+    assert c.low < 1.25 < c.high
+    # the chained interval is wider than either factor's (the errors add)
+    assert c.rel_halfwidth > max(a.rel_halfwidth, b.rel_halfwidth)
+    assert Ratio.from_json(c.to_json()) == c
+    assert Ratio.from_json({"nope": 1}) is None
+
+
+def test_clusters_are_found_in_bimodal_samples_and_not_in_noise_or_tails() -> None:
+    rng = random.Random(3)
+    two = _noisy(0.11, 40, 0.02, rng) + _noisy(12.0, 30, 0.02, rng)  # the issue's 0.11 vs 12 ms
+    rng.shuffle(two)
+    found = paired.clusters(two)
+    assert found is not None and "two clusters" in found
+    assert paired.clusters(_noisy(1.0, 200, 0.05, rng)) is None
+    tail = _noisy(1.0, 190, 0.03, rng) + [1.0 + 0.05 * i for i in range(1, 11)]  # a smooth tail
+    assert paired.clusters(tail) is None
+    few_outliers = _noisy(1.0, 95, 0.02, rng) + [5.0] * 5  # 5% outliers are not a cluster
+    assert paired.clusters(few_outliers) is None
+
+
+def test_drift_is_a_level_change_between_halves() -> None:
+    rng = random.Random(4)
+    slow_first = _noisy(2.9, 30, 0.02, rng) + _noisy(5.26, 30, 0.02, rng)  # the issue's jump
+    assert paired.drift(slow_first, 0.15) is not None
+    assert paired.drift(_noisy(2.9, 60, 0.05, rng), 0.15) is None
+    assert paired.drift([1.0, 2.0], 0.15) is None  # too few to tell
+
+
+def test_stability_verdict_decides_on_the_ratio() -> None:
+    rng = random.Random(5)
+    rules = StabilityRules()
+    ratios = _noisy(1.3, 40, 0.02, rng)
+    ref = _noisy(1.3, 400, 0.02, rng)
+    cand_two_phase = _noisy(1.0, 200, 0.02, rng) + _noisy(2.0, 200, 0.02, rng)
+    r = paired.bootstrap_median(ratios)
+    ok = paired.paired_stability(r, ratios, ref, cand_two_phase, rules)
+    # the candidate's raw samples cluster, but the pair ratios do not: a note, not a verdict
+    assert ok.stable and any("candidate" in n for n in ok.notes)
+
+    wide = Ratio(1.3, 1.0, 1.7, 40)
+    bad = paired.paired_stability(wide, ratios, ref, ref, rules)
+    assert not bad.stable and bad.reasons[0].startswith("ratio spread")
+
+    drifting = _noisy(1.0, 20, 0.01, rng) + _noisy(1.5, 20, 0.01, rng)
+    d = paired.paired_stability(paired.bootstrap_median(drifting), drifting, ref, ref, rules)
+    assert not d.stable and any(x.startswith("ratio drift") for x in d.reasons)
+
+    moved = paired.paired_stability(r, ratios, ref, ref, rules, reference_expect_ms=0.133 / 0.075 * 1.3 * 2)
+    assert not moved.stable and any("reference drift" in x for x in moved.reasons)
+    near = paired.paired_stability(r, ratios, ref, ref, rules, reference_expect_ms=1.4)
+    assert near.stable
+
+    js = bad.to_json()
+    assert js["verdict"] == "unstable" and paired.Stability.from_json(js) == bad
+
+
+def test_single_program_stability() -> None:
+    rng = random.Random(6)
+    assert paired.single_stability(_noisy(1.0, 100, 0.03, rng)).stable
+    jump = _noisy(2.9, 50, 0.01, rng) + _noisy(5.26, 50, 0.01, rng)
+    s = paired.single_stability(jump)
+    assert not s.stable and s.reasons
+    assert not paired.single_stability(_noisy(16.0, 50, 0.01, rng), reference_expect_ms=0.138).stable
