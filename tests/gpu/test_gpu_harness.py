@@ -41,7 +41,7 @@ def test_cuda_candidate_valid(evaluator):
     ev = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_ok.py")
     assert ev.verdict.status == "valid", ev.verdict.report()
     t = ev.timing
-    assert t["method"] == "cuda_event/stream"
+    assert t["method"] == "cuda_event/stream/paired"
     assert t["l2_flush_bytes"] >= 256 * 2**20
     assert len(t["device_sync_samples_ms"]) == len(t["samples_ms"]) == t["n"]
     assert t["device_sync_median_ms"] >= t["stream_median_ms"] == t["median_ms"]

@@ -39,3 +39,5 @@ def test_a_compile_recipe_times_like_the_compile_baseline(tmp_path):
     compiled = r.reference_ms["compile"]
     assert compiled is not None
     assert design.runtime_ms == pytest.approx(compiled, rel=0.10), (design.runtime_ms, compiled)
+    # and the chained paired ratio against the compile baseline says the same
+    assert design.speedup_compile == pytest.approx(1.0, rel=0.10), design.speedup_compile

@@ -339,6 +339,7 @@ def time_paired(
             s["sync_overhead_ms"] = statistics.median(over[name])
             reported = samples
             stream, devs = (other, reported) if sync_mode == "device" else (reported, other)
+            s["stream_median_ms"] = statistics.median(stream)
             s["unsynced_work_ms"] = statistics.median(
                 d - t - o for t, d, o in zip(stream, devs, over[name], strict=True))
         out[name] = s
