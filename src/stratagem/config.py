@@ -76,7 +76,7 @@ class TimingConfig(BaseModel):
     host round trip (~20 us on an H200). Both are always measured and stored."""
     input_sets: int = Field(default=3, ge=1)
     """Distinct input sets rotated across timed calls (fewer if they would not fit in memory)."""
-    pairs: int = Field(default=12, ge=2)
+    pairs: int = Field(default=40, ge=2)
     """Block pairs of paired timing: the reference and the candidate alternate this many
     times each (the budget is split over the blocks)."""
     max_retimes: int = Field(default=2, ge=0)

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-TIMING_PROTOCOL = 2
+TIMING_PROTOCOL = 3
 """Bumped whenever the way the worker times changes, so older cached baselines are not reused
-(2: fresh input values for every timed call)."""
+(2: fresh input values for every timed call; 3: compiled modes paired with eager)."""
 
 
 def baseline_key(
@@ -35,9 +35,23 @@ def baseline_key(
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def slot_key(problem_id: str, host: str, device: str, modes: Sequence[str], timing: Mapping[str, Any]) -> str:
+    """What the parent knows before any worker ran (no device name, no torch version): the key
+    of the pointer to the latest baseline measured for this problem on this host and device."""
+    parts = {"protocol": TIMING_PROTOCOL, "problem": problem_id, "host": host, "device": device,
+             "modes": sorted(modes), "timing": dict(sorted(timing.items()))}
+    return "latest-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
 class BaselineCache:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+
+    def latest(self, slot: str) -> dict[str, Any] | None:
+        """The entry the pointer `slot` names (the last one measured there), or None."""
+        ptr = self.get(slot)
+        key = (ptr or {}).get("points_to")
+        return self.get(str(key)) if isinstance(key, str) else None
 
     def _path(self, key: str) -> Path:
         return self.directory / f"{key}.json"

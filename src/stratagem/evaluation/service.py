@@ -11,6 +11,7 @@ version; a search measures them afresh once per invocation. See docs/timing.md.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
@@ -27,7 +28,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.pytorch import domain
 from stratagem.errors import HarnessError
-from stratagem.evaluation.baselines import BaselineCache, baseline_key
+from stratagem.evaluation.baselines import BaselineCache, baseline_key, slot_key
 from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.outcome import interpret
 from stratagem.store.records import EvaluationRecord, MeasurementRecord
@@ -277,11 +278,15 @@ class Evaluator:
         """Reference timings, from the cache when the hardware and torch version match."""
         modes = domain.default_baselines(self.cfg, self.on_gpu)
         timing_cfg = self.cfg.timing.model_dump()
-        earlier = None
+        slot = slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg)
         if environment:
             earlier = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
-            if earlier is not None and not refresh:
-                return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
+        else:  # before any worker ran here: the latest measured on this host and device
+            earlier = self.cache.latest(slot)
+            if earlier is not None and (earlier.get("environment") or {}).get("torch") != _torch_version():
+                earlier = None
+        if earlier is not None and not refresh:
+            return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # Compiling references (max-autotune above all) takes minutes: allow for it.
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
         expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
@@ -296,10 +301,9 @@ class Evaluator:
         if not isinstance(found, Mapping):
             raise HarnessError("baseline stage passed without timings")
         modes_out = {str(k): dict(v) for k, v in found.items()}
-        self.cache.put(
-            baseline_key(problem.id, measured_env, modes, timing_cfg),
-            {"problem": problem.name, "modes": modes_out, "environment": measured_env},
-        )
+        key = baseline_key(problem.id, measured_env, modes, timing_cfg)
+        self.cache.put(key, {"problem": problem.name, "modes": modes_out, "environment": measured_env})
+        self.cache.put(slot, {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
 
     async def device_peaks(self, problem: Problem) -> dict[str, Any] | None:
@@ -344,6 +348,14 @@ class Evaluator:
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")
         return Verdict(run.results), out.environment
+
+
+def _torch_version() -> str | None:
+    """The installed torch's version, from its metadata (the parent never imports torch)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:
