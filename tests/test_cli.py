@@ -143,11 +143,18 @@ def test_eval_records_into_run_dir(capsys, fast_config, tmp_path):
 
 
 def test_baseline_json_and_cache(capsys, fast_config):
-    code, out = run_json(capsys, ["baseline", str(PROBLEM), *FAST, "--json", "--config", str(fast_config)])
+    args = ["baseline", str(PROBLEM), *FAST, "--json", "--config", str(fast_config)]
+    code, out = run_json(capsys, [*args, "--refresh"])
     assert code == 0 and out["status"] == "valid"
     assert out["reference_ms"]["eager"] > 0
-    assert out["cached"] is False
+    assert out["cached"] is False  # --refresh measures
     assert len(out["baselines"]["eager"]["samples_ms"]) >= 3
+    assert out["baselines"]["eager"]["stability"]["verdict"] in ("stable", "unstable")
+    code, again = run_json(capsys, args)
+    assert code == 0 and again["cached"] is True  # found by problem, host and device
+    assert again["reference_ms"] == out["reference_ms"]
+    code, fresh = run_json(capsys, [*args, "--refresh"])
+    assert code == 0 and fresh["cached"] is False
 
 
 def test_pass_through_is_valid_lenient_and_invalid_strict(capsys, fast_config):

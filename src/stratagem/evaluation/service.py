@@ -113,16 +113,21 @@ class Evaluation:
         return Stability.from_json(d.get("stability")) if d else None
 
     @property
-    def reference_ms(self) -> dict[str, float | None]:
-        """Absolute reference medians: eager as timed beside the candidate, the compiled modes
-        from the baseline worker."""
-        out: dict[str, float | None] = {}
-        if self.baseline is not None:
-            out = {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
+    def reference_paired_ms(self) -> float | None:
+        """The eager reference's median as timed beside the candidate, in its worker."""
         ref = self._timing_details().get("reference")
         if isinstance(ref, Mapping) and isinstance(ref.get("median_ms"), int | float):
-            out["eager"] = float(ref["median_ms"])
-        return out
+            return float(ref["median_ms"])
+        return None
+
+    @property
+    def reference_ms(self) -> dict[str, float | None]:
+        """Absolute reference medians from the baseline worker (the run's reference timings);
+        without a baseline, eager as timed beside the candidate."""
+        if self.baseline is not None and self.baseline.modes:
+            return {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
+        paired = self.reference_paired_ms
+        return {"eager": paired} if paired is not None else {}
 
     @property
     def speedups(self) -> dict[str, Ratio]:
@@ -161,6 +166,7 @@ class Evaluation:
             },
             "runtime_ms": self.runtime_ms,
             "reference_ms": self.reference_ms,
+            "reference_paired_ms": self.reference_paired_ms,
             "speedup": self.speedup,
             "speedup_ci": [p.low, p.high] if (p := self.paired) is not None else None,
             "speedups": {m: r.to_json() for m, r in self.speedups.items()},

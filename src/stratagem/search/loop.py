@@ -207,8 +207,8 @@ class SearchLoop:
         self.store.add_evaluation(rec)
         self._update_view(design.id)
         self.spend.add_evaluation(rec)
-        if ev.reference_ms:
-            self.reference_ms = dict(ev.reference_ms)
+        # (the run's reference timings stay the invocation's baseline; each design's own eager,
+        # timed beside it, is stored with its evaluation)
         broken = next((r for r in ev.verdict.failures if r.kind == "problem_error"), None)
         if broken is not None:  # the reference itself fails: no design can be judged
             raise ProblemError(f"{self.problem.name}: the reference problem fails in the harness, so no "
