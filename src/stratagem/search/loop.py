@@ -322,9 +322,12 @@ class SearchLoop:
         self._refresh()
         base = await self.evaluator.baseline(self.problem, refresh=True)
         if not base.modes or base.median_ms("eager") is None:
-            why = "; ".join(f"[{r.name}] {r.reason}" for r in base.verdict.failures) or "no eager timing"
-            raise ProblemError(f"{self.problem.name}: the reference cannot be timed in the harness, so no "
-                               f"design can be judged: {why}")
+            failures = base.verdict.failures
+            why = "; ".join(f"[{r.name}] {r.reason}" for r in failures) or "no eager timing"
+            if any(r.kind == "problem_error" for r in failures) or not failures:
+                raise ProblemError(f"{self.problem.name}: the reference cannot be timed in the harness, so "
+                                   f"no design can be judged: {why}")
+            raise HarnessError(f"measuring the reference baselines failed: {why}")
         self.baseline = base
         self.reference_ms = {m: base.median_ms(m) for m in base.modes}
         shown = ", ".join(f"{m} {v:.4g} ms" for m, v in self.reference_ms.items() if v is not None)
@@ -361,7 +364,9 @@ class SearchLoop:
         self.store.set_run_status("running")
         reason = "interrupted"
         try:
-            await self.measure_baseline()
+            pending = st.pending_designs(self.store.designs(self.problem.id), self.store.evaluations())
+            if pending or self.stop_reason() is None:  # a finished run resumed measures nothing
+                await self.measure_baseline()
             await self.recover()
             while (r := self.stop_reason()) is None:
                 n = len(self.store.iterations()) + 1
