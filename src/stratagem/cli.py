@@ -44,9 +44,18 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config fi
 
 
 def _config(
-    config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None
+    config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None,
+    correctness: str | None = None,
 ) -> StratagemConfig:
-    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout, "integrity": integrity}})
+    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout, "integrity": integrity,
+                                               "correctness": {"mode": correctness}}})
+
+
+CorrectnessOpt = Annotated[
+    str | None,
+    typer.Option("--correctness", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "
+                                       "of eager's own error against a float64 run of the reference)."),
+]
 
 
 def _fail(console: Console, e: StratagemError, as_json: bool, code: int) -> None:
@@ -71,6 +80,7 @@ def eval_cmd(
         str | None,
         typer.Option("--integrity", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),
     ] = None,
+    correctness: CorrectnessOpt = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
@@ -80,7 +90,7 @@ def eval_cmd(
 
     console = Console(stderr=as_json)
     try:
-        cfg = _config(config, device, timeout, integrity)
+        cfg = _config(config, device, timeout, integrity, correctness)
         ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
     except (ConfigError, ProblemError, CandidateError) as e:
         _fail(console, e, as_json, 2)
@@ -122,6 +132,7 @@ def baseline_cmd(
         "reference_ms": {m: base.median_ms(m) for m in base.modes},
         "vs_eager": {m: r.to_json() for m in base.modes if (r := base.vs_eager(m)) is not None},
         "unstable": {m: list(r) for m, r in base.unstable().items()},
+        "fails_correctness": base.failing(),
         "baselines": {m: dict(v) for m, v in base.modes.items()},
         "cached": base.cached,
         "environment": dict(base.environment),
@@ -139,6 +150,8 @@ def baseline_cmd(
                 r = base.vs_eager(mode)
                 vs = "-" if r is None or mode == "eager" else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
                 flag = "[yellow]unstable[/]" if mode in unstable else "stable"
+                if base.fails(mode):
+                    flag += " · [red]fails correctness[/]"
                 t.add_row(mode, f"{stats['median_ms']:.4f}", f"{stats['iqr_ms']:.4f}", str(stats["n"]), vs, flag)
             else:
                 t.add_row(mode, f"[red]{stats.get('error', 'failed')}[/]", "", "", "", "")
@@ -227,6 +240,7 @@ def run_cmd(
     max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", help="Wall-clock budget of this invocation (s).")] = None,
     device: DeviceOpt = None,
     integrity: Annotated[str | None, typer.Option("--integrity", help="lenient or strict.")] = None,
+    correctness: CorrectnessOpt = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
@@ -235,7 +249,7 @@ def run_cmd(
     the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
     resume RUN_DIR` continues."""
     overrides = {
-        "evaluation": {"device": device, "integrity": integrity},
+        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness}},
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
@@ -312,7 +326,8 @@ def _design_json(v: Any) -> dict[str, Any]:
     """One design's numbers as `show --json` and `run --json` give them."""
     return {"id": v.id, "status": v.status, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
             "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
-            "speedup_compile": v.speedup_compile, "beats_reference": v.beats_reference,
+            "speedup_compile": v.speedup_compile, "compile_fails": v.compile_fails or None,
+            "beats_reference": v.beats_reference,
             "stability": v.stability or "stable"}
 
 
@@ -361,7 +376,7 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
     console.print(strategy_table(st.strategy_counts(r.views)))
     console.print(spend_line(r.spend))
     if best is not None:
-        comp = f", {best.speedup_compile:.2f}x vs torch.compile" if best.speedup_compile else ""
+        comp = f", {best.compile_text()} vs torch.compile" if best.speedup_compile else ""
         console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup_text()} vs eager{comp})",
                       highlight=False)
     else:
@@ -421,6 +436,8 @@ def _print_speedups(console: Console, s: dict[str, Any]) -> None:
         comp = (s.get("speedups") or {}).get("compile")
         if comp:
             line += f" · vs torch.compile {comp['ratio']:.3g}x"
+            if comp.get("baseline_fails"):
+                line += " [yellow](compile fails correctness)[/]"
         console.print(line, highlight=False)
     stab = s.get("stability") or {}
     if stab.get("verdict") == "unstable":
@@ -431,6 +448,8 @@ def _print_speedups(console: Console, s: dict[str, Any]) -> None:
         console.print("[dim](torch.compile ratio from the cached baseline; `stratagem baseline --refresh` measures it again)[/]")
     for mode, reasons in (base.get("unstable") or {}).items():
         console.print(f"[yellow]baseline {mode} unstable[/]: " + "; ".join(reasons), highlight=False)
+    for mode, why in (base.get("fails_correctness") or {}).items():
+        console.print(f"[yellow]baseline {mode} fails the correctness check[/]: {why}", highlight=False, markup=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -84,6 +84,22 @@ class TimingConfig(BaseModel):
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
 
 
+class CorrectnessConfig(BaseModel):
+    """How outputs are judged (docs/correctness.md).
+
+    `fixed` (KernelBench's rule): |candidate - eager| <= atol + rtol |eager| per element, with
+    the per-dtype `tolerances`. `calibrated`: the reference is also run in float64 (the
+    anchor), and the candidate passes when its max error against the anchor is at most
+    `factor` x eager's own max error against the anchor, plus a floor of `atol_floor` +
+    `ulp_floor` units in the last place of the output dtype at the anchor's largest magnitude."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mode: Literal["fixed", "calibrated"] = "fixed"
+    factor: float = Field(default=4.0, ge=1.0)
+    atol_floor: float = Field(default=0.0, ge=0.0)
+    ulp_floor: float = Field(default=2.0, ge=0.0)
+
+
 class EvaluationConfig(BaseModel):
     """The harness: devices, sandbox limits, correctness and timing settings."""
 
@@ -99,6 +115,7 @@ class EvaluationConfig(BaseModel):
     """Limit on the time a worker waits for its device's lock (never charged to the
     candidate's own limits): other workers timing or compiling hold it."""
     correctness_trials: int = Field(default=5, ge=1)
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
     tolerances: dict[str, Tolerance] = Field(default_factory=_default_tolerances)
     timing: TimingConfig = Field(default_factory=TimingConfig)
     baselines: list[BaselineMode] | None = None

@@ -51,6 +51,8 @@ class EvalRequest(BaseModel):
     """Correctness trial seeds, drawn from OS entropy by the parent."""
     timing_seed: int
     tolerances: dict[str, dict[str, float]]
+    correctness: dict[str, Any] = Field(default_factory=dict)
+    """The correctness rule: `mode` (`fixed` | `calibrated`), `factor`, `atol_floor`, `ulp_floor`."""
     timing: dict[str, Any]
     baselines: list[str] = Field(default_factory=list)
     timing_lock: str | None = None

@@ -60,6 +60,18 @@ class Baseline:
     def stability(self, mode: str) -> Stability:
         return Stability.from_json((self.modes.get(mode) or {}).get("stability"))
 
+    def fails(self, mode: str) -> str | None:
+        """Why the mode's output fails the candidates' correctness rule (None: it passes or
+        was not checked)."""
+        c = (self.modes.get(mode) or {}).get("correctness")
+        if isinstance(c, Mapping) and c.get("ok") is False:
+            return str(c.get("reason") or "fails the correctness check")
+        return None
+
+    def failing(self) -> dict[str, str]:
+        """mode -> why it fails the correctness rule (only the failing ones)."""
+        return {m: r for m in self.modes if (r := self.fails(m)) is not None}
+
     def unstable(self) -> dict[str, tuple[str, ...]]:
         """mode -> the reasons its timing is unstable (only the unstable ones)."""
         out = {}
@@ -149,6 +161,14 @@ class Evaluation:
         p = self.paired
         return p.ratio if p is not None else None
 
+    def speedups_json(self) -> dict[str, dict[str, Any]]:
+        """`speedups` with, for a baseline that fails the correctness rule, `baseline_fails`."""
+        out = {}
+        for m, r in self.speedups.items():
+            why = self.baseline.fails(m) if self.baseline is not None else None
+            out[m] = {**r.to_json(), **({"baseline_fails": why} if why else {})}
+        return out
+
 
     def summary(self) -> dict[str, Any]:
         """The `--json` view: verdict, every validator, timings, seeds, environment."""
@@ -169,11 +189,12 @@ class Evaluation:
             "reference_paired_ms": self.reference_paired_ms,
             "speedup": self.speedup,
             "speedup_ci": [p.low, p.high] if (p := self.paired) is not None else None,
-            "speedups": {m: r.to_json() for m, r in self.speedups.items()},
+            "speedups": self.speedups_json(),
             "stability": self.stability.to_json() if self.stability is not None else None,
             "baseline": None if self.baseline is None else {
                 "cached": self.baseline.cached,
                 "unstable": {m: list(r) for m, r in self.baseline.unstable().items()},
+                "fails_correctness": self.baseline.failing(),
             },
             "device": self.device,
             "seeds": list(self.seeds),
@@ -199,7 +220,7 @@ class Evaluation:
             device=self.device, runtime_ms=self.runtime_ms, speedup=self.speedup,
             validators=[r.to_json() for r in self.verdict.results], environment=dict(self.environment),
             seeds=list(self.seeds), reference_ms=self.reference_ms, measurements=ms, created_at=time.time(),
-            speedups={m: r.to_json() for m, r in self.speedups.items()},
+            speedups=self.speedups_json(),
             stability=stab.to_json() if stab is not None else {},
         )
 
@@ -209,6 +230,10 @@ def _measurement(name: str, stats: Mapping[str, Any]) -> MeasurementRecord:
         name=name, unit="ms", median=float(stats["median_ms"]), q1=float(stats["q1_ms"]),
         q3=float(stats["q3_ms"]), samples=[float(x) for x in stats.get("samples_ms", [])],
     )
+
+
+BASELINE_CHECK_TRIALS = 2
+"""Correctness trials each compiled baseline gets (the candidates' rule, fresh seeds)."""
 
 
 class Evaluator:
@@ -283,7 +308,8 @@ class Evaluator:
     ) -> Baseline:
         """Reference timings, from the cache when the hardware and torch version match."""
         modes = domain.default_baselines(self.cfg, self.on_gpu)
-        timing_cfg = self.cfg.timing.model_dump()
+        timing_cfg = {**self.cfg.timing.model_dump(), "correctness": domain.correctness_rule(problem, self.cfg),
+                      "tolerances": domain.tolerances(problem, self.cfg)}
         slot = slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg)
         if environment:
             earlier = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
@@ -297,7 +323,8 @@ class Evaluator:
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
         expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
         verdict, measured_env = await self._run_reference_graph(
-            problem, domain.BASELINE_GRAPH, limit, baselines=modes, seeds=[],
+            problem, domain.BASELINE_GRAPH, limit, baselines=modes,
+            seeds=[domain.new_seed() for _ in range(BASELINE_CHECK_TRIALS)],
             reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
         )
         result = verdict.result("baseline")

@@ -25,7 +25,7 @@ def leaderboard(
     for i, v in enumerate(ranked(views)[:top], 1):
         mark = "" if v.beats_reference else " [dim](within noise of eager)[/]" if (v.speedup or 0) >= 1 else ""
         t.add_row(str(i), v.id[:10], f"{v.runtime_ms or 0.0:.4f}", v.speedup_text() + mark,
-                  f"{v.speedup_compile:.2f}x" if v.speedup_compile else "-",
+                  v.compile_text(),
                   "-" if v.iteration is None else str(v.iteration), f"{v.author or '-'} · {v.strategy or '-'}")
     notes = []
     if any(reference_ms.values()):
@@ -34,6 +34,10 @@ def leaderboard(
     if waiting:
         notes.append("not ranked until reviewed (the Analyst's review failed): " + ", ".join(
             f"{v.id[:10]} {v.speedup_text()}" for v in waiting[:5]))
+    failing = next((v.compile_fails for v in ranked(views) if v.compile_fails), "")
+    if failing:
+        notes.append("the torch.compile baseline fails the correctness check every design must pass, so "
+                      f"speedups against it are not a fair comparison: {failing[:160]}")
     unstable = [v for v in views if v.status == "unstable"]
     if unstable:
         notes.append("not ranked, timing unstable: " + "; ".join(

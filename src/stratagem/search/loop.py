@@ -152,6 +152,7 @@ class SearchLoop:
             problem=self.problem, designs=tuple(self.views()), iteration=iteration,
             reference_ms=dict(self.reference_ms), device=self.evaluator.physical_device,
             tolerances=domain.tolerances(self.problem, self.cfg.evaluation),
+            correctness_mode=str(domain.correctness_rule(self.problem, self.cfg.evaluation)["mode"]),
         )
 
     def _refresh(self) -> None:

@@ -61,6 +61,7 @@ def design_views(
             speedup_high=_num(eager.get("high")) if valid else None,
             speedup_compile=_num(comp.get("ratio")) if valid else None,
             stability=why,
+            compile_fails=str(comp.get("baseline_fails") or ""),
         ))
     return out
 

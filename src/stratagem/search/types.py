@@ -69,6 +69,16 @@ class DesignView:
     """The speedup over torch.compile (chained through the run's eager/compile ratio)."""
     stability: str = ""
     """Why the timing is unstable ('' when stable or unknown)."""
+    compile_fails: str = ""
+    """Why the torch.compile baseline fails the correctness rule ('' when it passes): its
+    `speedup_compile` is then against a baseline no candidate could be."""
+
+    def compile_text(self) -> str:
+        """`1.23x`, or `1.23x (compile fails correctness)`: never a bare ratio against a
+        baseline that fails the rule every candidate must pass."""
+        if self.speedup_compile is None:
+            return "-"
+        return f"{ratio_text(self.speedup_compile)}x" + (" (compile fails correctness)" if self.compile_fails else "")
 
     @property
     def beats_reference(self) -> bool:
@@ -97,7 +107,10 @@ class SearchState:
     reference_ms: dict[str, float | None] = field(default_factory=dict)
     device: str = "cpu"
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
-    """dtype name -> {atol, rtol} in force for this problem."""
+    """dtype name -> {atol, rtol} in force for this problem (the fixed rule)."""
+    correctness_mode: str = "fixed"
+    """`fixed` (the tolerances above) or `calibrated` (within a factor of eager's own error
+    against a float64 anchor: the admitted precision is measured, not known beforehand)."""
 
     @property
     def valid(self) -> list[DesignView]:

@@ -1,7 +1,9 @@
 """Owns comparing a candidate's output with the reference's: structure, then values.
 
-Worker-side only. Structure first (type, device, dtype, shape, nesting), then values with the
-tolerance of the reference output's dtype; max absolute and relative errors are reported.
+Worker-side only. Structure first (type, device, dtype, shape, nesting), then values: with the
+tolerance of the reference output's dtype (`compare_outputs`, the fixed rule), or against a
+float64 run of the reference within a factor of eager's own error (`calibrated_compare`);
+max absolute and relative errors are reported.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ class Comparison:
     max_rel_err: float = 0.0
     mismatched: int = 0
     checked: int = 0
+    anchor: list[dict[str, float]] | None = None
+    """Per floating output, errors against the float64 anchor (`candidate`, `reference`,
+    `limit`, `magnitude`), when an anchor was computed."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "ok": self.ok,
             "reason": self.reason,
             "max_abs_err": self.max_abs_err,
@@ -35,6 +40,9 @@ class Comparison:
             "mismatched": self.mismatched,
             "checked": self.checked,
         }
+        if self.anchor is not None:
+            out["anchor"] = self.anchor
+        return out
 
 
 def _tol(tolerances: Mapping[str, Mapping[str, float]], dtype: torch.dtype) -> tuple[float, float]:
@@ -174,3 +182,72 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point() and t.element_size() in _INT_VIEW:
         return t.contiguous().view(_INT_VIEW[t.element_size()])
     return t
+
+
+# -- the calibrated rule ------------------------------------------------------------------
+
+_ANY = {"atol": float("inf"), "rtol": float("inf")}
+
+
+@dataclass
+class AnchorErrors:
+    """One output tensor's errors against the float64 anchor (max abs, in the output's units)."""
+
+    candidate: float
+    reference: float
+    limit: float
+    magnitude: float
+    """The anchor's largest finite magnitude."""
+
+
+def anchor_errors(anchor: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
+    """(max |out - anchor| over finite elements, max |anchor|), in float64, chunked."""
+    a, o = anchor.detach().reshape(-1), out.detach().reshape(-1)
+    err = torch.zeros((), dtype=torch.float64, device=a.device)
+    mag = torch.zeros((), dtype=torch.float64, device=a.device)
+    for lo in range(0, a.numel(), CHUNK_ELEMENTS):
+        x = a[lo : lo + CHUNK_ELEMENTS].to(torch.float64)
+        y = o[lo : lo + CHUNK_ELEMENTS].to(torch.float64)
+        fin = torch.isfinite(x) & torch.isfinite(y)
+        err = torch.maximum(err, torch.where(fin, (x - y).abs(), 0.0).max())
+        mag = torch.maximum(mag, torch.where(torch.isfinite(x), x.abs(), 0.0).max())
+    e, m = torch.stack([err, mag]).tolist()
+    return float(e), float(m)
+
+
+def _leaves(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, Sequence) and not isinstance(x, str | bytes):
+        return [t for item in x for t in _leaves(item)]
+    return []
+
+
+def calibrated_compare(anchor: Any, ref: Any, new: Any, rule: Mapping[str, Any], where: str = "output") -> Comparison:
+    """The calibrated rule: structure, dtypes and NaN/inf positions as against the reference;
+    then each floating output's max error against the float64 `anchor` must be at most
+    `factor` x the eager reference's own, plus the floor (`atol_floor` + `ulp_floor` ulps of
+    the output dtype at the anchor's largest magnitude). `details` of the result: `anchor`."""
+    structure = compare_outputs(ref, new, {k: _ANY for k in ("float16", "bfloat16", "float32", "float64")}, where)
+    if not structure.ok:
+        return structure
+    factor, floor_abs, ulps = float(rule.get("factor", 4.0)), float(rule.get("atol_floor", 0.0)), float(rule.get("ulp_floor", 2.0))
+    total = Comparison(True, checked=structure.checked, max_abs_err=structure.max_abs_err,
+                       max_rel_err=structure.max_rel_err)
+    per: list[AnchorErrors] = []
+    for i, (a, r, c) in enumerate(zip(_leaves(anchor), _leaves(ref), _leaves(new), strict=True)):
+        if not r.is_floating_point() or r.numel() == 0:
+            continue
+        e_ref, mag = anchor_errors(a, r)
+        e_cand, _ = anchor_errors(a, c)
+        limit = factor * e_ref + floor_abs + ulps * torch.finfo(r.dtype).eps * mag
+        per.append(AnchorErrors(e_cand, e_ref, limit, mag))
+        if e_cand > limit:
+            name = where if len(_leaves(ref)) == 1 else f"{where}[{i}]"
+            total.ok = False
+            ratio = f"{e_cand / e_ref:.3g}x" if e_ref > 0 else "infinitely"
+            total.reason = (f"{name}: max error against the float64 reference {e_cand:.3g} is {ratio} eager's own "
+                            f"{e_ref:.3g}, over the calibrated limit {limit:.3g} ({factor:g}x eager's error + floor)")
+            break
+    total.anchor = [vars(p) for p in per]
+    return total

@@ -105,6 +105,9 @@ def run_parent_validator(
         runtime = d.get("runtime") if isinstance(d.get("runtime"), Mapping) else {}
         work = d.get("work") if isinstance(d.get("work"), Mapping) and "flops" in d.get("work", {}) else None
         tol = tolerances(problem, cfg).get(str((work or {}).get("dtype") or "float32"))
+        correct = earlier.get("correctness")
+        if correct is not None and correct.details.get("mode") == "calibrated":
+            tol = admitted_tolerance(correct.details)
         flushed = bool(runtime.get("l2_flush_bytes"))
         return roofline_result(runtime.get("median_ms"), work, peaks, tol, cfg.roofline_margin, flushed)
     raise KeyError(f"no parent validator {name!r}")
@@ -115,6 +118,29 @@ def tolerances(problem: Problem, cfg: EvaluationConfig) -> dict[str, dict[str, f
     for dtype, tol in dict(problem.settings.get("tolerances", {})).items():
         out[str(dtype)] = {"atol": float(tol["atol"]), "rtol": float(tol["rtol"])}
     return out
+
+
+def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
+    """The relative error the calibrated rule admitted in these correctness details (the
+    largest limit over the anchor's magnitude), as a tolerance the roofline can read."""
+    rel = 0.0
+    for t in correctness.get("trials") or ():
+        for a in t.get("anchor") or ():
+            if a.get("magnitude"):
+                rel = max(rel, float(a["limit"]) / float(a["magnitude"]))
+    return {"atol": 0.0, "rtol": rel}
+
+
+def correctness_rule(problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+    """The correctness mode and its parameters: the run's, with the problem's declaration
+    (`STRATAGEM = {"correctness": "calibrated"}` or a dict of the fields) winning."""
+    rule: dict[str, Any] = cfg.correctness.model_dump()
+    declared = problem.settings.get("correctness")
+    if isinstance(declared, str):
+        rule["mode"] = declared
+    elif isinstance(declared, Mapping):
+        rule.update({"mode": "calibrated", **dict(declared)})
+    return rule
 
 
 def correctness_trials(problem: Problem, cfg: EvaluationConfig) -> int:
@@ -154,6 +180,7 @@ def build_request(
         seeds=list(seeds) if seeds is not None else [new_seed() for _ in range(n)],
         timing_seed=new_seed(),
         tolerances=tolerances(problem, cfg),
+        correctness=correctness_rule(problem, cfg),
         timing=dict(timing),
         baselines=list(baselines),
         integrity_seeds=[new_seed() for _ in range(4)],

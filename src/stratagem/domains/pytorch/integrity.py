@@ -86,7 +86,7 @@ class Checker:
     def __init__(self, w: Worker) -> None:
         self.w = w
         self.p = w._programs(need_candidate=True)
-        self.tol = w.req["tolerances"]
+        self.tol = w.tolerances()
         self.threads = guard.count_threads()
         self.log: list[dict[str, Any]] = []
 
@@ -176,7 +176,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
     mod = p.reference_module
     original = {k: getattr(mod, k) for v in variants for k in v if hasattr(mod, k)}
     cand_cls = type(p.candidate)
-    tol = w.req["tolerances"]
+    tol = w.tolerances()
     done: list[dict[str, Any]] = []
     try:
         for variant in variants:

@@ -23,7 +23,7 @@ from stratagem.errors import ProblemError
 
 SETTINGS_NAME = "STRATAGEM"
 SETTINGS_KEYS = frozenset(
-    {"validators", "tolerances", "correctness_trials", "timeout_s", "shapes", "integrity"}
+    {"validators", "tolerances", "correctness_trials", "timeout_s", "shapes", "integrity", "correctness"}
 )
 
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
@@ -182,6 +182,15 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
         raise bad("correctness_trials", "a positive integer")
     if value.get("integrity", "lenient") not in ("lenient", "strict"):
         raise bad("integrity", '"lenient" or "strict"')
+    corr = value.get("correctness")
+    if corr is not None:
+        keys = {"mode", "factor", "atol_floor", "ulp_floor"}
+        ok = corr in ("fixed", "calibrated") or (
+            isinstance(corr, dict) and set(corr) <= keys and corr.get("mode", "calibrated") in ("fixed", "calibrated")
+            and all(isinstance(corr[k], int | float) and not isinstance(corr[k], bool) and corr[k] >= 0
+                    for k in corr if k != "mode"))
+        if not ok:
+            raise bad("correctness", '"fixed", "calibrated" or a dict like {"mode": "calibrated", "factor": 4}')
     shapes = value.get("shapes")
     if shapes is not None and shapes is not False and not (
         isinstance(shapes, list)

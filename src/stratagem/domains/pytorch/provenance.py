@@ -111,7 +111,7 @@ def run_provenance(w: Worker) -> dict[str, Any]:
         with torch.no_grad():
             ghost_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
     details["disabled"] = n
-    if n and compare.compare_outputs(ref, ghost_out, w.req["tolerances"]).ok:
+    if n and compare.compare_outputs(ref, ghost_out, w.tolerances()).ok:
         raise StageFailure(
             "rejected",
             "strict: with the candidate's own kernels disabled its output is still correct: "

@@ -40,6 +40,7 @@ from stratagem.domains.pytorch import (
     runtime,
     timing,
 )
+from stratagem.domains.pytorch.anchor import Anchor
 from stratagem.domains.pytorch.runtime import Programs, StageFailure
 from stratagem.evaluation.device_lock import DeviceLock, LockWindow, Mode
 
@@ -67,6 +68,13 @@ class Worker:
         self.windows: list[LockWindow] = []
         """Every lock hold of this worker (the stage results carry their own)."""
         self._timing_cores = [int(c) for c in request.get("timing_cores") or ()]
+        self.anchor: Anchor | None = None
+        self.rule: Mapping[str, Any] = dict(request.get("correctness") or {"mode": "fixed"})
+        self._calibrated_atol: float | None = None
+        """Set by the correctness trials in the calibrated mode: the tolerance that later
+        comparisons against eager (integrity, shapes) use, (factor + 1) x eager's largest
+        error against the anchor plus the floor (if |c - a| <= f e and |r - a| <= e, then
+        |c - r| <= (f + 1) e)."""
         self._base_cores: set[int] | None = None
 
     # -- device use -----------------------------------------------------------------------
@@ -150,6 +158,7 @@ class Worker:
                 {"traceback": runtime.format_exception(e)},
             ) from e
         self.programs = Programs(reference_module=ref_mod, reference=ref, init_inputs=init_inputs)
+        self.anchor = Anchor(ref, self.device)
         details: dict[str, Any] = {}
         cand = self.req.get("candidate")
         if cand is not None:
@@ -181,15 +190,16 @@ class Worker:
         return details
 
     def stage_correctness(self) -> dict[str, Any]:
+        """Trials on fresh seeded inputs: the candidate against eager, and both against the
+        float64 anchor. The fixed rule judges against eager with the per-dtype tolerances;
+        the calibrated rule against the anchor, within a factor of eager's own error."""
         p = self._programs(need_candidate=True)
         assert p.candidate is not None
         trials: list[dict[str, Any]] = []
-        tolerances = self.req["tolerances"]
         for seed in self.req["seeds"]:
             inputs = self._inputs(p, int(seed))
             pristine = runtime.clone_inputs(inputs)
             ref_in, cand_in = runtime.clone_inputs(inputs), runtime.clone_inputs(inputs)
-            del inputs
             with torch.no_grad():
                 ref_out = self._call_reference(p.reference, ref_in)
                 # The first call compiles (torch.compile, Triton autotuning): the compile budget.
@@ -198,19 +208,58 @@ class Worker:
             changed = compare.inputs_unchanged(pristine, cand_in)
             if changed is not None:
                 raise StageFailure("wrong_output", f"trial seed {seed}: the candidate changed its inputs: {changed}",
-                                   {"trials": trials})
-            cmp = compare.compare_outputs(ref_out, cand_out, tolerances)
+                                   {"trials": trials, **self._mode_details()})
+            cmp = self.judge(ref_out, cand_out, pristine)
             trials.append({"seed": int(seed), **cmp.to_json()})
             self.last_inputs = cand_in  # the integrity stage refills these very tensors
-            del ref_out, cand_out, ref_in, pristine
+            del ref_out, cand_out, ref_in, pristine, inputs
             _free(self.device)
             if not cmp.ok:
-                raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}", {"trials": trials})
+                raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}", {"trials": trials, **self._mode_details()})
+        if self.mode() == "calibrated":
+            self._calibrated_atol = max(
+                a["limit"] + a["reference"]  # (factor + 1) x eager's error + the floor
+                for t in trials for a in t.get("anchor") or [{"reference": 0.0, "limit": 0.0}])
         return {
             "trials": trials,
             "max_abs_err": max(t["max_abs_err"] for t in trials),
             "max_rel_err": max(t["max_rel_err"] for t in trials),
+            **self._mode_details(),
         }
+
+    def mode(self) -> str:
+        """The rule in force: `calibrated` only while an anchor can be computed."""
+        if self.rule.get("mode") == "calibrated" and (self.anchor is None or self.anchor.unavailable is None):
+            return "calibrated"
+        return "fixed"
+
+    def _mode_details(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"mode": self.mode(), "rule": dict(self.rule)}
+        if self.anchor is not None and self.anchor.unavailable:
+            out["anchor_unavailable"] = self.anchor.unavailable
+            if self.rule.get("mode") == "calibrated":
+                out["note"] = "no float64 anchor, so the fixed tolerances judged: " + self.anchor.unavailable
+        if self._calibrated_atol is not None:
+            out["calibrated_atol"] = self._calibrated_atol
+        return out
+
+    def judge(self, ref_out: Any, cand_out: Any, inputs: list[Any]) -> compare.Comparison:
+        """Compare by the rule in force, with both outputs' errors against the anchor."""
+        anchor = self.anchor(inputs) if self.anchor is not None else None
+        if anchor is not None and self.mode() == "calibrated":
+            return compare.calibrated_compare(anchor, ref_out, cand_out, self.rule)
+        cmp = compare.compare_outputs(ref_out, cand_out, self.req["tolerances"])
+        if anchor is not None and cmp.ok:  # report the anchor errors in the fixed mode too
+            info = compare.calibrated_compare(anchor, ref_out, cand_out, self.rule)
+            cmp.anchor = info.anchor
+        return cmp
+
+    def tolerances(self) -> Mapping[str, Mapping[str, float]]:
+        """Tolerances for comparisons against eager after correctness (integrity, shapes)."""
+        if self.mode() == "calibrated" and self._calibrated_atol is not None:
+            tol = {"atol": self._calibrated_atol, "rtol": 0.0}
+            return {k: tol for k in ("float16", "bfloat16", "float32", "float64")}
+        return self.req["tolerances"]
 
     def stage_timing(self) -> dict[str, Any]:
         """The candidate timed paired with the eager reference (alternating blocks under the
@@ -314,6 +363,8 @@ class Worker:
                         for i in range(3):  # compile; CUDA graphs record on a later call
                             fn(*sets[i % len(sets)])
                         runtime.synchronize(self.device)
+                    with self.hold("shared"):
+                        checked = self._baseline_correctness(p, fn)
                     with self.hold("exclusive"):
                         stats = timing.time_paired(p.reference, fn, sets, cfg, self.device, fresh)
                     ratio = paired.Ratio.from_json(stats["speedup"])
@@ -321,7 +372,7 @@ class Worker:
                     stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
                                                    stats["candidate"]["samples_ms"], rules, expect)
                     out[mode] = {**stats["candidate"], "vs_eager": stats["speedup"], "stability": stab.to_json(),
-                                 "method": stats["method"], "pairs": stats["pairs"],
+                                 "correctness": checked, "method": stats["method"], "pairs": stats["pairs"],
                                  "lock": self.windows[-1].to_json() if self.windows else None}
                     if "eager" not in out:
                         out["eager"] = {**stats["reference"], "stability": _single(stats["reference"], rules, expect),
@@ -345,6 +396,22 @@ class Worker:
                 out["eager"] = {**stats, "stability": _single(stats, rules, expect),
                                 "lock": self.windows[-1].to_json() if self.windows else None}
         return {"baselines": {m: out[m] for m in ["eager", *[x for x in modes if x != "eager"]] if m in out}}
+
+    def _baseline_correctness(self, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
+        """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
+        the failing trial's reason, or the largest errors."""
+        trials = []
+        for seed in self.req["seeds"]:
+            inputs = self._inputs(p, int(seed))
+            ref_out = p.reference(*runtime.clone_inputs(inputs))
+            out = fn(*runtime.clone_inputs(inputs))
+            runtime.synchronize(self.device)
+            cmp = self.judge(ref_out, out, inputs)
+            trials.append({"seed": int(seed), **cmp.to_json()})
+            if not cmp.ok:
+                return {"ok": False, "reason": f"trial seed {seed}: {cmp.reason}", "trials": trials, "mode": self.mode()}
+        return {"ok": True, "trials": trials, "mode": self.mode(),
+                "max_abs_err": max((t["max_abs_err"] for t in trials), default=0.0)}
 
     # -- helpers --------------------------------------------------------------------------
 

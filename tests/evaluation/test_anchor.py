@@ -1,0 +1,142 @@
+"""The float64 anchor and the calibrated correctness rule, on the CPU: a long summation whose
+float32 error is known, an honest reordering that must pass and a sloppier sum that must
+fail, the fallback where float64 is impossible, and a failing baseline flagged everywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from fakes_path import FakeEvaluator, ScriptedPolicy, make_loop, src  # noqa: F401
+
+from stratagem.cli import main
+from stratagem.core.design import Design
+from stratagem.domains.pytorch import compare
+from stratagem.domains.pytorch.anchor import Anchor
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.evaluation.executors import LocalExecutor
+from stratagem.evaluation.service import Evaluator
+
+ANCHOR = Path(__file__).resolve().parents[1] / "fixtures" / "anchor"
+RULE = {"mode": "calibrated", "factor": 4.0, "atol_floor": 0.0, "ulp_floor": 2.0}
+
+
+class _Sum(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(dim=1)
+
+
+def test_the_anchor_of_a_long_sum_is_near_exact_and_eager_is_not() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(4, 2**16) + 1.0
+    anchor = Anchor(_Sum(), "cpu")([x])
+    assert anchor is not None and anchor.dtype == torch.float64
+    exact = torch.tensor([math.fsum(row.tolist()) for row in x], dtype=torch.float64)
+    eager = x.sum(dim=1)
+    anchor_err = (anchor - exact).abs().max().item()
+    eager_err = (eager.double() - exact).abs().max().item()
+    assert eager_err > 1e-4  # float32 accumulation over 65536 terms of magnitude ~1
+    assert anchor_err < eager_err / 1000  # the anchor is the better estimate by far
+    assert x.dtype == torch.float32  # the caller's inputs are left alone
+
+
+def _synthetic(k: float) -> compare.Comparison:
+    torch.manual_seed(1)
+    a = torch.randn(1000, dtype=torch.float64) * 100
+    e = torch.randn(1000, dtype=torch.float64) * 1e-3  # eager's own error pattern
+    eager = (a + e).float()
+    cand = (a + k * e.roll(7)).float()  # an error of the same kind, k times larger
+    return compare.calibrated_compare(a, eager, cand, RULE)
+
+
+def test_calibrated_rule_accepts_errors_like_eagers_and_rejects_ten_times_worse() -> None:
+    assert _synthetic(1.0).ok
+    assert _synthetic(2.5).ok
+    bad = _synthetic(10.0)
+    assert not bad.ok and "eager's own" in (bad.reason or "")
+    assert bad.anchor and bad.anchor[0]["candidate"] > bad.anchor[0]["limit"]
+
+
+def test_calibrated_rule_still_checks_structure_and_nan_positions() -> None:
+    a = torch.ones(8, dtype=torch.float64)
+    assert not compare.calibrated_compare(a, torch.ones(8), torch.ones(9), RULE).ok
+    nan = torch.ones(8)
+    nan[3] = float("nan")
+    assert not compare.calibrated_compare(a, torch.ones(8), nan, RULE).ok
+    assert not compare.calibrated_compare(a, torch.ones(8), torch.ones(8, dtype=torch.float64), RULE).ok
+
+
+def test_the_anchor_says_why_when_float64_is_impossible() -> None:
+    class Casts(torch.nn.Module):
+        def forward(self, x):
+            return x.float() * 2
+
+    anchor = Anchor(Casts(), "cpu")
+    assert anchor([torch.ones(3)]) is None
+    assert "float32" in (anchor.unavailable or "")
+
+
+def _evaluate(cfg, candidate: str, problem: str = "problem.py"):
+    ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
+    design = Design.from_source((ANCHOR / candidate).read_text())
+    return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(ANCHOR / problem), design,
+                                                         with_baseline=False))
+
+
+@pytest.fixture
+def calibrated(cpu_config):
+    return cpu_config.model_copy(update={
+        "correctness": cpu_config.correctness.model_copy(update={"mode": "calibrated"}), "correctness_trials": 2})
+
+
+def test_end_to_end_calibrated_mode_passes_a_reordering_and_fails_a_sloppy_sum(calibrated) -> None:
+    good = _evaluate(calibrated, "reordered.py")
+    c = good.verdict.result("correctness")
+    assert good.verdict.status == "valid", good.verdict.report()
+    assert c is not None and c.details["mode"] == "calibrated"
+    for t in c.details["trials"]:  # each trial reports both errors against the anchor
+        [a] = t["anchor"]
+        assert 0 < a["reference"] and a["candidate"] <= a["limit"]
+    bad = _evaluate(calibrated, "sloppy.py")
+    f = bad.verdict.failures[0]
+    assert (f.name, f.kind) == ("correctness", "wrong_output") and "float64 reference" in (f.reason or "")
+
+
+def test_fixed_mode_reports_the_anchor_errors_too(cpu_config) -> None:
+    ev = _evaluate(cpu_config.model_copy(update={"correctness_trials": 2}), "reordered.py")
+    c = ev.verdict.result("correctness")
+    assert c is not None and c.details["mode"] == "fixed"
+    assert all(t["anchor"][0]["reference"] > 0 for t in c.details["trials"])
+
+
+def test_a_failing_compile_baseline_is_flagged_in_eval_json(capsys, tmp_path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[evaluation]\ndevice = "cpu"\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
+                   "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n")
+    code = main(["eval", str(ANCHOR / "exact_problem.py"), str(ANCHOR / "exact_same.py"), "--config", str(cfg), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "valid", out["failures"]
+    why = out["baseline"]["fails_correctness"]["compile"]
+    assert "outside atol=0" in why
+    assert out["speedups"]["compile"]["baseline_fails"] == why  # beside the ratio itself
+    assert "fails_correctness" not in json.dumps(out["speedups"]["eager"])
+
+
+def test_a_failing_compile_baseline_is_flagged_in_show_and_the_context(tmp_path, capsys) -> None:
+    from stratagem.context.render import render_design
+
+    ev = FakeEvaluator(compile_fails="trial seed 1: output: 59 of 64 elements outside atol=0")
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
+    asyncio.run(loop.run())
+    assert main(["show", str(store.run_dir)]) == 0
+    text = capsys.readouterr().out
+    assert "(compile fails correctness)" in text and "fails the correctness check" in text
+    assert main(["show", str(store.run_dir), "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["compile_fails"].startswith("trial seed 1")
+    view = loop.views()[0]
+    assert "fails the correctness check" in render_design(view)
