@@ -60,3 +60,32 @@ def test_without_cache_flushes_only_the_compute_floor_applies():
     assert r.outcome == "passed" and r.details["memory_floor"] is False
     heavy = {"flops": 10**15, "min_bytes": 0, "dtype": "float32"}
     assert roofline_result(0.001, heavy, PEAKS, FP32_TOL, cache_flushed=False).outcome == "failed"
+
+
+def test_the_roofline_follows_the_precision_the_calibrated_rule_admitted() -> None:
+    from stratagem.config import EvaluationConfig
+    from stratagem.core.design import Design
+    from stratagem.core.verdict import ValidatorResult
+    from stratagem.domains.pytorch import domain
+    from stratagem.domains.pytorch.problem import parse_problem
+
+    problem = parse_problem("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x @ x\n"
+                            "def get_inputs():\n    return [torch.randn(8, 8)]\ndef get_init_inputs():\n    return []\n",
+                            name="mm")
+    peaks = {"bandwidth_gbps": 1000.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0, "bfloat16": 800.0,
+                                                         "float16": 800.0}}
+    work = {"flops": 2e12, "min_bytes": 0, "dtype": "float32"}
+    timing = ValidatorResult("timing", "passed", details={"runtime": {"median_ms": 3.0, "l2_flush_bytes": 1}, "work": work})
+
+    def floor_mode(trials_anchor: list[dict]) -> str:
+        correct = ValidatorResult("correctness", "passed", details={
+            "mode": "calibrated", "trials": [{"anchor": trials_anchor}]})
+        r = domain.run_parent_validator("roofline", problem, Design.from_source("x = 1"), EvaluationConfig(),
+                                        {"timing": timing, "correctness": correct}, peaks)
+        return str(r.details["rate_mode"])
+
+    # eager accurate to 1e-6 of the output: the rule admits fp32/TF32-level error only
+    assert floor_mode([{"limit": 1e-6, "magnitude": 1.0, "reference": 2e-7, "candidate": 1e-7}]) == "tf32"
+    # eager itself off by 0.5% (say TF32 convolutions): 2% admitted, so bf16 rates bound the floor
+    assert floor_mode([{"limit": 2e-2, "magnitude": 1.0, "reference": 5e-3, "candidate": 1e-3}]) in ("bfloat16", "float16")
+    assert domain.admitted_tolerance({"trials": [{"anchor": [{"limit": 4.0, "magnitude": 200.0}]}]}) == {"atol": 0.0, "rtol": 0.02}
