@@ -165,6 +165,36 @@ def baseline_cmd(
     raise typer.Exit(0 if ok else 1)
 
 
+@app.command("calibrate")
+def calibrate_cmd(
+    device: DeviceOpt = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Measure the device's peaks again (memory bandwidth, matmul rates per math mode) for the
+    roofline check, replacing the cached ones (kept in $STRATAGEM_CACHE_DIR/peaks/). Run it on
+    an idle machine."""
+    from stratagem.evaluation.api import calibrate_device
+
+    console = Console(stderr=as_json)
+    try:
+        cfg = _config(config, device)
+        peaks, path = calibrate_device(cfg.evaluation)
+    except ConfigError as e:
+        _fail(console, e, as_json, 2)
+    except StratagemError as e:
+        _fail(console, e, as_json, 1)
+    if as_json:
+        print(json.dumps({"status": "valid" if peaks else "error", "peaks": peaks, "path": str(path)}, default=str))
+    elif peaks:
+        rates = ", ".join(f"{k} {v:.3g} TFLOP/s" for k, v in (peaks.get("matmul_tflops") or {}).items())
+        console.print(f"bandwidth {peaks.get('bandwidth_gbps', 0):.1f} GB/s · matmul {rates}")
+        console.print(f"written to {path}")
+    else:
+        console.print("[red]the calibration failed[/]")
+    raise typer.Exit(0 if peaks else 1)
+
+
 @app.command("audit")
 def audit_cmd(
     problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],

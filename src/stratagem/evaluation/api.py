@@ -67,6 +67,26 @@ def record(run_dir: str | Path, evaluation: Evaluation) -> int:
         return store.add_evaluation(evaluation.to_record())
 
 
+_CALIBRATION_PROBLEM = (
+    "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
+    "def get_inputs():\n    return [torch.zeros(1)]\n\n\ndef get_init_inputs():\n    return []\n"
+)
+
+
+def calibrate_device(cfg: EvaluationConfig) -> tuple[dict[str, Any] | None, Path]:
+    """Measure this device's peaks again (bandwidth, matmul rates per math mode) and replace
+    the cached ones; returns them (None if the calibration failed) and where they live."""
+    from stratagem.domains.pytorch.problem import parse_problem
+
+    evaluator = make_evaluator(cfg)
+    problem = parse_problem(_CALIBRATION_PROBLEM, name="calibration")
+
+    async def go() -> dict[str, Any] | None:
+        return await evaluator.device_peaks(problem, refresh=True)
+
+    return asyncio.run(go()), evaluator.peaks_path()
+
+
 def audit_file(
     problem_path: str | Path, cfg: EvaluationConfig, *, timeout_s: float | None = None
 ) -> tuple[Problem, Verdict, dict[str, Any]]:

@@ -18,6 +18,7 @@ import platform
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from stratagem.config import EvaluationConfig, cache_dir
@@ -269,9 +270,11 @@ class Evaluator:
             if step.kind == "inline":
                 spec = step.specs[0]
                 s0 = time.monotonic()
-                peaks = await self.device_peaks(problem) if spec.name == "roofline" else None
                 earlier = {r.name: r for r in run.results}
-                r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, peaks)
+                if spec.name == "roofline":
+                    r = await self._roofline(problem, design, earlier)
+                else:
+                    r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None)
                 run.record([_with_duration(r, time.monotonic() - s0)])
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)
@@ -339,16 +342,42 @@ class Evaluator:
         self.cache.put(slot, {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
 
-    async def device_peaks(self, problem: Problem) -> dict[str, Any] | None:
-        """Calibrated bandwidth and matmul rates of this evaluator's device (cached on disk)."""
-        if self._peaks is not None:
+    async def _roofline(self, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult]) -> ValidatorResult:
+        """The roofline validator, with a guard on the calibration: the eager reference is
+        honest by definition, so a floor it beats proves the peaks too low (a calibration on a
+        loaded machine, say). They are measured again once; if the reference still beats the
+        new floor, the check is skipped with a note rather than rejecting honest designs."""
+        peaks = await self.device_peaks(problem)
+        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks)
+        beaten = domain.reference_beats_floor(earlier, r)
+        if beaten is None:
+            return r
+        peaks = await self.device_peaks(problem, refresh=True)
+        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks)
+        again = domain.reference_beats_floor(earlier, r)
+        if again is None:
+            return ValidatorResult(r.name, r.outcome, r.reason, r.kind,
+                                   {**r.details, "recalibrated": f"the earlier peaks were wrong: {beaten}"})
+        return ValidatorResult("roofline", "passed", details={
+            **r.details, "checked": False,
+            "note": f"not checked: the device calibration is unreliable here ({again}); run `stratagem calibrate`"})
+
+    def peaks_path(self) -> Path:
+        """Where this device's calibrated peaks are kept."""
+        return cache_dir(self.cfg) / "peaks" / f"{platform.node()}-{self.physical_device.replace(':', '')}.json"
+
+    async def device_peaks(self, problem: Problem, *, refresh: bool = False) -> dict[str, Any] | None:
+        """Calibrated bandwidth and matmul rates of this evaluator's device (cached on disk;
+        `refresh` measures again and replaces the file)."""
+        if self._peaks is not None and not refresh:
             return self._peaks
-        path = cache_dir(self.cfg) / "peaks" / f"{platform.node()}-{self.physical_device.replace(':', '')}.json"
-        try:
-            self._peaks = json.loads(path.read_text(encoding="utf-8"))
-            return self._peaks
-        except (OSError, json.JSONDecodeError):
-            pass
+        path = self.peaks_path()
+        if not refresh:
+            try:
+                self._peaks = json.loads(path.read_text(encoding="utf-8"))
+                return self._peaks
+            except (OSError, json.JSONDecodeError):
+                pass
         verdict, env = await self._run_reference_graph(problem, domain.CALIBRATE_GRAPH, 600.0)
         r = verdict.result("calibrate")
         if r is None or r.outcome != "passed":

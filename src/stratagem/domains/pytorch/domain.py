@@ -120,6 +120,19 @@ def tolerances(problem: Problem, cfg: EvaluationConfig) -> dict[str, dict[str, f
     return out
 
 
+def reference_beats_floor(earlier: Mapping[str, ValidatorResult], roofline: ValidatorResult) -> str | None:
+    """A description of how the eager reference (timed beside the candidate) beats the
+    roofline floor, which proves the calibrated peaks too low; None when it does not."""
+    timing = earlier.get("timing")
+    ref = (timing.details.get("reference") or {}) if timing is not None else {}
+    ref_ms, floor = ref.get("median_ms"), roofline.details.get("floor_ms")
+    if not roofline.details.get("checked") or not isinstance(ref_ms, int | float) or not isinstance(floor, int | float):
+        return None
+    if ref_ms < floor:
+        return f"the eager reference ran in {ref_ms:.4g} ms, under the floor of {floor:.4g} ms"
+    return None
+
+
 def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
     """The relative error the calibrated rule admitted in these correctness details (the
     largest limit over the anchor's magnitude), as a tolerance the roofline can read."""
