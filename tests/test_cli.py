@@ -170,3 +170,10 @@ def test_pass_through_is_valid_lenient_and_invalid_strict(capsys, fast_config):
     assert checks == ["own_kernels"]
     assert "provenance" in strict["validators"]
     assert main(["eval", str(PROBLEM), str(FIX / "candidates/good_addmm.py"), "--integrity", "paranoid"]) == 2
+
+
+def test_a_kernelbench_format_candidate_file_is_evaluated_by_its_model_new(capsys, fast_config):
+    """Its own Model, get_inputs, get_init_inputs and size constants are ignored, not rejected."""
+    code, out = run_json(capsys, ["eval", str(PROBLEM), str(FIX / "candidates/kernelbench_format.py"), *FAST,
+                                  "--json", "--config", str(fast_config)])
+    assert code == 0 and out["status"] == "valid", out["failures"]

@@ -114,8 +114,25 @@ def enclosing_function(scan: Scan, node: ast.AST) -> ast.AST | None:
 # -- reference_access ------------------------------------------------------------------------
 
 
+def _defined_at_top(scan: Scan) -> set[str]:
+    """Names the candidate file defines itself at module level (def, class, assignment)."""
+    out: set[str] = set()
+    for node in scan.tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update(t.id for t in targets if isinstance(t, ast.Name))
+    return out
+
+
 def reference_access(scan: Scan) -> list[Hit]:
+    """The reference's names (`Model`, `get_inputs`, `get_init_inputs`) may appear only as the
+    candidate's own: a KernelBench-format candidate file that defines them (and size
+    constants) is judged by its `ModelNew` alone (the harness never calls the candidate's
+    copies); imported, or used without a definition of its own, they reach for the problem."""
     hits = apply_rules(scan, R.REFERENCE_ACCESS)
+    own = _defined_at_top(scan)
     for node in scan.nodes:
         name = None
         if isinstance(node, ast.Name):
@@ -126,9 +143,12 @@ def reference_access(scan: Scan) -> list[Hit]:
             name = attr_name(node)
         elif isinstance(node, ast.alias):
             name = node.asname if node.asname in R.REFERENCE_NAMES else node.name
-        if name in R.REFERENCE_NAMES:
-            hits.add(getattr(node, "lineno", None) or _line_of_alias(scan, node),
-                     f"`{name}` (defined or used; it belongs to the problem file)")
+            if name in R.REFERENCE_NAMES:
+                hits.add(_line_of_alias(scan, node), f"`{name}` imported (it belongs to the problem file)")
+            continue
+        if name in R.REFERENCE_NAMES and name not in own:
+            hits.add(getattr(node, "lineno", None),
+                     f"`{name}` used without a definition of its own (it belongs to the problem file)")
         if isinstance(node, ast.ImportFrom) and node.level:
             hits.add(node.lineno, f"relative import `{'.' * node.level}{node.module or ''}`")
     return hits.items()
