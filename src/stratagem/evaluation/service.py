@@ -274,7 +274,8 @@ class Evaluator:
                 if spec.name == "roofline":
                     r = await self._roofline(problem, design, earlier)
                 else:
-                    r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None)
+                    r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None,
+                                                    self.physical_device)
                 run.record([_with_duration(r, time.monotonic() - s0)])
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)

@@ -93,11 +93,14 @@ def run_parent_validator(
     cfg: EvaluationConfig,
     earlier: Mapping[str, ValidatorResult],
     peaks: Mapping[str, Any] | None = None,
+    device: str = "cuda",
 ) -> ValidatorResult:
-    """Run a parent-placed validator, given the results so far and the device's peaks."""
+    """Run a parent-placed validator, given the results so far, the device's peaks and the
+    physical device (`cpu` or `cuda:N`: the strict policy's own-kernel rule differs)."""
     if name == "static_checks":
+        kind = "cpu" if device == "cpu" else "cuda"
         return run_static_checks(
-            problem, design.source, checks=checks_for_policy(integrity_policy(problem, cfg))
+            problem, design.source, checks=checks_for_policy(integrity_policy(problem, cfg), kind)
         )
     if name == "roofline":
         timing = earlier.get("timing")

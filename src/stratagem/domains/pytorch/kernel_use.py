@@ -10,6 +10,7 @@ over-approximates; the runtime checks decide whether the kernel does the work.
 from __future__ import annotations
 
 import ast
+import re
 
 from stratagem.domains.pytorch.ast_scan import Scan, attr_name, dotted
 from stratagem.domains.pytorch.integrity_checks import Hit
@@ -128,6 +129,72 @@ def _launches(scan: Scan, bodies: list[ast.AST], triton: set[str], exports: set[
             ):
                 return True
     return False
+
+
+_LOOP = re.compile(r"\b(for|while)\s*\(|#\s*pragma\s+omp|\bparallel_for\b")
+
+
+def cpp_exports(scan: Scan) -> tuple[set[str], set[str]]:
+    """For the CPU: (C++ functions defined in `load_inline` sources, exported names that
+    reach one that loops over the data itself: a `for`/`while` loop, an OpenMP pragma or
+    `at::parallel_for`, not only calls into torch)."""
+    defined: set[str] = set()
+    exports: set[str] = set()
+    for call in scan.extension_calls:
+        if not scan.resolves(call.func, "torch.utils.cpp_extension.load_inline"):
+            continue
+        kw = {k.arg: k.value for k in call.keywords}
+        parts = [kw.get("cpp_sources", call.args[1] if len(call.args) > 1 else None),
+                 kw.get("cuda_sources", call.args[2] if len(call.args) > 2 else None)]
+        raw = "\n".join(scan.folder.fold(p) for p in parts if p is not None)
+        prog = NativeProgram.parse(clean(raw))
+        defined |= set(prog.functions)
+        named = {n: n for n in scan.folder.fold_list(kw.get("functions"))}
+        named.update(pybind_exports(raw))
+        for py, cpp in named.items():
+            reach = _reach(prog, cpp)
+            if any(_LOOP.search(body) for name in reach for body in prog.functions.get(name, ())):
+                exports.add(py)
+    return defined, exports
+
+
+def _reach(prog: NativeProgram, root: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [root] if root in prog.functions else []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for body in prog.functions[name]:
+            todo.extend(set(re.findall(r"\b\w+\b", body)) & prog.functions.keys())
+    return seen
+
+
+def own_kernels_cpu(scan: Scan) -> list[Hit]:
+    """`own_kernels` for the CPU device: a C++ function the candidate compiles itself with
+    `load_inline`, which loops over the data and is called from `ModelNew.forward`, counts as
+    its own kernel, as do the GPU kinds. (On the CPU no profiler attribution backs this up:
+    the provenance stage is GPU-only.)"""
+    if not own_kernels(scan):
+        return []
+    defined, exports = cpp_exports(scan)
+    if exports and _launches(scan, _reachable(scan), set(), _aliases_of(scan, exports)):
+        return []
+    if defined and not exports:
+        return [(None, "no exported C++ function of the candidate's extension loops over the data itself (a "
+                       f"wrapper around torch calls is not a kernel of its own): {WHY_CPU}")]
+    if exports:
+        return [(None, f"C++ functions ({', '.join(sorted(exports))}) are defined but `ModelNew.forward` never "
+                       f"calls one: {WHY_CPU}")]
+    return [(None, f"the candidate defines no kernel of its own: {WHY_CPU}")]
+
+
+WHY_CPU = (
+    "under the strict policy on the CPU the candidate must compile its own code (a C++ function in a "
+    "load_inline source that loops over the data, or a `__global__`/`@triton.jit` kernel) and call it "
+    "from `ModelNew.forward`"
+)
 
 
 def own_kernels(scan: Scan) -> list[Hit]:

@@ -21,7 +21,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import FailureKind, ValidatorResult
 from stratagem.domains.pytorch import integrity_checks as ic
 from stratagem.domains.pytorch.ast_scan import Scan
-from stratagem.domains.pytorch.kernel_use import own_kernels
+from stratagem.domains.pytorch.kernel_use import own_kernels, own_kernels_cpu
 from stratagem.domains.pytorch.state_scan import mutable_state
 from stratagem.errors import ConfigError
 
@@ -202,6 +202,12 @@ REGISTRY: tuple[StaticCheck, ...] = (
                "its own from `ModelNew.forward`.", own_kernels),
 )
 
+OWN_KERNELS_CPU = _integrity(
+    "own_kernels", "reject",
+    "Strict policy on the CPU: the candidate calls a C++ function of its own (a load_inline source "
+    "that loops over the data), or a CUDA/Triton kernel, from `ModelNew.forward`.", own_kernels_cpu)
+"""The CPU device's `own_kernels`: there, code the candidate compiles itself is its kernel."""
+
 STRICT_ONLY = frozenset({"own_kernels"})
 DEFAULT_CHECKS: tuple[StaticCheck, ...] = tuple(c for c in REGISTRY if c.name not in STRICT_ONLY)
 """The `lenient` policy: every check except those only the `strict` policy adds."""
@@ -228,8 +234,9 @@ def select(names: Iterable[str] | None) -> tuple[StaticCheck, ...]:
     return tuple(c for c in REGISTRY if c.name in wanted)
 
 
-def checks_for_policy(policy: IntegrityPolicy) -> tuple[StaticCheck, ...]:
-    """`lenient`: DEFAULT_CHECKS; `strict`: every check, `own_kernels` included.
+def checks_for_policy(policy: IntegrityPolicy, device: str = "cuda") -> tuple[StaticCheck, ...]:
+    """`lenient`: DEFAULT_CHECKS; `strict`: every check, `own_kernels` included (its CPU
+    variant when `device` is the CPU).
 
     Raises:
         ConfigError: an unknown policy.
@@ -237,6 +244,8 @@ def checks_for_policy(policy: IntegrityPolicy) -> tuple[StaticCheck, ...]:
     if policy == "lenient":
         return DEFAULT_CHECKS
     if policy == "strict":
+        if device == "cpu":
+            return tuple(OWN_KERNELS_CPU if c.name == "own_kernels" else c for c in REGISTRY)
         return REGISTRY
     raise ConfigError(f"unknown integrity policy {policy!r}; known: ['lenient', 'strict']")
 

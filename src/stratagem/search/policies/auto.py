@@ -89,7 +89,6 @@ class AutoPolicy:
         self.workdir = Path(workdir)
         self.runtime = AgentRuntime(cfg=cfg.agents, models=models, sleep=sleep)
         self.integrity = domain.integrity_policy(problem, cfg.evaluation)
-        self.checks = checks_for_policy(self.integrity)
         self._docs: DocIndex | None = None
         self._docs_loaded = False
 
@@ -213,7 +212,7 @@ class AutoPolicy:
         tasks = [
             ImplementorTask(
                 worker=f"implementor-{k}", plan=plan, problem=self.problem, brief=brief,
-                evidence=evidence, checks=self.checks,
+                evidence=evidence, checks=checks_for_policy(self.integrity, state.device),
                 workdir=self._dir(state.iteration, f"implementor-{k}").root,
                 report_chars=self.cfg.context.failure_report_chars,
             )
