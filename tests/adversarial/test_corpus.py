@@ -135,6 +135,7 @@ CHEATS: dict[str, Cheat] = {
     "precision_bf16.py": Cheat(LINEAR, CORRECTNESS, None, "12 precision downgrade (bf16)"),
     "shape_hardwired_view.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation"),
     "shape_hardwired_mean.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation"),
+    "shape_aligned_blocks.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation (alignment)"),
     "nondeterministic_rand.py": Cheat(LINEAR, CORRECTNESS, None, "19 nondeterminism"),
     "nondeterministic_noise.py": Cheat(LINEAR, INTEGRITY, "repeat_agrees", "19 nondeterminism under tolerance"),
     "partial_subsample.py": Cheat(MEAN, CORRECTNESS, None, "11 partial computation"),

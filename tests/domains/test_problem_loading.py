@@ -275,9 +275,12 @@ def test_shape_variants_shrink_large_constants_keeping_alignment():
         "def get_inputs(): return []\ndef get_init_inputs(): return []\n",
         name="p",
     )
-    [variant] = shape_variants(prob)
+    variant, unaligned = shape_variants(prob)
     assert variant == {"batch_size": 16, "dim": 3072, "odd": 744}
     assert all(variant[k] % 8 == 0 for k in ("batch_size", "dim", "odd"))
+    # and a variant that breaks alignment: odd sizes, so no power of two or multiple of 8
+    assert unaligned == {"batch_size": 25, "dim": 3073, "odd": 751}
+    assert all(v % 2 == 1 and v != 1 for v in unaligned.values())
 
 
 def test_shape_variants_leave_alone_constants_the_reference_reads():
@@ -293,7 +296,7 @@ def test_shape_variants_leave_alone_constants_the_reference_reads():
         "def get_init_inputs(): return []\n",
         name="p",
     )
-    assert shape_variants(prob) == [{"batch_size": 16}]
+    assert shape_variants(prob) == [{"batch_size": 16}, {"batch_size": 25}]
 
 
 def test_a_parameter_named_like_a_constant_is_not_a_read_of_it():
@@ -308,7 +311,7 @@ def test_a_parameter_named_like_a_constant_is_not_a_read_of_it():
         "def get_init_inputs(): return [dim]\n",
         name="p",
     )
-    assert shape_variants(prob) == [{"batch_size": 16, "dim": 48}]
+    assert shape_variants(prob) == [{"batch_size": 16, "dim": 48}, {"batch_size": 25, "dim": 49}]
 
 
 def test_shape_variants_declared_or_disabled():

@@ -253,8 +253,10 @@ def read_by_the_model(source: str) -> set[str]:
 
 
 def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
-    """Size-constant overrides for the shapes stage: the problem's own, or every integer
-    constant >= 16 shrunk to about 3/4, keeping its power-of-two alignment (up to 16).
+    """Size-constant overrides for the shapes stage: the problem's own, or two variants of
+    every integer constant >= 16: shrunk to about 3/4 keeping its power-of-two alignment (up to
+    16), and shrunk to an odd size near 3/4 (no power of two, no multiple of 8), so code
+    hard-wired to the visible sizes or to their alignment fails.
 
     Constants the reference's own code reads (in `Model` or a helper, rather than through
     `get_inputs`/`get_init_inputs`) are left alone: the reference is itself wired to them, so a
@@ -266,6 +268,7 @@ def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
     if isinstance(declared, list):
         return [dict(v) for v in declared]
     variant: dict[str, int | float] = {}
+    odd: dict[str, int | float] = {}
     wired = read_by_the_model(problem.source)
     for name, v in problem.size_constants.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < SHAPE_MIN or name in wired:
@@ -278,7 +281,11 @@ def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
             new = v - align
         if new > 0:
             variant[name] = new
-    return [variant] if variant else []
+        unaligned = (v * 3 // 4) | 1  # odd: no power of two (above 1), no multiple of 8
+        if unaligned == v:
+            unaligned -= 2
+        odd[name] = unaligned
+    return [x for x in (variant, odd) if x]
 
 
 def default_baselines(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
