@@ -136,6 +136,7 @@ CHEATS: dict[str, Cheat] = {
     "shape_hardwired_view.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation"),
     "shape_hardwired_mean.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation"),
     "shape_aligned_blocks.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation (alignment)"),
+    "timed_phase_quarter.py": Cheat(LINEAR, TIMING, None, "3 partial computation only while timed"),
     "nondeterministic_rand.py": Cheat(LINEAR, CORRECTNESS, None, "19 nondeterminism"),
     "nondeterministic_noise.py": Cheat(LINEAR, INTEGRITY, "repeat_agrees", "19 nondeterminism under tolerance"),
     "partial_subsample.py": Cheat(MEAN, CORRECTNESS, None, "11 partial computation"),

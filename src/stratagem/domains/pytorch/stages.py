@@ -280,12 +280,18 @@ class Worker:
         expect = self.req.get("reference_expect_ms")
         attempts: list[dict[str, Any]] = []
         out: dict[str, Any] = {}
+        kept: list[tuple[int, Any, list[Any]]] = []
+
+        def keep(i: int, output: Any, args: Any) -> None:
+            kept.append((i, _detach_copy(output), runtime.clone_inputs(args)))
+
         for attempt in range(1 + int(cfg.get("max_retimes", 2))):
             with torch.no_grad():
                 sets = self._timing_inputs(p)
                 with self.hold("exclusive"):
                     try:
-                        stats = timing.time_paired(p.reference, model, sets, cfg, self.device, self._fresh(p, sets))
+                        stats = timing.time_paired(p.reference, model, sets, cfg, self.device, self._fresh(p, sets),
+                                                   keep=keep, keep_count=self._keep_count(sets[0]))
                     except Exception as e:
                         self._note_cuda(e)
                         raise StageFailure(runtime.classify_exception(e),
@@ -303,6 +309,7 @@ class Worker:
             if stab.stable:
                 break
         stats, stab = out["stats"], out["stability"]
+        checked_calls = self._check_timed_outputs(p, kept)
         cand = dict(stats["candidate"])
         cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
                     warmup_calls=stats["warmup_calls"]["candidate"])
@@ -338,6 +345,7 @@ class Worker:
             "stability": stab.to_json(),
             "attempts": attempts,
             "lock": out["lock"],
+            "timed_outputs_checked": checked_calls,
             "timing_wall_s": stats["wall_s"],
             "work": work,
         }
@@ -396,6 +404,29 @@ class Worker:
                 out["eager"] = {**stats, "stability": _single(stats, rules, expect),
                                 "lock": self.windows[-1].to_json() if self.windows else None}
         return {"baselines": {m: out[m] for m in ["eager", *[x for x in modes if x != "eager"]] if m in out}}
+
+    def _keep_count(self, inputs: list[Any]) -> int:
+        """Timed calls whose outputs are checked afterwards: 3, or 1 when three copies of the
+        inputs would take more than a tenth of the free memory."""
+        nbytes = runtime.inputs_nbytes(inputs)
+        free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else 2 * 2**30
+        return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
+
+    def _check_timed_outputs(self, p: Programs, kept: list[tuple[int, Any, list[Any]]]) -> list[int]:
+        """The outputs of timed calls drawn at random, against the reference on the very same
+        inputs: a candidate honest only outside timing (by call count, elapsed time, stream or
+        profiler state) fails here. Returns the calls checked."""
+        checked = []
+        with self.hold("shared"), torch.no_grad():
+            for i, got, args in kept:
+                ref = self._call_reference(p.reference, runtime.clone_inputs(args))
+                cmp = compare.compare_outputs(ref, got, self.tolerances())
+                if not cmp.ok:
+                    raise StageFailure(cmp.kind, f"timed_outputs: the output of timed call {i} differs from the "
+                                       f"reference on the same inputs (honest only outside timing?): {cmp.reason}",
+                                       {"checked": checked + [i]})
+                checked.append(i)
+        return checked
 
     def _baseline_correctness(self, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
         """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
@@ -500,6 +531,9 @@ def _single(stats: Mapping[str, Any], rules: paired.StabilityRules, expect: Any)
     return paired.single_stability(stats["samples_ms"], rules, float(expect) if expect else None).to_json()
 
 
+TIMED_CHECKS = 3
+"""Timed candidate calls (one per randomly drawn block) whose outputs are checked after timing."""
+
 SIDE_STREAM_FLOOR_MS = 0.02
 SIDE_STREAM_FRACTION = 0.10
 """Work finishing after the timed stream's end event beyond max(floor, fraction x runtime)
@@ -538,6 +572,14 @@ def _compiled(model: torch.nn.Module, mode: str) -> Callable[..., Any]:
     if mode == "compile":
         return torch.compile(model)
     return torch.compile(model, mode=mode)
+
+
+def _detach_copy(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, list | tuple):
+        return type(out)(_detach_copy(x) for x in out)
+    return out
 
 
 def _free(device: str) -> None:

@@ -26,6 +26,7 @@ interval are `core.paired`'s. See docs/timing.md.
 from __future__ import annotations
 
 import math
+import secrets
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -141,6 +142,10 @@ def _noop() -> None:
     return None
 
 
+Keep = Callable[[int, Any, Sequence[Any]], None]
+"""Called after timed call i (outside its timed region) with its output and inputs."""
+
+
 def _measure_cuda(
     fn: Callable[..., Any],
     arg_sets: Sequence[Sequence[Any]],
@@ -148,9 +153,11 @@ def _measure_cuda(
     flush: L2Flusher | None,
     fresh: Fresh | None = None,
     paired_noop: bool = False,
+    keep: tuple[set[int], Keep] | None = None,
 ) -> tuple[list[float], list[float], list[float]]:
     """(start -> stream end, start -> end after a device synchronize, and with `paired_noop`
-    the same sync overhead of an empty call made right after) per call, in ms."""
+    the same sync overhead of an empty call made right after) per call, in ms. `keep`: the
+    calls whose outputs are handed back, and where to."""
     ev = [[torch.cuda.Event(enable_timing=True) for _ in range(6 if paired_noop else 3)] for _ in range(reps)]
     k = len(arg_sets)
     for i in range(reps):
@@ -162,10 +169,13 @@ def _measure_cuda(
             if flush is not None:
                 flush()
             ev[i][3 * j].record()
-            f(*a)
+            out = f(*a)
             ev[i][3 * j + 1].record()
             torch.cuda.synchronize()
             ev[i][3 * j + 2].record()
+            if j == 0 and keep is not None and i in keep[0]:
+                keep[1](i, out, a)
+            del out
     torch.cuda.synchronize()
     stream = [e[0].elapsed_time(e[1]) for e in ev]
     dev = [e[0].elapsed_time(e[2]) for e in ev]
@@ -241,19 +251,23 @@ def _estimate_ms(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg:
 
 
 def _block(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, device: str,
-           flush: L2Flusher | None, fresh: Fresh | None, start: int) -> tuple[list[float], list[float], list[float]]:
+           flush: L2Flusher | None, fresh: Fresh | None, start: int,
+           keep: tuple[set[int], Keep] | None = None) -> tuple[list[float], list[float], list[float]]:
     """n timed calls of `fn` (inputs `fresh(start + i)`): (reported, device-sync, sync overhead)."""
     make = (lambda i: fresh(start + i)) if fresh is not None else None  # noqa: E731
     if device.startswith("cuda"):
-        return _measure_cuda(fn, arg_sets, n, flush, make, paired_noop=True)
+        return _measure_cuda(fn, arg_sets, n, flush, make, paired_noop=True, keep=keep)
     k = len(arg_sets)
-    out = []
+    times = []
     for i in range(n):
         args = make(i) if make is not None else arg_sets[(start + i) % k]
         s = time.perf_counter()
-        fn(*args)
-        out.append((time.perf_counter() - s) * 1e3)
-    return out, [], []
+        out = fn(*args)
+        times.append((time.perf_counter() - s) * 1e3)
+        if keep is not None and i in keep[0]:
+            keep[1](i, out, args)
+        del out
+    return times, [], []
 
 
 PAIRS_MIN = 10
@@ -284,12 +298,16 @@ def time_paired(
     cfg: Mapping[str, Any],
     device: str,
     fresh: Fresh | None = None,
+    keep: Keep | None = None,
+    keep_count: int = 0,
 ) -> dict[str, Any]:
     """Time `reference` and `candidate` in alternating blocks; return both summaries, the
     per-pair ratios and the paired speedup (reference time / candidate time) with its interval.
 
     Each block pair runs A then B, the next B then A (so a linear drift cancels too). Every
-    call gets the same protocol: flush (GPU), fresh inputs, start, call, end.
+    call gets the same protocol: flush (GPU), fresh inputs, start, call, end. `keep` receives
+    the output and inputs of `keep_count` timed candidate calls drawn at random (from OS
+    entropy, never exposed) so they can be checked afterwards.
     """
     cuda = device.startswith("cuda")
     sync_mode = str(cfg.get("sync_mode", "stream"))
@@ -304,11 +322,16 @@ def time_paired(
     over: dict[str, list[float]] = {"reference": [], "candidate": []}
     progs = {"reference": (reference, n_ref), "candidate": (candidate, n_cand)}
     counter = 0
+    rng = secrets.SystemRandom()
+    kept_blocks = set(rng.sample(range(pairs), min(keep_count, pairs))) if keep is not None else set()
     for p in range(pairs):
         order = ("reference", "candidate") if p % 2 == 0 else ("candidate", "reference")
         for name in order:
             fn, n = progs[name]
-            rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter)
+            sel = None
+            if keep is not None and name == "candidate" and p in kept_blocks:
+                sel = ({rng.randrange(n)}, lambda i, out, args, base=counter: keep(base + i, out, args))
+            rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter, sel)
             counter += n
             if cuda and sync_mode == "device":
                 rep, d = d, rep
