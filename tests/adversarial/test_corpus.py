@@ -108,6 +108,10 @@ CHEATS: dict[str, Cheat] = {
     "graph_replay_stale.py": Cheat(LINEAR, INTEGRITY, "candidate_first", "15 capture/replay on a stale input"),
     "cache_self_fingerprint.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, content fingerprint)",
                                    gap=GAP_FINGERPRINT),
+    "cache_sampled_values.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, 16 sampled values)",
+                                 gap=GAP_FINGERPRINT),
+    "cache_scaled_input.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, a scale of the last input)",
+                               gap=GAP_FINGERPRINT),
     # -- I/O ---------------------------------------------------------------------------------------
     "io_file_cache.py": Cheat(LINEAR, STATIC, "io", "6 output cache in a file"),
     "io_socket.py": Cheat(LINEAR, STATIC, "io", "17 network I/O"),
@@ -299,10 +303,16 @@ def test_readme_lists_every_candidate() -> None:
     assert not missing, f"README.md does not list {missing}"
 
 
-def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig) -> None:
-    """Timed calls get new input values, so a content-fingerprint cache never hits there."""
-    cheat = evaluate(cpu_config, LINEAR, CANDIDATES / "cache_self_fingerprint.py")
+@pytest.mark.parametrize("name", ["cache_self_fingerprint.py", "cache_sampled_values.py", "cache_scaled_input.py"])
+def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig, name: str, monkeypatch) -> None:
+    """Every timed call gets freshly generated inputs (on the CPU too), so no cache keyed on
+    values, sampled values or a scale of earlier inputs hits while timed: whatever the static
+    checks make of them, their paired speedup is the honest one's, not 100x."""
+    from stratagem.core.verdict import ValidatorResult as VR
+
+    monkeypatch.setattr(domain, "run_static_checks", lambda *a, **k: VR("static_checks", "passed"))
+    cheat = evaluate(cpu_config, LINEAR, CANDIDATES / name)
     honest = evaluate(cpu_config, LINEAR, HONEST / "functional_linear.py")
-    assert cheat.runtime_ms is not None and honest.runtime_ms is not None
+    assert cheat.speedup is not None and honest.speedup is not None, cheat.verdict.report()
     # A cache hit is a dictionary lookup (~5x faster than the honest call here when it hit).
-    assert cheat.runtime_ms > 0.6 * honest.runtime_ms, (cheat.runtime_ms, honest.runtime_ms)
+    assert cheat.speedup < 1.5 * honest.speedup, (cheat.speedup, honest.speedup)

@@ -118,8 +118,9 @@ class Worker:
             if mode == "exclusive":
                 self._pin(False)
             self._held = None
+            released = time.time()  # before the lock goes: the window lies inside the hold
             cm.__exit__(None, None, None)
-            self.windows.append(LockWindow(mode, waited, acquired, time.time()))
+            self.windows.append(LockWindow(mode, waited, acquired, released))
 
     def _pin(self, timing: bool) -> None:
         """GPU timing runs on the reserved cores, everything else off them (Linux only)."""
@@ -459,32 +460,18 @@ class Worker:
                                {"traceback": runtime.format_exception(e)}) from e
 
     def _fresh(self, p: Programs, sets: list[list[Any]]) -> Callable[[int], list[Any]]:
-        """Inputs for timed call i, made outside the timed region, never with values an
-        earlier call saw (so value-keyed caches cannot hit). On a GPU: freshly generated
-        from the problem's `get_inputs()` (new values at new addresses; cheap there). On the
-        CPU, where generating gigabytes per call would dominate the run, the rotated sets are
-        rescaled in place by a factor that differs for every call (1 + (i+1) * 2**-20,
-        relative to the last factor that set saw), which changes every nonzero value."""
-        if self.device.startswith("cuda"):
-            base = int(self.req["timing_seed"]) + 1_000_003
+        """Inputs for timed call i, made outside the timed region: freshly generated from the
+        problem's `get_inputs()` with a seed of their own (new values at new addresses), on
+        every device. No two timed calls share inputs or any relation between them (a scale,
+        an offset, a permutation), so no cache keyed on values, samples, statistics or
+        transforms of earlier inputs can hit. Generating costs about what reading the inputs
+        once costs, so it at most doubles the timing stage's wall time; it is never timed."""
+        base = int(self.req["timing_seed"]) + 1_000_003
 
-            def make(i: int) -> list[Any]:
-                return self._inputs(p, base + i)
+        def make(i: int) -> list[Any]:
+            return self._inputs(p, base + i)
 
-            return make
-        k = len(sets)
-        last = [1.0] * k
-
-        def rescale(i: int) -> list[Any]:
-            j = i % k
-            factor = 1.0 + (i + 1) * 2.0**-20
-            for x in sets[j]:
-                if isinstance(x, torch.Tensor) and x.is_floating_point():
-                    x.mul_(factor / last[j])
-            last[j] = factor
-            return sets[j]
-
-        return rescale
+        return make
 
     def _timing_inputs(self, p: Programs) -> list[list[Any]]:
         seed = int(self.req["timing_seed"])
