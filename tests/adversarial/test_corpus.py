@@ -33,7 +33,7 @@ CANDIDATES = HERE / "candidates"
 HONEST = HERE / "honest"
 PROBLEMS = HERE / "problems"
 
-LINEAR, MEAN, SILU = "linear_relu", "row_mean", "silu"
+LINEAR, MEAN, SILU, NORM = "linear_relu", "row_mean", "silu", "layer_norm"
 
 STATIC, LOAD, CORRECTNESS, INTEGRITY, SHAPES, TIMING = (
     "static_checks", "load", "correctness", "integrity", "shapes", "timing",
@@ -141,6 +141,7 @@ CHEATS: dict[str, Cheat] = {
     "shape_hardwired_mean.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation"),
     "shape_aligned_blocks.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation (alignment)"),
     "timed_phase_quarter.py": Cheat(LINEAR, TIMING, None, "3 partial computation only while timed"),
+    "layernorm_skip_affine.py": Cheat(NORM, CORRECTNESS, None, "14 skipped operation (initial parameters)"),
     "nondeterministic_rand.py": Cheat(LINEAR, CORRECTNESS, None, "19 nondeterminism"),
     "nondeterministic_noise.py": Cheat(LINEAR, INTEGRITY, "repeat_agrees", "19 nondeterminism under tolerance"),
     "partial_subsample.py": Cheat(MEAN, CORRECTNESS, None, "11 partial computation"),
@@ -166,6 +167,7 @@ HONEST_CASES: dict[str, Honest] = {
     "registered_buffer.py": Honest(LINEAR),
     "row_mean_dynamic.py": Honest(MEAN),
     "silu_functional.py": Honest(SILU),
+    "layernorm_own_params.py": Honest(NORM),
 }
 
 GAP_FRAMES_RUNTIME = (

@@ -1,0 +1,109 @@
+"""Owns the randomised-parameters trial: the reference and the candidate run with the same
+random, non-initial parameters and buffers, so code that relies on initial values (a layer
+norm that skips its affine transform because its weights start at ones and zeros) fails.
+
+Worker-side only. The random state is drawn for the reference's `state_dict()` (floating
+tensors only: each becomes `value * U(0.5, 1.5) + N(0, spread)`, with `spread` its own standard
+deviation or 0.1 when it is constant; buffers named like variances stay positive). It is
+loaded into a copy of the reference and mapped onto the candidate:
+
+1. the same keys and shapes: key by key;
+2. else the same number of floating tensors with the same shapes in the same order: in order;
+3. else every shape unique on both sides: by shape.
+
+When none applies, the trial is skipped and the details say why; nothing fails silently. The
+candidate's own state is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from stratagem.domains.pytorch import runtime
+
+
+def randomised_state(reference: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
+    """A random, non-initial value for every floating tensor of the reference's state."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out: dict[str, torch.Tensor] = {}
+    for name, t in reference.state_dict().items():
+        if not t.is_floating_point() or t.numel() == 0:
+            continue
+        x = t.detach().to("cpu", torch.float64)
+        spread = float(x.std()) if x.numel() > 1 and float(x.std()) > 0 else 0.1
+        scale = torch.rand(x.shape, generator=gen, dtype=torch.float64) + 0.5
+        new = x * scale + torch.randn(x.shape, generator=gen, dtype=torch.float64) * spread
+        if "var" in name.rsplit(".", 1)[-1]:
+            new = new.abs() + 0.5 * spread + 1e-3
+        out[name] = new.to(t.dtype).to(t.device)
+    return out
+
+
+def mapping(ref_state: Mapping[str, torch.Tensor], cand: torch.nn.Module) -> tuple[dict[str, str], str]:
+    """candidate key -> reference key, and how it was found ('' and a reason when it cannot be)."""
+    cand_state: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int]] = set()
+    for k, v in cand.state_dict().items():  # a tensor reachable twice (a compiled wrapper) once
+        ident = (v.data_ptr(), v.numel())
+        if v.is_floating_point() and v.numel() > 0 and ident not in seen:
+            seen.add(ident)
+            cand_state[k] = v
+    shapes_r = {k: tuple(v.shape) for k, v in ref_state.items()}
+    shapes_c = {k: tuple(v.shape) for k, v in cand_state.items()}
+    if not shapes_r:
+        return {}, "the reference has no floating parameters or buffers"
+    if shapes_c == shapes_r:
+        return {k: k for k in shapes_c}, "by key"
+    if list(shapes_c.values()) == list(shapes_r.values()):
+        return dict(zip(shapes_c, shapes_r, strict=True)), "in order (same shapes, other names)"
+    if (len(set(shapes_c.values())) == len(shapes_c) and len(set(shapes_r.values())) == len(shapes_r)
+            and set(shapes_c.values()) == set(shapes_r.values())):
+        by_shape = {s: k for k, s in shapes_r.items()}
+        return {k: by_shape[s] for k, s in shapes_c.items()}, "by shape (every shape unique)"
+    return {}, (f"the candidate's state ({len(shapes_c)} floating tensors) does not map onto the reference's "
+                f"({len(shapes_r)}): not by key, by order or by unique shapes")
+
+
+def run_trial(w: Any, seed: int) -> dict[str, Any]:
+    """The randomised-parameters trial for worker `w`; raises StageFailure when the outputs
+    disagree, returns the details (or why it was skipped)."""
+    p = w._programs(need_candidate=True)
+    cand = p.candidate
+    state = randomised_state(p.reference, seed)
+    pairs, how = mapping(state, cand)
+    if not pairs:
+        return {"randomised_parameters": {"skipped": how}}
+    try:
+        ref = copy.deepcopy(p.reference)
+    except Exception as e:  # noqa: BLE001 - an uncopyable reference only loses this trial
+        return {"randomised_parameters": {"skipped": f"the reference cannot be copied: {runtime.one_line(e)}"}}
+    ref.load_state_dict({**ref.state_dict(), **state})
+    saved = {k: v.detach().clone() for k, v in cand.state_dict().items()}
+    try:
+        with torch.no_grad():
+            for ck, rk in pairs.items():
+                target = cand.state_dict()[ck]
+                target.copy_(state[rk].to(target.dtype))
+            inputs = w._inputs(p, seed)
+            ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
+            cand_out = w._call_candidate(cand, runtime.clone_inputs(inputs))
+            anchor_ref = w.anchor
+            w.anchor = type(anchor_ref)(ref, w.device) if anchor_ref is not None else None
+            try:
+                cmp = w.judge(ref_out, cand_out, inputs)
+            finally:
+                w.anchor = anchor_ref
+    finally:
+        with torch.no_grad():
+            for k, v in cand.state_dict().items():
+                if k in saved:
+                    v.copy_(saved[k])
+    info = {"mapped": how, "tensors": len(pairs), "seed": seed, **cmp.to_json()}
+    if not cmp.ok:
+        raise runtime.StageFailure(cmp.kind, f"with randomised parameters (mapped {how}): {cmp.reason}",
+                                   {"randomised_parameters": info})
+    return {"randomised_parameters": info}
