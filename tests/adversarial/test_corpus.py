@@ -33,7 +33,7 @@ CANDIDATES = HERE / "candidates"
 HONEST = HERE / "honest"
 PROBLEMS = HERE / "problems"
 
-LINEAR, MEAN, SILU, NORM = "linear_relu", "row_mean", "silu", "layer_norm"
+LINEAR, MEAN, SILU, NORM, CLAMP = "linear_relu", "row_mean", "silu", "layer_norm", "leaky_clamp"
 
 STATIC, LOAD, CORRECTNESS, INTEGRITY, SHAPES, TIMING = (
     "static_checks", "load", "correctness", "integrity", "shapes", "timing",
@@ -142,6 +142,7 @@ CHEATS: dict[str, Cheat] = {
     "shape_aligned_blocks.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation (alignment)"),
     "timed_phase_quarter.py": Cheat(LINEAR, TIMING, None, "3 partial computation only while timed"),
     "layernorm_skip_affine.py": Cheat(NORM, CORRECTNESS, None, "14 skipped operation (initial parameters)"),
+    "leaky_no_clamp.py": Cheat(CLAMP, CORRECTNESS, None, "14 skipped operation (visible input range)"),
     "nondeterministic_rand.py": Cheat(LINEAR, CORRECTNESS, None, "19 nondeterminism"),
     "nondeterministic_noise.py": Cheat(LINEAR, INTEGRITY, "repeat_agrees", "19 nondeterminism under tolerance"),
     "partial_subsample.py": Cheat(MEAN, CORRECTNESS, None, "11 partial computation"),

@@ -51,6 +51,8 @@ class EvalRequest(BaseModel):
     """Correctness trial seeds, drawn from OS entropy by the parent."""
     timing_seed: int
     tolerances: dict[str, dict[str, float]]
+    off_distribution: bool | float = True
+    """The off-distribution correctness trial: on, off, or the input scale to use."""
     correctness: dict[str, Any] = Field(default_factory=dict)
     """The correctness rule: `mode` (`fixed` | `calibrated`), `factor`, `atol_floor`, `ulp_floor`."""
     timing: dict[str, Any]

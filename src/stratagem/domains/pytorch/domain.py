@@ -197,6 +197,7 @@ def build_request(
         timing_seed=new_seed(),
         tolerances=tolerances(problem, cfg),
         correctness=correctness_rule(problem, cfg),
+        off_distribution=problem.settings.get("off_distribution", True),
         timing=dict(timing),
         baselines=list(baselines),
         integrity_seeds=[new_seed() for _ in range(4)],

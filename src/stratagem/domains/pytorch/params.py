@@ -107,3 +107,69 @@ def run_trial(w: Any, seed: int) -> dict[str, Any]:
         raise runtime.StageFailure(cmp.kind, f"with randomised parameters (mapped {how}): {cmp.reason}",
                                    {"randomised_parameters": info})
     return {"randomised_parameters": info}
+
+
+OFF_SCALE = 16.0
+"""Default factor of the off-distribution trial (a problem may name its own: `input_scale`)."""
+
+
+def off_distribution(inputs: list[Any], scale: float, seed: int) -> list[Any]:
+    """The inputs scaled by `scale` plus a heavy-tailed sample (Student's t with 2 degrees of
+    freedom, times `scale`/4), clipped to a range safe for the dtype; non-floating inputs kept."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out: list[Any] = []
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            out.append(x)
+            continue
+        z = torch.randn(x.shape, generator=gen, dtype=torch.float64)
+        chi = torch.randn((2, *x.shape), generator=gen, dtype=torch.float64).pow(2).sum(0) / 2
+        tail = z / chi.sqrt().clamp_min(1e-3)
+        bound = min(1e4, float(torch.finfo(x.dtype).max) ** 0.25)
+        y = (x.detach().to("cpu", torch.float64) * scale + tail * scale / 4).clamp(-bound, bound)
+        out.append(y.to(x.dtype).to(x.device))
+    return out
+
+
+def _magnitude(out: Any) -> float:
+    ts = [out] if isinstance(out, torch.Tensor) else [t for t in (out if isinstance(out, list | tuple) else [])
+                                                     if isinstance(t, torch.Tensor)]
+    vals = [float(t.detach().abs().nan_to_num(0, 0, 0).max()) for t in ts if t.is_floating_point() and t.numel()]
+    return max(vals, default=0.0)
+
+
+def _finite(out: Any) -> bool:
+    ts = [out] if isinstance(out, torch.Tensor) else [t for t in (out if isinstance(out, list | tuple) else [])
+                                                     if isinstance(t, torch.Tensor)]
+    return all(bool(torch.isfinite(t).all()) for t in ts if t.is_floating_point())
+
+
+def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
+    """The trial on inputs off `get_inputs()`'s distribution. The fixed rule's absolute
+    tolerance grows with the reference output's magnitude there (relative to the visible
+    trials'); a reference that is not finite there, or a problem that opts out
+    (`STRATAGEM = {"off_distribution": False}`), skips it with a note."""
+    setting = w.req.get("off_distribution", True)
+    if setting is False:
+        return {"off_distribution": {"skipped": "the problem opts out (STRATAGEM off_distribution)"}}
+    scale = float(setting) if isinstance(setting, int | float) and not isinstance(setting, bool) else OFF_SCALE
+    p = w._programs(need_candidate=True)
+    inputs = off_distribution(w._inputs(p, seed), scale, seed)
+    with torch.no_grad():
+        ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+        if not _finite(ref_out):
+            return {"off_distribution": {"skipped": f"the reference is not finite on inputs scaled by {scale:g}"}}
+        cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+    grow = max(1.0, _magnitude(ref_out) / visible_magnitude) if visible_magnitude > 0 else 1.0
+    if w.mode() == "calibrated":
+        cmp = w.judge(ref_out, cand_out, inputs)
+    else:
+        from stratagem.domains.pytorch import compare
+
+        tol = {k: {"atol": float(v["atol"]) * grow, "rtol": float(v["rtol"])} for k, v in w.req["tolerances"].items()}
+        cmp = compare.compare_outputs(ref_out, cand_out, tol)
+    info = {"scale": scale, "atol_growth": grow, "seed": seed, **cmp.to_json()}
+    if not cmp.ok:
+        raise runtime.StageFailure(cmp.kind, f"with inputs off get_inputs()'s distribution (scaled by {scale:g}, "
+                                   f"heavy-tailed): {cmp.reason}", {"off_distribution": info})
+    return {"off_distribution": info}

@@ -23,7 +23,7 @@ from stratagem.errors import ProblemError
 
 SETTINGS_NAME = "STRATAGEM"
 SETTINGS_KEYS = frozenset(
-    {"validators", "tolerances", "correctness_trials", "timeout_s", "shapes", "integrity", "correctness"}
+    {"validators", "tolerances", "correctness_trials", "timeout_s", "shapes", "integrity", "correctness", "off_distribution"}
 )
 
 _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
@@ -182,6 +182,9 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
         raise bad("correctness_trials", "a positive integer")
     if value.get("integrity", "lenient") not in ("lenient", "strict"):
         raise bad("integrity", '"lenient" or "strict"')
+    off = value.get("off_distribution")
+    if off is not None and not (isinstance(off, bool) or (isinstance(off, int | float) and off > 0)):
+        raise bad("off_distribution", "True, False or a positive input scale")
     corr = value.get("correctness")
     if corr is not None:
         keys = {"mode", "factor", "atol_floor", "ulp_floor"}

@@ -200,11 +200,14 @@ class Worker:
         trials: list[dict[str, Any]] = []
         seeds = [int(x) for x in self.req["seeds"]]
         trials_details: dict[str, Any] = {}
+        visible = 0.0
+        """The reference output's magnitude on the visible distribution (the first trial)."""
         for n, seed in enumerate(seeds):
             if n == 1:
                 # after the first trial (which compiles), never last: the integrity stage
                 # refills the last trial's very tensors, which the candidate saw last
-                trials_details = params.run_trial(self, seeds[0] + 7)
+                trials_details = {**params.run_trial(self, seeds[0] + 7),
+                                  **params.run_off_distribution(self, seeds[0] + 11, visible)}
             inputs = self._inputs(p, int(seed))
             pristine = runtime.clone_inputs(inputs)
             ref_in, cand_in = runtime.clone_inputs(inputs), runtime.clone_inputs(inputs)
@@ -218,14 +221,17 @@ class Worker:
                 raise StageFailure("wrong_output", f"trial seed {seed}: the candidate changed its inputs: {changed}",
                                    {"trials": trials, **self._mode_details()})
             cmp = self.judge(ref_out, cand_out, pristine)
+            if not trials:
+                visible = params._magnitude(ref_out)
             trials.append({"seed": int(seed), **cmp.to_json()})
             self.last_inputs = cand_in  # the integrity stage refills these very tensors
             del ref_out, cand_out, ref_in, pristine, inputs
             _free(self.device)
             if not cmp.ok:
                 raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}", {"trials": trials, **self._mode_details()})
-        if len(seeds) == 1:  # a single trial: the randomised one comes after it
-            trials_details = params.run_trial(self, seeds[0] + 7)
+        if len(seeds) == 1:  # a single trial: the randomised ones come after it
+            trials_details = {**params.run_trial(self, seeds[0] + 7),
+                              **params.run_off_distribution(self, seeds[0] + 11, visible)}
         if self.mode() == "calibrated":
             self._calibrated_atol = max(
                 a["limit"] + a["reference"]  # (factor + 1) x eager's error + the floor
