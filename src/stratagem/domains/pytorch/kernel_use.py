@@ -41,11 +41,9 @@ def triton_kernels(scan: Scan) -> set[str]:
     return out
 
 
-def cuda_exports(scan: Scan) -> tuple[set[str], set[str], list[str]]:
-    """(kernels defined, exported names that launch one, problems found on the way)."""
-    kernels: set[str] = set()
-    exports: set[str] = set()
-    notes: list[str] = []
+def _extensions(scan: Scan) -> list[tuple[ast.Call, NativeProgram, dict[str, str]]]:
+    """Each `load_inline` call: its parsed sources and its exports (Python name -> C++ name)."""
+    out = []
     for call in scan.extension_calls:
         if not scan.resolves(call.func, "torch.utils.cpp_extension.load_inline"):
             continue
@@ -53,10 +51,19 @@ def cuda_exports(scan: Scan) -> tuple[set[str], set[str], list[str]]:
         parts = [kw.get("cpp_sources", call.args[1] if len(call.args) > 1 else None),
                  kw.get("cuda_sources", call.args[2] if len(call.args) > 2 else None)]
         raw = "\n".join(scan.folder.fold(p) for p in parts if p is not None)
-        prog = NativeProgram.parse(clean(raw))
-        kernels |= prog.kernels
         named = {n: n for n in scan.folder.fold_list(kw.get("functions"))}
         named.update(pybind_exports(raw))
+        out.append((call, NativeProgram.parse(clean(raw)), named))
+    return out
+
+
+def cuda_exports(scan: Scan) -> tuple[set[str], set[str], list[str]]:
+    """(kernels defined, exported names that launch one, problems found on the way)."""
+    kernels: set[str] = set()
+    exports: set[str] = set()
+    notes: list[str] = []
+    for call, prog, named in _extensions(scan):
+        kernels |= prog.kernels
         if not prog.kernels:
             continue
         launching = {py for py, cpp in named.items() if prog.launched_from({cpp})}
@@ -140,17 +147,8 @@ def cpp_exports(scan: Scan) -> tuple[set[str], set[str]]:
     `at::parallel_for`, not only calls into torch)."""
     defined: set[str] = set()
     exports: set[str] = set()
-    for call in scan.extension_calls:
-        if not scan.resolves(call.func, "torch.utils.cpp_extension.load_inline"):
-            continue
-        kw = {k.arg: k.value for k in call.keywords}
-        parts = [kw.get("cpp_sources", call.args[1] if len(call.args) > 1 else None),
-                 kw.get("cuda_sources", call.args[2] if len(call.args) > 2 else None)]
-        raw = "\n".join(scan.folder.fold(p) for p in parts if p is not None)
-        prog = NativeProgram.parse(clean(raw))
+    for _call, prog, named in _extensions(scan):
         defined |= set(prog.functions)
-        named = {n: n for n in scan.folder.fold_list(kw.get("functions"))}
-        named.update(pybind_exports(raw))
         for py, cpp in named.items():
             reach = _reach(prog, cpp)
             if any(_LOOP.search(body) for name in reach for body in prog.functions.get(name, ())):
