@@ -24,7 +24,7 @@ PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests i
 SRC = PKG.parent
 
 WORKER_TORCH_MODULES = frozenset(
-    f"stratagem.domains.pytorch.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params")
+    f"stratagem.domains.pytorch.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed")
 )
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 

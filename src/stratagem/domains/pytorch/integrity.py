@@ -149,7 +149,7 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     runtime.synchronize(w.device)
     poison_allocator(w.device, runtime.inputs_nbytes(first))
     out1 = c.call("candidate_first", first)
-    out1 = _detach_copy(out1)
+    out1 = runtime.detach_copy(out1)
     ref = c.reference(kept)
     c.expect("candidate_first", ref, out1, "candidate run first, on poisoned memory")
     # A second run on the same inputs agrees with the first.
@@ -157,14 +157,6 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     out2 = c.call("repeat_agrees", runtime.clone_inputs(kept))
     c.expect("repeat_agrees", out1, out2, "a second run on the same inputs")
     return {"checks": [e["check"] for e in c.log], "details": c.log, "seeds": seeds}
-
-
-def _detach_copy(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    if isinstance(out, list | tuple):
-        return type(out)(_detach_copy(x) for x in out)
-    return out
 
 
 def run_shapes(w: Worker) -> dict[str, Any]:

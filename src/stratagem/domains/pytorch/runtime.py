@@ -7,6 +7,7 @@ modules: the candidate never sees the reference's namespace.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import sys
 import traceback
@@ -83,6 +84,21 @@ class StageFailure(Exception):
     def __init__(self, kind: str, reason: str, details: Mapping[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.kind, self.reason, self.details = kind, reason, dict(details or {})
+
+
+def detach_copy(out: Any) -> Any:
+    """A copy of an output (tensors cloned, sequences rebuilt) that later calls cannot change."""
+    if isinstance(out, torch.Tensor):
+        return out.detach().clone()
+    if isinstance(out, list | tuple):
+        return type(out)(detach_copy(x) for x in out)
+    return out
+
+
+def free_memory() -> None:
+    """Collect garbage between calls. Freed blocks stay in torch's caching allocator for the next
+    trial: returning them to the driver (empty_cache) and allocating again costs more."""
+    gc.collect()
 
 
 def reset_compiled() -> None:

@@ -16,7 +16,6 @@ events; the sandbox charges each phase to its own limit.
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import platform
 import time
@@ -27,7 +26,6 @@ from typing import Any
 
 import torch
 
-from stratagem.core import paired
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import (
@@ -39,7 +37,7 @@ from stratagem.domains.pytorch import (
     provenance,
     roofline,
     runtime,
-    timing,
+    timed,
 )
 from stratagem.domains.pytorch.anchor import Anchor
 from stratagem.domains.pytorch.runtime import Programs, StageFailure
@@ -226,7 +224,7 @@ class Worker:
             trials.append({"seed": int(seed), **cmp.to_json()})
             self.last_inputs = cand_in  # the integrity stage refills these very tensors
             del ref_out, cand_out, ref_in, pristine, inputs
-            _free(self.device)
+            runtime.free_memory()
             if not cmp.ok:
                 raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}", {"trials": trials, **self._mode_details()})
         if len(seeds) == 1:  # a single trial: the randomised ones come after it
@@ -277,189 +275,6 @@ class Worker:
             tol = {"atol": self._calibrated_atol, "rtol": 0.0}
             return {k: tol for k in ("float16", "bfloat16", "float32", "float64")}
         return self.req["tolerances"]
-
-    def stage_timing(self) -> dict[str, Any]:
-        """The candidate timed paired with the eager reference (alternating blocks under the
-        exclusive lock), re-timed up to `max_retimes` times while the result is unstable."""
-        p = self._programs(need_candidate=True)
-        assert p.candidate is not None
-        model = p.candidate
-        if self.compiled_state_reset:  # compile again, outside the exclusive lock
-            try:
-                with self.compiling(), torch.no_grad():
-                    self._call_candidate(model, self._inputs(p, int(self.req["timing_seed"])))
-            except StageFailure as e:
-                raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
-            _free(self.device)
-            self.compiled_state_reset = False
-        cfg = self.req["timing"]
-        rules = _rules(cfg)
-        expect = self.req.get("reference_expect_ms")
-        attempts: list[dict[str, Any]] = []
-        out: dict[str, Any] = {}
-        kept: list[tuple[int, Any, list[Any]]] = []
-
-        def keep(i: int, output: Any, args: Any) -> None:
-            kept.append((i, _detach_copy(output), runtime.clone_inputs(args)))
-
-        for attempt in range(1 + int(cfg.get("max_retimes", 2))):
-            with torch.no_grad():
-                sets = self._timing_inputs(p)
-                with self.hold("exclusive"):
-                    try:
-                        stats = timing.time_paired(p.reference, model, sets, cfg, self.device, self._fresh(p, sets),
-                                                   keep=keep, keep_count=self._keep_count(sets[0]))
-                    except Exception as e:
-                        self._note_cuda(e)
-                        raise StageFailure(runtime.classify_exception(e),
-                                           f"the candidate failed while timed: {runtime.one_line(e)}",
-                                           {"traceback": runtime.format_exception(e)}) from e
-                window = self.windows[-1].to_json() if self.windows else None
-            ratio = paired.Ratio.from_json(stats["speedup"])
-            assert ratio is not None
-            stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
-                                           stats["candidate"]["samples_ms"], rules, expect)
-            attempts.append({"attempt": attempt, "speedup": stats["speedup"], "stability": stab.to_json(),
-                             "candidate_median_ms": stats["candidate"]["median_ms"],
-                             "reference_median_ms": stats["reference"]["median_ms"], "lock": window})
-            out = {"stats": stats, "stability": stab, "lock": window}
-            if stab.stable:
-                break
-        stats, stab = out["stats"], out["stability"]
-        checked_calls = self._check_timed_outputs(p, kept)
-        cand = dict(stats["candidate"])
-        cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
-                    warmup_calls=stats["warmup_calls"]["candidate"])
-        try:
-            work = roofline.work(p.reference, runtime.clone_inputs(sets[0]))
-        except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
-            work = {"error": runtime.one_line(e)}
-        changed = self.snapshot.changes()
-        if changed:
-            raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
-                               {"runtime": cand})
-        if self.device.startswith("cuda"):
-            gap, med = float(cand["unsynced_work_ms"]), float(cand["median_ms"])
-            limit = max(SIDE_STREAM_FLOOR_MS, SIDE_STREAM_FRACTION * med)
-            if gap > limit:  # confirm with an independent measurement before rejecting
-                with self.hold("exclusive"):
-                    gap = min(gap, timing.unsynced_work_ms(model, sets, self.device))
-                cand["unsynced_work_confirm_ms"] = gap
-            if gap > limit:
-                raise StageFailure(
-                    "rejected",
-                    f"side_stream: {gap:.4f} ms of work per call finished only after a device-wide "
-                    f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
-                    {"runtime": cand},
-                )
-        return {
-            "runtime": cand,
-            "reference": stats["reference"],
-            "speedup": stats["speedup"],
-            "pair_ratios": stats["pair_ratios"],
-            "pairs": stats["pairs"],
-            "calls_per_block": stats["calls_per_block"],
-            "stability": stab.to_json(),
-            "attempts": attempts,
-            "lock": out["lock"],
-            "timed_outputs_checked": checked_calls,
-            "timing_wall_s": stats["wall_s"],
-            "work": work,
-        }
-
-    def stage_baseline(self) -> dict[str, Any]:
-        """Eager timed alone, and each compiled mode paired with eager: each mode is compiled
-        first (its first calls, under the shared lock and the compile budget), then timed."""
-        p = self._programs(need_candidate=False)
-        modes = list(self.req.get("baselines") or ["eager"])
-        cfg = self.req["timing"]
-        rules = _rules(cfg)
-        expect = self.req.get("reference_expect_ms")
-        out: dict[str, Any] = {}
-        with torch.no_grad():
-            sets = self._timing_inputs(p)
-            fresh = self._fresh(p, sets)
-            for mode in modes:
-                if mode == "eager":
-                    continue
-                try:
-                    fn = _compiled(p.reference, mode)
-                    with self.compiling():
-                        for i in range(3):  # compile; CUDA graphs record on a later call
-                            fn(*sets[i % len(sets)])
-                        runtime.synchronize(self.device)
-                    with self.hold("shared"):
-                        checked = self._baseline_correctness(p, fn)
-                    with self.hold("exclusive"):
-                        stats = timing.time_paired(p.reference, fn, sets, cfg, self.device, fresh)
-                    ratio = paired.Ratio.from_json(stats["speedup"])
-                    assert ratio is not None
-                    stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
-                                                   stats["candidate"]["samples_ms"], rules, expect)
-                    out[mode] = {**stats["candidate"], "vs_eager": stats["speedup"], "stability": stab.to_json(),
-                                 "correctness": checked, "method": stats["method"], "pairs": stats["pairs"],
-                                 "lock": self.windows[-1].to_json() if self.windows else None}
-                    if "eager" not in out:
-                        out["eager"] = {**stats["reference"], "stability": _single(stats["reference"], rules, expect),
-                                        "method": stats["method"], "paired_with": mode}
-                except Exception as e:
-                    self._note_cuda(e)
-                    if self.poisoned:
-                        raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
-                                           {"traceback": runtime.format_exception(e)}) from e
-                    out[mode] = {"error": runtime.one_line(e)}
-                finally:
-                    runtime.reset_compiled()
-            if "eager" not in out:  # eager alone (no compiled mode asked for, or none compiled)
-                try:
-                    with self.hold("exclusive"):
-                        stats = timing.time_callable(p.reference, sets, cfg, self.device, fresh)
-                except Exception as e:
-                    self._note_cuda(e)
-                    raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
-                                       {"traceback": runtime.format_exception(e)}) from e
-                out["eager"] = {**stats, "stability": _single(stats, rules, expect),
-                                "lock": self.windows[-1].to_json() if self.windows else None}
-        return {"baselines": {m: out[m] for m in ["eager", *[x for x in modes if x != "eager"]] if m in out}}
-
-    def _keep_count(self, inputs: list[Any]) -> int:
-        """Timed calls whose outputs are checked afterwards: 3, or 1 when three copies of the
-        inputs would take more than a tenth of the free memory."""
-        nbytes = runtime.inputs_nbytes(inputs)
-        free = torch.cuda.mem_get_info()[0] if self.device.startswith("cuda") else 2 * 2**30
-        return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
-
-    def _check_timed_outputs(self, p: Programs, kept: list[tuple[int, Any, list[Any]]]) -> list[int]:
-        """The outputs of timed calls drawn at random, against the reference on the very same
-        inputs: a candidate honest only outside timing (by call count, elapsed time, stream or
-        profiler state) fails here. Returns the calls checked."""
-        checked = []
-        with self.hold("shared"), torch.no_grad():
-            for i, got, args in kept:
-                ref = self._call_reference(p.reference, runtime.clone_inputs(args))
-                cmp = compare.compare_outputs(ref, got, self.tolerances())
-                if not cmp.ok:
-                    raise StageFailure(cmp.kind, f"timed_outputs: the output of timed call {i} differs from the "
-                                       f"reference on the same inputs (honest only outside timing?): {cmp.reason}",
-                                       {"checked": checked + [i]})
-                checked.append(i)
-        return checked
-
-    def _baseline_correctness(self, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
-        """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
-        the failing trial's reason, or the largest errors."""
-        trials = []
-        for seed in self.req["seeds"]:
-            inputs = self._inputs(p, int(seed))
-            ref_out = p.reference(*runtime.clone_inputs(inputs))
-            out = fn(*runtime.clone_inputs(inputs))
-            runtime.synchronize(self.device)
-            cmp = self.judge(ref_out, out, inputs)
-            trials.append({"seed": int(seed), **cmp.to_json()})
-            if not cmp.ok:
-                return {"ok": False, "reason": f"trial seed {seed}: {cmp.reason}", "trials": trials, "mode": self.mode()}
-        return {"ok": True, "trials": trials, "mode": self.mode(),
-                "max_abs_err": max((t["max_abs_err"] for t in trials), default=0.0)}
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -525,23 +340,6 @@ class Worker:
 
 
 
-def _rules(cfg: Mapping[str, Any]) -> paired.StabilityRules:
-    raw = cfg.get("stability") or {}
-    return paired.StabilityRules(**{k: float(v) for k, v in dict(raw).items()})
-
-
-def _single(stats: Mapping[str, Any], rules: paired.StabilityRules, expect: Any) -> dict[str, Any]:
-    return paired.single_stability(stats["samples_ms"], rules, float(expect) if expect else None).to_json()
-
-
-TIMED_CHECKS = 3
-"""Timed candidate calls (one per randomly drawn block) whose outputs are checked after timing."""
-
-SIDE_STREAM_FLOOR_MS = 0.02
-SIDE_STREAM_FRACTION = 0.10
-"""Work finishing after the timed stream's end event beyond max(floor, fraction x runtime)
-fails timing. Honest single-stream kernels measured 0.2-1.6 us on an H200."""
-
 STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "load": Worker.stage_load,
     "correctness": Worker.stage_correctness,
@@ -550,8 +348,8 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "provenance": provenance.run_provenance,
     "calibrate": lambda w: roofline.calibrate(w.device),
     "shapes": integrity.run_shapes,
-    "timing": Worker.stage_timing,
-    "baseline": Worker.stage_baseline,
+    "timing": timed.run_timing,
+    "baseline": timed.run_baseline,
 }
 
 
@@ -566,29 +364,6 @@ def _freeze(value: Any) -> Any:
 def _is_build_error(e: BaseException) -> bool:
     text = str(e)
     return "Error building extension" in text or "ninja" in text.lower() or "nvcc" in text
-
-
-def _compiled(model: torch.nn.Module, mode: str) -> Callable[..., Any]:
-    if mode == "eager":
-        return model
-    runtime.reset_compiled()
-    if mode == "compile":
-        return torch.compile(model)
-    return torch.compile(model, mode=mode)
-
-
-def _detach_copy(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    if isinstance(out, list | tuple):
-        return type(out)(_detach_copy(x) for x in out)
-    return out
-
-
-def _free(device: str) -> None:
-    # Freed blocks stay in torch's caching allocator for the next trial: returning them to
-    # the driver (empty_cache) and allocating again costs more than the trial itself.
-    gc.collect()
 
 
 def environment(device: str) -> dict[str, Any]:

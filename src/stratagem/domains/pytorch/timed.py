@@ -1,0 +1,230 @@
+"""Owns the PyTorch domain's timed stages, worker side: the candidate's paired timing (re-timed
+while unstable, side-stream check, timed outputs checked afterwards) and the reference
+baselines (each compiled mode compiled under the shared lock, checked with the candidates'
+correctness rule, then timed paired with eager under the exclusive lock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stratagem.core import paired
+from stratagem.domains.pytorch import compare, roofline, runtime, timing
+from stratagem.domains.pytorch.runtime import Programs, StageFailure
+
+if TYPE_CHECKING:
+    from stratagem.domains.pytorch.stages import Worker
+
+
+TIMED_CHECKS = 3
+"""Timed candidate calls (one per randomly drawn block) whose outputs are checked after timing."""
+
+SIDE_STREAM_FLOOR_MS = 0.02
+SIDE_STREAM_FRACTION = 0.10
+"""Work finishing after the timed stream's end event beyond max(floor, fraction x runtime)
+fails timing. Honest single-stream kernels measured 0.2-1.6 us on an H200."""
+
+
+def run_timing(w: Worker) -> dict[str, Any]:
+    """The candidate timed paired with the eager reference (alternating blocks under the
+    exclusive lock), re-timed up to `max_retimes` times while the result is unstable."""
+    p = w._programs(need_candidate=True)
+    assert p.candidate is not None
+    model = p.candidate
+    if w.compiled_state_reset:  # compile again, outside the exclusive lock
+        try:
+            with w.compiling(), torch.no_grad():
+                w._call_candidate(model, w._inputs(p, int(w.req["timing_seed"])))
+        except StageFailure as e:
+            raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
+        runtime.free_memory()
+        w.compiled_state_reset = False
+    cfg = w.req["timing"]
+    rules = _rules(cfg)
+    expect = w.req.get("reference_expect_ms")
+    attempts: list[dict[str, Any]] = []
+    out: dict[str, Any] = {}
+    kept: list[tuple[int, Any, list[Any]]] = []
+
+    def keep(i: int, output: Any, args: Any) -> None:
+        kept.append((i, runtime.detach_copy(output), runtime.clone_inputs(args)))
+
+    for attempt in range(1 + int(cfg.get("max_retimes", 2))):
+        with torch.no_grad():
+            sets = w._timing_inputs(p)
+            with w.hold("exclusive"):
+                try:
+                    stats = timing.time_paired(p.reference, model, sets, cfg, w.device, w._fresh(p, sets),
+                                               keep=keep, keep_count=_keep_count(w, sets[0]))
+                except Exception as e:
+                    w._note_cuda(e)
+                    raise StageFailure(runtime.classify_exception(e),
+                                       f"the candidate failed while timed: {runtime.one_line(e)}",
+                                       {"traceback": runtime.format_exception(e)}) from e
+            window = w.windows[-1].to_json() if w.windows else None
+        ratio = paired.Ratio.from_json(stats["speedup"])
+        assert ratio is not None
+        stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
+                                       stats["candidate"]["samples_ms"], rules, expect)
+        attempts.append({"attempt": attempt, "speedup": stats["speedup"], "stability": stab.to_json(),
+                         "candidate_median_ms": stats["candidate"]["median_ms"],
+                         "reference_median_ms": stats["reference"]["median_ms"], "lock": window})
+        out = {"stats": stats, "stability": stab, "lock": window}
+        if stab.stable:
+            break
+    stats, stab = out["stats"], out["stability"]
+    checked_calls = _check_timed_outputs(w, p, kept)
+    cand = dict(stats["candidate"])
+    cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
+                warmup_calls=stats["warmup_calls"]["candidate"])
+    try:
+        work = roofline.work(p.reference, runtime.clone_inputs(sets[0]))
+    except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
+        work = {"error": runtime.one_line(e)}
+    changed = w.snapshot.changes()
+    if changed:
+        raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
+                           {"runtime": cand})
+    if w.device.startswith("cuda"):
+        gap, med = float(cand["unsynced_work_ms"]), float(cand["median_ms"])
+        limit = max(SIDE_STREAM_FLOOR_MS, SIDE_STREAM_FRACTION * med)
+        if gap > limit:  # confirm with an independent measurement before rejecting
+            with w.hold("exclusive"):
+                gap = min(gap, timing.unsynced_work_ms(model, sets, w.device))
+            cand["unsynced_work_confirm_ms"] = gap
+        if gap > limit:
+            raise StageFailure(
+                "rejected",
+                f"side_stream: {gap:.4f} ms of work per call finished only after a device-wide "
+                f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
+                {"runtime": cand},
+            )
+    return {
+        "runtime": cand,
+        "reference": stats["reference"],
+        "speedup": stats["speedup"],
+        "pair_ratios": stats["pair_ratios"],
+        "pairs": stats["pairs"],
+        "calls_per_block": stats["calls_per_block"],
+        "stability": stab.to_json(),
+        "attempts": attempts,
+        "lock": out["lock"],
+        "timed_outputs_checked": checked_calls,
+        "timing_wall_s": stats["wall_s"],
+        "work": work,
+    }
+
+def run_baseline(w: Worker) -> dict[str, Any]:
+    """Eager timed alone, and each compiled mode paired with eager: each mode is compiled
+    first (its first calls, under the shared lock and the compile budget), then timed."""
+    p = w._programs(need_candidate=False)
+    modes = list(w.req.get("baselines") or ["eager"])
+    cfg = w.req["timing"]
+    rules = _rules(cfg)
+    expect = w.req.get("reference_expect_ms")
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        sets = w._timing_inputs(p)
+        fresh = w._fresh(p, sets)
+        for mode in modes:
+            if mode == "eager":
+                continue
+            try:
+                fn = _compiled(p.reference, mode)
+                with w.compiling():
+                    for i in range(3):  # compile; CUDA graphs record on a later call
+                        fn(*sets[i % len(sets)])
+                    runtime.synchronize(w.device)
+                with w.hold("shared"):
+                    checked = _baseline_correctness(w, p, fn)
+                with w.hold("exclusive"):
+                    stats = timing.time_paired(p.reference, fn, sets, cfg, w.device, fresh)
+                ratio = paired.Ratio.from_json(stats["speedup"])
+                assert ratio is not None
+                stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
+                                               stats["candidate"]["samples_ms"], rules, expect)
+                out[mode] = {**stats["candidate"], "vs_eager": stats["speedup"], "stability": stab.to_json(),
+                             "correctness": checked, "method": stats["method"], "pairs": stats["pairs"],
+                             "lock": w.windows[-1].to_json() if w.windows else None}
+                if "eager" not in out:
+                    out["eager"] = {**stats["reference"], "stability": _single(stats["reference"], rules, expect),
+                                    "method": stats["method"], "paired_with": mode}
+            except Exception as e:
+                w._note_cuda(e)
+                if w.poisoned:
+                    raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
+                                       {"traceback": runtime.format_exception(e)}) from e
+                out[mode] = {"error": runtime.one_line(e)}
+            finally:
+                runtime.reset_compiled()
+        if "eager" not in out:  # eager alone (no compiled mode asked for, or none compiled)
+            try:
+                with w.hold("exclusive"):
+                    stats = timing.time_callable(p.reference, sets, cfg, w.device, fresh)
+            except Exception as e:
+                w._note_cuda(e)
+                raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
+                                   {"traceback": runtime.format_exception(e)}) from e
+            out["eager"] = {**stats, "stability": _single(stats, rules, expect),
+                            "lock": w.windows[-1].to_json() if w.windows else None}
+    return {"baselines": {m: out[m] for m in ["eager", *[x for x in modes if x != "eager"]] if m in out}}
+
+def _keep_count(w: Worker, inputs: list[Any]) -> int:
+    """Timed calls whose outputs are checked afterwards: 3, or 1 when three copies of the
+    inputs would take more than a tenth of the free memory."""
+    nbytes = runtime.inputs_nbytes(inputs)
+    free = torch.cuda.mem_get_info()[0] if w.device.startswith("cuda") else 2 * 2**30
+    return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
+
+def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[int, Any, list[Any]]]) -> list[int]:
+    """The outputs of timed calls drawn at random, against the reference on the very same
+    inputs: a candidate honest only outside timing (by call count, elapsed time, stream or
+    profiler state) fails here. Returns the calls checked."""
+    checked = []
+    with w.hold("shared"), torch.no_grad():
+        for i, got, args in kept:
+            ref = w._call_reference(p.reference, runtime.clone_inputs(args))
+            cmp = compare.compare_outputs(ref, got, w.tolerances())
+            if not cmp.ok:
+                raise StageFailure(cmp.kind, f"timed_outputs: the output of timed call {i} differs from the "
+                                   f"reference on the same inputs (honest only outside timing?): {cmp.reason}",
+                                   {"checked": checked + [i]})
+            checked.append(i)
+    return checked
+
+def _baseline_correctness(w: Worker, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
+    """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
+    the failing trial's reason, or the largest errors."""
+    trials = []
+    for seed in w.req["seeds"]:
+        inputs = w._inputs(p, int(seed))
+        ref_out = p.reference(*runtime.clone_inputs(inputs))
+        out = fn(*runtime.clone_inputs(inputs))
+        runtime.synchronize(w.device)
+        cmp = w.judge(ref_out, out, inputs)
+        trials.append({"seed": int(seed), **cmp.to_json()})
+        if not cmp.ok:
+            return {"ok": False, "reason": f"trial seed {seed}: {cmp.reason}", "trials": trials, "mode": w.mode()}
+    return {"ok": True, "trials": trials, "mode": w.mode(),
+            "max_abs_err": max((t["max_abs_err"] for t in trials), default=0.0)}
+
+
+def _rules(cfg: Mapping[str, Any]) -> paired.StabilityRules:
+    raw = cfg.get("stability") or {}
+    return paired.StabilityRules(**{k: float(v) for k, v in dict(raw).items()})
+
+
+def _single(stats: Mapping[str, Any], rules: paired.StabilityRules, expect: Any) -> dict[str, Any]:
+    return paired.single_stability(stats["samples_ms"], rules, float(expect) if expect else None).to_json()
+
+
+def _compiled(model: torch.nn.Module, mode: str) -> Callable[..., Any]:
+    if mode == "eager":
+        return model
+    runtime.reset_compiled()
+    if mode == "compile":
+        return torch.compile(model)
+    return torch.compile(model, mode=mode)
