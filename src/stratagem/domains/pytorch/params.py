@@ -131,7 +131,8 @@ def off_distribution(inputs: list[Any], scale: float, seed: int) -> list[Any]:
     return out
 
 
-def _magnitude(out: Any) -> float:
+def output_magnitude(out: Any) -> float:
+    """The largest finite magnitude among the floating outputs."""
     ts = [out] if isinstance(out, torch.Tensor) else [t for t in (out if isinstance(out, list | tuple) else [])
                                                      if isinstance(t, torch.Tensor)]
     vals = [float(t.detach().abs().nan_to_num(0, 0, 0).max()) for t in ts if t.is_floating_point() and t.numel()]
@@ -160,7 +161,7 @@ def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[st
         if not _finite(ref_out):
             return {"off_distribution": {"skipped": f"the reference is not finite on inputs scaled by {scale:g}"}}
         cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
-    grow = max(1.0, _magnitude(ref_out) / visible_magnitude) if visible_magnitude > 0 else 1.0
+    grow = max(1.0, output_magnitude(ref_out) / visible_magnitude) if visible_magnitude > 0 else 1.0
     if w.mode() == "calibrated":
         cmp = w.judge(ref_out, cand_out, inputs)
     else:

@@ -198,8 +198,7 @@ class Worker:
         trials: list[dict[str, Any]] = []
         seeds = [int(x) for x in self.req["seeds"]]
         trials_details: dict[str, Any] = {}
-        visible = 0.0
-        """The reference output's magnitude on the visible distribution (the first trial)."""
+        visible = 0.0  # the reference output's magnitude on the visible distribution (first trial)
         for n, seed in enumerate(seeds):
             if n == 1:
                 # after the first trial (which compiles), never last: the integrity stage
@@ -220,7 +219,7 @@ class Worker:
                                    {"trials": trials, **self._mode_details()})
             cmp = self.judge(ref_out, cand_out, pristine)
             if not trials:
-                visible = params._magnitude(ref_out)
+                visible = params.output_magnitude(ref_out)
             trials.append({"seed": int(seed), **cmp.to_json()})
             self.last_inputs = cand_in  # the integrity stage refills these very tensors
             del ref_out, cand_out, ref_in, pristine, inputs
