@@ -80,36 +80,9 @@ def test_no_model_new_fails(problem):
     assert [x["check"] for x in r.details["rejections"]] == ["model_new"]
 
 
-KERNELBENCH_FORMAT = """\
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self, dim):
-        super().__init__()
-        self.lin = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x)) * 2.0
-
-
-class ModelNew(Model):
-    def forward(self, x):
-        return torch.addmm(self.lin.bias, x, self.lin.weight.t()).clamp_min_(0).mul_(2.0)
-
-
-batch_size = 32
-dim = 64
-
-
-def get_inputs():
-    return [torch.randn(batch_size, dim)]
-
-
-def get_init_inputs():
-    return [dim]
-"""
+KERNELBENCH_FORMAT = (Path(__file__).resolve().parents[1] / "fixtures" / "candidates"
+                      / "kernelbench_format.py").read_text()
+"""A candidate file as another tool writes it: its own Model, inputs and size constants."""
 
 
 def test_a_kernelbench_format_candidate_file_is_judged_by_its_model_new(problem):
