@@ -80,7 +80,8 @@ class TimingConfig(BaseModel):
     """Block pairs of paired timing: the reference and the candidate alternate this many
     times each (the budget is split over the blocks)."""
     max_retimes: int = Field(default=2, ge=0)
-    """An unstable paired timing is measured again at most this many times in its worker."""
+    """An unstable paired timing is measured again at most this many times in its worker,
+    each time with twice the budget and the pairs of the attempt before."""
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
 
 

@@ -28,9 +28,20 @@ SIDE_STREAM_FRACTION = 0.10
 fails timing. Honest single-stream kernels measured 0.2-1.6 us on an H200."""
 
 
+def retime_config(cfg: dict[str, Any], attempt: int) -> dict[str, Any]:
+    """The timing settings of attempt `attempt` (0 is the first): a re-timing follows an
+    unstable result, most often an interval too wide under load, which more pairs and longer
+    blocks narrow, so each one doubles the budget and the pair count of the one before."""
+    if attempt <= 0:
+        return cfg
+    scale = 2 ** attempt
+    return {**cfg, "budget_ms": float(cfg["budget_ms"]) * scale, "pairs": int(cfg.get("pairs", 40)) * scale}
+
+
 def run_timing(w: Worker) -> dict[str, Any]:
     """The candidate timed paired with the eager reference (alternating blocks under the
-    exclusive lock), re-timed up to `max_retimes` times while the result is unstable."""
+    exclusive lock), re-timed up to `max_retimes` times while the result is unstable, each
+    re-timing with twice the previous one's budget and pairs (`retime_config`)."""
     p = w._programs(need_candidate=True)
     assert p.candidate is not None
     model = p.candidate
@@ -57,7 +68,8 @@ def run_timing(w: Worker) -> dict[str, Any]:
             sets = w._timing_inputs(p)
             with w.hold("exclusive"):
                 try:
-                    stats = timing.time_paired(p.reference, model, sets, cfg, w.device, w._fresh(p, sets),
+                    stats = timing.time_paired(p.reference, model, sets, retime_config(cfg, attempt), w.device,
+                                               w._fresh(p, sets),
                                                keep=keep, keep_count=_keep_count(w, sets[0]))
                 except Exception as e:
                     w._note_cuda(e)
@@ -69,7 +81,8 @@ def run_timing(w: Worker) -> dict[str, Any]:
         assert ratio is not None
         stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
                                        stats["candidate"]["samples_ms"], rules, expect)
-        attempts.append({"attempt": attempt, "speedup": stats["speedup"], "stability": stab.to_json(),
+        attempts.append({"attempt": attempt, "budget_ms": retime_config(cfg, attempt)["budget_ms"],
+                         "pairs": stats["pairs"], "speedup": stats["speedup"], "stability": stab.to_json(),
                          "candidate_median_ms": stats["candidate"]["median_ms"],
                          "reference_median_ms": stats["reference"]["median_ms"], "lock": window})
         out = {"stats": stats, "stability": stab, "lock": window}
