@@ -93,6 +93,8 @@ CHEATS: dict[str, Cheat] = {
     "harness_rebind_frames.py": Cheat(LINEAR, STATIC, "reference_access", "4/17 harness rebound via frames"),
     "stealth_tolerance.py": Cheat(LINEAR, STATIC, "reference_access", "17 harness data tampering"),
     "forge_response.py": Cheat(LINEAR, STATIC, "reference_access", "17 forged in-process verdict"),
+    "forge_records_wrong.py": Cheat(LINEAR, STATIC, "reference_access", "17 forged verdict with forged records"),
+    "forge_record_pickle.py": Cheat(LINEAR, STATIC, "reference_access", "17 code planted for the judge"),
     # -- 2 threads / 1 streams ---------------------------------------------------------------------
     "thread_late_writer.py": Cheat(LINEAR, STATIC, "threads", "2 thread injection"),
     "thread_futures.py": Cheat(LINEAR, STATIC, "threads", "2 thread injection"),
@@ -171,12 +173,6 @@ HONEST_CASES: dict[str, Honest] = {
     "layernorm_own_params.py": Honest(NORM),
 }
 
-GAP_FRAMES_RUNTIME = (
-    "GAP (integrity/harness_tampering, or isolation): with static_checks missed, code that reaches "
-    "the worker's frames can change harness data or write the verdict itself; the tamper snapshot "
-    "compares function identities and flags only, and the verdict is written by the process the "
-    "candidate runs in"
-)
 BACKSTOP: dict[str, Cheat] = {
     # If static_checks missed these, what would the worker alone conclude? (defence in depth)
     "monkey_perf_counter.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 timer monkey-patch"),
@@ -185,8 +181,13 @@ BACKSTOP: dict[str, Cheat] = {
     "stealth_reference_sabotage.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "20 reference sabotage"),
     # The worker's request is read-only: the attempt to loosen the tolerances raises.
     "stealth_tolerance.py": Cheat(LINEAR, "correctness", None, "17 harness data tampering"),
-    "forge_response.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "17 forged in-process verdict",
-                               gap=GAP_FRAMES_RUNTIME),
+    # The forged response says every stage passed, but the judge (a process that never ran the
+    # candidate) finds no recorded outputs behind the correctness trials it claims.
+    "forge_response.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "17 forged in-process verdict"),
+    # Records behind the forged verdict: the judge runs the reference itself and compares.
+    "forge_records_wrong.py": Cheat(LINEAR, CORRECTNESS, "judge", "17 forged verdict with forged records"),
+    # A pickle planted for the judge: records load with weights_only, which refuses it.
+    "forge_record_pickle.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "17 code planted for the judge"),
 }
 
 _problems: dict[str, Problem] = {}
@@ -319,3 +320,14 @@ def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig,
     assert cheat.speedup is not None and honest.speedup is not None, cheat.verdict.report()
     # A cache hit is a dictionary lookup (~5x faster than the honest call here when it hit).
     assert cheat.speedup < 1.5 * honest.speedup, (cheat.speedup, honest.speedup)
+
+
+def test_a_pickle_planted_for_the_judge_never_runs(cpu_config: EvaluationConfig) -> None:
+    """The judge reads records as tensors only: the planted payload neither runs (its marker
+    file never appears) nor stands for an output (the stage fails, naming the record)."""
+    marker = Path("/tmp/stratagem_adv_judge_pwned")
+    marker.unlink(missing_ok=True)
+    verdict = evaluate_worker_only(cpu_config, "linear_relu", CANDIDATES / "forge_record_pickle.py")
+    assert not marker.exists()
+    first = verdict.failures[0]
+    assert first.name == CORRECTNESS and "not a recorded output" in (first.reason or ""), verdict.report()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stratagem.domains.pytorch.floor import admitted_modes, floor_ms, roofline_result
+from stratagem.domains.pytorch.floor import CACHE_HEADROOM, admitted_modes, floor_ms, roofline_result
 
 PEAKS = {"bandwidth_gbps": 4000.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0, "bfloat16": 800.0, "float16": 800.0}}
 FP32_TOL = {"atol": 1e-4, "rtol": 1e-4}
@@ -51,15 +51,69 @@ def test_unchecked_without_peaks_or_work_says_so():
     assert r.details["checked"] is False and "peaks" in r.details["note"]
 
 
-def test_without_cache_flushes_only_the_compute_floor_applies():
+def test_without_cache_flushes_the_bytes_floor_uses_the_cache_bandwidth():
     # The CPU timer does not flush caches: a cache-resident working set beats main-memory
-    # bandwidth honestly, so only FLOPs bound the runtime there.
-    work = {"flops": 0, "min_bytes": 10**9, "dtype": "float32"}
-    assert roofline_result(0.001, work, PEAKS, FP32_TOL, cache_flushed=True).outcome == "failed"
+    # bandwidth honestly, so the bytes term there uses the calibrated cache bandwidth.
+    work = {"flops": 0, "min_bytes": 10**9, "dtype": "float32"}  # 1 GB: 2 ms at 2 x 250 GB/s
+    peaks = {**PEAKS, "cache_bandwidth_gbps": 250.0}
+    assert roofline_result(0.001, work, peaks, FP32_TOL, cache_flushed=True).outcome == "failed"
+    r = roofline_result(0.5, work, peaks, FP32_TOL, cache_flushed=False)
+    assert CACHE_HEADROOM == 2.0
+    assert r.outcome == "failed" and r.details["memory_floor"] == "cache"
+    assert r.details["floor_ms"] == pytest.approx(2.0) and "cache" in r.reason
+    assert roofline_result(1.5, work, peaks, FP32_TOL, cache_flushed=False).outcome == "passed"
+    # peaks calibrated before the cache bandwidth existed: no bytes floor, the compute one stays
     r = roofline_result(0.001, work, PEAKS, FP32_TOL, cache_flushed=False)
-    assert r.outcome == "passed" and r.details["memory_floor"] is False
+    assert r.outcome == "passed" and r.details["memory_floor"] is None
     heavy = {"flops": 10**15, "min_bytes": 0, "dtype": "float32"}
     assert roofline_result(0.001, heavy, PEAKS, FP32_TOL, cache_flushed=False).outcome == "failed"
+
+
+def test_the_cpu_floor_never_rejects_honest_cache_resident_work():
+    """Calibrated on this machine, the CPU floor stays under the runtimes of honest memory-bound
+    ops at every working-set size from L1 to beyond L3, timed as the CPU timer times them
+    (back-to-back calls on the same tensors: everything that fits stays cached)."""
+    import time
+
+    import torch
+
+    from stratagem.domains.pytorch import roofline
+
+    peaks = roofline.calibrate("cpu")
+    assert peaks["cache_bandwidth_gbps"] > 0 and peaks["version"] == 2
+    ops = {"relu": torch.relu, "sum": torch.sum, "add": lambda x: x + x, "neg_": lambda x: x.neg_(),
+           "clone": torch.clone}
+    tight = []
+    for kib in (16, 64, 256, 1024, 4096, 16384):
+        x = torch.randn(kib * 256)
+        for name, op in ops.items():
+            work = roofline.work(_Wrap(op), [x])
+            for _ in range(3):
+                op(x)
+            best = min(_per_call_ms(op, x, time) for _ in range(5))
+            r = roofline_result(best, work, peaks, FP32_TOL, cache_flushed=False)
+            assert r.outcome == "passed", (name, kib, r.reason)
+            tight.append(r.details["sol_fraction"])
+    assert max(tight) < 1 / 0.5, tight  # and never within the margin's reach
+
+
+class _Wrap:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *a):
+        return self.fn(*a)
+
+    def parameters(self):
+        return iter(())
+
+
+def _per_call_ms(op, x, time) -> float:
+    loops = 20
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        op(x)
+    return (time.perf_counter() - t0) * 1e3 / loops
 
 
 def test_the_roofline_follows_the_precision_the_calibrated_rule_admitted() -> None:

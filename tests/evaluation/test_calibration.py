@@ -23,7 +23,8 @@ def test_a_calibration_the_reference_beats_is_redone_not_believed(cpu_config, _i
     path = evaluator.peaks_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     # what a first calibration on a loaded machine once cached: rates far below the real ones
-    path.write_text(json.dumps({"bandwidth_gbps": 1.0, "matmul_tflops": {"float32": 1e-6, "bfloat16": 1e-6}}))
+    path.write_text(json.dumps({"version": 2, "bandwidth_gbps": 1.0, "cache_bandwidth_gbps": 1.0,
+                                "matmul_tflops": {"float32": 1e-6, "bfloat16": 1e-6}}))
     design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
     ev = asyncio.run(evaluator.evaluate(load_problem(FIX / "problem_linear.py"), design, with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
@@ -31,6 +32,18 @@ def test_a_calibration_the_reference_beats_is_redone_not_believed(cpu_config, _i
     assert roof is not None and "earlier peaks were wrong" in roof.details.get("recalibrated", "")
     fresh = json.loads(path.read_text())
     assert fresh["matmul_tflops"]["float32"] > 1e-3  # measured again and replaced
+
+
+def test_peaks_of_an_older_format_are_measured_again(cpu_config, _isolated_cache) -> None:
+    """Peaks cached before the CPU's cache bandwidth was calibrated lack its bytes floor: a
+    newer stratagem measures again rather than run without it."""
+    evaluator = Evaluator(cpu_config, LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"}), "cpu")
+    path = evaluator.peaks_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"bandwidth_gbps": 7.0, "matmul_tflops": {"float32": 0.1}}))
+    peaks = asyncio.run(evaluator.device_peaks(load_problem(FIX / "problem_linear.py")))
+    assert peaks is not None and peaks["version"] == 2 and peaks["cache_bandwidth_gbps"] > 0
+    assert json.loads(path.read_text())["version"] == 2
 
 
 def test_calibrate_command_writes_the_peaks(capsys, _isolated_cache) -> None:

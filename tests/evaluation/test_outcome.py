@@ -258,3 +258,47 @@ def test_response_path_made_a_directory_is_refused(evaluate, h) -> None:
     assert r["timing"].outcome == "failed" and r["timing"].kind == "malformed"
     assert r["timing"].reason == "the response is not a regular file"
     assert ev.sandbox["returncode"] != 0
+
+
+# -- the judge's answer ------------------------------------------------------------------------
+
+def _judged(**judge: Any) -> SandboxResult:
+    from stratagem.evaluation.sandbox import JudgeRun
+
+    base: dict[str, Any] = dict(response_text=None, response_problem=None, returncode=0, signal_name=None,
+                                timed_out=False, duration_s=0.5, stderr_tail="")
+    base.update(judge)
+    return _sr(judge=JudgeRun(**base))
+
+
+def _answer(**kw: Any) -> str:
+    body = {"request_id": RID, "ok": True, "failures": [], "checked": ["trial-1", "timed-0-3"], "notes": []}
+    body.update(kw)
+    return json.dumps(body)
+
+
+def test_a_confirmed_verdict_carries_what_the_judge_checked() -> None:
+    got = _by_name(interpret(SPECS, _judged(response_text=_answer()), RID, 60.0).results)
+    assert all(r.outcome == "passed" for r in got.values())
+    assert got["correctness"].details["judge"]["checked"] == ["trial-1", "timed-0-3"]
+    assert got["correctness"].details["x"] == 1  # the worker's own details are kept
+
+
+def test_the_judge_failing_a_stage_fails_it_whatever_the_worker_said() -> None:
+    failure = {"stage": "timing", "kind": "wrong_output", "reason": "judge: timed_outputs: bad"}
+    got = _by_name(interpret(SPECS, _judged(response_text=_answer(ok=False, failures=[failure])), RID, 60.0).results)
+    assert got["correctness"].outcome == "passed"
+    assert got["timing"].outcome == "failed" and got["timing"].kind == "wrong_output"
+    assert got["timing"].reason == "judge: timed_outputs: bad"
+
+
+@pytest.mark.parametrize("judge", [
+    {"response_text": None, "returncode": 1, "stderr_tail": "Traceback...\nRuntimeError: boom"},
+    {"response_text": None, "timed_out": True},
+    {"response_text": "{not json"},
+    {"response_text": json.dumps({"request_id": "another", "ok": True, "failures": [], "checked": [], "notes": []})},
+])
+def test_a_judge_that_cannot_answer_fails_closed(judge: dict[str, Any]) -> None:
+    got = _by_name(interpret(SPECS, _judged(**judge), RID, 60.0).results)
+    assert got["correctness"].outcome == "failed" and got["correctness"].kind == "harness_error"
+    assert got["correctness"].reason.startswith("judge: the outputs could not be confirmed")

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from stratagem.core.graph import ValidatorSpec
 from stratagem.core.verdict import FailureKind, ValidatorResult
-from stratagem.evaluation.protocol import EvalResponse, ResultModel
-from stratagem.evaluation.sandbox import SandboxResult
+from stratagem.evaluation.protocol import EvalResponse, JudgeResponse, ResultModel
+from stratagem.evaluation.sandbox import JudgeRun, SandboxResult
 
 _CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS"}
 
@@ -78,8 +78,60 @@ def _interpret(
             elif sorted(r.name for r in resp.results) != sorted(names):
                 problem = "the worker's response does not hold exactly one result per requested stage"
             else:
-                return BatchOutcome([r.to_result() for r in resp.results], dict(resp.environment))
+                results = [r.to_result() for r in resp.results]
+                return BatchOutcome(apply_judge(results, sr, request_id), dict(resp.environment))
     return BatchOutcome(_from_progress(specs, sr, problem, timeout_s, compile_timeout_s), {})
+
+
+JUDGED = ("correctness", "timing")
+"""The stages whose deciding outputs the judge checks (the first is blamed when it cannot)."""
+
+
+def apply_judge(results: list[ValidatorResult], sr: SandboxResult, request_id: str) -> list[ValidatorResult]:
+    """The worker's results with the judge's findings: a stage the judge failed is failed, a
+    judge that could not answer fails the first judged stage (closed: no confirmation, no
+    pass), and a confirmed stage carries what the judge checked in its details."""
+    if sr.judge is None:
+        return results
+    answer, problem = _judge_answer(sr.judge, request_id)
+    names = [r.name for r in results]
+    out = list(results)
+    if answer is None:
+        stage = next((n for n in JUDGED if n in names), None)
+        if stage is None:
+            return results
+        i = names.index(stage)
+        out[i] = ValidatorResult(stage, "failed", kind="harness_error", details=dict(out[i].details),
+                                 reason=f"judge: the outputs could not be confirmed: {problem}",
+                                 duration_s=out[i].duration_s)
+        return out
+    failed = {f.stage: f for f in answer.failures}
+    info = {"checked": list(answer.checked), "notes": list(answer.notes), "duration_s": sr.judge.duration_s}
+    for i, r in enumerate(results):
+        if r.name in failed:
+            f = failed[r.name]
+            out[i] = ValidatorResult(r.name, "failed", kind=f.kind, reason=f.reason,
+                                     details={**r.details, "judge": info}, duration_s=r.duration_s)
+        elif r.name in JUDGED:
+            out[i] = ValidatorResult(r.name, r.outcome, r.reason, r.kind, {**r.details, "judge": info}, r.duration_s)
+    return out
+
+
+def _judge_answer(j: JudgeRun, request_id: str) -> tuple[JudgeResponse | None, str]:
+    if j.timed_out:
+        return None, f"the judge ran past its limit ({j.duration_s:.0f} s)"
+    if j.response_text is None:
+        why = j.response_problem or (f"it died with {j.signal_name}" if j.signal_name else
+                                     f"it exited with code {j.returncode} and no answer")
+        tail = j.stderr_tail.strip().splitlines()[-1:] if j.stderr_tail.strip() else []
+        return None, why + (f": {tail[0]}" if tail else "")
+    try:
+        answer = JudgeResponse.model_validate_json(j.response_text)
+    except ValidationError as e:
+        return None, f"its answer breaks the protocol ({e.error_count()} errors)"
+    if answer.request_id != request_id:
+        return None, "its answer is for another request"
+    return answer, ""
 
 
 def _from_progress(

@@ -70,6 +70,9 @@ class EvalRequest(BaseModel):
     """CPU cores the worker's timing thread runs on while it times (GPU slots)."""
     reserved_cores: list[int] = Field(default_factory=list)
     """CPU cores reserved for timing on this machine: the worker runs off them otherwise."""
+    judge: bool = False
+    """Record the candidate's deciding outputs, and have the judge (a process that never runs
+    candidate code) confirm them after the worker ends (evaluation/judge.py)."""
     reference_expect_ms: float | None = None
     """The eager reference's median in this invocation's own baseline, for the stability
     verdict's reference-drift check (None: no check)."""
@@ -89,6 +92,24 @@ class ResultModel(BaseModel):
             name=self.name, outcome=self.outcome, reason=self.reason, kind=self.kind,
             details=self.details, duration_s=self.duration_s,
         )
+
+
+class JudgeFailure(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    stage: str
+    kind: FailureKind
+    reason: str
+
+
+class JudgeResponse(BaseModel):
+    """What the judge writes: whether the recorded outputs hold, and which it checked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    request_id: str
+    ok: bool
+    failures: list[JudgeFailure]
+    checked: list[str]
+    notes: list[str]
 
 
 class EvalResponse(BaseModel):

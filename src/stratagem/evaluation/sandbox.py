@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import json
 import math
@@ -122,6 +123,21 @@ class SandboxResult:
     """Which limit killed it: `compile`, `run` or `lock_wait` (None: none did)."""
     phase_s: dict[str, float] = field(default_factory=dict)
     """Seconds charged to each phase (`compile`, `run`, `wait`)."""
+    judge: JudgeRun | None = None
+    """The judge's run, when the request asked for one and the worker said every stage passed."""
+
+
+@dataclass(frozen=True)
+class JudgeRun:
+    """What the judge process left behind (evaluation/judge.py)."""
+
+    response_text: str | None
+    response_problem: str | None
+    returncode: int | None
+    signal_name: str | None
+    timed_out: bool
+    duration_s: float
+    stderr_tail: str
 
 
 @functools.cache
@@ -252,30 +268,80 @@ def build_env(settings: SandboxSettings, workdir: Path, marker: str) -> dict[str
 
 
 async def run_worker(request_json: str, settings: SandboxSettings) -> SandboxResult:
-    """Run one worker on `request_json` under `settings`; never raises for candidate failures."""
+    """Run one worker on `request_json` under `settings`, then, when the request asks for it
+    and the worker says every stage passed, the judge on what the worker recorded (after the
+    worker and its strays are gone); never raises for candidate failures."""
     marker = uuid.uuid4().hex
     workdir = Path(tempfile.mkdtemp(prefix="stratagem-", dir=settings.tmp_root))
     try:
-        return await _run(request_json, settings, workdir, marker)
+        result = await _run(request_json, settings, workdir, marker)
+        if _wants_judge(request_json, result):
+            judged = await _judge(request_json, result.response_text or "", workdir / ".stratagem" / "record",
+                                  settings)
+            result = dataclasses.replace(result, judge=judged)
+        return result
     finally:
         _kill_marked(marker)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _run(request_json: str, settings: SandboxSettings, workdir: Path, marker: str) -> SandboxResult:
+def _wants_judge(request_json: str, result: SandboxResult) -> bool:
+    if result.response_text is None or result.timed_out:
+        return False
+    try:
+        req, resp = json.loads(request_json), json.loads(result.response_text)
+        return bool(req.get("judge")) and all(r.get("outcome") == "passed" for r in resp["results"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False  # an unreadable response fails on its own
+
+
+async def _judge(request_json: str, claims: str, record_dir: Path, settings: SandboxSettings) -> JudgeRun:
+    """The judge in a fresh directory and process of its own (`python -P`: nothing of the
+    working directory is importable), with the worker's limits and environment."""
+    marker = uuid.uuid4().hex
+    jdir = Path(tempfile.mkdtemp(prefix="stratagem-judge-", dir=settings.tmp_root))
+    try:
+        io_dir = jdir / ".stratagem"
+        io_dir.mkdir()
+        req, cl, resp = io_dir / "request.json", io_dir / "claims.json", io_dir / "response.json"
+        req.write_text(request_json, encoding="utf-8")
+        cl.write_text(claims, encoding="utf-8")
+        jsettings = dataclasses.replace(settings, compile_stage=None, compile_timeout_s=None)
+        run = await _exec(["-P", "-m", "stratagem.evaluation.judge", str(req), str(cl), str(record_dir), str(resp)],
+                          jsettings, jdir, marker)
+        text, problem = _read_response(resp, settings.max_response_bytes)
+        return JudgeRun(response_text=text, response_problem=problem, returncode=run.returncode,
+                        signal_name=run.signal_name, timed_out=run.timed_out, duration_s=run.duration_s,
+                        stderr_tail=_tail(io_dir / "stderr.txt"))
+    finally:
+        _kill_marked(marker)
+        shutil.rmtree(jdir, ignore_errors=True)
+
+
+@dataclass
+class _Exec:
+    returncode: int | None
+    signal_name: str | None
+    timed_out: bool
+    duration_s: float
+    network_isolated: bool
+    strays_killed: int
+    clock: PhaseClock
+
+
+async def _exec(args: list[str], settings: SandboxSettings, workdir: Path, marker: str) -> _Exec:
+    """Run `python ARGS... PROGRESS` in `workdir` under `settings` (its stdout and stderr in
+    `workdir/.stratagem/`), killing its group at the first limit it runs past."""
     io_dir = workdir / ".stratagem"
-    io_dir.mkdir()
-    req, resp, prog = io_dir / "request.json", io_dir / "response.json", io_dir / "progress.jsonl"
-    req.write_text(request_json, encoding="utf-8")
-    out_path, err_path = io_dir / "stdout.txt", io_dir / "stderr.txt"
-    cmd: list[str] = [sys.executable, "-m", "stratagem.evaluation.worker", str(req), str(resp), str(prog)]
+    prog = io_dir / "progress.jsonl"
+    cmd: list[str] = [sys.executable, *args, str(prog)]
     prefix = _unshare_prefix() if settings.network == "deny" else None
     if prefix:
         cmd = [*prefix, *cmd]
     env = build_env(settings, workdir, marker)
     t0 = time.monotonic()
     timed_out = False
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    with open(io_dir / "stdout.txt", "wb") as out, open(io_dir / "stderr.txt", "wb") as err:
         proc = await asyncio.create_subprocess_exec(
             *cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             start_new_session=True,
@@ -298,21 +364,30 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
     strays = _kill_marked(marker)
     rc = proc.returncode
     sig = _signal_name(-rc) if rc is not None and rc < 0 else None
+    return _Exec(rc, sig, timed_out, duration, prefix is not None, strays, clock)
+
+
+async def _run(request_json: str, settings: SandboxSettings, workdir: Path, marker: str) -> SandboxResult:
+    io_dir = workdir / ".stratagem"
+    io_dir.mkdir()
+    req, resp, prog = io_dir / "request.json", io_dir / "response.json", io_dir / "progress.jsonl"
+    req.write_text(request_json, encoding="utf-8")
+    run = await _exec(["-m", "stratagem.evaluation.worker", str(req), str(resp)], settings, workdir, marker)
     text, problem = _read_response(resp, settings.max_response_bytes)
     return SandboxResult(
         response_text=text,
         response_problem=problem,
         progress=_read_progress(prog, max(2 * settings.max_response_bytes, 1 << 20)),
-        returncode=rc,
-        signal_name=sig,
-        timed_out=timed_out,
-        duration_s=duration,
-        stdout_tail=_tail(out_path),
-        stderr_tail=_tail(err_path),
-        network_isolated=prefix is not None,
-        strays_killed=strays,
-        limit_hit=clock.limit_hit,
-        phase_s=clock.totals(),
+        returncode=run.returncode,
+        signal_name=run.signal_name,
+        timed_out=run.timed_out,
+        duration_s=run.duration_s,
+        stdout_tail=_tail(io_dir / "stdout.txt"),
+        stderr_tail=_tail(io_dir / "stderr.txt"),
+        network_isolated=run.network_isolated,
+        strays_killed=run.strays_killed,
+        limit_hit=run.clock.limit_hit,
+        phase_s=run.clock.totals(),
     )
 
 

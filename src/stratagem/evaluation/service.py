@@ -375,10 +375,12 @@ class Evaluator:
         path = self.peaks_path()
         if not refresh:
             try:
-                self._peaks = json.loads(path.read_text(encoding="utf-8"))
-                return self._peaks
+                cached = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(cached, dict) and cached.get("version") == domain.PEAKS_VERSION:
+                    self._peaks = cached
+                    return self._peaks
             except (OSError, json.JSONDecodeError):
-                pass
+                pass  # missing, unreadable or of an older format: measured again
         verdict, env = await self._run_reference_graph(problem, domain.CALIBRATE_GRAPH, 600.0)
         r = verdict.result("calibrate")
         if r is None or r.outcome != "passed":

@@ -37,7 +37,8 @@ def main(argv: list[str]) -> int:
         progress.flush()
 
     module = importlib.import_module(WORKER_MODULES[request["domain"]])
-    body = module.run_request(request, Path.cwd(), emit)
+    # the candidate outputs the judge checks (evaluation/judge.py), beside the response
+    body = module.run_request(request, Path.cwd(), emit, record_dir=response_path.parent / "record")
     response = {"protocol": PROTOCOL_VERSION, "request_id": request["request_id"], **body}
     tmp = response_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(response, allow_nan=True), encoding="utf-8")

@@ -21,12 +21,13 @@ from stratagem.core.design import Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch.floor import roofline_result
+from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
 from stratagem.errors import ProblemError
 from stratagem.evaluation.protocol import CandidateFile, EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
+__all__ = ["PEAKS_VERSION"]  # re-exported: the evaluator checks the version of cached peaks
 
 DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("static_checks", (), "parent"),
@@ -204,6 +205,7 @@ def build_request(
         shape_variants=shape_variants(problem),
         shape_seed=new_seed(),
         own_kernels=own_kernel_names(design.source) if design is not None else [],
+        judge=design is not None and any(s.name == "correctness" for s in stages),
     )
 
 

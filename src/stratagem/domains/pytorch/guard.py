@@ -54,6 +54,7 @@ HARNESS_MODULES = (
     "stratagem.domains.pytorch.timed",
     "stratagem.domains.pytorch.params",
     "stratagem.domains.pytorch.anchor",
+    "stratagem.domains.pytorch.record",
     "stratagem.domains.pytorch.guard",
     "stratagem.evaluation.worker",
     "stratagem.core.graph",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch import runtime
+from stratagem.domains.pytorch import record, runtime
 
 
 def randomised_state(reference: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -68,20 +68,41 @@ def mapping(ref_state: Mapping[str, torch.Tensor], cand: torch.nn.Module) -> tup
                 f"({len(shapes_r)}): not by key, by order or by unique shapes")
 
 
+def randomised_reference(reference: torch.nn.Module, seed: int) -> tuple[torch.nn.Module | None, dict[str, torch.Tensor], str]:
+    """A copy of `reference` holding `randomised_state(reference, seed)`, that state, and ''
+    (or None, {} and why there is none)."""
+    state = randomised_state(reference, seed)
+    if not state:
+        return None, {}, "the reference has no floating parameters or buffers"
+    try:
+        ref = copy.deepcopy(reference)
+    except Exception as e:  # noqa: BLE001 - an uncopyable reference only loses this trial
+        return None, {}, f"the reference cannot be copied: {runtime.one_line(e)}"
+    ref.load_state_dict({**ref.state_dict(), **state})
+    return ref, state, ""
+
+
+def judge_randomised(w: Any, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
+    """Compare by worker `w`'s rule, with the anchor of the randomised reference `ref`."""
+    anchor_ref = w.anchor
+    w.anchor = type(anchor_ref)(ref, w.device) if anchor_ref is not None else None
+    try:
+        return w.judge(ref_out, cand_out, inputs)
+    finally:
+        w.anchor = anchor_ref
+
+
 def run_trial(w: Any, seed: int) -> dict[str, Any]:
     """The randomised-parameters trial for worker `w`; raises StageFailure when the outputs
     disagree, returns the details (or why it was skipped)."""
     p = w._programs(need_candidate=True)
     cand = p.candidate
-    state = randomised_state(p.reference, seed)
+    ref, state, why = randomised_reference(p.reference, seed)
+    if ref is None:
+        return {"randomised_parameters": {"skipped": why}}
     pairs, how = mapping(state, cand)
     if not pairs:
         return {"randomised_parameters": {"skipped": how}}
-    try:
-        ref = copy.deepcopy(p.reference)
-    except Exception as e:  # noqa: BLE001 - an uncopyable reference only loses this trial
-        return {"randomised_parameters": {"skipped": f"the reference cannot be copied: {runtime.one_line(e)}"}}
-    ref.load_state_dict({**ref.state_dict(), **state})
     saved = {k: v.detach().clone() for k, v in cand.state_dict().items()}
     try:
         with torch.no_grad():
@@ -91,12 +112,8 @@ def run_trial(w: Any, seed: int) -> dict[str, Any]:
             inputs = w._inputs(p, seed)
             ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
             cand_out = w._call_candidate(cand, runtime.clone_inputs(inputs))
-            anchor_ref = w.anchor
-            w.anchor = type(anchor_ref)(ref, w.device) if anchor_ref is not None else None
-            try:
-                cmp = w.judge(ref_out, cand_out, inputs)
-            finally:
-                w.anchor = anchor_ref
+            w.recorder.save(record.params_key(seed), cand_out)
+            cmp = judge_randomised(w, ref, ref_out, cand_out, inputs)
     finally:
         with torch.no_grad():
             for k, v in cand.state_dict().items():
@@ -139,36 +156,53 @@ def output_magnitude(out: Any) -> float:
     return max(vals, default=0.0)
 
 
-def _finite(out: Any) -> bool:
+def finite(out: Any) -> bool:
     ts = [out] if isinstance(out, torch.Tensor) else [t for t in (out if isinstance(out, list | tuple) else [])
                                                      if isinstance(t, torch.Tensor)]
     return all(bool(torch.isfinite(t).all()) for t in ts if t.is_floating_point())
 
 
-def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
-    """The trial on inputs off `get_inputs()`'s distribution. The fixed rule's absolute
-    tolerance grows with the reference output's magnitude there (relative to the visible
-    trials'); a reference that is not finite there, or a problem that opts out
-    (`STRATAGEM = {"off_distribution": False}`), skips it with a note."""
-    setting = w.req.get("off_distribution", True)
+def off_scale(setting: Any) -> float | None:
+    """The off-distribution trial's input scale for a request's `off_distribution` setting
+    (None: the problem opts out)."""
     if setting is False:
-        return {"off_distribution": {"skipped": "the problem opts out (STRATAGEM off_distribution)"}}
-    scale = float(setting) if isinstance(setting, int | float) and not isinstance(setting, bool) else OFF_SCALE
-    p = w._programs(need_candidate=True)
-    inputs = off_distribution(w._inputs(p, seed), scale, seed)
-    with torch.no_grad():
-        ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-        if not _finite(ref_out):
-            return {"off_distribution": {"skipped": f"the reference is not finite on inputs scaled by {scale:g}"}}
-        cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+        return None
+    return float(setting) if isinstance(setting, int | float) and not isinstance(setting, bool) else OFF_SCALE
+
+
+def off_distribution_inputs(w: Any, seed: int, scale: float) -> list[Any]:
+    return off_distribution(w._inputs(w._programs(need_candidate=False), seed), scale, seed)
+
+
+def judge_off_distribution(w: Any, ref_out: Any, cand_out: Any, inputs: list[Any], visible_magnitude: float) -> tuple[Any, float]:
+    """The comparison of the off-distribution trial and the fixed rule's tolerance growth:
+    the absolute tolerance grows with the reference output's magnitude there, relative to the
+    visible trials'."""
     grow = max(1.0, output_magnitude(ref_out) / visible_magnitude) if visible_magnitude > 0 else 1.0
     if w.mode() == "calibrated":
-        cmp = w.judge(ref_out, cand_out, inputs)
-    else:
-        from stratagem.domains.pytorch import compare
+        return w.judge(ref_out, cand_out, inputs), grow
+    from stratagem.domains.pytorch import compare
 
-        tol = {k: {"atol": float(v["atol"]) * grow, "rtol": float(v["rtol"])} for k, v in w.req["tolerances"].items()}
-        cmp = compare.compare_outputs(ref_out, cand_out, tol)
+    tol = {k: {"atol": float(v["atol"]) * grow, "rtol": float(v["rtol"])} for k, v in w.req["tolerances"].items()}
+    return compare.compare_outputs(ref_out, cand_out, tol), grow
+
+
+def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
+    """The trial on inputs off `get_inputs()`'s distribution (`judge_off_distribution`); a
+    reference that is not finite there, or a problem that opts out
+    (`STRATAGEM = {"off_distribution": False}`), skips it with a note."""
+    scale = off_scale(w.req.get("off_distribution", True))
+    if scale is None:
+        return {"off_distribution": {"skipped": "the problem opts out (STRATAGEM off_distribution)"}}
+    p = w._programs(need_candidate=True)
+    inputs = off_distribution_inputs(w, seed, scale)
+    with torch.no_grad():
+        ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+        if not finite(ref_out):
+            return {"off_distribution": {"skipped": f"the reference is not finite on inputs scaled by {scale:g}"}}
+        cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+    w.recorder.save(record.offdist_key(seed), cand_out)
+    cmp, grow = judge_off_distribution(w, ref_out, cand_out, inputs, visible_magnitude)
     info = {"scale": scale, "atol_growth": grow, "seed": seed, **cmp.to_json()}
     if not cmp.ok:
         raise runtime.StageFailure(cmp.kind, f"with inputs off get_inputs()'s distribution (scaled by {scale:g}, "

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from stratagem.domains.pytorch.floor import PEAKS_VERSION
+
 
 def _time_ms(fn: Callable[[], Any], device: str, reps: int) -> float:
     fn()
@@ -41,8 +43,34 @@ def _time_ms(fn: Callable[[], Any], device: str, reps: int) -> float:
     return min(samples)
 
 
+CACHE_SIZES = (64 * 2**10, 256 * 2**10, 1 * 2**20, 4 * 2**20)
+"""Working sets (bytes) the CPU's cache bandwidth is measured at: from L1/L2 to L3 sizes."""
+
+
+def cache_bandwidth_gbps(device: str) -> dict[str, Any]:
+    """The fastest rate data moves at when it stays in the caches (the CPU timer does not
+    flush them): the best, over working sets from L1 to L3 sizes, of a copy (bytes read plus
+    written) and of a sum (bytes read), each timed as a loop of calls so the per-call
+    dispatch does not hide the rate."""
+    best, at = 0.0, {}
+    for nbytes in CACHE_SIZES:
+        src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+        dst = torch.empty_like(src)
+        for name, fn, moved in (("copy", lambda d=dst, s=src: d.copy_(s), 2 * nbytes),
+                                ("sum", lambda s=src: s.sum(), nbytes)):
+            ms = _time_ms(fn, device, 1)  # a first estimate, then loops of about 2 ms
+            loops = max(1, min(10_000, int(2.0 / max(ms, 1e-4))))
+            per = _time_ms(lambda fn=fn, loops=loops: [fn() for _ in range(loops)], device, 6) / loops
+            gbps = moved / (per * 1e-3) / 1e9
+            at[f"{name}_{nbytes // 1024}k"] = gbps
+            best = max(best, gbps)
+        del src, dst
+    return {"cache_bandwidth_gbps": best, "cache_bandwidth_at": at}
+
+
 def calibrate(device: str) -> dict[str, Any]:
-    """Measured peaks of this device: `bandwidth_gbps` and `matmul_tflops` per math mode."""
+    """Measured peaks of this device: `bandwidth_gbps` and `matmul_tflops` per math mode,
+    and on the CPU `cache_bandwidth_gbps` (the bytes floor there: its timer keeps caches)."""
     gpu = device.startswith("cuda")
     nbytes = (2 * 2**30) if gpu else (64 * 2**20)
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
@@ -65,7 +93,11 @@ def calibrate(device: str) -> dict[str, Any]:
             del a, b
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
-    return {"bandwidth_gbps": 2 * nbytes / (copy_ms * 1e-3) / 1e9, "matmul_tflops": rates}
+    out: dict[str, Any] = {"version": PEAKS_VERSION, "bandwidth_gbps": 2 * nbytes / (copy_ms * 1e-3) / 1e9,
+                           "matmul_tflops": rates}
+    if not gpu:
+        out.update(cache_bandwidth_gbps(device))
+    return out
 
 
 def _tensor_bytes(x: Any) -> int:

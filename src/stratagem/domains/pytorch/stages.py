@@ -35,6 +35,7 @@ from stratagem.domains.pytorch import (
     integrity,
     params,
     provenance,
+    record,
     roofline,
     runtime,
     timed,
@@ -49,8 +50,11 @@ Emit = Callable[[str, dict[str, Any]], None]
 class Worker:
     """State shared by the stages of one request."""
 
-    def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit | None = None) -> None:
+    def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit | None = None,
+                 record_dir: Path | None = None) -> None:
         self.req = _freeze(request)  # read-only: candidate code cannot loosen tolerances
+        self.recorder = record.Recorder(record_dir if request.get("judge") else None)
+        """The candidate outputs the judge checks (record.py)."""
         self.workdir = workdir
         self.device = str(request["device"])
         self.programs: Programs | None = None
@@ -217,6 +221,7 @@ class Worker:
             if changed is not None:
                 raise StageFailure("wrong_output", f"trial seed {seed}: the candidate changed its inputs: {changed}",
                                    {"trials": trials, **self._mode_details()})
+            self.recorder.save(record.trial_key(int(seed)), cand_out)
             cmp = self.judge(ref_out, cand_out, pristine)
             if not trials:
                 visible = params.output_magnitude(ref_out)
@@ -229,10 +234,7 @@ class Worker:
         if len(seeds) == 1:  # a single trial: the randomised ones come after it
             trials_details = {**params.run_trial(self, seeds[0] + 7),
                               **params.run_off_distribution(self, seeds[0] + 11, visible)}
-        if self.mode() == "calibrated":
-            self._calibrated_atol = max(
-                a["limit"] + a["reference"]  # (factor + 1) x eager's error + the floor
-                for t in trials for a in t.get("anchor") or [{"reference": 0.0, "limit": 0.0}])
+        self.calibrate_atol(trials)
         return {
             "trials": trials,
             "max_abs_err": max(t["max_abs_err"] for t in trials),
@@ -240,6 +242,14 @@ class Worker:
             **trials_details,
             **self._mode_details(),
         }
+
+    def calibrate_atol(self, trials: list[dict[str, Any]]) -> None:
+        """In the calibrated mode, set the tolerance of later comparisons against eager from
+        the correctness trials' anchor errors."""
+        if self.mode() == "calibrated":
+            self._calibrated_atol = max(
+                a["limit"] + a["reference"]  # (factor + 1) x eager's error + the floor
+                for t in trials for a in t.get("anchor") or [{"reference": 0.0, "limit": 0.0}])
 
     def mode(self) -> str:
         """The rule in force: `calibrated` only while an anchor can be computed."""
@@ -289,17 +299,18 @@ class Worker:
             raise StageFailure("problem_error", f"get_inputs() failed: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
-    def _fresh(self, p: Programs, sets: list[list[Any]]) -> Callable[[int], list[Any]]:
+    def _fresh(self, p: Programs, attempt: int = 0) -> Callable[[int], list[Any]]:
         """Inputs for timed call i, made outside the timed region: freshly generated from the
         problem's `get_inputs()` with a seed of their own (new values at new addresses), on
         every device. No two timed calls share inputs or any relation between them (a scale,
         an offset, a permutation), so no cache keyed on values, samples, statistics or
-        transforms of earlier inputs can hit. Generating costs about what reading the inputs
-        once costs, so it at most doubles the timing stage's wall time; it is never timed."""
-        base = int(self.req["timing_seed"]) + 1_000_003
+        transforms of earlier inputs can hit, in this attempt or a re-timing (`attempt`).
+        Generating costs about what reading the inputs once costs, so it at most doubles the
+        timing stage's wall time; it is never timed."""
+        seed = int(self.req["timing_seed"])
 
         def make(i: int) -> list[Any]:
-            return self._inputs(p, base + i)
+            return self._inputs(p, record.timed_seed(seed, attempt, i))
 
         return make
 
@@ -396,21 +407,33 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit) -> dict[str, Any]:
-    """Run the requested stages; return the response body (results and environment)."""
+def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The request with its device made explicit (`cuda` -> `cuda:0`: the slot pins one GPU
+    with CUDA_VISIBLE_DEVICES), that device made current.
+
+    Raises:
+        RuntimeError: the request asks for a GPU and torch sees none.
+    """
     device = str(request["device"])
     if device == "cuda":
-        device = "cuda:0"  # the slot pins one GPU with CUDA_VISIBLE_DEVICES
+        device = "cuda:0"
         request = {**request, "device": device}
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError("the request asks for a CUDA device but torch sees no GPU")
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+    return request
+
+
+def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
+    """Run the requested stages; return the response body (results and environment)."""
+    request = prepare_device(request)
+    device = str(request["device"])
     specs = [ValidatorSpec(s["name"], tuple(s.get("requires", ())), "worker") for s in request["stages"]]
     unknown = [s.name for s in specs if s.name not in STAGES]
     if unknown:
         raise ValueError(f"unknown worker stages: {unknown}")
-    worker = Worker(request, workdir, emit)
+    worker = Worker(request, workdir, emit, record_dir)
     _keep_off_timing_cores(request)
     run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
     while (step := run.next_step()) is not None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.core import paired
-from stratagem.domains.pytorch import compare, roofline, runtime, timing
+from stratagem.domains.pytorch import compare, record, roofline, runtime, timing
 from stratagem.domains.pytorch.runtime import Programs, StageFailure
 
 if TYPE_CHECKING:
@@ -58,10 +58,11 @@ def run_timing(w: Worker) -> dict[str, Any]:
     expect = w.req.get("reference_expect_ms")
     attempts: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
-    kept: list[tuple[int, Any, list[Any]]] = []
+    kept: list[tuple[str, Any, list[Any]]] = []
+    attempt = 0
 
     def keep(i: int, output: Any, args: Any) -> None:
-        kept.append((i, runtime.detach_copy(output), runtime.clone_inputs(args)))
+        kept.append((record.timed_key(attempt, i), runtime.detach_copy(output), runtime.clone_inputs(args)))
 
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
@@ -69,7 +70,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
             with w.hold("exclusive"):
                 try:
                     stats = timing.time_paired(p.reference, model, sets, retime_config(cfg, attempt), w.device,
-                                               w._fresh(p, sets),
+                                               w._fresh(p, attempt),
                                                keep=keep, keep_count=_keep_count(w, sets[0]))
                 except Exception as e:
                     w._note_cuda(e)
@@ -141,7 +142,7 @@ def run_baseline(w: Worker) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with torch.no_grad():
         sets = w._timing_inputs(p)
-        fresh = w._fresh(p, sets)
+        fresh = w._fresh(p)
         for mode in modes:
             if mode == "eager":
                 continue
@@ -192,13 +193,15 @@ def _keep_count(w: Worker, inputs: list[Any]) -> int:
     free = torch.cuda.mem_get_info()[0] if w.device.startswith("cuda") else 2 * 2**30
     return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
 
-def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[int, Any, list[Any]]]) -> list[int]:
+def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[str, Any, list[Any]]]) -> list[str]:
     """The outputs of timed calls drawn at random, against the reference on the very same
     inputs: a candidate honest only outside timing (by call count, elapsed time, stream or
-    profiler state) fails here. Returns the calls checked."""
-    checked = []
+    profiler state) fails here. Each is recorded for the judge too. Returns the calls checked
+    (`timed-ATTEMPT-CALL`)."""
+    checked: list[str] = []
     with w.hold("shared"), torch.no_grad():
         for i, got, args in kept:
+            w.recorder.save(i, got)
             ref = w._call_reference(p.reference, runtime.clone_inputs(args))
             cmp = compare.compare_outputs(ref, got, w.tolerances())
             if not cmp.ok:

@@ -1,0 +1,52 @@
+"""Owns the judge entry point: `python -P -m stratagem.evaluation.judge REQUEST CLAIMS RECORD RESPONSE PROGRESS`.
+
+Runs in the sandbox after the worker has ended, in a fresh process and directory of its own
+where no candidate code runs (docs/integrity.md, "The judge"). REQUEST is the parent's copy
+of the request, CLAIMS the worker's response (untrusted), RECORD the directory of candidate
+outputs the worker recorded. Writes {ok, failures, checked, notes} to RESPONSE atomically and
+the same phase events as a worker to PROGRESS. Imports only the standard library and the
+domain's judge module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+JUDGE_MODULES = {"pytorch": "stratagem.domains.pytorch.judge"}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 5:
+        print("usage: python -m stratagem.evaluation.judge REQUEST CLAIMS RECORD RESPONSE PROGRESS", file=sys.stderr)
+        return 2
+    request_path, claims_path, record_dir, response_path, progress_path = (Path(a) for a in argv)
+    request = json.loads(request_path.read_text(encoding="utf-8"))
+    try:
+        claims = json.loads(claims_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        claims = {}
+    progress = open(progress_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+
+    def emit(event: str, data: dict[str, Any]) -> None:
+        progress.write(json.dumps({"event": event, "t": time.time(), **data}) + "\n")
+        progress.flush()
+
+    module = importlib.import_module(JUDGE_MODULES[request["domain"]])
+    body = module.run_judge(request, claims if isinstance(claims, dict) else {}, record_dir, Path.cwd(), emit)
+    tmp = response_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"request_id": request["request_id"], **body}, allow_nan=True), encoding="utf-8")
+    os.replace(tmp, response_path)
+    progress.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

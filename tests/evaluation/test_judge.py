@@ -1,0 +1,37 @@
+"""The judge: a process that never runs candidate code confirms every deciding output."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from stratagem.core.design import Design
+from stratagem.domains.pytorch import record
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.evaluation.executors import LocalExecutor
+from stratagem.evaluation.service import Evaluator
+
+PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"
+
+
+def test_an_honest_evaluation_is_confirmed_call_by_call(cpu_config) -> None:
+    ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
+    design = Design.from_source((PAIRED / "same.py").read_text())
+    ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(load_problem(PAIRED / "problem.py"), design,
+                                                              with_baseline=False))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    judged = ev.verdict.result("correctness").details["judge"]  # type: ignore[union-attr]
+    seeds = list(ev.seeds)
+    assert {record.trial_key(s) for s in seeds} <= set(judged["checked"])
+    assert record.params_key(seeds[0] + 7) in judged["checked"]
+    assert record.offdist_key(seeds[0] + 11) in judged["checked"]
+    timed = [k for k in judged["checked"] if record.parse_timed(k)]
+    assert timed and len(timed) == len(ev.verdict.result("timing").details["timed_outputs_checked"])  # type: ignore[union-attr]
+
+
+def test_every_timed_call_of_every_attempt_has_inputs_of_its_own() -> None:
+    """Re-timings included: a value-keyed cache filled in one attempt never hits in the next."""
+    seeds = {record.timed_seed(123, a, c) for a in range(3) for c in range(100_000)}
+    assert len(seeds) == 3 * 100_000
+    assert record.parse_timed(record.timed_key(2, 41)) == (2, 41)
+    assert record.parse_timed("trial-5") is None
