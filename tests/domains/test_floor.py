@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from stratagem.domains.pytorch.floor import CACHE_HEADROOM, admitted_modes, floor_ms, roofline_result
+from stratagem.domains.pytorch.floor import (
+    CACHE_HEADROOM,
+    admitted_modes,
+    floor_ms,
+    roofline_result,
+)
 
 PEAKS = {"bandwidth_gbps": 4000.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0, "bfloat16": 800.0, "float16": 800.0}}
 FP32_TOL = {"atol": 1e-4, "rtol": 1e-4}
