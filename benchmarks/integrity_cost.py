@@ -1,9 +1,12 @@
-"""Benchmark: what the integrity stages add to an evaluation (issue 3).
+"""Benchmark: what the integrity checks add to an evaluation (issues 3 and 11).
 
 For each problem/candidate pair, evaluates the candidate several times (fresh workers) and
-prints the median stage durations: correctness, integrity, shapes, timing (and provenance
-under --integrity strict), and the integrity stages' added cost as a percentage of
-correctness + timing (target: at most 20%).
+prints the median durations of: the plain correctness trials and timing (the base), and the
+integrity checks on top of them: the randomised-parameters and off-distribution trials
+(inside the correctness stage), the integrity and shapes stages (and provenance under
+--integrity strict), and the judge's time after the worker ended (what it adds to the
+evaluation's wall time; its start-up and sampled reference calls overlap the worker). The
+added cost is a percentage of the base (target: at most 20%).
 
 Usage: python benchmarks/integrity_cost.py [--device cuda] [--repeats 3] [--integrity lenient]
        [--examples examples] [--only 01_elementwise,...] [--timing-budget-ms 500]
@@ -27,6 +30,7 @@ from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.api import make_evaluator, read_candidate  # noqa: E402
 
 STAGES = ("correctness", "integrity", "shapes", "provenance", "timing")
+PARTS = ("trials", "params+offdist", "integrity", "shapes", "provenance", "timing", "judge")
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -41,26 +45,43 @@ async def main_async(args: argparse.Namespace) -> None:
         problem = load_problem(d / "problem.py")
         for cand in sorted((d / "candidates").glob("*.py")):
             design = read_candidate(cand)
-            per_stage: dict[str, list[float]] = {s: [] for s in STAGES}
+            per: dict[str, list[float]] = {s: [] for s in PARTS}
             status = "?"
             for _ in range(args.repeats):
                 ev = await evaluator.evaluate(problem, design, with_baseline=False)
                 status = ev.verdict.status
-                for r in ev.verdict.results:
-                    if r.name in per_stage and r.duration_s is not None:
-                        per_stage[r.name].append(r.duration_s)
-            med = {s: statistics.median(v) if v else 0.0 for s, v in per_stage.items()}
-            base = med["correctness"] + med["timing"]
-            added = med["integrity"] + med["shapes"] + med["provenance"]
-            rows.append([f"{d.name}/{cand.stem}", status] + [f"{med[s]:.3f}" for s in STAGES]
+                for part, sec in parts(ev).items():
+                    per[part].append(sec)
+            med = {s: statistics.median(v) if v else 0.0 for s, v in per.items()}
+            base = med["trials"] + med["timing"]
+            added = sum(med[s] for s in ("params+offdist", "integrity", "shapes", "provenance", "judge"))
+            rows.append([f"{d.name}/{cand.stem}", status] + [f"{med[s]:.3f}" for s in PARTS]
                         + [f"{100 * added / base:.0f}" if base else "-"])
             print(rows[-1], flush=True)
-    header = ["candidate", "status", *[f"{s} s" for s in STAGES], "added %"]
+    header = ["candidate", "status", *[f"{s} s" for s in PARTS], "added %"]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     print(f"\n{time.strftime('%Y-%m-%d')} · device {args.device} · integrity {args.integrity} · "
           f"median of {args.repeats} evaluations")
     for r in [header, ["-" * w for w in widths], *rows]:
         print("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+
+
+def parts(ev: Any) -> dict[str, float]:
+    """Seconds per part of one evaluation (see the module docstring)."""
+    out: dict[str, float] = {}
+    for r in ev.verdict.results:
+        if r.name not in STAGES or r.duration_s is None:
+            continue
+        d = r.details or {}
+        if r.name == "correctness":
+            extra = sum(float((d.get(k) or {}).get("duration_s") or 0.0)
+                        for k in ("randomised_parameters", "off_distribution"))
+            out["trials"] = r.duration_s - extra
+            out["params+offdist"] = extra
+            out["judge"] = float((d.get("judge") or {}).get("after_worker_s") or 0.0)
+        else:
+            out[r.name] = r.duration_s
+    return out
 
 
 def main() -> None:

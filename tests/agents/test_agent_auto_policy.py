@@ -34,7 +34,7 @@ from stratagem.search.types import DesignView, Feedback, Policy
 
 def implementor_fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     """First answer wrong; after feedback, the fix (each implementor in its own conversation)."""
-    fixed = any("did not pass" in p for p in user_prompts(messages))
+    fixed = any("did not pass. The validators reported" in p for p in user_prompts(messages))
     return output(info, {"source": GOOD_SOURCE if fixed else WRONG_SOURCE, "notes": "n"})
 
 

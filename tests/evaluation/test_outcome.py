@@ -266,13 +266,14 @@ def _judged(**judge: Any) -> SandboxResult:
     from stratagem.evaluation.sandbox import JudgeRun
 
     base: dict[str, Any] = dict(response_text=None, response_problem=None, returncode=0, signal_name=None,
-                                timed_out=False, duration_s=0.5, stderr_tail="")
+                                timed_out=False, duration_s=0.5, stderr_tail="", nonce="n-1")
     base.update(judge)
     return _sr(judge=JudgeRun(**base))
 
 
 def _answer(**kw: Any) -> str:
-    body = {"request_id": RID, "ok": True, "failures": [], "checked": ["trial-1", "timed-0-3"], "notes": []}
+    body = {"request_id": RID, "nonce": "n-1", "ok": True, "failures": [], "checked": ["trial-1", "timed-0-3"],
+            "notes": []}
     body.update(kw)
     return json.dumps(body)
 
@@ -296,7 +297,11 @@ def test_the_judge_failing_a_stage_fails_it_whatever_the_worker_said() -> None:
     {"response_text": None, "returncode": 1, "stderr_tail": "Traceback...\nRuntimeError: boom"},
     {"response_text": None, "timed_out": True},
     {"response_text": "{not json"},
-    {"response_text": json.dumps({"request_id": "another", "ok": True, "failures": [], "checked": [], "notes": []})},
+    {"response_text": json.dumps({"request_id": "another", "nonce": "n-1", "ok": True, "failures": [], "checked": [],
+                                  "notes": []})},
+    # an answer to a go file the candidate wrote early (it cannot know the parent's nonce)
+    {"response_text": json.dumps({"request_id": RID, "nonce": "guessed", "ok": True, "failures": [], "checked": [],
+                                  "notes": []})},
 ])
 def test_a_judge_that_cannot_answer_fails_closed(judge: dict[str, Any]) -> None:
     got = _by_name(interpret(SPECS, _judged(**judge), RID, 60.0).results)

@@ -61,7 +61,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
                               "instructions": "fuse bias, relu and scale into addmm"})
 
     def implementor(messages, info):
-        if any("did not pass" in p for p in _prompts(messages)):
+        if any("did not pass. The validators reported" in p for p in _prompts(messages)):
             return _answer(info, {"source": HONEST, "notes": "fixed"})
         first = next(starts)  # implementor-1 cheats, implementor-2 is wrong
         return _answer(info, {"source": CHEAT if first == 0 else WRONG, "notes": "first try"})
@@ -77,6 +77,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         loop = SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), policy)
         out = asyncio.run(loop.run())
         views = {v.source: v for v in loop.views()}
+        assert CHEAT in views, [(v.author, v.status, v.report[:200]) for v in views.values()]
         assert views[CHEAT].status == "invalid" and views[CHEAT].report.startswith("[shapes]")
         assert views[WRONG].status == "invalid" and views[WRONG].report.startswith("[correctness]")
         assert views[HONEST].status == "valid" and views[HONEST].author in ("implementor-1", "implementor-2")

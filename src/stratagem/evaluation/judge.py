@@ -1,9 +1,10 @@
-"""Owns the judge entry point: `python -P -m stratagem.evaluation.judge REQUEST CLAIMS RECORD RESPONSE PROGRESS`.
+"""Owns the judge entry point: `python -P -m stratagem.evaluation.judge REQUEST GO RECORD RESPONSE PROGRESS`.
 
-Runs in the sandbox after the worker has ended, in a fresh process and directory of its own
-where no candidate code runs (docs/integrity.md, "The judge"). REQUEST is the parent's copy
-of the request, CLAIMS the worker's response (untrusted), RECORD the directory of candidate
-outputs the worker recorded. Writes {ok, failures, checked, notes} to RESPONSE atomically and
+Runs in the sandbox beside the worker, in a process and directory of its own where no
+candidate code runs (docs/integrity.md, "The judge"). REQUEST is the parent's copy of the
+request; GO the file the parent writes once the worker has ended ({nonce, claims}: the
+worker's response, untrusted); RECORD the directory of candidate outputs the worker
+recorded. Writes {request_id, nonce, ok, failures, checked, notes} to RESPONSE atomically and
 the same phase events as a worker to PROGRESS. Imports only the standard library and the
 domain's judge module.
 """
@@ -23,14 +24,10 @@ JUDGE_MODULES = {"pytorch": "stratagem.domains.pytorch.judge"}
 
 def main(argv: list[str]) -> int:
     if len(argv) != 5:
-        print("usage: python -m stratagem.evaluation.judge REQUEST CLAIMS RECORD RESPONSE PROGRESS", file=sys.stderr)
+        print("usage: python -m stratagem.evaluation.judge REQUEST GO RECORD RESPONSE PROGRESS", file=sys.stderr)
         return 2
-    request_path, claims_path, record_dir, response_path, progress_path = (Path(a) for a in argv)
+    request_path, go_path, record_dir, response_path, progress_path = (Path(a) for a in argv)
     request = json.loads(request_path.read_text(encoding="utf-8"))
-    try:
-        claims = json.loads(claims_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        claims = {}
     progress = open(progress_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
 
     def emit(event: str, data: dict[str, Any]) -> None:
@@ -38,7 +35,7 @@ def main(argv: list[str]) -> int:
         progress.flush()
 
     module = importlib.import_module(JUDGE_MODULES[request["domain"]])
-    body = module.run_judge(request, claims if isinstance(claims, dict) else {}, record_dir, Path.cwd(), emit)
+    body = module.run_judge(request, go_path, record_dir, Path.cwd(), emit)
     tmp = response_path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"request_id": request["request_id"], **body}, allow_nan=True), encoding="utf-8")
     os.replace(tmp, response_path)

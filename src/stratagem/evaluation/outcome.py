@@ -106,7 +106,9 @@ def apply_judge(results: list[ValidatorResult], sr: SandboxResult, request_id: s
                                  duration_s=out[i].duration_s)
         return out
     failed = {f.stage: f for f in answer.failures}
-    info = {"checked": list(answer.checked), "notes": list(answer.notes), "duration_s": sr.judge.duration_s}
+    info = {"checked": list(answer.checked), "notes": list(answer.notes),
+            "work_s": sr.judge.duration_s - sr.judge.wait_s, "wall_s": sr.judge.duration_s,
+            "after_worker_s": sr.judge.after_worker_s}
     for i, r in enumerate(results):
         if r.name in failed:
             f = failed[r.name]
@@ -131,6 +133,8 @@ def _judge_answer(j: JudgeRun, request_id: str) -> tuple[JudgeResponse | None, s
         return None, f"its answer breaks the protocol ({e.error_count()} errors)"
     if answer.request_id != request_id:
         return None, "its answer is for another request"
+    if not j.nonce or answer.nonce != j.nonce:
+        return None, "its answer does not carry the go file's nonce (a go file the harness did not write?)"
     return answer, ""
 
 

@@ -106,6 +106,8 @@ class JudgeResponse(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     request_id: str
+    nonce: str
+    """The nonce of the parent's go file: an answer to any other go file is refused."""
     ok: bool
     failures: list[JudgeFailure]
     checked: list[str]

@@ -138,6 +138,12 @@ class JudgeRun:
     timed_out: bool
     duration_s: float
     stderr_tail: str
+    wait_s: float = 0.0
+    """Of `duration_s`, the time spent waiting for the worker (and for the device lock)."""
+    nonce: str = ""
+    """The nonce the parent wrote into the go file (its answer must carry it)."""
+    after_worker_s: float = 0.0
+    """Seconds from the go file to the judge's end: what the judge adds to an evaluation."""
 
 
 @functools.cache
@@ -268,54 +274,84 @@ def build_env(settings: SandboxSettings, workdir: Path, marker: str) -> dict[str
 
 
 async def run_worker(request_json: str, settings: SandboxSettings) -> SandboxResult:
-    """Run one worker on `request_json` under `settings`, then, when the request asks for it
-    and the worker says every stage passed, the judge on what the worker recorded (after the
-    worker and its strays are gone); never raises for candidate failures."""
+    """Run one worker on `request_json` under `settings`; when the request asks for a judge,
+    the judge runs beside it, and is told to judge (a go file with a fresh nonce) only after
+    the worker and its strays are gone and its response says every stage passed; never
+    raises for candidate failures."""
     marker = uuid.uuid4().hex
     workdir = Path(tempfile.mkdtemp(prefix="stratagem-", dir=settings.tmp_root))
+    judge: asyncio.Task[JudgeRun] | None = None
+    jdir: Path | None = None
     try:
+        if _asks_judge(request_json):
+            jdir = Path(tempfile.mkdtemp(prefix="stratagem-judge-", dir=settings.tmp_root))
+            judge = asyncio.create_task(_judge(request_json, workdir / ".stratagem" / "record", jdir, settings))
         result = await _run(request_json, settings, workdir, marker)
-        if _wants_judge(request_json, result):
-            judged = await _judge(request_json, result.response_text or "", workdir / ".stratagem" / "record",
-                                  settings)
-            result = dataclasses.replace(result, judge=judged)
+        if judge is not None and jdir is not None:
+            if _all_passed(result):
+                nonce = uuid.uuid4().hex
+                go = jdir / ".stratagem" / "go.json"
+                tmp = go.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"nonce": nonce, "claims": json.loads(result.response_text or "{}")}),
+                               encoding="utf-8")
+                os.replace(tmp, go)
+                t_go = time.monotonic()
+                judged = await judge
+                result = dataclasses.replace(result, judge=dataclasses.replace(
+                    judged, nonce=nonce, after_worker_s=time.monotonic() - t_go))
+            else:
+                judge.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await judge
         return result
     finally:
+        if judge is not None and not judge.done():
+            judge.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await judge
         _kill_marked(marker)
         shutil.rmtree(workdir, ignore_errors=True)
+        if jdir is not None:
+            shutil.rmtree(jdir, ignore_errors=True)
 
 
-def _wants_judge(request_json: str, result: SandboxResult) -> bool:
+def _asks_judge(request_json: str) -> bool:
+    try:
+        return bool(json.loads(request_json).get("judge"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def _all_passed(result: SandboxResult) -> bool:
     if result.response_text is None or result.timed_out:
         return False
     try:
-        req, resp = json.loads(request_json), json.loads(result.response_text)
-        return bool(req.get("judge")) and all(r.get("outcome") == "passed" for r in resp["results"])
+        return all(r.get("outcome") == "passed" for r in json.loads(result.response_text)["results"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return False  # an unreadable response fails on its own
 
 
-async def _judge(request_json: str, claims: str, record_dir: Path, settings: SandboxSettings) -> JudgeRun:
-    """The judge in a fresh directory and process of its own (`python -P`: nothing of the
-    working directory is importable), with the worker's limits and environment."""
+async def _judge(request_json: str, record_dir: Path, jdir: Path, settings: SandboxSettings) -> JudgeRun:
+    """The judge in `jdir`, a directory of its own (`python -P`: nothing of the working
+    directory is importable), with the worker's limits and environment; its wait for the go
+    file counts as a lock wait, whose limit covers the worker's whole allowance."""
     marker = uuid.uuid4().hex
-    jdir = Path(tempfile.mkdtemp(prefix="stratagem-judge-", dir=settings.tmp_root))
     try:
         io_dir = jdir / ".stratagem"
         io_dir.mkdir()
-        req, cl, resp = io_dir / "request.json", io_dir / "claims.json", io_dir / "response.json"
+        req, go, resp = io_dir / "request.json", io_dir / "go.json", io_dir / "response.json"
         req.write_text(request_json, encoding="utf-8")
-        cl.write_text(claims, encoding="utf-8")
-        jsettings = dataclasses.replace(settings, compile_stage=None, compile_timeout_s=None)
-        run = await _exec(["-P", "-m", "stratagem.evaluation.judge", str(req), str(cl), str(record_dir), str(resp)],
+        allowance = settings.lock_wait_timeout_s + settings.timeout_s + (settings.compile_timeout_s or 0.0)
+        jsettings = dataclasses.replace(settings, compile_stage=None, compile_timeout_s=None,
+                                        lock_wait_timeout_s=allowance)
+        run = await _exec(["-P", "-m", "stratagem.evaluation.judge", str(req), str(go), str(record_dir), str(resp)],
                           jsettings, jdir, marker)
         text, problem = _read_response(resp, settings.max_response_bytes)
         return JudgeRun(response_text=text, response_problem=problem, returncode=run.returncode,
                         signal_name=run.signal_name, timed_out=run.timed_out, duration_s=run.duration_s,
-                        stderr_tail=_tail(io_dir / "stderr.txt"))
+                        stderr_tail=_tail(io_dir / "stderr.txt"), wait_s=run.clock.totals().get("wait", 0.0))
     finally:
         _kill_marked(marker)
-        shutil.rmtree(jdir, ignore_errors=True)
 
 
 @dataclass

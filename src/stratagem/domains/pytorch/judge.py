@@ -1,28 +1,37 @@
 """Owns the judge: the correctness verdict, decided in a process where candidate code never ran.
 
 The worker runs the candidate, so anything it reports can be forged by code that reaches its
-frames (it can write a response in which every stage passed and exit). The judge runs after
-the worker has ended, in a fresh process of its own, from the parent's copy of the request.
-It loads only the problem, makes every deciding call's inputs from the request's seeds, runs
-the reference itself and compares the candidate outputs the worker recorded (record.py) by
-the same rule, with the same code as the worker:
+frames (it can write a response in which every stage passed and exit). The judge is a
+separate sandboxed process, started beside the worker from the parent's copy of the request.
+It loads only the problem and, while the worker runs, draws its sample in secret and runs the
+reference on those calls' inputs (made from the request's seeds). When the worker has ended
+(its strays killed) and said every stage passed, the parent hands the judge the worker's
+response and a fresh nonce (the `go` file); the judge then reads the outputs the worker
+recorded (record.py) and compares them by the same rule and code as the worker:
 
-- every correctness trial (`trial-SEED`, one per seed: none may be missing);
-- the randomised-parameters trial (`params-SEED`), unless the worker says the candidate's
-  state does not map onto the reference's (a claim the judge cannot check; the details say so);
+- every correctness trial must have a record; one of them, drawn at random by the judge, is
+  compared (the trials come from one distribution; the worker compared them all);
+- the randomised-parameters trial (`params-SEED`), unless the reference has no floating state
+  (checked here) or the worker says the candidate's state does not map onto the reference's
+  (a claim the judge cannot check: the answer notes it);
 - the off-distribution trial (`offdist-SEED`), unless the problem opts out or the reference is
-  not finite there (the judge checks that itself);
-- the timed calls drawn for checking (`timed-ATTEMPT-CALL`, at least one when timing passed).
+  not finite there (checked here);
+- every timed call drawn for checking (`timed-ATTEMPT-CALL`): the worker only records these,
+  the judge alone compares them.
 
-A missing or unreadable record fails the stage it belongs to as tampering: the worker claimed
-a check it did not make. What stays in the candidate's process: the integrity and shapes
-stages' comparisons and the timing samples (the reference's side of a timing is checked
-against the invocation's own baseline, which no candidate runs in).
+A missing or unreadable record fails its stage as tampering: the worker claimed a check it
+did not make. The answer carries the nonce, so an answer provoked by a `go` file the
+candidate wrote itself is refused by the parent. What stays in the candidate's process: the
+integrity and shapes stages' comparisons and the timing samples.
 """
 
 from __future__ import annotations
 
+import json
+import secrets
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +43,7 @@ from stratagem.domains.pytorch.stages import Emit, Worker, prepare_device
 
 MAX_RECORD_BYTES = 1 << 32
 """The largest recorded output the judge reads (4 GiB)."""
+GO_POLL_S = 0.02
 
 
 class Finding(Exception):
@@ -42,22 +52,42 @@ class Finding(Exception):
         self.stage, self.kind, self.reason = stage, kind, reason
 
 
-def run_judge(request: Mapping[str, Any], claims: Mapping[str, Any], record_dir: Path, workdir: Path,
+@dataclass
+class Planned:
+    """One sampled call: its record's name, its inputs and the reference's output (on the CPU
+    while the worker runs)."""
+
+    key: str
+    what: str
+    inputs: list[Any]
+    ref_out: Any
+    model: torch.nn.Module | None = None
+    """The randomised reference (the params trial); None: the problem's own."""
+
+
+def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workdir: Path,
               emit: Emit) -> dict[str, Any]:
-    """Judge the recorded outputs. `claims` is the worker's response (untrusted): which stages
-    it says passed, and its trial details. Returns {ok, failures, checked, notes}."""
+    """Prepare, wait for `go_path`, judge. Returns {nonce, ok, failures, checked, notes}."""
     request = prepare_device(request)
-    results = {r.get("name"): r for r in claims.get("results") or [] if isinstance(r, Mapping)}
-    passed = {n for n, r in results.items() if r.get("outcome") == "passed"}
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
     w.stage_load()
-    checked: list[str] = []
     notes: list[str] = []
-    device = w.device
+    try:
+        with w.hold("shared"), torch.no_grad():
+            planned, visible = _prepare(w, notes)
+    except StageFailure as e:  # the reference itself failed here: not the candidate's doing
+        go = _await_go(go_path, w)
+        return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
+                       [], notes)
+    go = _await_go(go_path, w)
+    claims = go.get("claims") if isinstance(go.get("claims"), Mapping) else {}
+    results = {r.get("name"): r for r in claims.get("results") or [] if isinstance(r, Mapping)}
+    passed = {n for n, r in results.items() if r.get("outcome") == "passed"}
+    checked: list[str] = []
 
     def out_of(key: str, stage: str) -> Any:
         try:
-            return record.load(record_dir, key, device, MAX_RECORD_BYTES)
+            return record.load(record_dir, key, w.device, MAX_RECORD_BYTES)
         except FileNotFoundError:
             raise Finding(stage, "rejected", f"harness_tampering: the worker reported {stage} passed but "
                           f"recorded no output for {key}: its response was not the harness's") from None
@@ -67,76 +97,106 @@ def run_judge(request: Mapping[str, Any], claims: Mapping[str, Any], record_dir:
     try:
         with w.hold("shared"), torch.no_grad():
             if "correctness" in passed:
-                _correctness(w, results["correctness"], out_of, checked, notes)
+                details = results["correctness"].get("details")
+                _correctness(w, planned, visible, details if isinstance(details, Mapping) else {}, record_dir,
+                             out_of, checked, notes)
             if "timing" in passed:
                 _timed(w, record_dir, out_of, checked)
     except Finding as f:
-        return {"ok": False, "failures": [{"stage": f.stage, "kind": f.kind, "reason": f.reason}],
-                "checked": checked, "notes": notes}
-    except StageFailure as e:  # the reference itself failed here: not the candidate's doing
-        return {"ok": False, "failures": [{"stage": "correctness", "kind": "problem_error",
-                                           "reason": f"judge: {e.reason}"}], "checked": checked, "notes": notes}
-    return {"ok": True, "failures": [], "checked": checked, "notes": notes}
+        return _answer(go, [{"stage": f.stage, "kind": f.kind, "reason": f.reason}], checked, notes)
+    except StageFailure as e:
+        return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
+                       checked, notes)
+    return _answer(go, [], checked, notes)
 
 
-def _fail(stage: str, what: str, cmp: Any) -> Finding:
-    return Finding(stage, cmp.kind or "wrong_output", f"judge: {what}: {cmp.reason} (checked by the judge, a "
-                   "process that never ran the candidate, against the output the worker recorded)")
+def _answer(go: Mapping[str, Any], failures: list[dict[str, Any]], checked: list[str], notes: list[str]) -> dict[str, Any]:
+    return {"nonce": str(go.get("nonce", "")), "ok": not failures, "failures": failures, "checked": checked,
+            "notes": notes}
 
 
-def _correctness(w: Worker, claim: Mapping[str, Any], out_of: Callable[[str, str], Any], checked: list[str],
-                 notes: list[str]) -> None:
+def _await_go(path: Path, w: Worker) -> dict[str, Any]:
+    """Wait (the `wait` phase: not this process's work) for the parent's go file."""
+    with w.phase("wait"):
+        while True:
+            try:
+                go = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(go, dict):
+                    return go
+            except (OSError, ValueError):
+                pass
+            time.sleep(GO_POLL_S)
+
+
+def _prepare(w: Worker, notes: list[str]) -> tuple[list[Planned], float]:
+    """The sampled calls, drawn here and never shown to the worker, with the reference's
+    outputs on their inputs; and the visible output magnitude (the off-distribution
+    tolerance's scale)."""
     p = w._programs(need_candidate=False)
     seeds = [int(s) for s in w.req["seeds"]]
-    trials, visible = [], 0.0
-    for n, seed in enumerate(seeds):
-        inputs = w._inputs(p, seed)
-        ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-        key = record.trial_key(seed)
-        cmp = w.judge(ref_out, out_of(key, "correctness"), inputs)
-        if n == 0:
-            visible = params.output_magnitude(ref_out)
-        if not cmp.ok:
-            raise _fail("correctness", f"trial seed {seed}", cmp)
-        trials.append(cmp.to_json())
-        checked.append(key)
-    w.calibrate_atol(trials)
-    details = claim.get("details") if isinstance(claim.get("details"), Mapping) else {}
-    seed0 = seeds[0]
-    ref, _state, why = params.randomised_reference(p.reference, seed0 + 7)
-    skipped = (details.get("randomised_parameters") or {}).get("skipped") if isinstance(
-        details.get("randomised_parameters"), Mapping) else None
+    rng = secrets.SystemRandom()
+    planned: list[Planned] = []
+
+    def plan(key: str, what: str, inputs: list[Any], model: torch.nn.Module | None = None) -> Any:
+        ref_out = w._call_reference(model if model is not None else p.reference, runtime.clone_inputs(inputs))
+        planned.append(Planned(key, what, record.to_cpu(inputs, keep_other=True), record.to_cpu(ref_out, keep_other=True),
+                               model))
+        return ref_out
+
+    first = w._inputs(p, seeds[0])
+    visible = params.output_magnitude(w._call_reference(p.reference, runtime.clone_inputs(first)))
+    seed = rng.choice(seeds)
+    plan(record.trial_key(seed), f"trial seed {seed}", w._inputs(p, seed))
+    ref, _state, why = params.randomised_reference(p.reference, seeds[0] + 7)
     if ref is None:
         notes.append(f"randomised parameters: {why}")
-    elif skipped:
-        notes.append(f"randomised parameters: not checked, the worker says: {skipped}")
     else:
-        inputs = w._inputs(p, seed0 + 7)
-        ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
-        key = record.params_key(seed0 + 7)
-        cmp = params.judge_randomised(w, ref, ref_out, out_of(key, "correctness"), inputs)
-        if not cmp.ok:
-            raise _fail("correctness", "with randomised parameters", cmp)
-        checked.append(key)
+        plan(record.params_key(seeds[0] + 7), "with randomised parameters", w._inputs(p, seeds[0] + 7), ref)
     scale = params.off_scale(w.req.get("off_distribution", True))
     if scale is None:
         notes.append("off-distribution: the problem opts out")
-        return
-    inputs = params.off_distribution_inputs(w, seed0 + 11, scale)
-    ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-    if not params.finite(ref_out):
-        notes.append(f"off-distribution: the reference is not finite on inputs scaled by {scale:g}")
-        return
-    key = record.offdist_key(seed0 + 11)
-    cmp, _grow = params.judge_off_distribution(w, ref_out, out_of(key, "correctness"), inputs, visible)
-    if not cmp.ok:
-        raise _fail("correctness", f"with inputs off get_inputs()'s distribution (scaled by {scale:g})", cmp)
-    checked.append(key)
+    else:
+        inputs = params.off_distribution_inputs(w, seeds[0] + 11, scale)
+        out = plan(record.offdist_key(seeds[0] + 11), f"with inputs off get_inputs()'s distribution "
+                   f"(scaled by {scale:g})", inputs)
+        if not params.finite(out):
+            planned.pop()
+            notes.append(f"off-distribution: the reference is not finite on inputs scaled by {scale:g}")
+    return planned, visible
+
+
+def _fail(stage: str, check: str, what: str, cmp: Any) -> Finding:
+    return Finding(stage, cmp.kind or "wrong_output", f"{check}: {what}: {cmp.reason} (checked by the judge, a "
+                   "process that never ran the candidate, against the output the worker recorded)")
+
+
+def _correctness(w: Worker, planned: list[Planned], visible: float, claim: Mapping[str, Any], record_dir: Path,
+                 out_of: Callable[[str, str], Any], checked: list[str], notes: list[str]) -> None:
+    present = set(record.keys(record_dir))
+    for seed in (int(s) for s in w.req["seeds"]):  # every trial was recorded
+        if record.trial_key(seed) not in present:
+            out_of(record.trial_key(seed), "correctness")  # raises: missing
+    skipped = claim.get("randomised_parameters")
+    skipped = skipped.get("skipped") if isinstance(skipped, Mapping) else None
+    for item in planned:
+        if item.key.startswith("params-") and skipped:
+            notes.append(f"randomised parameters: not checked, the worker says: {skipped}")
+            continue
+        cand = out_of(item.key, "correctness")
+        inputs = record.to_device(item.inputs, w.device)
+        ref_out = record.to_device(item.ref_out, w.device)
+        if item.model is not None:
+            cmp = params.judge_randomised(w, item.model, ref_out, cand, inputs)
+        elif item.key.startswith("offdist-"):
+            cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, visible)
+        else:
+            cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
+        if not cmp.ok:
+            raise _fail("correctness", "judge", item.what, cmp)
+        checked.append(item.key)
 
 
 def _timed(w: Worker, record_dir: Path, out_of: Callable[[str, str], Any], checked: list[str]) -> None:
-    from stratagem.domains.pytorch import compare
-
     p = w._programs(need_candidate=False)
     calls = sorted(k for k in record.keys(record_dir) if record.parse_timed(k) is not None)
     if not calls:
@@ -147,7 +207,8 @@ def _timed(w: Worker, record_dir: Path, out_of: Callable[[str, str], Any], check
         attempt, call = record.parse_timed(key) or (0, 0)
         inputs = w._inputs(p, record.timed_seed(base, attempt, call))
         ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-        cmp = compare.compare_outputs(ref_out, out_of(key, "timing"), w.tolerances())
+        cmp = w.judge(ref_out, out_of(key, "timing"), inputs, report_anchor=False)
         if not cmp.ok:
-            raise _fail("timing", f"timed_outputs: timed call {call} (attempt {attempt})", cmp)
+            raise _fail("timing", "timed_outputs", f"the output of timed call {call} (attempt {attempt}) differs "
+                        "from the reference on the same inputs (honest only outside timing?)", cmp)
         checked.append(key)

@@ -18,6 +18,7 @@ candidate's own state is restored afterwards.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,7 +95,14 @@ def judge_randomised(w: Any, ref: torch.nn.Module, ref_out: Any, cand_out: Any, 
 
 def run_trial(w: Any, seed: int) -> dict[str, Any]:
     """The randomised-parameters trial for worker `w`; raises StageFailure when the outputs
-    disagree, returns the details (or why it was skipped)."""
+    disagree, returns the details (or why it was skipped), with its seconds."""
+    t0 = time.perf_counter()
+    out = _run_trial(w, seed)
+    out["randomised_parameters"]["duration_s"] = time.perf_counter() - t0
+    return out
+
+
+def _run_trial(w: Any, seed: int) -> dict[str, Any]:
     p = w._programs(need_candidate=True)
     cand = p.candidate
     ref, state, why = randomised_reference(p.reference, seed)
@@ -190,7 +198,14 @@ def judge_off_distribution(w: Any, ref_out: Any, cand_out: Any, inputs: list[Any
 def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
     """The trial on inputs off `get_inputs()`'s distribution (`judge_off_distribution`); a
     reference that is not finite there, or a problem that opts out
-    (`STRATAGEM = {"off_distribution": False}`), skips it with a note."""
+    (`STRATAGEM = {"off_distribution": False}`), skips it with a note. With its seconds."""
+    t0 = time.perf_counter()
+    out = _run_off_distribution(w, seed, visible_magnitude)
+    out["off_distribution"]["duration_s"] = time.perf_counter() - t0
+    return out
+
+
+def _run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
     scale = off_scale(w.req.get("off_distribution", True))
     if scale is None:
         return {"off_distribution": {"skipped": "the problem opts out (STRATAGEM off_distribution)"}}

@@ -67,15 +67,18 @@ class Recorder:
     def save(self, key: str, output: Any) -> None:
         if self.directory is None:
             return
-        torch.save(_to_cpu(output), self.directory / f"{key}.pt")
+        torch.save(to_cpu(output), self.directory / f"{key}.pt")
 
 
-def _to_cpu(out: Any) -> Any:
+def to_cpu(out: Any, keep_other: bool = False) -> Any:
+    """Tensors moved to the CPU (copies), containers rebuilt; anything else kept when
+    `keep_other`, else its repr (a record holds tensors and plain values only)."""
     if isinstance(out, torch.Tensor):
         return out.detach().to("cpu").clone()
     if isinstance(out, list | tuple):
-        return [_to_cpu(x) for x in out] if isinstance(out, list) else tuple(_to_cpu(x) for x in out)
-    if out is None or isinstance(out, int | float | bool | str):
+        items = [to_cpu(x, keep_other) for x in out]
+        return items if isinstance(out, list) else tuple(items)
+    if keep_other or out is None or isinstance(out, int | float | bool | str):
         return out
     return repr(out)  # not a tensor: the judge's comparison reports the type mismatch
 
@@ -100,12 +103,12 @@ def load(directory: Path, key: str, device: str, max_bytes: int) -> Any:
         out = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise ValueError(f"{key}: not a recorded output ({runtime.one_line(e)})") from e
-    return _to_device(out, device)
+    return to_device(out, device)
 
 
-def _to_device(out: Any, device: str) -> Any:
+def to_device(out: Any, device: str) -> Any:
     if isinstance(out, torch.Tensor):
         return out.to(device)
     if isinstance(out, list | tuple):
-        return type(out)(_to_device(x, device) for x in out)
+        return type(out)(to_device(x, device) for x in out)
     return out

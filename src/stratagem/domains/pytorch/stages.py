@@ -267,14 +267,16 @@ class Worker:
             out["calibrated_atol"] = self._calibrated_atol
         return out
 
-    def judge(self, ref_out: Any, cand_out: Any, inputs: list[Any]) -> compare.Comparison:
-        """Compare by the rule in force, with both outputs' errors against the anchor."""
-        anchor = self.anchor(inputs) if self.anchor is not None else None
+    def judge(self, ref_out: Any, cand_out: Any, inputs: list[Any], report_anchor: bool = True) -> compare.Comparison:
+        """Compare by the rule in force, with both outputs' errors against the anchor (in the
+        fixed mode only when `report_anchor`: there it decides nothing)."""
+        want = report_anchor or self.rule.get("mode") == "calibrated"
+        anchor = self.anchor(inputs) if self.anchor is not None and want else None
         if anchor is not None and self.mode() == "calibrated":
             return compare.calibrated_compare(anchor, ref_out, cand_out, self.rule)
         cmp = compare.compare_outputs(ref_out, cand_out, self.req["tolerances"])
         if anchor is not None and cmp.ok:  # report the anchor errors in the fixed mode too
-            info = compare.calibrated_compare(anchor, ref_out, cand_out, self.rule)
+            info = compare.against_anchor(anchor, ref_out, cand_out, self.rule, compare.Comparison(True))
             cmp.anchor = info.anchor
         return cmp
 

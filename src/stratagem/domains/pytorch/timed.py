@@ -196,20 +196,26 @@ def _keep_count(w: Worker, inputs: list[Any]) -> int:
 def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[str, Any, list[Any]]]) -> list[str]:
     """The outputs of timed calls drawn at random, against the reference on the very same
     inputs: a candidate honest only outside timing (by call count, elapsed time, stream or
-    profiler state) fails here. Each is recorded for the judge too. Returns the calls checked
-    (`timed-ATTEMPT-CALL`)."""
+    profiler state) fails here. With a judge they are only recorded: the judge, which makes
+    the same inputs from their seeds, compares them after the worker ends. Returns the calls
+    checked or recorded (`timed-ATTEMPT-CALL`)."""
     checked: list[str] = []
+    if w.recorder.directory is not None:
+        for key, got, _args in kept:
+            w.recorder.save(key, got)
+            checked.append(key)
+        return checked
     with w.hold("shared"), torch.no_grad():
-        for i, got, args in kept:
-            w.recorder.save(i, got)
+        for key, got, args in kept:
             ref = w._call_reference(p.reference, runtime.clone_inputs(args))
             cmp = compare.compare_outputs(ref, got, w.tolerances())
             if not cmp.ok:
-                raise StageFailure(cmp.kind, f"timed_outputs: the output of timed call {i} differs from the "
+                raise StageFailure(cmp.kind, f"timed_outputs: the output of timed call {key} differs from the "
                                    f"reference on the same inputs (honest only outside timing?): {cmp.reason}",
-                                   {"checked": checked + [i]})
-            checked.append(i)
+                                   {"checked": checked + [key]})
+            checked.append(key)
     return checked
+
 
 def _baseline_correctness(w: Worker, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
     """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
