@@ -1,0 +1,68 @@
+"""Owns what every command shares: the typer app, the common options, config loading and the
+error exit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from stratagem.config import StratagemConfig, load_config
+from stratagem.errors import StratagemError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=(
+        "stratagem: search for faster GPU code with LLM agents; every candidate is proven "
+        "correct, honest and fast by a sandboxed harness.\n\n"
+        "A PROBLEM is a KernelBench-format .py file (class Model, get_inputs(), "
+        "get_init_inputs(), size constants). A CANDIDATE is a .py file defining class "
+        "ModelNew (PyTorch, CUDA via load_inline, or Triton).\n\n"
+        "Config precedence: defaults < --config TOML < command-line options.\n\n"
+        "Exit codes: 0 verdict reached (valid or invalid); 1 harness or problem error; "
+        "2 usage or configuration error."
+    ),
+)
+
+DeviceOpt = Annotated[
+    str | None, typer.Option("--device", help="auto (GPU if visible, else CPU), cpu, cuda or cuda:N.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
+
+
+def config_for(
+    config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None,
+    correctness: str | None = None,
+) -> StratagemConfig:
+    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout, "integrity": integrity,
+                                               "correctness": {"mode": correctness}}})
+
+
+CorrectnessOpt = Annotated[
+    str | None,
+    typer.Option("--correctness", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "
+                                       "of eager's own error against a float64 run of the reference)."),
+]
+
+
+def fail(console: Console, e: StratagemError, as_json: bool, code: int) -> None:
+    if as_json:
+        print(json.dumps({"status": "error", "error": str(e), "error_type": type(e).__name__}))
+    else:
+        console.print(f"[bold red]error:[/] {escape(str(e))}")
+    raise typer.Exit(code)
+
+
+def wide_console(stderr: bool = False) -> Console:
+    """A console that does not fold tables to 80 columns when writing to a file or pipe."""
+    probe = Console(stderr=stderr)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=120)
+
+
+COLORS = {"passed": "green", "failed": "red", "skipped": "yellow"}

@@ -1,0 +1,181 @@
+"""Owns the search commands: run, resume, show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from stratagem.cli.common import (
+    ConfigOpt,
+    CorrectnessOpt,
+    DeviceOpt,
+    JsonOpt,
+    app,
+    fail,
+    wide_console,
+)
+from stratagem.config import load_config
+from stratagem.errors import ConfigError, ProblemError, StratagemError
+
+
+@app.command("run")
+def run_cmd(
+    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
+    model: Annotated[str | None, typer.Option("--model", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
+    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="auto (LLM agents) or recipes (no LLM). Default: auto with a model, else recipes.")] = None,
+    iterations: Annotated[int | None, typer.Option("--iterations", help="Iterations (default 10).")] = None,
+    patience: Annotated[int | None, typer.Option("--patience", help="Stop after K iterations without a new best (default 3).")] = None,
+    implementors: Annotated[int | None, typer.Option("--implementors", help="Concurrent Implementors (default 2).")] = None,
+    max_queries: Annotated[int | None, typer.Option("--max-queries", help="LLM request budget.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="LLM token budget.")] = None,
+    max_usd: Annotated[float | None, typer.Option("--max-usd", help="Money budget (USD).")] = None,
+    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", help="Evaluation-time budget (s).")] = None,
+    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", help="Wall-clock budget of this invocation (s).")] = None,
+    device: DeviceOpt = None,
+    integrity: Annotated[str | None, typer.Option("--integrity", help="lenient or strict.")] = None,
+    correctness: CorrectnessOpt = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Search for a faster ModelNew for PROBLEM: iterations of a policy, every design proven by
+    the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
+    resume RUN_DIR` continues."""
+    overrides = {
+        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness}},
+        "search": {"policy": policy, "iterations": iterations, "patience": patience,
+                   "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
+                   "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
+                   "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
+        "agents": {"model": model, "endpoints": endpoint or None},
+    }
+    console = wide_console(stderr=as_json)
+    try:
+        cfg = load_config(config, overrides)
+    except ConfigError as e:
+        fail(console, e, as_json, 2)
+    from stratagem.search.api import start_run
+
+    _drive(console, as_json, lambda view: start_run(problem, cfg, None, view))
+
+
+@app.command("resume")
+def resume_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory from `stratagem run`.")],
+    iterations: Annotated[int | None, typer.Option("--iterations", help="Raise the iteration limit.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Continue a stopped or killed run from its database, with the settings it started with."""
+    from stratagem.search.api import resume_run
+
+    console = wide_console(stderr=as_json)
+    over = {"search": {"iterations": iterations}}
+    _drive(console, as_json, lambda view: resume_run(run_dir, view, over))
+
+
+@app.command("show")
+def show_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a run's leaderboard, iterations, strategy counts and spend."""
+    from stratagem.report.leaderboard import (
+        iterations_table,
+        leaderboard,
+        spend_line,
+        strategy_table,
+    )
+    from stratagem.search.api import show_run
+
+    console = wide_console()
+    try:
+        r = show_run(run_dir)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+    best = r.best
+    if as_json:
+        print(json.dumps({
+            "run_dir": str(r.run_dir), "problem": r.problem,
+            "status": r.run.status if r.run else None, "stop_reason": r.run.stop_reason if r.run else None,
+            "iterations": len(r.iterations), "designs": len(r.views),
+            "valid": sum(v.status == "valid" for v in r.views),
+            "unstable": sum(v.status == "unstable" for v in r.views),
+            "best": None if best is None else _design_json(best),
+            "beats_reference": bool(best is not None and best.beats_reference),
+            "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
+            "spend": r.spend.to_json(),
+        }))
+        return
+    status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
+    console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations · "
+                  f"{len(r.views)} designs")
+    console.print(leaderboard(r.views, r.reference_ms))
+    console.print(iterations_table(r.iterations, r.views))
+    console.print(strategy_table(r.strategy_counts))
+    console.print(spend_line(r.spend))
+
+
+def _design_json(v: Any) -> dict[str, Any]:
+    """One design's numbers as `show --json` and `run --json` give them."""
+    return {"id": v.id, "status": v.status, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
+            "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
+            "speedup_compile": v.speedup_compile, "compile_fails": v.compile_fails or None,
+            "beats_reference": v.beats_reference,
+            "stability": v.stability or "stable"}
+
+
+
+def _drive(console: Console, as_json: bool, start: Any) -> None:
+    """Run a search coroutine with the live view; Ctrl-C stops it cleanly (exit 130)."""
+    import asyncio
+
+    from stratagem.report.leaderboard import leaderboard, spend_line, strategy_table
+    from stratagem.report.live import LiveView
+    from stratagem.search import state as st
+
+    try:
+        with LiveView(console) as view:
+            outcome = asyncio.run(start(None if as_json else view))
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]: everything so far is saved; continue with `stratagem resume RUN_DIR`")
+        raise typer.Exit(130) from None
+    except (ConfigError, ProblemError) as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+    best = outcome.best
+    if as_json:
+        print(json.dumps({
+            "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
+            "iterations": outcome.iterations,
+            "best": None if best is None else {**_design_json(best), "path": str(outcome.best_path)},
+            "no_gain": outcome.no_gain,
+            "best_path": str(outcome.best_path) if outcome.best_path else None,
+            "fastest": None if outcome.top is None else _design_json(outcome.top),
+            "reference_ms": outcome.reference_ms,
+            "spend": outcome.spend.to_json(),
+        }))
+        return
+    from stratagem.search.api import show_run
+
+    r = show_run(outcome.run_dir)
+    console.print(f"stopped: {outcome.stop_reason}")
+    console.print(leaderboard(r.views, r.reference_ms))
+    console.print(strategy_table(st.strategy_counts(r.views)))
+    console.print(spend_line(r.spend))
+    if best is not None:
+        comp = f", {best.compile_text()} vs torch.compile" if best.speedup_compile else ""
+        console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup_text()} vs eager{comp})",
+                      highlight=False)
+    else:
+        console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",
+                      highlight=False)
+    if outcome.spend.failed_calls:
+        console.print(f"[yellow]{outcome.spend.failed_calls} LLM calls failed[/]; each one's error is in "
+                      "the run database (`agent_calls`) and in the iteration notes")
+    console.print(f"run directory: {outcome.run_dir}")
