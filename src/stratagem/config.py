@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from stratagem.errors import ConfigError
 
@@ -208,6 +208,23 @@ class AgentsConfig(BaseModel):
     """Model name -> price, overriding the built-in price table."""
     temperature: float | None = None
 
+    @model_validator(mode="after")
+    def _endpoints_need_a_model(self) -> AgentsConfig:
+        if self.endpoints and not self.model:
+            raise ValueError("agents.endpoints (--endpoint) is set but agents.model (--model) is not: name the "
+                             "model the endpoint serves, e.g. --model qwen3:32b")
+        return self
+
+    def resolved_endpoints(self) -> list[str]:
+        """The endpoints serving `model`: the configured ones, or for `ollama:NAME` without any,
+        the local Ollama server ($OLLAMA_BASE_URL, else http://localhost:11434/v1)."""
+        if self.endpoints or not (self.model or "").startswith("ollama:"):
+            return list(self.endpoints)
+        return [os.environ.get("OLLAMA_BASE_URL") or OLLAMA_DEFAULT_URL]
+
+
+OLLAMA_DEFAULT_URL = "http://localhost:11434/v1"
+
 
 class SearchConfig(BaseModel):
     """The run loop: policy, iterations, concurrency, budgets and stop rules."""
@@ -285,8 +302,38 @@ def load_config(
     try:
         return StratagemConfig.model_validate(data)
     except ValidationError as e:
-        where = f" in {path}" if path else ""
-        raise ConfigError(f"invalid configuration{where}:\n{e}") from e
+        raise ConfigError(describe_errors(e, path)) from e
+
+
+OPTIONS = {
+    "evaluation.device": "--device", "evaluation.timeout_s": "--timeout", "evaluation.integrity": "--integrity",
+    "evaluation.correctness.mode": "--correctness", "search.policy": "--policy",
+    "search.iterations": "--iterations", "search.patience": "--patience", "search.implementors": "--implementors",
+    "search.max_queries": "--max-queries", "search.max_tokens": "--max-tokens", "search.max_usd": "--max-usd",
+    "search.max_gpu_seconds": "--max-gpu-seconds", "search.max_wall_seconds": "--max-wall-seconds",
+    "search.run_dir": "--run-dir", "agents.model": "--model", "agents.endpoints": "--endpoint",
+}
+"""Config keys set by a command-line option: errors name both."""
+
+
+def describe_errors(e: ValidationError, path: str | Path | None = None) -> str:
+    """One line per invalid value, naming its config key, the option that sets it, what was
+    given and what is allowed (never pydantic's raw dump)."""
+    lines = []
+    for err in e.errors():
+        loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
+        key = ".".join(loc) or "configuration"
+        opt = OPTIONS.get(key)
+        name = f"{key} ({opt})" if opt else key
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        given = err.get("input")
+        shown = "" if err.get("type") in ("extra_forbidden", "missing") or isinstance(given, dict) or repr(given) in msg \
+            else f" (got {given!r})"
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown setting (check its spelling and section)"
+        lines.append(f"{name}: {msg}{shown}")
+    where = f" in {path}" if path else ""
+    return f"invalid configuration{where}: " + "; ".join(lines)
 
 
 def _drop_none(m: Mapping[str, Any]) -> dict[str, Any]:

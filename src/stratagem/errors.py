@@ -26,6 +26,10 @@ class CandidateError(StratagemError):
     """
 
 
+class ModelUnreachable(StratagemError):
+    """An LLM the run needs did not answer its preflight request (exit code 1)."""
+
+
 class StoreError(StratagemError):
     """The run database is unreadable, from a newer schema, or inconsistent."""
 

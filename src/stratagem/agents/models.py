@@ -12,6 +12,7 @@ agents spread across endpoints. Construction opens no connection.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -101,6 +102,74 @@ class RoleModels:
         return cls(default=default, by_role=pools)
 
 
+PREFLIGHT_PROMPT = "Reply with the single word OK."
+PREFLIGHT_TIMEOUT_S = 60.0
+
+
+async def preflight(models: RoleModels, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
+    """One tiny request to every distinct remote model the roles use, before a run does any
+    work: a model or endpoint that cannot answer stops the run here, with the provider's own
+    error. Models that answer in-process (`TestModel`, `FunctionModel`) are not asked.
+    Returns the labels of the models asked.
+
+    Raises:
+        ModelUnreachable: a model failed or did not answer within `timeout_s`.
+    """
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    from stratagem.errors import ModelUnreachable
+
+    seen: dict[int, tuple[Model, str]] = {}
+    for pool in (models.default, *models.by_role.values()):
+        for m, label in zip(pool.models, pool.labels, strict=True):
+            if not isinstance(m, TestModel | FunctionModel):
+                seen.setdefault(id(m), (m, label))
+
+    async def ask(m: Model, label: str) -> None:
+        try:
+            await asyncio.wait_for(Agent(m, output_type=str, retries=0).run(
+                PREFLIGHT_PROMPT, model_settings=ModelSettings(max_tokens=16)), timeout_s)
+        except TimeoutError:
+            raise ModelUnreachable(f"model {label} did not answer a one-line request within {timeout_s:.0f} s; "
+                                   "check --model and --endpoint (is the server up?)") from None
+        except Exception as e:  # noqa: BLE001 - the provider's own error is the message
+            detail = error_chain(e)
+            raise ModelUnreachable(f"model {label} cannot be reached: {detail}; check --model, --endpoint "
+                                   "and the API key variable (agents.api_key_env)") from e
+
+    await asyncio.gather(*(ask(m, label) for m, label in seen.values()))
+    return [label for _m, label in seen.values()]
+
+
+_LIBRARY_ADVICE = re.compile(r"\s*To try Pydantic AI without an API key.*$", re.S)
+_PROVIDER_ARG = re.compile(r" or pass it via `\w+Provider\(api_key=\.\.\.\)`")
+
+
+def cli_advice(message: str) -> str:
+    """A provider error rewritten for the command line: pydantic-ai's library advice
+    (`Agent('test')`, `OpenAIProvider(api_key=...)`) replaced by the CLI's own options."""
+    text = _PROVIDER_ARG.sub(" (or name another variable with agents.api_key_env)", message)
+    text = _LIBRARY_ADVICE.sub("", text).rstrip()
+    return text + (" To try stratagem without an API key: --model test (scripted offline agents), or no --model "
+                   "(the recipes policy).")
+
+
+def error_chain(e: BaseException, depth: int = 4) -> str:
+    """`Type: message` of an exception and its causes, down to the root (`Connection error.`
+    says little; the refused connection under it says what is wrong)."""
+    parts: list[str] = []
+    cur: BaseException | None = e
+    while cur is not None and len(parts) < depth:
+        text = f"{type(cur).__name__}: {cur}".strip()
+        if text not in parts:
+            parts.append(text)
+        cur = cur.__cause__ or cur.__context__
+    return " <- ".join(parts)
+
+
 def endpoint_model_name(model: str) -> str:
     """The model name to send to an OpenAI-compatible endpoint (`ollama:qwen3:32b` -> `qwen3:32b`)."""
     prefix, sep, rest = model.partition(":")
@@ -118,18 +187,19 @@ def resolve_models(cfg: AgentsConfig) -> ModelPool:
         raise ConfigError("the auto policy needs a model: set agents.model (or --model)")
     if cfg.model == "test":
         return ModelPool([TestModel(call_tools=[])], labels=["test"])
-    if cfg.endpoints:
+    endpoints = cfg.resolved_endpoints()
+    if endpoints:
         key = secret(cfg.api_key_env) or "none"
         name = endpoint_model_name(cfg.model)
         models: list[Model] = [
             OpenAIChatModel(name, provider=OpenAIProvider(base_url=url, api_key=key))
-            for url in cfg.endpoints
+            for url in endpoints
         ]
-        return ModelPool(models, labels=[f"{name}@{url}" for url in cfg.endpoints])
+        return ModelPool(models, labels=[f"{name}@{url}" for url in endpoints])
     try:
         model = infer_model(cfg.model, provider_factory=_provider_factory(cfg))
     except (UserError, ValueError, ImportError) as e:
-        raise ConfigError(f"cannot use model {cfg.model!r}: {e}") from e
+        raise ConfigError(f"cannot use model {cfg.model!r} (--model): {cli_advice(str(e))}") from e
     return ModelPool([model], labels=[cfg.model])
 
 

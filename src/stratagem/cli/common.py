@@ -17,6 +17,7 @@ from stratagem.errors import StratagemError
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: no `<bool>` type tags beside flags
     help=(
         "stratagem: search for faster GPU code with LLM agents; every candidate is proven "
         "correct, honest and fast by a sandboxed harness.\n\n"
@@ -29,11 +30,10 @@ app = typer.Typer(
     ),
 )
 
-DeviceOpt = Annotated[
-    str | None, typer.Option("--device", help="auto (GPU if visible, else CPU), cpu, cuda or cuda:N.")
+DeviceOpt = Annotated[str | None, typer.Option("--device", metavar="DEVICE", help="auto (GPU if visible, else CPU), cpu, cuda or cuda:N.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", metavar="FILE", help="TOML config file.")]
 
 
 def config_for(
@@ -44,9 +44,7 @@ def config_for(
                                                "correctness": {"mode": correctness}}})
 
 
-CorrectnessOpt = Annotated[
-    str | None,
-    typer.Option("--correctness", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "
+CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "
                                        "of eager's own error against a float64 run of the reference)."),
 ]
 

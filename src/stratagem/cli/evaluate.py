@@ -26,17 +26,13 @@ from stratagem.errors import CandidateError, ConfigError, ProblemError, Stratage
 
 @app.command("eval")
 def eval_cmd(
-    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
-    candidate: Annotated[Path, typer.Argument(help="Candidate file defining ModelNew.")],
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining ModelNew.")],
     device: DeviceOpt = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option("--timeout", help=f"Worker wall-clock limit in seconds, compile included (default {DEFAULT_TIMEOUT_S:g} s; a problem may set its own)."),
+    timeout: Annotated[float | None, typer.Option("--timeout", metavar="TIMEOUT", help=f"Worker wall-clock limit in seconds, compile included (default {DEFAULT_TIMEOUT_S:g} s; a problem may set its own)."),
     ] = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Record the evaluation in this run directory.")] = None,
-    integrity: Annotated[
-        str | None,
-        typer.Option("--integrity", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Record the evaluation in this run directory.")] = None,
+    integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),
     ] = None,
     correctness: CorrectnessOpt = None,
     as_json: JsonOpt = False,
@@ -64,7 +60,7 @@ def eval_cmd(
 
 @app.command("baseline")
 def baseline_cmd(
-    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
     device: DeviceOpt = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure again even if cached.")] = False,
     as_json: JsonOpt = False,
@@ -155,7 +151,7 @@ def calibrate_cmd(
 
 @app.command("audit")
 def audit_cmd(
-    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
     device: DeviceOpt = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,

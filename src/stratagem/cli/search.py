@@ -24,22 +24,22 @@ from stratagem.errors import ConfigError, ProblemError, StratagemError
 
 @app.command("run")
 def run_cmd(
-    problem: Annotated[Path, typer.Argument(help="KernelBench-format problem file.")],
-    model: Annotated[str | None, typer.Option("--model", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
-    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", help="auto (LLM agents) or recipes (no LLM). Default: auto with a model, else recipes.")] = None,
-    iterations: Annotated[int | None, typer.Option("--iterations", help="Iterations (default 10).")] = None,
-    patience: Annotated[int | None, typer.Option("--patience", help="Stop after K iterations without a new best (default 3).")] = None,
-    implementors: Annotated[int | None, typer.Option("--implementors", help="Concurrent Implementors (default 2).")] = None,
-    max_queries: Annotated[int | None, typer.Option("--max-queries", help="LLM request budget.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="LLM token budget.")] = None,
-    max_usd: Annotated[float | None, typer.Option("--max-usd", help="Money budget (USD).")] = None,
-    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", help="Evaluation-time budget (s).")] = None,
-    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", help="Wall-clock budget of this invocation (s).")] = None,
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
+    model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
+    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (LLM agents) or recipes (no LLM). Default: auto with a model, else recipes.")] = None,
+    iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
+    patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop after K iterations without a new best (default 3).")] = None,
+    implementors: Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors (default 2).")] = None,
+    max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="MAX_QUERIES", help="LLM request budget.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="MAX_TOKENS", help="LLM token budget.")] = None,
+    max_usd: Annotated[float | None, typer.Option("--max-usd", metavar="MAX_USD", help="Money budget (USD).")] = None,
+    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget (s).")] = None,
+    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget of this invocation (s).")] = None,
     device: DeviceOpt = None,
-    integrity: Annotated[str | None, typer.Option("--integrity", help="lenient or strict.")] = None,
+    integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
     correctness: CorrectnessOpt = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
@@ -66,8 +66,8 @@ def run_cmd(
 
 @app.command("resume")
 def resume_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory from `stratagem run`.")],
-    iterations: Annotated[int | None, typer.Option("--iterations", help="Raise the iteration limit.")] = None,
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory from `stratagem run`.")],
+    iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Raise the iteration limit.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Continue a stopped or killed run from its database, with the settings it started with."""
@@ -80,17 +80,19 @@ def resume_cmd(
 
 @app.command("show")
 def show_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     as_json: JsonOpt = False,
 ) -> None:
     """Print a run's leaderboard, iterations, strategy counts and spend."""
     from stratagem.report.leaderboard import (
+        failures_table,
         iterations_table,
         leaderboard,
         spend_line,
         strategy_table,
     )
     from stratagem.search.api import show_run
+    from stratagem.search.types import ranked
 
     console = wide_console()
     try:
@@ -109,15 +111,40 @@ def show_cmd(
             "beats_reference": bool(best is not None and best.beats_reference),
             "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
             "spend": r.spend.to_json(),
+            "leaderboard": [_design_json(v) for v in ranked(r.views)],
+            "all_designs": [_design_entry(v) for v in sorted(r.views, key=lambda v: v.created_at)],
+            "iteration_log": [_iteration_json(it) for it in r.iterations],
         }))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
     console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations · "
                   f"{len(r.views)} designs")
     console.print(leaderboard(r.views, r.reference_ms))
+    failed = failures_table(r.views)
+    if failed is not None:
+        console.print(failed)
     console.print(iterations_table(r.iterations, r.views))
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
+
+
+def _design_entry(v: Any) -> dict[str, Any]:
+    """One design of `show --json`'s `all_designs`: its numbers, lineage and, when it did not
+    pass, the validator that failed it and why."""
+    from stratagem.report.leaderboard import FAILING, failure
+
+    out = {**_design_json(v), "iteration": v.iteration, "author": v.author, "strategy": v.strategy,
+           "parents": list(v.parents)}
+    if v.status in FAILING:
+        where, why = failure(v)
+        out.update(failed_at=where, reason=why, report=v.report)
+    return out
+
+
+def _iteration_json(it: Any) -> dict[str, Any]:
+    return {"n": it.n, "status": it.status, "strategy": (it.plan or {}).get("strategy"),
+            "designs": list(it.design_ids), "note": it.note, "started_at": it.started_at,
+            "finished_at": it.finished_at}
 
 
 def _design_json(v: Any) -> dict[str, Any]:
@@ -134,7 +161,7 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
     """Run a search coroutine with the live view; Ctrl-C stops it cleanly (exit 130)."""
     import asyncio
 
-    from stratagem.report.leaderboard import leaderboard, spend_line, strategy_table
+    from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.search import state as st
 
@@ -175,6 +202,9 @@ def _drive(console: Console, as_json: bool, start: Any) -> None:
     else:
         console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",
                       highlight=False)
+    failed = failures_table(r.views, last=5)
+    if failed is not None and not any(v.status == "valid" for v in r.views):
+        console.print(failed)  # nothing passed: say why the last ones did not
     if outcome.spend.failed_calls:
         console.print(f"[yellow]{outcome.spend.failed_calls} LLM calls failed[/]; each one's error is in "
                       "the run database (`agent_calls`) and in the iteration notes")

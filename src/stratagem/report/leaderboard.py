@@ -46,6 +46,39 @@ def leaderboard(
     return t
 
 
+def failure(v: DesignView) -> tuple[str, str]:
+    """(the first failing validator, its kind and reason) of a design that is not valid, from
+    its report (`[validator] kind: reason`); a review's or a stability reason otherwise."""
+    first = (v.report or "").strip().splitlines()[0] if (v.report or "").strip() else ""
+    if first.startswith("[") and "] " in first:
+        name, rest = first[1:].split("] ", 1)
+        return name, rest
+    if v.status == "unstable":
+        return "timing", f"unstable: {v.stability}"
+    return v.status, first or "-"
+
+
+FAILING = ("invalid", "error", "flagged", "unstable", "unreviewed")
+
+
+def failures_table(views: Sequence[DesignView], last: int = 12) -> Table | None:
+    """Every design that is not valid (the latest `last`): which validator failed it and why."""
+    bad = [v for v in views if v.status in FAILING]
+    if not bad:
+        return None
+    t = Table(title=f"Designs that did not pass ({len(bad)})", title_justify="left")
+    for col in ("design", "iter", "author", "failed at"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("reason", overflow="fold")
+    for v in sorted(bad, key=lambda v: v.created_at)[-last:]:
+        where, why = failure(v)
+        t.add_row(v.id[:10], "-" if v.iteration is None else str(v.iteration), v.author or "-", where,
+                  why[:300])
+    if len(bad) > last:
+        t.caption = f"{len(bad) - last} earlier ones: `stratagem show --json RUN_DIR` lists all"
+    return t
+
+
 def strategy_table(counts: Mapping[str, Mapping[str, int]]) -> Table:
     t = Table(title="Strategies", title_justify="left")
     t.add_column("strategy")
@@ -64,10 +97,12 @@ def spend_line(spend: Spend) -> str:
 
 
 def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView], last: int = 20) -> Table:
-    """Each iteration: status, strategy, designs made, ranked ones, the best speedup after it."""
+    """Each iteration: status, strategy, designs made, ranked ones, the best speedup after it,
+    and its note (why it ended as it did: failed agent calls, a stop, a review)."""
     t = Table(title="Iterations", title_justify="left")
     for col in ("#", "status", "strategy", "designs", "valid", "best after (vs eager)"):
         t.add_column(col, justify="left" if col in ("status", "strategy") else "right")
+    t.add_column("note", overflow="fold")
     by_id = {v.id: v for v in views}
     best: DesignView | None = None
     rows = []
@@ -78,7 +113,7 @@ def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[Desi
             best = ok[0]
         strategy = str((it.plan or {}).get("strategy") or "-")
         rows.append((str(it.n), it.status, strategy, str(len(made)), str(len(ok)),
-                     "-" if best is None else best.speedup_text()))
+                     "-" if best is None else best.speedup_text(), (it.note or "")[:300]))
     for row in rows[-last:]:
         t.add_row(*row)
     return t

@@ -58,6 +58,7 @@ async def start_run(
     # run directory is written, so a bad option leaves nothing behind.
     evaluator = make_evaluator(cfg.evaluation)
     policy = make_policy(cfg, problem, evaluator, run_dir)
+    await _preflight(policy)  # a model that cannot answer stops the run before it starts
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
         store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
@@ -97,8 +98,20 @@ def _stored_problem(store: RunStore, run: RunRecord) -> Problem:
 async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: RunView | None) -> RunOutcome:
     evaluator = make_evaluator(cfg.evaluation)
     policy = make_policy(cfg, problem, evaluator, store.run_dir)
+    await _preflight(policy)
     loop = SearchLoop(cfg, problem, store, evaluator, policy, view)
     return await loop.run()
+
+
+async def _preflight(policy: Policy) -> None:
+    """The policy's models answer (policies without an LLM have nothing to check).
+
+    Raises:
+        ModelUnreachable: one does not.
+    """
+    check = getattr(policy, "preflight", None)
+    if check is not None:
+        await check()
 
 
 @dataclass(frozen=True)

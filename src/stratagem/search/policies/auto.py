@@ -21,7 +21,7 @@ from stratagem.agents.analyst import AnalystDeps, ask_analyst, designs_by_id, re
 from stratagem.agents.calls import FATAL, AgentRuntime
 from stratagem.agents.docs import DocIndex
 from stratagem.agents.implementor import ImplementorResult, ImplementorTask, run_implementor
-from stratagem.agents.models import ModelPool, RoleModels, resolve_models
+from stratagem.agents.models import ModelPool, RoleModels, preflight, resolve_models
 from stratagem.agents.offline import offline_models
 from stratagem.agents.strategist import StrategistDeps, StrategistResult, plan_iteration
 from stratagem.agents.tools import Workdir
@@ -114,6 +114,10 @@ class AutoPolicy:
             ConfigError: no usable model.
         """
         return cls(cfg, problem, workdir, role_models(cfg, problem, models), sleep=sleep)
+
+    async def preflight(self) -> list[str]:
+        """Ask every remote model one tiny question (agents.models.preflight)."""
+        return await preflight(self.runtime.models)
 
     # -- helpers ----------------------------------------------------------------------------
 
