@@ -208,7 +208,7 @@ _COLORS = {"passed": "green", "failed": "red", "skipped": "yellow"}
 
 
 def _print_eval(console: Console, s: dict[str, Any]) -> None:
-    color = {"valid": "green", "invalid": "red", "error": "magenta"}[s["status"]]
+    color = {"valid": "green", "invalid": "red", "error": "magenta", "needs_gpu": "yellow"}[s["status"]]
     t = Table(title=f"{s['problem']} · design {s['design_id'][:12]} · {s['device']}")
     t.add_column("validator")
     t.add_column("result")

@@ -35,7 +35,7 @@ PER_DESIGN_OVERHEAD_CHARS = 200
 MIN_SOURCE_CHARS = 400
 """A source is never shortened below this many characters (then designs are dropped instead)."""
 
-FAILED_STATUSES = frozenset({"invalid", "error", "flagged"})
+FAILED_STATUSES = frozenset({"invalid", "error", "flagged", "needs_gpu"})
 
 TRACEBACK_KEEP_LINES = 3
 """A traceback is cut to its last few frame lines and the exception line."""

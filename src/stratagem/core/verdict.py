@@ -25,10 +25,11 @@ FailureKind = Literal[
     "cuda_error",  # a CUDA error (illegal address, launch failure)
     "problem_error",  # the reference problem itself is broken: not the candidate's fault
     "harness_error",  # stratagem's own machinery failed
+    "needs_gpu",  # GPU-only code (Triton, CUDA sources, .cuda()) evaluated on the CPU
 ]
 """Why a validator failed. `problem_error` and `harness_error` make the verdict `error`."""
 
-VerdictStatus = Literal["valid", "invalid", "error"]
+VerdictStatus = Literal["valid", "invalid", "error", "needs_gpu"]
 """`valid`: every validator passed. `invalid`: the candidate failed. `error`: no fair verdict."""
 
 ERROR_KINDS: frozenset[str] = frozenset({"problem_error", "harness_error"})
@@ -80,6 +81,8 @@ class Verdict:
         failed = [r for r in self.results if r.outcome == "failed"]
         if any(r.kind in ERROR_KINDS for r in failed):
             return "error"
+        if any(r.kind == "needs_gpu" for r in failed):
+            return "needs_gpu"  # not wrong, just not runnable here
         if failed or any(r.outcome != "passed" for r in self.results):
             return "invalid"
         return "valid"

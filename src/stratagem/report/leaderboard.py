@@ -58,7 +58,7 @@ def failure(v: DesignView) -> tuple[str, str]:
     return v.status, first or "-"
 
 
-FAILING = ("invalid", "error", "flagged", "unstable", "unreviewed")
+FAILING = ("invalid", "error", "flagged", "unstable", "unreviewed", "needs_gpu")
 
 
 def failures_table(views: Sequence[DesignView], last: int = 12) -> Table | None:

@@ -15,7 +15,7 @@ from stratagem.core.problem import Problem
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
 STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
 
-DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed", "unstable"]
+DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed", "unstable", "needs_gpu"]
 """`flagged`: valid by the harness but judged cheating by the Analyst's review; `unreviewed`:
 valid by the harness and fast enough to need the review, which failed (an LLM error): it may
 not become the best until a later review clears it; `unstable`: valid, but its timing stayed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+import re
 import sys
 import traceback
 import types
@@ -43,6 +44,21 @@ def classify_exception(exc: BaseException) -> str:
     if (accel is not None and isinstance(exc, accel)) or "CUDA error" in text:
         return "cuda_error"
     return "exception"
+
+
+_GPU_ONLY = re.compile(
+    r"No module named '(triton|cupy|pycuda|cuda)\b|CUDA_HOME|Torch not compiled with CUDA|Found no NVIDIA driver|"
+    r"no CUDA GPUs are available|nvcc\b.*not found|cannot find -lcuda|libcuda\.so|cuda_runtime|"
+    r"Cannot find a working triton installation|0 active drivers")
+
+
+def needs_gpu(exc: BaseException, device: str) -> bool:
+    """On the CPU, an exception that says the code needs a GPU or its toolchain (Triton,
+    CUDA sources, `.cuda()`): the candidate is not wrong, it cannot run here."""
+    if device.startswith("cuda"):
+        return False
+    text = f"{type(exc).__name__}: {exc}"
+    return bool(_GPU_ONLY.search(text)) or bool(_GPU_ONLY.search(format_exception(exc)[-2000:]))
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:

@@ -173,10 +173,7 @@ class Worker:
                 )
             except (Exception, SystemExit) as e:
                 kind = "compile_error" if _is_build_error(e) else runtime.classify_exception(e)
-                raise StageFailure(
-                    kind, f"importing the candidate failed: {runtime.one_line(e)}",
-                    {"traceback": runtime.format_exception(e)},
-                ) from e
+                raise self._failure(e, kind, f"importing the candidate failed: {runtime.one_line(e)}") from e
             details["import_s"] = time.perf_counter() - t0
             if not isinstance(getattr(mod, "ModelNew", None), type):
                 raise StageFailure("malformed", "the candidate module has no class ModelNew")
@@ -184,10 +181,8 @@ class Worker:
                 with self.hold("shared"):  # __init__ may put work on the device
                     new = runtime.instantiate(mod.ModelNew, init_inputs, int(self.req["init_seed"]), self.device)
             except Exception as e:
-                raise StageFailure(
-                    runtime.classify_exception(e), f"ModelNew(*get_init_inputs()) failed: {runtime.one_line(e)}",
-                    {"traceback": runtime.format_exception(e)},
-                ) from e
+                raise self._failure(e, runtime.classify_exception(e),
+                                    f"ModelNew(*get_init_inputs()) failed: {runtime.one_line(e)}") from e
             if not isinstance(new, torch.nn.Module):
                 raise StageFailure("malformed", "ModelNew is not a torch.nn.Module")
             self.programs.candidate_module, self.programs.candidate = mod, new
@@ -343,8 +338,17 @@ class Worker:
             return out
         except (Exception, SystemExit) as e:
             self._note_cuda(e)
-            raise StageFailure(runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}",
-                               {"traceback": runtime.format_exception(e)}) from e
+            raise self._failure(e, runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}") from e
+
+    def _failure(self, e: BaseException, kind: str, reason: str) -> StageFailure:
+        """The stage failure for candidate code that raised: `needs_gpu` when, on the CPU, the
+        error says the code needs a GPU or its toolchain (it is not wrong, only not runnable
+        here), else `kind`."""
+        details = {"traceback": runtime.format_exception(e)}
+        if runtime.needs_gpu(e, self.device):
+            return StageFailure("needs_gpu", f"needs a GPU (evaluated on the CPU): {reason}; evaluate it with "
+                                "--device cuda", details)
+        return StageFailure(kind, reason, details)
 
     def _note_cuda(self, e: BaseException) -> None:
         if runtime.classify_exception(e) == "cuda_error":
