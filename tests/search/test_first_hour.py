@@ -82,3 +82,82 @@ def test_the_help_shows_no_raw_type_placeholders(capsys) -> None:
         text = capsys.readouterr().out
         assert "<bool>" not in text and "<list[str]>" not in text, cmd
         assert "{problem}" not in text and "{run_dir}" not in text, cmd
+
+
+def test_resuming_a_finished_run_adds_nothing(tmp_path) -> None:
+    import asyncio
+
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+
+    from stratagem.config import load_config
+    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.search.loop import EXHAUSTED, SearchLoop
+    from stratagem.store.sqlite import RunStore
+
+    cfg = load_config(None, {"search": {"iterations": 6}})
+    problem = load_problem(PROBLEM)
+
+    def go(store: RunStore):
+        policy = ScriptedPolicy([[src("a", 0.5)], [src("b", 0.25)]])
+        return asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), policy).run())  # type: ignore[arg-type]
+
+    with RunStore.open(tmp_path / "r") as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
+        first = go(store)
+        assert first.stop_reason == EXHAUSTED
+        before = [(it.n, it.status) for it in store.iterations()]
+        evals = len(store.evaluations())
+        for _ in range(2):
+            again = go(store)
+            assert again.stop_reason == EXHAUSTED and again.best is not None
+            assert again.best.id == first.best.id and again.best.speedup_text() == first.best.speedup_text()
+        assert [(it.n, it.status) for it in store.iterations()] == before
+        assert len(store.evaluations()) == evals and store.run().status == "finished"
+
+
+SIGTERM_CONFIG = """
+[evaluation]
+device = "cpu"
+baselines = ["eager"]
+correctness_trials = 2
+[evaluation.timing]
+warmup_ms = 5
+budget_ms = 20
+min_reps = 3
+max_reps = 30
+[search]
+policy = "recipes"
+"""
+
+
+def test_sigterm_stops_a_run_like_ctrl_c(tmp_path) -> None:
+    """`kill` (SIGTERM) mid-run: exit 130 with the resume command for the real directory, the
+    run marked interrupted in its database, and no worker directories left behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from stratagem.store.sqlite import RunStore
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(SIGTERM_CONFIG)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "TMPDIR": str(tmp), "STRATAGEM_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--config", str(cfg),
+                             "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(tmp.glob("stratagem-*")):
+        time.sleep(0.1)  # until a worker is running
+    assert any(tmp.glob("stratagem-*")), "no worker started"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert f"stratagem resume {run_dir}" in " ".join(out.split()), out
+    assert not list(tmp.glob("stratagem-*")), list(tmp.iterdir())
+    with RunStore.open(run_dir) as store:
+        assert store.run().status == "interrupted"

@@ -59,9 +59,14 @@ def run_cmd(
         cfg = load_config(config, overrides)
     except ConfigError as e:
         fail(console, e, as_json, 2)
-    from stratagem.search.api import start_run
+    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.search.api import default_run_dir, start_run
 
-    _drive(console, as_json, lambda view: start_run(problem, cfg, None, view))
+    try:
+        where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(load_problem(problem))
+    except ProblemError as e:
+        fail(console, e, as_json, 2)
+    _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where)
 
 
 @app.command("resume")
@@ -75,7 +80,7 @@ def resume_cmd(
 
     console = wide_console(stderr=as_json)
     over = {"search": {"iterations": iterations}}
-    _drive(console, as_json, lambda view: resume_run(run_dir, view, over))
+    _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir)
 
 
 @app.command("show")
@@ -157,24 +162,35 @@ def _design_json(v: Any) -> dict[str, Any]:
 
 
 
-def _drive(console: Console, as_json: bool, start: Any) -> None:
-    """Run a search coroutine with the live view; Ctrl-C stops it cleanly (exit 130)."""
+def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
+    """Run a search coroutine with the live view. Ctrl-C, and SIGTERM (`kill`, `timeout`)
+    the same way, stop it cleanly: the run and its iteration marked interrupted, workers
+    killed, their temporary directories removed, exit 130."""
     import asyncio
+    import os
+    import signal
 
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.search import state as st
 
+    def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         with LiveView(console) as view:
             outcome = asyncio.run(start(None if as_json else view))
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: everything so far is saved; continue with `stratagem resume RUN_DIR`")
+        console.print(f"[yellow]interrupted[/]: everything so far is saved; continue with "
+                      f"`stratagem resume {run_dir}`", highlight=False)
         raise typer.Exit(130) from None
     except (ConfigError, ProblemError) as e:
         fail(console, e, as_json, 2)
     except StratagemError as e:
         fail(console, e, as_json, 1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     best = outcome.best
     if as_json:
         print(json.dumps({

@@ -44,6 +44,9 @@ class RunView(Protocol):
     def update(self, snapshot: Progress) -> None: ...
 
 
+EXHAUSTED = "the policy has nothing more to propose"
+
+
 @dataclass
 class Progress:
     """What the live view shows."""
@@ -361,7 +364,13 @@ class SearchLoop:
         return self.budgets.exhausted()
 
     async def run(self) -> RunOutcome:
-        """Run iterations until a stop rule fires; Ctrl-C (cancellation) stops cleanly."""
+        """Run iterations until a stop rule fires; Ctrl-C (cancellation) stops cleanly. A
+        finished run whose policy had nothing more to propose, resumed with nothing pending,
+        is reported as it is: nothing is added to it."""
+        prev = self.store.run()
+        if (prev is not None and prev.status == "finished" and prev.stop_reason == EXHAUSTED
+                and not st.pending_designs(self.store.designs(self.problem.id), self.store.evaluations())):
+            return self.outcome(EXHAUSTED)
         self.store.set_run_status("running")
         reason = "interrupted"
         try:
@@ -373,7 +382,7 @@ class SearchLoop:
                 n = len(self.store.iterations()) + 1
                 exhausted = await self._iterate(n)
                 if exhausted:
-                    r = "the policy has nothing more to propose"
+                    r = EXHAUSTED
                     break
             reason = r
             self.store.set_run_status("finished", reason)
