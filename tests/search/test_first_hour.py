@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from pathlib import Path
 
 from test_cli_search import PROBLEM, fake_run
 
@@ -161,3 +162,29 @@ def test_sigterm_stops_a_run_like_ctrl_c(tmp_path) -> None:
     assert not list(tmp.glob("stratagem-*")), list(tmp.iterdir())
     with RunStore.open(run_dir) as store:
         assert store.run().status == "interrupted"
+
+
+def test_the_example_config_loads_and_states_the_defaults() -> None:
+    """examples/run.toml is valid, and every value it sets (uncommented) is the default, as it says."""
+    import tomllib
+
+    from stratagem.config import StratagemConfig, load_config
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "run.toml"
+    cfg = load_config(path)
+    default = StratagemConfig().model_dump(mode="json")
+    for section, values in tomllib.loads(path.read_text()).items():
+        for key, value in values.items():
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    assert default[section][key][k] == v, (section, key, k)
+            else:
+                assert default[section][key] == value, (section, key)
+    assert cfg.model_dump(mode="json") == default
+
+
+def test_version(capsys) -> None:
+    import stratagem
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith(f"stratagem {stratagem.__version__}")

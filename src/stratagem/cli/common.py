@@ -30,6 +30,24 @@ app = typer.Typer(
     ),
 )
 
+def _version(value: bool) -> None:
+    if value:
+        import platform
+
+        import stratagem
+
+        print(f"stratagem {stratagem.__version__} (Python {platform.python_version()})")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """stratagem: search for faster GPU code with LLM agents."""
+
+
 DeviceOpt = Annotated[str | None, typer.Option("--device", metavar="DEVICE", help="auto (GPU if visible, else CPU), cpu, cuda or cuda:N.")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
