@@ -16,10 +16,10 @@ import os
 import platform
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.errors import ConfigError
@@ -52,7 +52,8 @@ class Executor(Protocol):
     capacity: int
 
     async def submit(
-        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None
+        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[Slot, SandboxResult]: ...
 
     async def aclose(self) -> None: ...
@@ -169,10 +170,11 @@ class LocalExecutor:
         return self._free
 
     async def submit(
-        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None
+        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[Slot, SandboxResult]:
         """Run `request` in a free slot: `compile_timeout_s` for its `load` stage, if it has
-        one, then `timeout_s` for the rest."""
+        one, then `timeout_s` for the rest; `on_event` sees the worker's progress events."""
         queue = self._queue()
         slot = await queue.get()
         try:
@@ -200,6 +202,7 @@ class LocalExecutor:
                 compile_stage="load" if compile_timeout_s and any(s.name == "load" for s in req.stages) else None,
                 compile_timeout_s=compile_timeout_s,
                 lock_wait_timeout_s=self._cfg.lock_wait_timeout_s,
+                on_event=on_event,
             )
             result = await run_worker(req.model_dump_json(), settings)
             return slot, result

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,9 @@ class SandboxSettings:
     lock_wait_timeout_s: float = 3600.0
     """The limit on time spent in `wait` phases (waiting for the device lock), which count
     against neither other limit."""
+    on_event: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
+    """Called with each progress event of the worker as it arrives (stage starts and ends,
+    phases): the live view's window into a running evaluation."""
 
 
 @dataclass(frozen=True)
@@ -343,7 +346,7 @@ async def _judge(request_json: str, record_dir: Path, jdir: Path, settings: Sand
         req.write_text(request_json, encoding="utf-8")
         allowance = settings.lock_wait_timeout_s + settings.timeout_s + (settings.compile_timeout_s or 0.0)
         jsettings = dataclasses.replace(settings, compile_stage=None, compile_timeout_s=None,
-                                        lock_wait_timeout_s=allowance)
+                                        lock_wait_timeout_s=allowance, on_event=None)
         run = await _exec(["-P", "-m", "stratagem.evaluation.judge", str(req), str(go), str(record_dir), str(resp)],
                           jsettings, jdir, marker)
         text, problem = _read_response(resp, settings.max_response_bytes)
@@ -386,6 +389,7 @@ async def _exec(args: list[str], settings: SandboxSettings, workdir: Path, marke
         clock = PhaseClock(settings, prog)
         try:
             timed_out = await _wait(proc, clock)
+            clock.poll()  # the events written just before it ended (`done`)
             if timed_out:
                 _kill_group(proc.pid)
                 await proc.wait()
@@ -471,6 +475,9 @@ class PhaseClock:
                 continue
             if not isinstance(ev, dict):
                 continue
+            if self.settings.on_event is not None:
+                with contextlib.suppress(Exception):  # a view's failure never stops a worker
+                    self.settings.on_event(ev)
             t = ev.get("t") if isinstance(ev.get("t"), int | float) else time.time()
             if ev.get("event") == "phase" and ev.get("phase") in ("compile", "run", "wait"):
                 self._switch(str(ev["phase"]), float(t))

@@ -16,7 +16,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,11 +254,14 @@ class Evaluator:
     async def evaluate(
         self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None,
         refresh_baseline: bool = False, baseline: Baseline | None = None,
+        on_stage: Callable[[str], None] | None = None,
     ) -> Evaluation:
         """Run the validator graph on `design`; for a valid, timed design, attach the reference
         baselines: `baseline` when given (a search's, measured once per invocation; its eager
         median is also the expectation of the reference-drift check), else from the cache
-        unless `refresh_baseline`."""
+        unless `refresh_baseline`. `on_stage` hears the name of each stage as it starts (the
+        worker's, the parent's, and `calibrating` while the device's peaks are measured)."""
+        stage = on_stage or (lambda _name: None)
         t0 = time.monotonic()
         graph = domain.validator_graph(problem, domain.integrity_policy(problem, self.cfg))
         run = GraphRun(graph, batch_placement="worker")
@@ -269,9 +272,12 @@ class Evaluator:
         while (step := run.next_step()) is not None:
             if step.kind == "inline":
                 spec = step.specs[0]
+                stage(spec.name)
                 s0 = time.monotonic()
                 earlier = {r.name: r for r in run.results}
                 if spec.name == "roofline":
+                    if self._peaks is None and not self.peaks_path().exists():
+                        stage("calibrating the device's peaks (once per machine)")
                     r = await self._roofline(problem, design, earlier)
                 else:
                     r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None,
@@ -282,7 +288,13 @@ class Evaluator:
             if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
                 req = req.model_copy(update={"reference_expect_ms": baseline.median_ms("eager")})
             seeds = tuple(req.seeds)
-            _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s)
+            def on_event(ev: dict[str, Any]) -> None:
+                if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
+                    stage(ev["stage"])
+                elif ev.get("event") == "done":
+                    stage("judge")  # the worker is done; the judge confirms its outputs
+
+            _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s, on_event)
             out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
             run.record(out.results)
             run.record_missing(step.specs, "the worker ended before this stage ran")

@@ -1,9 +1,12 @@
 """Owns the live terminal view of a running search (rich): iteration, strategy, each agent's
-state, valid/invalid designs, best speedup, LLM queries, tokens, money and device time."""
+state, each running evaluation's stage, elapsed time and estimate, valid/invalid designs, best
+speedup, LLM queries, tokens, money and device time."""
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+import time
+
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -20,6 +23,7 @@ class LiveView:
         self._live: Live | None = None
         self._printed = 0
         self._last: list[str] = []
+        self._stages: dict[str, str] = {}
 
     def __enter__(self) -> LiveView:
         if self.console.is_terminal:
@@ -40,6 +44,12 @@ class LiveView:
         for e in new:
             self.console.print(e, highlight=False)
         self._last = list(p.events)
+        now = time.time()
+        for key, f in p.inflight.items():  # on a pipe: each stage change, once
+            if self._stages.get(key) != f.stage:
+                self._stages[key] = f.stage
+                self.console.print(f"  {f.line(now)}", highlight=False)
+        self._stages = {k: v for k, v in self._stages.items() if k in p.inflight}
 
     def render(self, p: Progress) -> Group:
         head = Table.grid(padding=(0, 2))
@@ -52,5 +62,18 @@ class LiveView:
         workers = Table.grid(padding=(0, 2))
         for name, status in sorted(p.workers.items()):
             workers.add_row(name, status)
-        return Group(head, Text.from_markup(spend_line(p.spend), style="dim"), workers,
+        return Group(head, Text.from_markup(spend_line(p.spend), style="dim"), workers, _Running(p),
                      Text("\n".join(p.events[-5:]), style="dim"))
+
+
+class _Running:
+    """The evaluations in progress, their elapsed time computed at each redraw (so it ticks
+    between the loop's updates)."""
+
+    def __init__(self, p: Progress) -> None:
+        self.p = p
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        now = time.time()
+        for f in list(self.p.inflight.values()):
+            yield Text(f"evaluating {f.line(now)}", style="cyan")

@@ -12,6 +12,7 @@ content hash is its identity (never stored or evaluated twice), and an iteration
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,26 @@ EXHAUSTED = "the policy has nothing more to propose"
 
 
 @dataclass
+class InFlight:
+    """An evaluation (or baseline measurement) in progress, as the live view shows it."""
+
+    label: str
+    stage: str
+    started: float
+    """time.time() at its start."""
+    expect_s: float | None = None
+    """How long one takes here (the median of this invocation's finished ones), when known."""
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.started
+        eta = ""
+        if self.expect_s is not None:
+            left = self.expect_s - elapsed
+            eta = f", about {left:.0f} s left" if left > 0 else ", longer than usual"
+        return f"{self.label}: {self.stage} ({elapsed:.0f} s{eta})"
+
+
+@dataclass
 class Progress:
     """What the live view shows."""
 
@@ -67,6 +88,8 @@ class Progress:
     """Valid designs whose timing is unstable (not ranked until re-timed)."""
     spend: Spend = field(default_factory=Spend)
     events: list[str] = field(default_factory=list)
+    inflight: dict[str, InFlight] = field(default_factory=dict)
+    """Evaluations running now, by design id (short)."""
 
     def event(self, text: str) -> None:
         self.events = (self.events + [f"{time.strftime('%H:%M:%S')} {text}"])[-8:]
@@ -120,6 +143,8 @@ class SearchLoop:
         self._inflight: dict[str, asyncio.Future[Feedback]] = {}
         self._views: dict[str, DesignView] | None = None
         self._harness_failures = 0
+        self._eval_s: list[float] = []
+        """Wall seconds of this invocation's finished evaluations (the live view's estimate)."""
 
     # -- state ----------------------------------------------------------------------------
 
@@ -205,8 +230,21 @@ class SearchLoop:
         self._refresh()
         # The speedup over eager is paired in the design's own worker; the chained ones use the
         # baselines this invocation measured before its first iteration.
-        ev = await self.evaluator.evaluate(self.problem, design, baseline=self.baseline,
-                                           refresh_baseline=self.baseline is None)
+        key = design.id[:10]
+        expect = statistics.median(self._eval_s) if self._eval_s else None
+        entry = InFlight(f"{key} ({design.provenance.get('author', '')})", "starting", time.time(), expect)
+        self.progress.inflight[key] = entry
+
+        def on_stage(name: str) -> None:
+            entry.stage = name
+            self._refresh()
+
+        try:
+            ev = await self.evaluator.evaluate(self.problem, design, baseline=self.baseline,
+                                               refresh_baseline=self.baseline is None, on_stage=on_stage)
+        finally:
+            self.progress.inflight.pop(key, None)
+        self._eval_s.append(ev.wall_s)
         rec = ev.to_record()
         self.store.add_evaluation(rec)
         self._update_view(design.id)
@@ -323,8 +361,13 @@ class SearchLoop:
         if self.baseline is not None:
             return
         self.progress.event("measuring the reference baselines")
+        self.progress.inflight["baseline"] = InFlight("reference baselines", "compiling and timing eager, "
+                                                      "torch.compile modes", time.time())
         self._refresh()
-        base = await self.evaluator.baseline(self.problem, refresh=True)
+        try:
+            base = await self.evaluator.baseline(self.problem, refresh=True)
+        finally:
+            self.progress.inflight.pop("baseline", None)
         if not base.modes or base.median_ms("eager") is None:
             failures = base.verdict.failures
             why = "; ".join(f"[{r.name}] {r.reason}" for r in failures) or "no eager timing"
