@@ -102,6 +102,8 @@ def show_cmd(
     console = wide_console()
     try:
         r = show_run(run_dir)
+    except ConfigError as e:
+        fail(console, e, as_json, 2)
     except StratagemError as e:
         fail(console, e, as_json, 1)
     best = r.best
@@ -131,6 +133,35 @@ def show_cmd(
     console.print(iterations_table(r.iterations, r.views))
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
+    design: Annotated[str | None, typer.Argument(metavar="DESIGN", help="A design id (a prefix is enough); default: the best.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write here (default: print to stdout).")] = None,
+) -> None:
+    """Write a design's source with a provenance header (problem, run, speedups, device) and
+    load_reference_state_dict(model, state_dict), which loads the reference Model's weights
+    into it whatever its own layout."""
+    from stratagem.search.api import show_run
+    from stratagem.search.export import exported_source, pick
+
+    console = Console(stderr=True)
+    try:
+        r = show_run(run_dir)
+        view = pick(r.views, design, r.best)
+    except ConfigError as e:
+        fail(console, e, False, 2)
+    except StratagemError as e:
+        fail(console, e, False, 1)
+    text = exported_source(view, r.problem, r.run_dir, r.device, r.reference_ms or None)
+    if out is None:
+        print(text, end="")
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    console.print(f"wrote {out} (design {view.id[:12]}, {view.speedup_text()} vs eager)", highlight=False)
 
 
 def _design_entry(v: Any) -> dict[str, Any]:

@@ -72,9 +72,7 @@ async def resume_run(run_dir: str | Path, view: RunView | None = None,
     Raises:
         StoreError: `run_dir` holds no run.
     """
-    run_dir = Path(run_dir)
-    if not (run_dir / RunStore.DB_NAME).exists():
-        raise StoreError(f"{run_dir} holds no run database ({RunStore.DB_NAME})")
+    run_dir = _existing_run_dir(run_dir)
     with RunStore.open(run_dir) as store:
         run = store.run()
         if run is None:
@@ -125,6 +123,8 @@ class RunSummary:
     iterations: list[IterationRecord]
     spend: Spend
     reference_ms: dict[str, float | None]
+    device: str | None = None
+    """The device of the latest evaluation (its name, e.g. `NVIDIA H200`, when known)."""
 
     @property
     def best(self) -> DesignView | None:
@@ -137,9 +137,7 @@ class RunSummary:
 
 def show_run(run_dir: str | Path) -> RunSummary:
     """Read a run directory (read-only use; works while the run is going on)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / RunStore.DB_NAME).exists():
-        raise StoreError(f"{run_dir} holds no run database ({RunStore.DB_NAME})")
+    run_dir = _existing_run_dir(run_dir)
     with RunStore.open(run_dir) as store:
         problems = store.problems()
         run = store.run()
@@ -151,6 +149,24 @@ def show_run(run_dir: str | Path) -> RunSummary:
             if ev.reference_ms:
                 ref = dict(ev.reference_ms)
                 break
+        env = evaluations[-1].environment if evaluations else {}
+        device = str(env.get("device_name") or env.get("device") or "") or None
         return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                           views=views, iterations=store.iterations(),
-                          spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref)
+                          spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref,
+                          device=device)
+
+
+def _existing_run_dir(run_dir: str | Path) -> Path:
+    """`run_dir` as a Path, when it holds a run database.
+
+    Raises:
+        ConfigError: it does not exist (a mistyped argument).
+        StoreError: it exists but holds no run database.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: no such directory (RUN_DIR is a directory made by `stratagem run`)")
+    if not (run_dir / RunStore.DB_NAME).exists():
+        raise StoreError(f"{run_dir} holds no run database ({RunStore.DB_NAME})")
+    return run_dir

@@ -27,6 +27,7 @@ from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
+from stratagem.search.export import exported_source
 from stratagem.search.types import MEASURED, AgentCall, DesignView, Feedback, Policy, SearchState
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
@@ -476,7 +477,10 @@ class SearchLoop:
         path.parent.mkdir(parents=True, exist_ok=True)
         no_gain = None
         if best is not None:
-            path.write_text(best.source, encoding="utf-8")
+            env = next((e.environment for e in reversed(self.store.evaluations()) if e.design_id == best.id), {})
+            device = str(env.get("device_name") or env.get("device") or self.cfg.evaluation.device)
+            path.write_text(exported_source(best, self.problem.name, self.store.run_dir, device,
+                                            self.reference_ms or None), encoding="utf-8")
         else:
             no_gain = no_gain_note(top)
             path.write_text(reference_as_candidate(self.problem.source, no_gain), encoding="utf-8")
