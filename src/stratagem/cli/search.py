@@ -246,6 +246,12 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
         comp = f", {best.compile_text()} vs torch.compile" if best.speedup_compile else ""
         console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup_text()} vs eager{comp})",
                       highlight=False)
+        if best.speedup_compile is not None and best.speedup_compile < 1.0 and not best.compile_fails:
+            console.print(f"[yellow]slower than torch.compile[/]: torch.compile of the reference runs "
+                          f"{1 / best.speedup_compile:.2f}x faster than this design here, so it is the better "
+                          "choice unless you cannot compile", highlight=False)
+        elif best.speedup_compile is not None and best.speedup_compile >= 1.0:
+            console.print(f"faster than torch.compile too ({best.compile_text()})", highlight=False)
     else:
         console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",
                       highlight=False)

@@ -100,8 +100,10 @@ def run_parent_validator(
     physical device (`cpu` or `cuda:N`: the strict policy's own-kernel rule differs)."""
     if name == "static_checks":
         kind = "cpu" if device == "cpu" else "cuda"
+        path = design.provenance.get("path")  # a file the user gave: name it in the findings
+        filename = str(path).replace("\\", "/").rsplit("/", 1)[-1] if path else "candidate.py"
         return run_static_checks(
-            problem, design.source, checks=checks_for_policy(integrity_policy(problem, cfg), kind)
+            problem, design.source, filename, checks=checks_for_policy(integrity_policy(problem, cfg), kind)
         )
     if name == "roofline":
         timing = earlier.get("timing")
