@@ -8,6 +8,7 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
 from test_cli_search import PROBLEM, fake_run
 
 from stratagem.cli import main
@@ -188,3 +189,24 @@ def test_version(capsys) -> None:
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith(f"stratagem {stratagem.__version__}")
+
+
+@pytest.mark.parametrize("vs_compile, says", [(0.74, "slower than torch.compile"), (1.3, "faster than torch.compile")])
+def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, monkeypatch, vs_compile, says) -> None:
+    from stratagem.search import api
+    from stratagem.search.budget import Spend
+    from stratagem.search.loop import RunOutcome
+    from stratagem.search.types import DesignView
+
+    fake_run(tmp_path / "r")
+    best = DesignView(id="b" * 64, source="", status="valid", runtime_ms=1.0, speedup=2.13, speedup_low=2.0,
+                      speedup_high=2.2, speedup_compile=vs_compile)
+
+    async def fake_start(problem, cfg, run_dir=None, view=None):
+        return RunOutcome(tmp_path / "r", "iterations", best, tmp_path / "r" / "best" / "candidate.py", 2,
+                          Spend(), {"eager": 1.0})
+
+    monkeypatch.setattr(api, "start_run", fake_start)
+    assert main(["run", str(PROBLEM), "--run-dir", str(tmp_path / "r2")]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "2.13x [2.00, 2.20] vs eager" in text and says in text
