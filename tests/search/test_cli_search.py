@@ -48,8 +48,13 @@ def test_show_table(tmp_path, capsys):
 
 
 def test_show_and_resume_need_a_run_directory(tmp_path, capsys):
-    assert main(["show", str(tmp_path / "nothing")]) == 1
-    assert main(["resume", str(tmp_path / "nothing")]) == 1
+    # a mistyped RUN_DIR is a usage error (2); a directory without a run database a store error (1)
+    assert main(["show", str(tmp_path / "nothing")]) == 2
+    assert main(["resume", str(tmp_path / "nothing")]) == 2
+    assert "no such directory" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    assert main(["show", str(tmp_path / "empty")]) == 1
+    assert main(["resume", str(tmp_path / "empty")]) == 1
     assert "holds no run database" in capsys.readouterr().out
 
 

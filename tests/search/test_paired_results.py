@@ -67,7 +67,8 @@ def test_a_design_faster_than_its_interval_is_the_best(tmp_path):
     loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("fast", 0.9)]]), iterations=1)
     out = asyncio.run(loop.run())
     assert out.best is not None and out.best.beats_reference and out.no_gain is None
-    assert (store.run_dir / "best" / "candidate.py").read_text() == src("fast", 0.9)
+    written = (store.run_dir / "best" / "candidate.py").read_text()
+    assert written.startswith("# stratagem ") and src("fast", 0.9).rstrip("\n") + "\n" in written
 
 
 def test_unstable_timings_are_not_ranked_and_are_re_timed(tmp_path, capsys):
