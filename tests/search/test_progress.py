@@ -48,3 +48,21 @@ def test_the_view_on_a_pipe_prints_each_stage_change_once() -> None:
     view.update(p)
     lines = [ln for ln in out.getvalue().splitlines() if "abc (recipe:compile)" in ln]
     assert len(lines) == 2 and ": load (" in lines[0] and ": timing (" in lines[1]
+
+
+def test_the_header_counts_the_iterations_a_policy_will_run() -> None:
+    from fakes import FakeEvaluator
+
+    from stratagem.config import load_config
+    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.search.loop import SearchLoop
+    from stratagem.search.policies.recipes import RecipesPolicy
+    from stratagem.store.sqlite import RunStore
+
+    problem = load_problem(Path(__file__).resolve().parents[1] / "fixtures" / "problem_relu.py")
+    cfg = load_config(None, {"search": {"iterations": 10}})
+    import tempfile
+
+    with RunStore.open(Path(tempfile.mkdtemp()) / "r") as store:
+        loop = SearchLoop(cfg, problem, store, FakeEvaluator(), RecipesPolicy.from_config(cfg, on_gpu=False))  # type: ignore[arg-type]
+        assert loop.progress.iterations == 2  # singles, then their combination: not "1/10"

@@ -132,8 +132,9 @@ class SearchLoop:
         self.view = view
         self.spend = Spend.from_records(store.agent_calls(), store.evaluations())
         self.budgets = Budgets(cfg.search, self.spend)
-        self.progress = Progress(problem=problem.name, policy=policy.name, iterations=cfg.search.iterations,
-                                 spend=self.spend)
+        planned = getattr(policy, "max_iterations", None)  # a policy that knows it stops sooner
+        total = min(cfg.search.iterations, planned) if isinstance(planned, int) else cfg.search.iterations
+        self.progress = Progress(problem=problem.name, policy=policy.name, iterations=total, spend=self.spend)
         self.reference_ms: dict[str, float | None] = {}
         self.baseline: Baseline | None = None
         """The reference baselines this invocation measured before its first iteration: every

@@ -54,6 +54,9 @@ def check_recipe_names(names: Sequence[str] | None) -> None:
 class RecipesPolicy:
     """Tries every applicable recipe alone, then the best compatible combination of them."""
 
+    max_iterations = 2
+    """At most two iterations: the singles, then their combination (the live view's total)."""
+
     name = "recipes"
 
     def __init__(self, recipes: list[str] | None = None, on_gpu: bool | None = None) -> None:
