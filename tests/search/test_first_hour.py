@@ -210,3 +210,16 @@ def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, m
     assert main(["run", str(PROBLEM), "--run-dir", str(tmp_path / "r2")]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "2.13x [2.00, 2.20] vs eager" in text and says in text
+
+
+def test_no_library_banner_in_stratagems_terminal(tmp_path) -> None:
+    import pydantic_ai
+
+    from stratagem.config import load_config
+    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.search.policies.auto import AutoPolicy
+
+    pydantic_ai.BANNER_ENABLED = True
+    cfg = load_config(None, {"agents": {"model": "test"}})
+    AutoPolicy.from_config(cfg, load_problem(PROBLEM), tmp_path)
+    assert pydantic_ai.BANNER_ENABLED is False

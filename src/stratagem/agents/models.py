@@ -102,6 +102,14 @@ class RoleModels:
         return cls(default=default, by_role=pools)
 
 
+def quiet_library() -> None:
+    """No pydantic-ai banner in stratagem's terminal (it advertises the library's own tools
+    to a user of the CLI); stratagem's live view says what runs."""
+    import pydantic_ai
+
+    pydantic_ai.BANNER_ENABLED = False
+
+
 PREFLIGHT_PROMPT = "Reply with the single word OK."
 PREFLIGHT_TIMEOUT_S = 60.0
 

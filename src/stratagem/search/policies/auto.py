@@ -21,7 +21,7 @@ from stratagem.agents.analyst import AnalystDeps, ask_analyst, designs_by_id, re
 from stratagem.agents.calls import FATAL, AgentRuntime
 from stratagem.agents.docs import DocIndex
 from stratagem.agents.implementor import ImplementorResult, ImplementorTask, run_implementor
-from stratagem.agents.models import ModelPool, RoleModels, preflight, resolve_models
+from stratagem.agents.models import ModelPool, RoleModels, preflight, quiet_library, resolve_models
 from stratagem.agents.offline import offline_models
 from stratagem.agents.strategist import StrategistDeps, StrategistResult, plan_iteration
 from stratagem.agents.tools import Workdir
@@ -84,6 +84,7 @@ class AutoPolicy:
         *,
         sleep: SleepFn = asyncio.sleep,
     ) -> None:
+        quiet_library()
         self.cfg = cfg
         self.problem = problem
         self.workdir = Path(workdir)
