@@ -177,9 +177,7 @@ HONEST_CASES: dict[str, Honest] = {
 BACKSTOP: dict[str, Cheat] = {
     # If static_checks missed these, what would the worker alone conclude? (defence in depth)
     "monkey_perf_counter.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 timer monkey-patch"),
-    # compare_outputs rebound: the off-distribution trial's float64-anchor check (code the
-    # rebinding does not reach) rejects the zeros before the tamper snapshot would
-    "harness_rebind_frames.py": Cheat(LINEAR, CORRECTNESS, None, "4/17 harness rebound via frames"),
+    "harness_rebind_frames.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4/17 harness rebound via frames"),
     "stealth_setattr_map.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4 Tensor.__sub__ rebound"),
     "stealth_reference_sabotage.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "20 reference sabotage"),
     # The worker's request is read-only: the attempt to loosen the tolerances raises.

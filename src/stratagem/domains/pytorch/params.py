@@ -185,21 +185,28 @@ def off_distribution_inputs(w: Any, seed: int, scale: float) -> list[Any]:
     return off_distribution(w._inputs(w._programs(need_candidate=False), seed), scale, seed)
 
 
+OFF_REL = 1e-2
+"""The off-distribution trial's absolute tolerance, as a fraction of the reference output's
+largest magnitude there."""
+
+
 def judge_off_distribution(w: Any, ref_out: Any, cand_out: Any, inputs: list[Any], visible_magnitude: float) -> tuple[Any, float]:
-    """The comparison of the off-distribution trial, by the calibrated rule in either mode:
-    the candidate's error against the float64 anchor within `factor` x eager's own error
-    there. Scaled inputs grow the rounding of intermediate values (a matmul's products by the
-    scale squared) faster than the output's magnitude, so no fixed tolerance fits every
-    problem; eager's own error measures it. Without an anchor, the fixed tolerance with its
-    absolute part grown by the reference output's magnitude relative to the visible trials'.
-    Returns the comparison and that growth factor (reported either way)."""
+    """The comparison of the off-distribution trial, the same in both correctness modes: the
+    fixed rule's relative tolerance, and an absolute one of OFF_REL x the reference output's
+    largest magnitude there. Scaled inputs grow the rounding of intermediate values (a
+    matmul's products by the scale squared) faster than any per-element tolerance follows,
+    and honest code summing in another order differs from eager by far more than 1e-4 there
+    (a fused matmul on the 04 example: 7e-4 of the output's magnitude, 200x eager's own error
+    against float64); what this trial is for, code that ignores part of the computation
+    outside the visible range (a clamp never reached, an approximation valid only near 0), is
+    off by a large fraction of the output. Returns the comparison and the output's growth
+    over the visible trials' (reported)."""
     from stratagem.domains.pytorch import compare
 
-    grow = max(1.0, output_magnitude(ref_out) / visible_magnitude) if visible_magnitude > 0 else 1.0
-    anchor = w.anchor(inputs) if w.anchor is not None else None
-    if anchor is not None:
-        return compare.calibrated_compare(anchor, ref_out, cand_out, w.rule), grow
-    tol = {k: {"atol": float(v["atol"]) * grow, "rtol": float(v["rtol"])} for k, v in w.req["tolerances"].items()}
+    mag = output_magnitude(ref_out)
+    grow = max(1.0, mag / visible_magnitude) if visible_magnitude > 0 else 1.0
+    tol = {k: {"atol": max(float(v["atol"]), OFF_REL * mag), "rtol": float(v["rtol"])}
+           for k, v in w.req["tolerances"].items()}
     return compare.compare_outputs(ref_out, cand_out, tol), grow
 
 
