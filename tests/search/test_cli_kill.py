@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests/adversarial/problems/linear_relu.py"
 CONFIG = """
@@ -37,11 +39,11 @@ def rows(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-def start(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path: Path, **extra_env: str) -> tuple[subprocess.Popen, Path]:
     cfg = tmp_path / "run.toml"
     cfg.write_text(CONFIG)
     run_dir = tmp_path / "run"
-    env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache"), **extra_env}
     proc = subprocess.Popen([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--run-dir", str(run_dir),
                              "--config", str(cfg), "--json"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -77,12 +79,18 @@ def test_sigkill_mid_evaluation_then_resume(tmp_path):
     assert rows(db, "SELECT status FROM run") == [("finished",)]
 
 
-def test_ctrl_c_stops_cleanly_and_resume_finishes(tmp_path):
-    proc, run_dir = start(tmp_path)
-    proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_cleanly_and_resume_finishes(tmp_path, sig):
+    """Ctrl-C, and SIGTERM (`kill`, `timeout`) the same way: exit 130 with the resume command
+    for the real directory, the run marked interrupted, no worker directories left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc, run_dir = start(tmp_path, TMPDIR=str(tmp))
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "stratagem resume" in err
+    assert f"stratagem resume {run_dir}" in " ".join(err.split())
+    assert not list(tmp.glob("stratagem-*")), list(tmp.iterdir())
     db = run_dir / "run.db"
     assert rows(db, "SELECT status FROM run") == [("interrupted",)]
     assert rows(db, "SELECT status FROM iterations") == [("interrupted",)]

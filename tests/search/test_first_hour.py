@@ -118,53 +118,6 @@ def test_resuming_a_finished_run_adds_nothing(tmp_path) -> None:
         assert len(store.evaluations()) == evals and store.run().status == "finished"
 
 
-SIGTERM_CONFIG = """
-[evaluation]
-device = "cpu"
-baselines = ["eager"]
-correctness_trials = 2
-[evaluation.timing]
-warmup_ms = 5
-budget_ms = 20
-min_reps = 3
-max_reps = 30
-[search]
-policy = "recipes"
-"""
-
-
-def test_sigterm_stops_a_run_like_ctrl_c(tmp_path) -> None:
-    """`kill` (SIGTERM) mid-run: exit 130 with the resume command for the real directory, the
-    run marked interrupted in its database, and no worker directories left behind."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
-    from stratagem.store.sqlite import RunStore
-
-    cfg = tmp_path / "run.toml"
-    cfg.write_text(SIGTERM_CONFIG)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "TMPDIR": str(tmp), "STRATAGEM_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.Popen([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--config", str(cfg),
-                             "--run-dir", str(run_dir)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(tmp.glob("stratagem-*")):
-        time.sleep(0.1)  # until a worker is running
-    assert any(tmp.glob("stratagem-*")), "no worker started"
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
-    assert f"stratagem resume {run_dir}" in " ".join(out.split()), out
-    assert not list(tmp.glob("stratagem-*")), list(tmp.iterdir())
-    with RunStore.open(run_dir) as store:
-        assert store.run().status == "interrupted"
-
-
 def test_the_example_config_loads_and_states_the_defaults() -> None:
     """examples/run.toml is valid, and every value it sets (uncommented) is the default, as it says."""
     import tomllib
