@@ -8,7 +8,9 @@
 #     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
 #
-# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|harness|noise [--only a,b]
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|harness|noise [--only a,b]
+# `modes` runs recipes_run.py under the fixed and the calibrated rule at once (issue 10; about
+# 110 s per example each with --recipes inference_mode,channels_last,autocast-bf16,autocast-fp16,compile).
 # `noise` runs benchmarks/timing_noise.py (paired vs unpaired under load) with its arguments.
 # `tests` takes pytest arguments instead (default tests/gpu). The whole gpu suite took 549 s of
 # the 560 s limit on 2026-11-30 and has grown since: run it in two calls,
@@ -34,6 +36,14 @@ fi
 if [[ $what == recipes ]]; then
   timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir "$OUT/runs" "${@:2}" 2>&1 \
     | tee "$OUT/recipes_run.log" | tail -20
+fi
+if [[ $what == modes ]]; then  # issue 10: recipes under both correctness rules at once (one GPU, shared lock)
+  for m in fixed calibrated; do
+    timeout 560 python3 benchmarks/recipes_run.py --device cuda --correctness $m --runs-dir "$OUT/runs-$m" "${@:2}" \
+      > "$OUT/recipes_$m.log" 2>&1 &
+  done
+  wait
+  tail -n 30 "$OUT/recipes_fixed.log" "$OUT/recipes_calibrated.log"
 fi
 if [[ $what == noise ]]; then
   timeout 560 python3 benchmarks/timing_noise.py --device cuda --out "$OUT/timing_noise.json" "${@:2}" 2>&1 \
