@@ -40,3 +40,16 @@ def test_every_timed_call_of_every_attempt_has_inputs_of_its_own() -> None:
     assert len(seeds) == 3 * 100_000
     assert record.parse_timed(record.timed_key(2, 41)) == (2, 41)
     assert record.parse_timed("trial-5") is None
+
+
+def test_inputs_drawn_from_numpy_or_random_are_the_same_in_the_judge(cpu_config) -> None:
+    """The judge makes every input from its seed in another process: a problem whose
+    get_inputs() uses numpy's or Python's global generator must give the same values there
+    (an honest candidate was rejected before every global generator was seeded)."""
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "judge"
+    ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
+    design = Design.from_source((fix / "numpy_inputs_candidate.py").read_text())
+    ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(load_problem(fix / "numpy_inputs.py"), design,
+                                                              with_baseline=False))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert ev.verdict.result("correctness").details["judge"]["checked"]  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib.util
+import random
 import re
 import sys
 import traceback
@@ -125,9 +126,20 @@ def reset_compiled() -> None:
         torch._dynamo.reset()
 
 
+def seed_all(seed: int) -> None:
+    """Seed every global generator a problem's `get_inputs()` or `Model` may draw from: torch's
+    (CPU and CUDA), Python's `random` and numpy's, so the same seed gives the same values in
+    every process (the worker, the judge, a baseline worker)."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:  # loaded by torch in practice; never imported here for its own sake
+        np.random.seed(seed % 2**32)
+
+
 def init_inputs(module: types.ModuleType, seed: int, device: str) -> list[Any]:
     """Call the problem's `get_init_inputs()` seeded, under the default-device context."""
-    torch.manual_seed(seed)
+    seed_all(seed)
     with device_context(device):
         return list(module.get_init_inputs())
 
@@ -145,7 +157,7 @@ class Programs:
 
 def make_inputs(module: types.ModuleType, seed: int, device: str) -> list[Any]:
     """Call the problem's `get_inputs()` seeded, creating tensors directly on `device`."""
-    torch.manual_seed(seed)
+    seed_all(seed)
     with device_context(device):
         inputs = list(module.get_inputs())
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -161,7 +173,7 @@ def inputs_nbytes(inputs: Sequence[Any]) -> int:
 
 def instantiate(cls: Callable[..., Any], init_inputs: Sequence[Any], seed: int, device: str) -> Any:
     """Build a model with the same seed as its counterpart, so parameters match."""
-    torch.manual_seed(seed)
+    seed_all(seed)
     with device_context(device):
         model = cls(*init_inputs)
     return model.to(device)
