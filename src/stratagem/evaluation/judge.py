@@ -15,9 +15,9 @@ import importlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any
+
+from stratagem.evaluation.worker import progress_emitter, write_json_atomic
 
 JUDGE_MODULES = {"pytorch": "stratagem.domains.pytorch.judge"}
 
@@ -28,18 +28,11 @@ def main(argv: list[str]) -> int:
         return 2
     request_path, go_path, record_dir, response_path, progress_path = (Path(a) for a in argv)
     request = json.loads(request_path.read_text(encoding="utf-8"))
-    progress = open(progress_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-
-    def emit(event: str, data: dict[str, Any]) -> None:
-        progress.write(json.dumps({"event": event, "t": time.time(), **data}) + "\n")
-        progress.flush()
-
+    emit, close = progress_emitter(progress_path)
     module = importlib.import_module(JUDGE_MODULES[request["domain"]])
     body = module.run_judge(request, go_path, record_dir, Path.cwd(), emit)
-    tmp = response_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"request_id": request["request_id"], **body}, allow_nan=True), encoding="utf-8")
-    os.replace(tmp, response_path)
-    progress.close()
+    write_json_atomic(response_path, {"request_id": request["request_id"], **body})
+    close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

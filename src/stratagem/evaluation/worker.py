@@ -14,11 +14,30 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 PROTOCOL_VERSION = 1
 WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.stages"}
+
+
+def progress_emitter(path: Path) -> tuple[Callable[[str, dict[str, Any]], None], Callable[[], None]]:
+    """An `emit(event, data)` appending one JSON line per event to `path` (flushed at once, so
+    a crash still leaves what came before), and the function that closes it."""
+    progress = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+
+    def emit(event: str, data: dict[str, Any]) -> None:
+        progress.write(json.dumps({"event": event, "t": time.time(), **data}) + "\n")
+        progress.flush()
+
+    return emit, progress.close
+
+
+def write_json_atomic(path: Path, body: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, allow_nan=True), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def main(argv: list[str]) -> int:
@@ -30,21 +49,13 @@ def main(argv: list[str]) -> int:
     if request.get("protocol") != PROTOCOL_VERSION:
         print(f"protocol mismatch: {request.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return 3
-    progress = open(progress_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-
-    def emit(event: str, data: dict[str, Any]) -> None:
-        progress.write(json.dumps({"event": event, "t": time.time(), **data}) + "\n")
-        progress.flush()
-
+    emit, close = progress_emitter(progress_path)
     module = importlib.import_module(WORKER_MODULES[request["domain"]])
     # the candidate outputs the judge checks (evaluation/judge.py), beside the response
     body = module.run_request(request, Path.cwd(), emit, record_dir=response_path.parent / "record")
-    response = {"protocol": PROTOCOL_VERSION, "request_id": request["request_id"], **body}
-    tmp = response_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(response, allow_nan=True), encoding="utf-8")
-    os.replace(tmp, response_path)
+    write_json_atomic(response_path, {"protocol": PROTOCOL_VERSION, "request_id": request["request_id"], **body})
     emit("done", {})
-    progress.close()
+    close()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: candidate extensions and CUDA contexts can hang or crash in

@@ -150,23 +150,12 @@ def cpp_exports(scan: Scan) -> tuple[set[str], set[str]]:
     for _call, prog, named in _extensions(scan):
         defined |= set(prog.functions)
         for py, cpp in named.items():
-            reach = _reach(prog, cpp)
+            reach = prog.reachable({cpp})
             if any(_LOOP.search(body) for name in reach for body in prog.functions.get(name, ())):
                 exports.add(py)
     return defined, exports
 
 
-def _reach(prog: NativeProgram, root: str) -> set[str]:
-    seen: set[str] = set()
-    todo = [root] if root in prog.functions else []
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        for body in prog.functions[name]:
-            todo.extend(set(re.findall(r"\b\w+\b", body)) & prog.functions.keys())
-    return seen
 
 
 def own_kernels_cpu(scan: Scan) -> list[Hit]:

@@ -254,20 +254,22 @@ class NativeProgram:
             out |= set(re.findall(r"\w+", m.group(1))) & self.kernels
         return out
 
-    def launched_from(self, roots: set[str]) -> set[str]:
-        """Kernels launched by `roots` or anything they call (by name, over-approximated)."""
+    def reachable(self, roots: set[str]) -> set[str]:
+        """The functions `roots` are or call, directly or not (by name, over-approximated)."""
         seen: set[str] = set()
         todo = [r for r in roots if r in self.functions]
-        found: set[str] = set()
         while todo:
             name = todo.pop()
             if name in seen:
                 continue
             seen.add(name)
             for body in self.functions[name]:
-                found |= self.launches(body)
                 todo.extend(set(re.findall(r"\b\w+\b", body)) & self.functions.keys())
-        return found
+        return seen
+
+    def launched_from(self, roots: set[str]) -> set[str]:
+        """Kernels launched by `roots` or anything they call (by name, over-approximated)."""
+        return {k for name in self.reachable(roots) for body in self.functions[name] for k in self.launches(body)}
 
 
 _PYBIND_DEF = re.compile(r"\.\s*def\s*\(\s*\"(\w+)\"\s*,\s*&?\s*(?:\w+::)*(\w+)")
