@@ -8,7 +8,9 @@
 #     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
 #
-# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|harness|noise [--only a,b]
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise [--only a,b]
+# STEP_S (default 560) is each step's timeout: lower it to run two steps in one command.
+# `integrity` runs benchmarks/integrity_cost.py --device cuda --repeats 3 with its arguments.
 # `modes` runs recipes_run.py under the fixed and the calibrated rule at once (issue 10; about
 # 110 s per example each with --recipes inference_mode,channels_last,autocast-bf16,autocast-fp16,compile).
 # `noise` runs benchmarks/timing_noise.py (paired vs unpaired under load) with its arguments.
@@ -21,7 +23,8 @@
 # Each part fits one device command (10 minutes); call them back to back while the machine is
 # warm (compile caches in .sc/ are kept between calls on a warm machine).
 set -u
-what="${1:?usage: gpu_session.sh tests|recipes|harness}"
+what="${1:?usage: gpu_session.sh tests|recipes|modes|integrity|harness|noise}"
+T="${STEP_S:-560}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -30,25 +33,29 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [[ $what == tests ]]; then
   targets=("${@:2}")
   [[ ${#targets[@]} -eq 0 ]] && targets=(tests/gpu)
-  timeout 560 python3 -m pytest -m gpu "${targets[@]}" -p no:cacheprovider -q -rA -o addopts="" 2>&1 \
+  timeout $T python3 -m pytest -m gpu "${targets[@]}" -p no:cacheprovider -q -rA -o addopts="" 2>&1 \
     | tee "$OUT/gpu_tests.log" | tail -40
 fi
 if [[ $what == recipes ]]; then
-  timeout 560 python3 benchmarks/recipes_run.py --device cuda --runs-dir "$OUT/runs" "${@:2}" 2>&1 \
+  timeout $T python3 benchmarks/recipes_run.py --device cuda --runs-dir "$OUT/runs" "${@:2}" 2>&1 \
     | tee "$OUT/recipes_run.log" | tail -20
 fi
 if [[ $what == modes ]]; then  # issue 10: recipes under both correctness rules at once (one GPU, shared lock)
   for m in fixed calibrated; do
-    timeout 560 python3 benchmarks/recipes_run.py --device cuda --correctness $m --runs-dir "$OUT/runs-$m" "${@:2}" \
+    timeout $T python3 benchmarks/recipes_run.py --device cuda --correctness $m --runs-dir "$OUT/runs-$m" "${@:2}" \
       > "$OUT/recipes_$m.log" 2>&1 &
   done
   wait
   tail -n 30 "$OUT/recipes_fixed.log" "$OUT/recipes_calibrated.log"
 fi
 if [[ $what == noise ]]; then
-  timeout 560 python3 benchmarks/timing_noise.py --device cuda --out "$OUT/timing_noise.json" "${@:2}" 2>&1 \
+  timeout $T python3 benchmarks/timing_noise.py --device cuda --out "$OUT/timing_noise.json" "${@:2}" 2>&1 \
     | tee "$OUT/timing_noise.log" | tail -40
 fi
+if [[ $what == integrity ]]; then
+  timeout $T python3 benchmarks/integrity_cost.py --device cuda --repeats 3 "${@:2}" 2>&1 \
+    | tee "$OUT/integrity_cost.log" | tail -30
+fi
 if [[ $what == harness ]]; then
-  timeout 560 python3 benchmarks/harness.py --repeats 3 --out "$OUT/harness.json" 2>&1 | tail -60
+  timeout $T python3 benchmarks/harness.py --repeats 3 --out "$OUT/harness.json" 2>&1 | tail -60
 fi
