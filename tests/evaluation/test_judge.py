@@ -32,6 +32,7 @@ def test_an_honest_evaluation_is_confirmed_call_by_call(cpu_config) -> None:
     timed = [k for k in judged["checked"] if record.parse_timed(k)]
     assert timed and sorted(timed) == sorted(ev.verdict.result("timing").details["timed_outputs_checked"])  # type: ignore[union-attr]
     assert 0 < judged["work_s"] <= judged["wall_s"]
+    assert 0 <= judged["records_load_s"] <= judged["judging_s"] <= judged["after_worker_s"]  # its own account
 
 
 def test_every_timed_call_of_every_attempt_has_inputs_of_its_own() -> None:

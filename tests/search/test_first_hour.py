@@ -144,8 +144,14 @@ def test_version(capsys) -> None:
     assert capsys.readouterr().out.startswith(f"stratagem {stratagem.__version__}")
 
 
-@pytest.mark.parametrize("vs_compile, says", [(0.74, "slower than torch.compile"), (1.3, "faster than torch.compile")])
-def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, monkeypatch, vs_compile, says) -> None:
+@pytest.mark.parametrize("vs_compile, unstable, says", [
+    (0.74, "", "slower than torch.compile"), (1.3, "", "faster than torch.compile"),
+    (1.33, "ratio drift: 39%", "compared with torch.compile: unknown")])
+def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, monkeypatch, vs_compile, unstable,
+                                                              says) -> None:
+    """Plainly, and never "faster than torch.compile" against a compile baseline whose own
+    timing did not settle (on an H200 the compile recipe, torch.compile itself, was shown as
+    1.33x vs compile against such a baseline)."""
     from stratagem.search import api
     from stratagem.search.budget import Spend
     from stratagem.search.loop import RunOutcome
@@ -153,7 +159,7 @@ def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, m
 
     fake_run(tmp_path / "r")
     best = DesignView(id="b" * 64, source="", status="valid", runtime_ms=1.0, speedup=2.13, speedup_low=2.0,
-                      speedup_high=2.2, speedup_compile=vs_compile)
+                      speedup_high=2.2, speedup_compile=vs_compile, compile_unstable=unstable)
 
     async def fake_start(problem, cfg, run_dir=None, view=None):
         return RunOutcome(tmp_path / "r", "iterations", best, tmp_path / "r" / "best" / "candidate.py", 2,
@@ -163,6 +169,7 @@ def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, m
     assert main(["run", str(PROBLEM), "--run-dir", str(tmp_path / "r2")]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "2.13x [2.00, 2.20] vs eager" in text and says in text
+    assert ("faster than torch.compile" in text) == (says == "faster than torch.compile")
 
 
 def test_no_library_banner_in_stratagems_terminal(tmp_path) -> None:

@@ -257,6 +257,8 @@ def _print_speedups(console: Console, s: dict[str, Any]) -> None:
             line += f" · vs torch.compile {comp['ratio']:.3g}x"
             if comp.get("baseline_fails"):
                 line += " [yellow](compile fails correctness)[/]"
+            elif comp.get("baseline_unstable"):
+                line += " [yellow](compile baseline unstable)[/]"
         console.print(line, highlight=False)
     stab = s.get("stability") or {}
     if stab.get("verdict") == "unstable":

@@ -188,6 +188,7 @@ def _design_json(v: Any) -> dict[str, Any]:
     return {"id": v.id, "status": v.status, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
             "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
             "speedup_compile": v.speedup_compile, "compile_fails": v.compile_fails or None,
+            "compile_unstable": v.compile_unstable or None,
             "beats_reference": v.beats_reference,
             "stability": v.stability or "stable"}
 
@@ -246,7 +247,10 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
         comp = f", {best.compile_text()} vs torch.compile" if best.speedup_compile else ""
         console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup_text()} vs eager{comp})",
                       highlight=False)
-        if best.speedup_compile is not None and best.speedup_compile < 1.0 and not best.compile_fails:
+        if best.speedup_compile is not None and best.compile_unstable:
+            console.print("[yellow]compared with torch.compile: unknown[/]: the compile baseline's timing "
+                          f"stayed unstable after re-timing ({best.compile_unstable[:120]})", highlight=False)
+        elif best.speedup_compile is not None and best.speedup_compile < 1.0 and not best.compile_fails:
             console.print(f"[yellow]slower than torch.compile[/]: torch.compile of the reference runs "
                           f"{1 / best.speedup_compile:.2f}x faster than this design here, so it is the better "
                           "choice unless you cannot compile", highlight=False)

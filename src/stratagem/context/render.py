@@ -106,7 +106,8 @@ def _performance(view: DesignView) -> str:
         ci = " (paired, 95% interval)" if view.speedup_low is not None else ""
         parts.append(f"{view.speedup_text()} vs eager{ci}")
     if view.speedup_compile is not None:
-        fails = " (a baseline that fails the correctness check)" if view.compile_fails else ""
+        fails = (" (a baseline that fails the correctness check)" if view.compile_fails else
+                 " (its timing unstable: the ratio carries that noise)" if view.compile_unstable else "")
         parts.append(f"{view.speedup_compile:.3g}x vs torch.compile{fails}")
     if view.runtime_ms is not None:
         parts.append(f"{view.runtime_ms:.4g} ms")

@@ -108,7 +108,7 @@ def apply_judge(results: list[ValidatorResult], sr: SandboxResult, request_id: s
     failed = {f.stage: f for f in answer.failures}
     info = {"checked": list(answer.checked), "notes": list(answer.notes),
             "work_s": sr.judge.duration_s - sr.judge.wait_s, "wall_s": sr.judge.duration_s,
-            "after_worker_s": sr.judge.after_worker_s}
+            "after_worker_s": sr.judge.after_worker_s, **{f"{k}_s": v for k, v in answer.timings_s.items()}}
     for i, r in enumerate(results):
         if r.name in failed:
             f = failed[r.name]

@@ -112,6 +112,8 @@ class JudgeResponse(BaseModel):
     failures: list[JudgeFailure]
     checked: list[str]
     notes: list[str]
+    timings_s: dict[str, float] = {}
+    """Seconds of the judge's work after the go file: `judging` (all of it), `records_load`."""
 
 
 class EvalResponse(BaseModel):

@@ -163,11 +163,17 @@ class Evaluation:
         return p.ratio if p is not None else None
 
     def speedups_json(self) -> dict[str, dict[str, Any]]:
-        """`speedups` with, for a baseline that fails the correctness rule, `baseline_fails`."""
+        """`speedups` with, for a baseline that fails the correctness rule, `baseline_fails`,
+        and for one whose timing stayed unstable after re-timing, `baseline_unstable` (the
+        reasons): a ratio chained through it is not a result."""
         out = {}
+        unstable = self.baseline.unstable() if self.baseline is not None else {}
         for m, r in self.speedups.items():
             why = self.baseline.fails(m) if self.baseline is not None else None
-            out[m] = {**r.to_json(), **({"baseline_fails": why} if why else {})}
+            extra: dict[str, Any] = {"baseline_fails": why} if why else {}
+            if m != "eager" and m in unstable:
+                extra["baseline_unstable"] = "; ".join(unstable[m])
+            out[m] = {**r.to_json(), **extra}
         return out
 
 
@@ -333,8 +339,9 @@ class Evaluator:
             earlier = self.cache.latest(slot)
             if earlier is not None and (earlier.get("environment") or {}).get("torch") != _torch_version():
                 earlier = None
-        if earlier is not None and not refresh:
+        if earlier is not None and not refresh and not _unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
+        # An unstable cached baseline is measured again: every chained speedup would carry its noise.
         # Compiling references (max-autotune above all) takes minutes: allow for it.
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
         expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
@@ -437,3 +444,9 @@ def _torch_version() -> str | None:
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:
     return ValidatorResult(r.name, r.outcome, r.reason, r.kind, r.details, seconds)
+
+
+def _unstable_modes(cached: Mapping[str, Any]) -> list[str]:
+    """The modes of a cached baseline whose timing was judged unstable."""
+    modes = cached.get("modes") if isinstance(cached.get("modes"), Mapping) else {}
+    return [m for m, v in modes.items() if not Stability.from_json((v or {}).get("stability")).stable]

@@ -38,6 +38,10 @@ def leaderboard(
     if failing:
         notes.append("the torch.compile baseline fails the correctness check every design must pass, so "
                       f"speedups against it are not a fair comparison: {failing[:160]}")
+    shaky = next((v.compile_unstable for v in ranked(views) if v.compile_unstable), "")
+    if shaky:
+        notes.append("the torch.compile baseline's timing stayed unstable after re-timing, so speedups against "
+                     f"it carry its noise (`stratagem baseline --refresh` measures it again): {shaky[:160]}")
     unstable = [v for v in views if v.status == "unstable"]
     if unstable:
         notes.append("not ranked, timing unstable: " + "; ".join(

@@ -62,6 +62,7 @@ def design_views(
             speedup_compile=_num(comp.get("ratio")) if valid else None,
             stability=why,
             compile_fails=str(comp.get("baseline_fails") or ""),
+            compile_unstable=str(comp.get("baseline_unstable") or ""),
         ))
     return out
 

@@ -72,13 +72,19 @@ class DesignView:
     compile_fails: str = ""
     """Why the torch.compile baseline fails the correctness rule ('' when it passes): its
     `speedup_compile` is then against a baseline no candidate could be."""
+    compile_unstable: str = ""
+    """Why the torch.compile baseline's timing stayed unstable after re-timing ('' when
+    stable): its `speedup_compile` then carries the baseline's noise, not a result."""
 
     def compile_text(self) -> str:
-        """`1.23x`, or `1.23x (compile fails correctness)`: never a bare ratio against a
-        baseline that fails the rule every candidate must pass."""
+        """`1.23x`, `1.23x (compile fails correctness)` or `1.23x (compile baseline unstable)`:
+        never a bare ratio against a baseline that fails the rule every candidate must pass, or
+        whose own timing did not settle."""
         if self.speedup_compile is None:
             return "-"
-        return f"{ratio_text(self.speedup_compile)}x" + (" (compile fails correctness)" if self.compile_fails else "")
+        mark = (" (compile fails correctness)" if self.compile_fails else
+                " (compile baseline unstable)" if self.compile_unstable else "")
+        return f"{ratio_text(self.speedup_compile)}x{mark}"
 
     @property
     def beats_reference(self) -> bool:

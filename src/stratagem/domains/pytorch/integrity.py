@@ -20,6 +20,7 @@ to the visible shapes fails.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -175,6 +176,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
             for k, val in variant.items():
                 setattr(mod, k, val)
             seed = int(w.req["init_seed"])
+            t0 = time.perf_counter()
             try:
                 init = runtime.init_inputs(mod, seed, w.device)
                 ref_model = runtime.instantiate(mod.Model, init, seed, w.device)
@@ -186,6 +188,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                 done.append({"sizes": dict(variant), "skipped": f"the reference fails: {runtime.one_line(e)}"})
                 continue
             label = ", ".join(f"{k}={v}" for k, v in variant.items())
+            t1 = time.perf_counter()
             try:
                 cand = runtime.instantiate(cand_cls, init, seed, w.device)
                 with torch.no_grad(), w.compiling():  # new sizes: compiled code compiles again
@@ -195,11 +198,13 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                 w._note_cuda(e)
                 _fail(runtime.classify_exception(e), f"with size constants {label}: ModelNew raised: {runtime.one_line(e)}",
                       {"variants": done, "traceback": runtime.format_exception(e)})
+            t2 = time.perf_counter()
             c = compare.compare_outputs(ref, out, tol)
             if not c.ok:
                 _fail(c.kind, f"with size constants {label} (code hard-wired to the visible shapes?): {c.reason}",
                       {"variants": done})
-            done.append({"sizes": dict(variant), "max_abs_err": c.max_abs_err})
+            done.append({"sizes": dict(variant), "max_abs_err": c.max_abs_err, "reference_s": round(t1 - t0, 4),
+                         "candidate_s": round(t2 - t1, 4), "compare_s": round(time.perf_counter() - t2, 4)})
             del ref, out, inputs, ref_model, cand
     finally:
         for k, v in original.items():
@@ -208,9 +213,11 @@ def run_shapes(w: Worker) -> dict[str, Any]:
         # shapes, and later calls at the problem's sizes would run those shape-generic kernels
         # (0.216 ms instead of 0.130 ms for 03_softmax on an H200). The timed program must
         # start where the `compile` baseline does: compiled for the timed shapes only.
+        t3 = time.perf_counter()
         runtime.reset_compiled()
         w.compiled_state_reset = True
-    return {"variants": done}
+        reset_s = time.perf_counter() - t3
+    return {"variants": done, "reset_compiled_s": round(reset_s, 4)}
 
 
 def _fail(kind: str, reason: str, details: Mapping[str, Any]) -> None:

@@ -80,12 +80,15 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
         return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
                        [], notes)
     go = _await_go(go_path, w)
+    t_go = time.perf_counter()
+    load_s = [0.0]
     claims = go.get("claims") if isinstance(go.get("claims"), Mapping) else {}
     results = {r.get("name"): r for r in claims.get("results") or [] if isinstance(r, Mapping)}
     passed = {n for n, r in results.items() if r.get("outcome") == "passed"}
     checked: list[str] = []
 
     def out_of(key: str, stage: str) -> Any:
+        t = time.perf_counter()
         try:
             return record.load(record_dir, key, w.device, MAX_RECORD_BYTES)
         except FileNotFoundError:
@@ -93,6 +96,12 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
                           f"recorded no output for {key}: its response was not the harness's") from None
         except ValueError as e:
             raise Finding(stage, "rejected", f"harness_tampering: {e}") from None
+        finally:
+            load_s[0] += time.perf_counter() - t
+
+    def answer(failures: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**_answer(go, failures, checked, notes),
+                "timings_s": {"judging": round(time.perf_counter() - t_go, 4), "records_load": round(load_s[0], 4)}}
 
     try:
         with w.hold("shared"), torch.no_grad():
@@ -103,11 +112,10 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
             if "timing" in passed:
                 _timed(w, record_dir, out_of, checked)
     except Finding as f:
-        return _answer(go, [{"stage": f.stage, "kind": f.kind, "reason": f.reason}], checked, notes)
+        return answer([{"stage": f.stage, "kind": f.kind, "reason": f.reason}])
     except StageFailure as e:
-        return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
-                       checked, notes)
-    return _answer(go, [], checked, notes)
+        return answer([{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}])
+    return answer([])
 
 
 def _answer(go: Mapping[str, Any], failures: list[dict[str, Any]], checked: list[str], notes: list[str]) -> dict[str, Any]:
