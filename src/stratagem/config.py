@@ -107,6 +107,8 @@ class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     device: str = "auto"
     """`auto` (a GPU if one is visible, else the CPU), `cpu`, `cuda` or `cuda:N`."""
+    executor: Literal["local"] = "local"
+    """Where workers run: `local` (this machine's slots; `ray` is planned)."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     """Limit for correctness and timing, once the candidate is loaded (a hang is cut off)."""
     compile_timeout_s: float = Field(default=DEFAULT_COMPILE_TIMEOUT_S, gt=0)

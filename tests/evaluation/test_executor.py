@@ -61,7 +61,7 @@ def test_capacity_is_honoured(slots, jobs, cpu_config, linear_problem, monkeypat
     assert len(out) == jobs and rec.calls == jobs
     assert rec.max_active == min(slots, jobs)
     # every slot is back in the pool afterwards
-    assert ex._free is not None and ex._free.qsize() == slots
+    assert ex._free is not None and len(ex._free) == slots
 
 
 def test_slots_have_their_own_caches_and_settings(cpu_config, linear_problem, monkeypatch, _isolated_cache) -> None:

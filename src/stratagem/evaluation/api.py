@@ -16,7 +16,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import CandidateError
-from stratagem.evaluation.executors import LocalExecutor, resolve_device
+from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
 from stratagem.store.sqlite import RunStore
 
@@ -38,10 +38,10 @@ def read_candidate(path: str | Path) -> Design:
 
 
 def make_evaluator(cfg: EvaluationConfig) -> Evaluator:
-    devices = resolve_device(cfg.device, environment())
-    # One evaluation at a time needs one device; searches use every slot.
-    executor = LocalExecutor.for_devices(devices, cfg, environment())
-    return Evaluator(cfg, executor, devices[0])
+    """An evaluator over the executor the configuration selects (every slot of every device
+    it resolves to; each evaluation is stored with the device its worker ran on). Close it
+    with `await evaluator.executor.aclose()`."""
+    return Evaluator(cfg, make_executor(cfg, environment()))
 
 
 def evaluate_files(

@@ -44,19 +44,47 @@ class Slot:
     """Cores this slot's worker times on (GPU slots on machines with cores to spare)."""
     reserved_cores: tuple[int, ...] = ()
     """Every GPU's timing cores on this machine (workers keep off them otherwise)."""
+    host: str = ""
+    """The machine this slot is on (`platform.node()` for local slots)."""
+
+    @property
+    def where(self) -> str:
+        """`host/device`: where an evaluation in this slot ran (stored with it)."""
+        return f"{self.host or '?'}/{self.physical}"
 
 
 class Executor(Protocol):
-    """Runs worker requests; `capacity` of them at once."""
+    """Runs worker requests; `capacity` of them at once. The slot it returns says where the
+    request ran (host, physical device); `device` pins a request to one physical device."""
 
     capacity: int
 
     async def submit(
         self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None, device: str | None = None,
     ) -> tuple[Slot, SandboxResult]: ...
 
+    def devices(self) -> list[str]:
+        """The physical devices of its slots, in slot order, each once."""
+        ...
+
     async def aclose(self) -> None: ...
+
+
+EXECUTORS = ("local",)
+"""The executor kinds `evaluation.executor` may name (`ray` is planned)."""
+
+
+def make_executor(cfg: EvaluationConfig, env: Mapping[str, str]) -> Executor:
+    """The executor the configuration selects, over the devices `cfg.device` resolves to.
+
+    Raises:
+        ConfigError: an unknown executor kind, or a device that is not there.
+    """
+    kind = cfg.executor
+    if kind not in EXECUTORS:
+        raise ConfigError(f"evaluation.executor: {kind!r} is not one of {', '.join(EXECUTORS)}")
+    return LocalExecutor.for_devices(resolve_device(cfg.device, env), cfg, env)
 
 
 def visible_gpus(env: Mapping[str, str]) -> list[int]:
@@ -129,7 +157,8 @@ class LocalExecutor:
         self.capacity = len(slots)
         self._cfg = cfg
         self._base_env = dict(base_env)
-        self._free: asyncio.Queue[Slot] | None = None
+        self._free: list[Slot] | None = None
+        self._ready: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -157,26 +186,47 @@ class LocalExecutor:
                     env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
                     worker_dev = "cuda"
                 slots.append(Slot(len(slots), worker_dev, dev, env, lock,
-                                  timing_cores.get(dev, ()), reserved if dev != "cpu" else ()))
+                                  timing_cores.get(dev, ()), reserved if dev != "cpu" else (), host))
         return cls(slots, cfg, base_env)
 
-    def _queue(self) -> asyncio.Queue[Slot]:
+    def devices(self) -> list[str]:
+        return list(dict.fromkeys(s.physical for s in self.slots))
+
+    def _pool(self) -> tuple[list[Slot], asyncio.Condition]:
         loop = asyncio.get_running_loop()
-        if self._free is None or self._loop is not loop:
+        if self._free is None or self._ready is None or self._loop is not loop:
             self._loop = loop
-            self._free = asyncio.LifoQueue()  # reuse the warmest slot (its compile caches) first
-            for s in self.slots:
-                self._free.put_nowait(s)
-        return self._free
+            self._free = list(self.slots)
+            self._ready = asyncio.Condition()
+        return self._free, self._ready
+
+    async def _take(self, device: str | None) -> Slot:
+        """A free slot (on `device` when given): the most recently used one first, whose
+        compile caches are the warmest."""
+        if device is not None and all(s.physical != device for s in self.slots):
+            raise ConfigError(f"no slot of this executor is on {device} (its devices: {', '.join(self.devices())})")
+        free, ready = self._pool()
+        async with ready:
+            while True:
+                for i in range(len(free) - 1, -1, -1):
+                    if device is None or free[i].physical == device:
+                        return free.pop(i)
+                await ready.wait()
+
+    async def _give(self, slot: Slot) -> None:
+        free, ready = self._pool()
+        async with ready:
+            free.append(slot)
+            ready.notify_all()
 
     async def submit(
         self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None, device: str | None = None,
     ) -> tuple[Slot, SandboxResult]:
-        """Run `request` in a free slot: `compile_timeout_s` for its `load` stage, if it has
-        one, then `timeout_s` for the rest; `on_event` sees the worker's progress events."""
-        queue = self._queue()
-        slot = await queue.get()
+        """Run `request` in a free slot (on the physical `device` when given):
+        `compile_timeout_s` for its `load` stage, if it has one, then `timeout_s` for the rest;
+        `on_event` sees the worker's progress events."""
+        slot = await self._take(device)
         try:
             for v in slot.env.values():
                 if v and v.startswith("/"):
@@ -207,7 +257,7 @@ class LocalExecutor:
             result = await run_worker(req.model_dump_json(), settings)
             return slot, result
         finally:
-            queue.put_nowait(slot)
+            await self._give(slot)
 
     async def aclose(self) -> None:
-        self._free = None
+        self._free, self._ready = None, None

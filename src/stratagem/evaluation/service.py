@@ -150,12 +150,21 @@ class Evaluation:
         if p is None:
             return {}
         out = {"eager": p}
-        if self.baseline is not None:
+        if self.baseline is not None and self.baseline_matches_device:
             for mode in self.baseline.modes:
                 r = self.baseline.vs_eager(mode)
                 if mode != "eager" and r is not None and r.ratio > 0:
                     out[mode] = divide(p, r)
         return out
+
+    @property
+    def baseline_matches_device(self) -> bool:
+        """The baseline was measured on a device of the same kind (its name) as this
+        evaluation's: only then is a ratio chained through it a speedup over that mode here."""
+        if self.baseline is None:
+            return False
+        mine, theirs = self.environment.get("device_name"), self.baseline.environment.get("device_name")
+        return not mine or not theirs or mine == theirs
 
     @property
     def speedup(self) -> float | None:
@@ -246,12 +255,14 @@ BASELINE_CHECK_TRIALS = 2
 class Evaluator:
     """Runs designs through the harness on an executor."""
 
-    def __init__(self, cfg: EvaluationConfig, executor: Executor, physical_device: str) -> None:
+    def __init__(self, cfg: EvaluationConfig, executor: Executor, physical_device: str | None = None) -> None:
         self.cfg = cfg
         self.executor = executor
-        self.physical_device = physical_device
+        self.physical_device = physical_device or executor.devices()[0]
+        """The first device: what `baseline`, `audit` and `calibrate` run on when not told."""
         self.cache = BaselineCache(cache_dir(cfg) / "baselines")
-        self._peaks: dict[str, Any] | None = None
+        self._peaks: dict[str, dict[str, Any]] = {}
+        """Calibrated peaks per physical device (as loaded or measured by this evaluator)."""
 
     @property
     def on_gpu(self) -> bool:
@@ -275,6 +286,9 @@ class Evaluator:
         seeds: tuple[int, ...] = ()
         sandbox: dict[str, Any] = {}
         limit = domain.timeout_s(problem, self.cfg, timeout_s)
+        ran_on = self.physical_device
+        """The physical device of the slot the worker ran in (the parent-side steps after it,
+        the roofline above all, use that device's identity)."""
         while (step := run.next_step()) is not None:
             if step.kind == "inline":
                 spec = step.specs[0]
@@ -282,12 +296,11 @@ class Evaluator:
                 s0 = time.monotonic()
                 earlier = {r.name: r for r in run.results}
                 if spec.name == "roofline":
-                    if self._peaks is None and not self.peaks_path().exists():
+                    if ran_on not in self._peaks and not self.peaks_path(ran_on).exists():
                         stage("calibrating the device's peaks (once per machine)")
-                    r = await self._roofline(problem, design, earlier)
+                    r = await self._roofline(problem, design, earlier, ran_on)
                 else:
-                    r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None,
-                                                    self.physical_device)
+                    r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None, ran_on)
                 run.record([_with_duration(r, time.monotonic() - s0)])
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)
@@ -300,11 +313,13 @@ class Evaluator:
                 elif ev.get("event") == "done":
                     stage("judge")  # the worker is done; the judge confirms its outputs
 
-            _slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s, on_event)
+            slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s, on_event)
+            ran_on = slot.physical
             out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
             run.record(out.results)
             run.record_missing(step.specs, "the worker ended before this stage ran")
             environment.update(out.environment)
+            environment.update(host=slot.host, physical_device=slot.physical)
             sandbox = {
                 "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
                 "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,
@@ -315,7 +330,7 @@ class Evaluator:
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
                                            refresh=refresh_baseline)
         return Evaluation(
-            problem=problem, design=design, verdict=verdict, device=self.physical_device,
+            problem=problem, design=design, verdict=verdict, device=ran_on,
             environment=environment, seeds=seeds, baseline=baseline, sandbox=sandbox,
             wall_s=time.monotonic() - t0,
         )
@@ -362,18 +377,19 @@ class Evaluator:
         self.cache.put(slot, {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
 
-    async def _roofline(self, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult]) -> ValidatorResult:
+    async def _roofline(self, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult],
+                        device: str) -> ValidatorResult:
         """The roofline validator, with a guard on the calibration: the eager reference is
         honest by definition, so a floor it beats proves the peaks too low (a calibration on a
         loaded machine, say). They are measured again once; if the reference still beats the
         new floor, the check is skipped with a note rather than rejecting honest designs."""
-        peaks = await self.device_peaks(problem)
-        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks)
+        peaks = await self.device_peaks(problem, device=device)
+        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks, device)
         beaten = domain.reference_beats_floor(earlier, r)
         if beaten is None:
             return r
-        peaks = await self.device_peaks(problem, refresh=True)
-        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks)
+        peaks = await self.device_peaks(problem, refresh=True, device=device)
+        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks, device)
         again = domain.reference_beats_floor(earlier, r)
         if again is None:
             return ValidatorResult(r.name, r.outcome, r.reason, r.kind,
@@ -382,34 +398,38 @@ class Evaluator:
             **r.details, "checked": False,
             "note": f"not checked: the device calibration is unreliable here ({again}); run `stratagem calibrate`"})
 
-    def peaks_path(self) -> Path:
-        """Where this device's calibrated peaks are kept."""
-        return cache_dir(self.cfg) / "peaks" / f"{platform.node()}-{self.physical_device.replace(':', '')}.json"
+    def peaks_path(self, device: str | None = None) -> Path:
+        """Where the calibrated peaks of `device` (default: the first) on this host are kept."""
+        dev = device or self.physical_device
+        return cache_dir(self.cfg) / "peaks" / f"{platform.node()}-{dev.replace(':', '')}.json"
 
-    async def device_peaks(self, problem: Problem, *, refresh: bool = False) -> dict[str, Any] | None:
-        """Calibrated bandwidth and matmul rates of this evaluator's device (cached on disk;
-        `refresh` measures again and replaces the file)."""
-        if self._peaks is not None and not refresh:
-            return self._peaks
-        path = self.peaks_path()
+    async def device_peaks(self, problem: Problem, *, refresh: bool = False,
+                           device: str | None = None) -> dict[str, Any] | None:
+        """Calibrated bandwidth and matmul rates of `device` (default: the first), measured
+        there (cached on disk per device; `refresh` measures again and replaces the file)."""
+        dev = device or self.physical_device
+        if dev in self._peaks and not refresh:
+            return self._peaks[dev]
+        path = self.peaks_path(dev)
         if not refresh:
             try:
                 cached = json.loads(path.read_text(encoding="utf-8"))
                 if isinstance(cached, dict) and cached.get("version") == domain.PEAKS_VERSION:
-                    self._peaks = cached
-                    return self._peaks
+                    self._peaks[dev] = cached
+                    return cached
             except (OSError, json.JSONDecodeError):
                 pass  # missing, unreadable or of an older format: measured again
-        verdict, env = await self._run_reference_graph(problem, domain.CALIBRATE_GRAPH, 600.0)
+        verdict, env = await self._run_reference_graph(problem, domain.CALIBRATE_GRAPH, 600.0, device=dev)
         r = verdict.result("calibrate")
         if r is None or r.outcome != "passed":
             return None
-        self._peaks = {**dict(r.details), "environment": env}
+        peaks = {**dict(r.details), "environment": env}
+        self._peaks[dev] = peaks
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self._peaks, indent=1), encoding="utf-8")
+        tmp.write_text(json.dumps(peaks, indent=1), encoding="utf-8")
         os.replace(tmp, path)
-        return self._peaks
+        return peaks
 
     async def audit(self, problem: Problem, *, timeout_s: float | None = None) -> tuple[Verdict, dict[str, Any]]:
         """Run the null-model audit of a problem; returns the verdict and the environment."""
@@ -417,21 +437,22 @@ class Evaluator:
         return await self._run_reference_graph(problem, domain.AUDIT_GRAPH, limit)
 
     async def _run_reference_graph(
-        self, problem: Problem, specs: Any, limit: float, **request: Any
+        self, problem: Problem, specs: Any, limit: float, device: str | None = None, **request: Any
     ) -> tuple[Verdict, dict[str, Any]]:
-        """Run a worker-only graph that loads the reference and no candidate."""
+        """Run a worker-only graph that loads the reference and no candidate (on `device`,
+        default: the first)."""
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
         req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
         if expect is not None:
             req = req.model_copy(update={"reference_expect_ms": expect})
         compile_limit = max(self.cfg.compile_timeout_s, limit) if graph.specs[-1].name == "baseline" else self.cfg.compile_timeout_s
-        _slot, sr = await self.executor.submit(req, limit, compile_limit)
+        slot, sr = await self.executor.submit(req, limit, compile_limit, device=device or self.physical_device)
         out = interpret(graph.specs, sr, req.request_id, limit, compile_limit)
         run = GraphRun(graph, batch_placement="worker")
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")
-        return Verdict(run.results), out.environment
+        return Verdict(run.results), {**out.environment, "host": slot.host, "physical_device": slot.physical}
 
 
 def _torch_version() -> str | None:

@@ -62,7 +62,10 @@ async def start_run(
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
         store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
-        return await SearchLoop(cfg, problem, store, evaluator, policy, view).run()
+        try:
+            return await SearchLoop(cfg, problem, store, evaluator, policy, view).run()
+        finally:
+            await evaluator.executor.aclose()
 
 
 async def resume_run(run_dir: str | Path, view: RunView | None = None,
@@ -98,7 +101,10 @@ async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: Ru
     policy = make_policy(cfg, problem, evaluator, store.run_dir)
     await _preflight(policy)
     loop = SearchLoop(cfg, problem, store, evaluator, policy, view)
-    return await loop.run()
+    try:
+        return await loop.run()
+    finally:
+        await evaluator.executor.aclose()
 
 
 async def _preflight(policy: Policy) -> None:
