@@ -7,12 +7,14 @@ budgets hold across a killed and resumed run; the wall clock counts the current 
 
 from __future__ import annotations
 
+import contextvars
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from stratagem.config import SearchConfig
-from stratagem.search.types import AgentCall
+from stratagem.search.types import AgentCall, Remaining, Reservation
 from stratagem.store.records import AgentCallRecord, EvaluationRecord
 
 
@@ -71,14 +73,58 @@ def evaluation_seconds(ev: EvaluationRecord) -> float:
     return float(sum(v.get("duration_s") or 0.0 for v in ev.validators))
 
 
+_ACTIVE: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("stratagem_reservation", default=None)
+
+
 class Budgets:
-    """Limits from SearchConfig checked against a Spend."""
+    """Limits from SearchConfig checked against a Spend, and query reservations."""
 
     def __init__(self, cfg: SearchConfig, spend: Spend, clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.spend = spend
         self._clock = clock
         self._t0 = clock()
+        self._held: list[Reservation] = []
+
+    def held_queries(self) -> int:
+        """Queries reserved and not used yet, over every open reservation."""
+        return sum(r.left for r in self._held)
+
+    def remaining(self) -> Remaining:
+        """What is left of every limited budget; queries net of open reservations."""
+        c, s = self.cfg, self.spend
+        return Remaining(
+            queries=None if c.max_queries is None else max(0, c.max_queries - s.queries - self.held_queries()),
+            tokens=None if c.max_tokens is None else max(0, c.max_tokens - s.tokens),
+            usd=None if c.max_usd is None else max(0.0, c.max_usd - s.usd),
+            gpu_seconds=None if c.max_gpu_seconds is None else max(0.0, c.max_gpu_seconds - s.gpu_seconds),
+            wall_seconds=None if c.max_wall_seconds is None else max(0.0, c.max_wall_seconds - self.wall_seconds),
+        )
+
+    @contextmanager
+    def reserve(self, queries: int) -> Iterator[Reservation]:
+        """Set aside up to `queries` queries for a phase (all of them without a query limit).
+        A phase that issues at most `granted` queries, however many run at once, cannot take
+        the run past `max_queries`; what it leaves unused returns to the pool on exit."""
+        if queries < 0:
+            raise ValueError(f"cannot reserve {queries} queries")
+        left = self.remaining().queries
+        r = Reservation(queries, queries if left is None else min(queries, left))
+        self._held.append(r)
+        token = _ACTIVE.set(r)
+        try:
+            yield r
+        finally:
+            r.released = True
+            self._held.remove(r)
+            _ACTIVE.reset(token)
+
+    def charge(self, requests: int) -> None:
+        """Count `requests` queries, just recorded, against the open reservation of the
+        calling context, if any."""
+        r = _ACTIVE.get()
+        if r is not None and not r.released:
+            r.used += requests
 
     @property
     def wall_seconds(self) -> float:

@@ -15,6 +15,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,7 +29,16 @@ from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
 from stratagem.search.export import exported_source
-from stratagem.search.types import MEASURED, AgentCall, DesignView, Feedback, Policy, SearchState
+from stratagem.search.types import (
+    MEASURED,
+    AgentCall,
+    DesignView,
+    Feedback,
+    Policy,
+    Remaining,
+    Reservation,
+    SearchState,
+)
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
@@ -346,10 +356,17 @@ class SearchLoop:
             created_at=time.time(),
         ))
         self.spend.add_call(call)
+        self.budgets.charge(call.requests)
         self._refresh()
 
     def budget_left(self) -> str | None:
         return self.budgets.exhausted()
+
+    def budget_remaining(self) -> Remaining:
+        return self.budgets.remaining()
+
+    def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
+        return self.budgets.reserve(queries)
 
     def set_status(self, worker: str, status: str) -> None:
         self.progress.workers[worker] = status

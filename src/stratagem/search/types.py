@@ -7,6 +7,7 @@ Standard library only, so policies, agents and the loop can all import it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -157,6 +158,34 @@ class Feedback:
 
 
 @dataclass(frozen=True)
+class Remaining:
+    """What is left of each budget (None: that budget has no limit), net of reservations."""
+
+    queries: int | None = None
+    tokens: int | None = None
+    usd: float | None = None
+    gpu_seconds: float | None = None
+    wall_seconds: float | None = None
+
+
+@dataclass
+class Reservation:
+    """Queries set aside for one phase (`Session.reserve`): `granted` of the `asked`, never
+    more than were left. Queries recorded inside it (in its task, or in tasks started inside
+    it) are charged to it; while it is open, what it has not used is unavailable to the rest."""
+
+    asked: int
+    granted: int
+    used: int = 0
+    released: bool = False
+
+    @property
+    def left(self) -> int:
+        """Queries of this reservation not used yet (what its phase may still ask)."""
+        return max(0, self.granted - self.used)
+
+
+@dataclass(frozen=True)
 class AgentCall:
     """One agent run (one role, one conversation turn with possibly several requests)."""
 
@@ -218,6 +247,15 @@ class Session(Protocol):
 
     def budget_left(self) -> str | None:
         """None while every budget has room; else the name of the exhausted one."""
+        ...
+
+    def budget_remaining(self) -> Remaining:
+        """What is left of every limited budget (queries net of open reservations)."""
+        ...
+
+    def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
+        """`with session.reserve(n) as r:` sets aside up to n queries for a phase; issuing at
+        most `r.granted` queries inside it (in parallel or not) never overshoots `max_queries`."""
         ...
 
     def set_status(self, worker: str, status: str) -> None:
