@@ -54,7 +54,8 @@ class FakeSession:
     exhausted: str | None = None
 
     async def evaluate(
-        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = ""
+        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
+        tags: dict | None = None,
     ) -> Feedback:
         self.evaluations.append(
             {"source": source, "strategy": strategy, "parents": tuple(parents), "author": author}

@@ -314,7 +314,7 @@ class FakeSession:
         self.status: list[tuple[str, str]] = []
 
     async def evaluate(self, source: str, *, strategy: str, parents: Sequence[str] = (),
-                       author: str = "") -> Feedback:
+                       author: str = "", tags: dict | None = None) -> Feedback:
         name = author.removeprefix("recipe:")
         speedup = self.speedups.get(name)
         status = "valid" if speedup is not None else "invalid"
@@ -323,7 +323,8 @@ class FakeSession:
                            "source": source})
         self.designs.append(DesignView(id=did, source=source, status=status, author=author,
                                        strategy=strategy, parents=tuple(parents),
-                                       speedup=speedup, runtime_ms=1.0 if speedup else None))
+                                       speedup=speedup, runtime_ms=1.0 if speedup else None,
+                                       tags=dict(tags or {})))
         return Feedback(did, status, "All validators passed.", 1.0, speedup)
 
     def record_call(self, call: AgentCall) -> None:

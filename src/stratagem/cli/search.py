@@ -188,7 +188,7 @@ def _design_json(v: Any) -> dict[str, Any]:
     return {"id": v.id, "status": v.status, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
             "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
             "speedup_compile": v.speedup_compile, "compile_fails": v.compile_fails or None,
-            "compile_unstable": v.compile_unstable or None,
+            "compile_unstable": v.compile_unstable or None, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
             "stability": v.stability or "stable"}
 

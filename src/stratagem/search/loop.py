@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,7 +166,7 @@ class SearchLoop:
         if self._views is None:
             self._views = {v.id: v for v in st.design_views(
                 self.store.designs(self.problem.id), self.store.evaluations(), self.store.reviews(),
-                self._source)}
+                self._source, self.store.tags())}
         return list(self._views.values())
 
     def _source(self, d: DesignRecord) -> str:
@@ -184,7 +184,8 @@ class SearchLoop:
         if rec is None:
             return
         reviews = [r for r in self.store.reviews() if r.design_id == design_id]
-        for v in st.design_views([rec], self.store.evaluations(design_id), reviews, self._source):
+        for v in st.design_views([rec], self.store.evaluations(design_id), reviews, self._source,
+                                 self.store.tags(design_id)):
             self._views[v.id] = v
 
     def state(self, iteration: int) -> SearchState:
@@ -210,7 +211,8 @@ class SearchLoop:
     # -- the Session a policy works through -----------------------------------------------
 
     async def evaluate(
-        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = ""
+        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
+        tags: Mapping[str, Any] | None = None,
     ) -> Feedback:
         design = Design.from_source(source, parent_ids=tuple(parents), provenance={
             "iteration": self._iteration, "strategy": strategy, "author": author or "unknown",
@@ -219,6 +221,8 @@ class SearchLoop:
             self._iteration_ids.append(design.id)
         done = self.store.evaluations(design.id)
         if done:
+            if tags:
+                self.tag(design.id, **tags)
             return self._feedback(design.id, done[-1], reused=True)
         if design.id in self._inflight:  # two agents wrote the same file at once
             fb = await asyncio.shield(self._inflight[design.id])
@@ -227,6 +231,8 @@ class SearchLoop:
         self._inflight[design.id] = fut
         try:
             self.store.add_design(self.problem.id, design)
+            if tags:
+                self.store.set_tags(design.id, tags)
             fb = await self._evaluate_stored(design)
             fut.set_result(fb)
             return fb
@@ -361,6 +367,13 @@ class SearchLoop:
 
     def budget_left(self) -> str | None:
         return self.budgets.exhausted()
+
+    def tag(self, design_id: str, **tags: Any) -> None:
+        self.store.set_tags(design_id, tags)
+        self._update_view(design_id)
+
+    def tags(self, design_id: str) -> dict[str, Any]:
+        return self.store.tags(design_id).get(design_id, {})
 
     def budget_remaining(self) -> Remaining:
         return self.budgets.remaining()

@@ -6,7 +6,8 @@ Pure functions over records; the loop reads the store and calls these.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.search.types import MEASURED, DesignView, ranked
@@ -23,6 +24,7 @@ def design_views(
     evaluations: Sequence[EvaluationRecord],
     reviews: Sequence[ReviewRecord],
     source_of: Callable[[DesignRecord], str],
+    tags: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[DesignView]:
     """One view per evaluated design, oldest first; the latest evaluation decides its status,
     a review that found cheating turns a valid design into `flagged`, and one whose latest
@@ -63,6 +65,7 @@ def design_views(
             stability=why,
             compile_fails=str(comp.get("baseline_fails") or ""),
             compile_unstable=str(comp.get("baseline_unstable") or ""),
+            tags=dict((tags or {}).get(d.id) or {}),
         ))
     return out
 

@@ -6,7 +6,7 @@ Standard library only, so policies, agents and the loop can all import it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -73,6 +73,9 @@ class DesignView:
     compile_fails: str = ""
     """Why the torch.compile baseline fails the correctness rule ('' when it passes): its
     `speedup_compile` is then against a baseline no candidate could be."""
+    tags: dict[str, Any] = field(default_factory=dict)
+    """The policy's own metadata for this design (`Session.tag`: an island, a parent
+    selector's notes, a recipe's name), persisted in the run database."""
     compile_unstable: str = ""
     """Why the torch.compile baseline's timing stayed unstable after re-timing ('' when
     stable): its `speedup_compile` then carries the baseline's noise, not a result."""
@@ -235,10 +238,11 @@ class Session(Protocol):
     """The loop's services to a policy during one iteration."""
 
     async def evaluate(
-        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = ""
+        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
+        tags: Mapping[str, Any] | None = None,
     ) -> Feedback:
-        """Store the design, run it through the harness (once per distinct source), store the
-        verdict; counts against the GPU-seconds budget."""
+        """Store the design (with the policy's `tags`, see `tag`), run it through the harness
+        (once per distinct source), store the verdict; counts against the GPU-seconds budget."""
         ...
 
     def record_call(self, call: AgentCall) -> None:
@@ -247,6 +251,15 @@ class Session(Protocol):
 
     def budget_left(self) -> str | None:
         """None while every budget has room; else the name of the exhausted one."""
+        ...
+
+    def tag(self, design_id: str, **tags: Any) -> None:
+        """Attach the policy's own metadata (JSON values) to a stored design: persisted in the
+        run database, kept across resume, shown in its DesignView (`tags`)."""
+        ...
+
+    def tags(self, design_id: str) -> dict[str, Any]:
+        """The tags of a design (empty when it has none)."""
         ...
 
     def budget_remaining(self) -> Remaining:

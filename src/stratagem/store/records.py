@@ -6,9 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """2: the search tables (run, iterations, agent_calls, reviews); 3: `reviews.failed`;
-4: `evaluations.speedups` and `evaluations.stability` (paired timing)."""
+4: `evaluations.speedups` and `evaluations.stability` (paired timing); 5: `design_tags` (a
+policy's metadata per design)."""
 
 
 class ProblemRecord(BaseModel):

@@ -12,9 +12,10 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem, content_hash
@@ -69,6 +70,9 @@ CREATE TABLE IF NOT EXISTS agent_calls (
 CREATE TABLE IF NOT EXISTS reviews (
     design_id TEXT NOT NULL REFERENCES designs(id), cheating INTEGER NOT NULL,
     reason TEXT NOT NULL, created_at REAL NOT NULL, failed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS design_tags (
+    design_id TEXT NOT NULL REFERENCES designs(id), key TEXT NOT NULL, value TEXT NOT NULL,
+    updated_at REAL NOT NULL, PRIMARY KEY (design_id, key));
 CREATE INDEX IF NOT EXISTS evaluations_design ON evaluations(design_id);
 CREATE INDEX IF NOT EXISTS designs_problem ON designs(problem_id);
 """
@@ -347,6 +351,33 @@ class RunStore:
                                   " ORDER BY rowid").fetchall()
         return [ReviewRecord(design_id=r[0], cheating=bool(r[1]), reason=r[2], created_at=r[3],
                              failed=bool(r[4])) for r in rows]
+
+
+    def set_tags(self, design_id: str, tags: Mapping[str, Any]) -> None:
+        """Set a policy's tags on a stored design (JSON values; a key set again is replaced).
+
+        Raises:
+            StoreError: no such design, or a value that is not JSON.
+        """
+        if self.design(design_id) is None:
+            raise StoreError(f"cannot tag design {design_id[:12]}: it is not stored in this run")
+        try:
+            rows = [(design_id, str(k), json.dumps(v), time.time()) for k, v in tags.items()]
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"tags of design {design_id[:12]} must be JSON values: {e}") from e
+        with self._tx() as c:
+            c.executemany("INSERT INTO design_tags VALUES (?,?,?,?) ON CONFLICT(design_id, key) "
+                          "DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at", rows)
+
+    def tags(self, design_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """design id -> its tags (every tagged design, or one)."""
+        q, args = "SELECT design_id, key, value FROM design_tags", ()
+        if design_id is not None:
+            q, args = q + " WHERE design_id=?", (design_id,)
+        out: dict[str, dict[str, Any]] = {}
+        for d, k, v in self._conn.execute(q + " ORDER BY rowid", args):
+            out.setdefault(d, {})[k] = json.loads(v)
+        return out
 
 
 ADDED_COLUMNS = (

@@ -2,8 +2,9 @@
 reference (see `recipe_catalog`) and then combines the ones that helped.
 
 The policy is a pure function of `SearchState`, so a killed run resumes where it stopped: what
-was tried is read back from each design's author (`recipe:<name>` for a single recipe,
-`recipe:<a>+<b>` for a combination, names in catalog order).
+was tried is read back from each design's `recipes` tag (the recipe names, in catalog order),
+or, for runs stored before tags existed, from its author (`recipe:<name>` for a single
+recipe, `recipe:<a>+<b>` for a combination), which is still written for the views.
 
 - While some applicable single recipe is untried: evaluate each untried one (sequentially,
   stopping as soon as a budget runs out).
@@ -37,6 +38,10 @@ AUTHOR_PREFIX = "recipe:"
 STATUS_WORKER = "recipes"
 BASE_RECIPE = "inference_mode"
 """The cheapest recipe: the others must beat it to count as helpful."""
+
+
+TAG = "recipes"
+"""The tag holding the recipe names of a design this policy made."""
 
 
 def author_of(recipes: Sequence[Recipe]) -> str:
@@ -188,21 +193,31 @@ async def _evaluate(
     session.set_status(STATUS_WORKER, f"evaluating {combination_name(recipes)}")
     source = render(state.problem.source, recipes)
     fb = await session.evaluate(source, strategy="recipe", parents=parents,
-                                author=author_of(recipes))
+                                author=author_of(recipes), tags={TAG: [r.name for r in recipes]})
     return fb.design_id
 
 
+def recipes_of(d: DesignView) -> tuple[str, ...]:
+    """The recipe names a design was made from: its `recipes` tag, else its author."""
+    tagged = d.tags.get(TAG)
+    if isinstance(tagged, list) and all(isinstance(x, str) for x in tagged):
+        return tuple(tagged)
+    a = d.author or ""
+    return tuple(a[len(AUTHOR_PREFIX):].split("+")) if a.startswith(AUTHOR_PREFIX) else ()
+
+
 def _authors(designs: Sequence[DesignView]) -> set[str]:
-    return {d.author for d in designs if d.author}
+    """The `recipe:a+b` names of the combinations tried (from tags or authors)."""
+    return {AUTHOR_PREFIX + "+".join(names) for d in designs if (names := recipes_of(d))}
 
 
 def _singles(designs: Sequence[DesignView]) -> dict[str, DesignView]:
     """Recipe name -> its single-recipe design (the latest, should there be several)."""
     out: dict[str, DesignView] = {}
     for d in designs:
-        a = d.author or ""
-        if a.startswith(AUTHOR_PREFIX) and "+" not in a and a[len(AUTHOR_PREFIX):] in BY_NAME:
-            out[a[len(AUTHOR_PREFIX):]] = d
+        names = recipes_of(d)
+        if len(names) == 1 and names[0] in BY_NAME:
+            out[names[0]] = d
     return out
 
 
