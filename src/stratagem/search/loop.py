@@ -351,7 +351,7 @@ class SearchLoop:
         if view is not None and view.status in ("flagged", "unreviewed", "unstable"):
             return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
         return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
-                        ev.runtime_ms, ev.speedup, reused=reused)
+                        ev.runtime_ms, ev.speedup, reused=reused, **st.failure_info(ev))
 
     def record_call(self, call: AgentCall) -> None:
         self.store.add_agent_call(AgentCallRecord(

@@ -13,6 +13,28 @@ from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.search.types import MEASURED, DesignView, ranked
 from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
 
+ERROR_TAIL_CHARS = 4000
+"""How much of the end of an error output a policy's feedback carries."""
+
+
+def failure_info(ev: EvaluationRecord) -> dict[str, Any]:
+    """The first failure of a stored evaluation as structured data: `validator`, `kind`,
+    `error_tail` (the traceback's or the worker's stderr's end) and, for a wrong output, the
+    `max_abs_err` and `max_rel_err` of the failing comparison. Empty when nothing failed."""
+    failed = next((v for v in ev.validators if v.get("outcome") == "failed"), None)
+    if failed is None:
+        return {}
+    d = failed.get("details") if isinstance(failed.get("details"), Mapping) else {}
+    tail = d.get("traceback") or (d.get("sandbox") or {}).get("stderr_tail") or d.get("stderr_tail") or ""
+    cmp: Mapping[str, Any] = d
+    trials = d.get("trials")
+    if "max_abs_err" not in d and isinstance(trials, list) and trials:
+        bad = [t for t in trials if isinstance(t, Mapping) and t.get("ok") is False]
+        cmp = bad[-1] if bad else trials[-1] if isinstance(trials[-1], Mapping) else {}
+    return {"validator": failed.get("name"), "kind": failed.get("kind"),
+            "error_tail": str(tail)[-ERROR_TAIL_CHARS:],
+            "max_abs_err": _num(cmp.get("max_abs_err")), "max_rel_err": _num(cmp.get("max_rel_err"))}
+
 
 def report_of(ev: EvaluationRecord) -> str:
     """The agent-facing failure report of a stored evaluation."""

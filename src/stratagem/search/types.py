@@ -158,6 +158,15 @@ class Feedback:
     speedup: float | None = None
     reused: bool = False
     """True when the same source had been evaluated before in this run (no new run)."""
+    validator: str | None = None
+    """The first failing validator (None when nothing failed)."""
+    kind: str | None = None
+    """Its failure kind (`compile_error`, `runtime_error`, `wrong_output`, `timeout`, ...)."""
+    error_tail: str = ""
+    """The end of the error output (traceback, or the worker's stderr), for error-fixing prompts."""
+    max_abs_err: float | None = None
+    """For a wrong output: the largest absolute difference from the reference."""
+    max_rel_err: float | None = None
 
 
 @dataclass(frozen=True)
