@@ -232,8 +232,9 @@ class SearchConfig(BaseModel):
     """The run loop: policy, iterations, concurrency, budgets and stop rules."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    policy: Literal["auto", "recipes"] | None = None
-    """None: `auto` when a model is configured, else `recipes`."""
+    policy: str | None = None
+    """A name from the policy registry (`search/policies/registry.py`: auto, recipes, ...);
+    None: `auto` when a model is configured, else `recipes`."""
     iterations: int = Field(default=10, ge=1)
     patience: int | None = Field(default=3, ge=1)
     """Stop after this many iterations without a new best (None: never)."""
@@ -260,6 +261,8 @@ class StratagemConfig(BaseModel):
     search: SearchConfig = Field(default_factory=SearchConfig)
     agents: AgentsConfig = Field(default_factory=AgentsConfig)
     context: ContextConfig = Field(default_factory=ContextConfig)
+    policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Each policy's own settings section (`[policies.<name>]`), validated by that policy."""
 
     @property
     def policy(self) -> str:

@@ -18,6 +18,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
+from stratagem.search.policies.registry import build_policy, spec_for
 from stratagem.search.types import DesignView, Policy
 from stratagem.store.records import IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
@@ -28,22 +29,13 @@ def default_run_dir(problem: Problem, root: Path = Path("runs")) -> Path:
 
 
 def make_policy(cfg: StratagemConfig, problem: Problem, evaluator: Evaluator, run_dir: Path) -> Policy:
-    """The configured policy (`auto` needs a model; `recipes` needs none)."""
-    if cfg.policy == "recipes":
-        from stratagem.search.policies.recipes import RecipesPolicy
-
-        return RecipesPolicy.from_config(cfg, on_gpu=evaluator.on_gpu)
-    check_policy(cfg)
-    from stratagem.search.policies.auto import AutoPolicy
-
-    return AutoPolicy.from_config(cfg, problem, run_dir / "work")
+    """The configured policy, from the registry (`auto` needs a model; `recipes` needs none)."""
+    return build_policy(cfg, problem, evaluator.on_gpu, run_dir / "work")
 
 
 def check_policy(cfg: StratagemConfig) -> None:
     """Raises ConfigError when the policy cannot run with this configuration."""
-    if cfg.policy == "auto" and not cfg.agents.model:
-        raise ConfigError("policy `auto` needs a model: pass --model (e.g. openai:gpt-4.1, "
-                          "anthropic:claude-sonnet-4-5, ollama:qwen3, or a name with --endpoint URL)")
+    spec_for(cfg)
 
 
 async def start_run(

@@ -1,0 +1,50 @@
+"""The policy registry: policies chosen by name, each owning its `[policies.<name>]` section."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stratagem.config import load_config
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.errors import ConfigError
+from stratagem.search.policies.recipes import RecipesPolicy
+from stratagem.search.policies.registry import REGISTRY, build_policy, policy_names
+
+PROBLEM = Path(__file__).resolve().parents[2] / "examples" / "01_elementwise" / "problem.py"
+
+
+def build(over: dict, tmp_path: Path):  # type: ignore[no-untyped-def]
+    return build_policy(load_config(None, over), load_problem(PROBLEM), False, tmp_path)
+
+
+def test_policies_are_chosen_by_name_with_their_own_settings(tmp_path) -> None:
+    assert {"auto", "recipes"} <= set(policy_names())
+    p = build({"search": {"policy": "recipes"}, "policies": {"recipes": {"recipes": ["compile"]}}}, tmp_path)
+    assert isinstance(p, RecipesPolicy) and p.allowed == frozenset({"compile"})
+    older = build({"search": {"policy": "recipes", "recipes": ["inference_mode"]}}, tmp_path)
+    assert older.allowed == frozenset({"inference_mode"})  # the older spelling still works
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"search": {"policy": "pike-z"}}, "'pike-z' is not a policy"),
+    ({"search": {"policy": "auto"}}, "needs a model"),
+    ({"search": {"policy": "recipes"}, "policies": {"recipes": {"recipe": ["compile"]}}}, "[policies.recipes] recipe"),
+    ({"search": {"policy": "recipes"}, "policies": {"recipes": {"recipes": ["no-such"]}}}, "no-such"),
+    ({"search": {"policy": "recipes"}, "policies": {"nonsense": {"x": 1}}}, "[policies.nonsense]"),
+])
+def test_a_bad_choice_or_section_names_what_is_wrong(over, says, tmp_path) -> None:
+    with pytest.raises(ConfigError) as e:
+        build(over, tmp_path)
+    assert says in str(e.value)
+
+
+def test_a_new_policy_registers_without_touching_the_loop(tmp_path, monkeypatch) -> None:
+    from stratagem.search.policies import registry
+
+    made = []
+    spec = registry.PolicySpec("toy", "a test policy", False, lambda ctx: made.append(ctx) or "built")
+    monkeypatch.setitem(REGISTRY, "toy", spec)
+    assert build({"search": {"policy": "toy"}}, tmp_path) == "built"
+    assert made[0].work_dir == tmp_path and made[0].settings is None
