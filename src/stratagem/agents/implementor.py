@@ -3,8 +3,8 @@ it validates.
 
 The output is a `CandidateOutput` (the whole `candidate.py` and notes). An output validator runs
 the static checks, so a malformed or cheating answer costs one output retry, not an evaluation.
-Each answer is evaluated through the Session; a failure report goes back into the same
-conversation. The loop stops at a valid design, after `implementor_max_attempts` evaluations,
+Each answer is evaluated through the Session by the shared fix loop (`fix_loop.py`); a failure
+report goes back into the same conversation. The loop stops at a valid design, after `implementor_max_attempts` evaluations,
 when the conversation has used `implementor_token_limit` tokens, when a run budget is exhausted,
 or on an LLM failure; the result says which (failures are data).
 """
@@ -12,8 +12,8 @@ or on an LLM failure; the result says which (failures are data).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +24,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from stratagem.agents.calls import AgentRuntime, run_agent
+from stratagem.agents.fix_loop import FixLimits, FixResult, Written, fix_until_valid
 from stratagem.agents.tools import BaseDeps, Workdir, base_toolset
 from stratagem.context import render
 from stratagem.core.problem import Problem
@@ -122,89 +123,64 @@ class ImplementorResult:
         return self.status == "valid"
 
 
-@dataclass
-class _Progress:
-    tokens: int = 0
-    attempts: int = 0
-    ids: list[str] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
-    feedback: Feedback | None = None
-    history: list[ModelMessage] = field(default_factory=list)
-
-
 async def run_implementor(
     task: ImplementorTask, session: Session, runtime: AgentRuntime
 ) -> ImplementorResult:
-    """Write, evaluate and fix one design in one conversation; never raises for LLM failures."""
+    """Write, evaluate and fix one design in one conversation (the shared fix loop with the
+    Implementor's prompts); never raises for LLM failures."""
     cfg = runtime.cfg
     agent = build_implementor(output_retries=cfg.output_retries)
     deps = ImplementorDeps(workdir=Workdir(task.workdir), problem=task.problem, checks=task.checks)
-    p = _Progress()
+    history: list[ModelMessage] = []
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,
         max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars,
     )
 
-    def done(status: Literal["valid", "failed"], reason: str) -> ImplementorResult:
-        session.set_status(task.worker, f"{status}: {reason}"[:120])
-        return ImplementorResult(task.worker, status, reason, tuple(dict.fromkeys(p.ids)),
-                                 p.attempts, p.tokens, p.feedback, tuple(p.kinds))
-
-    limit = cfg.implementor_token_limit
-    while True:
-        if (exhausted := session.budget_left()) is not None:
-            return done("failed", f"the run's {exhausted} budget is exhausted")
-        if p.attempts >= cfg.implementor_max_attempts:
-            return done("failed", f"no valid design after {p.attempts} evaluations")
-        if p.tokens >= limit:
-            return done("failed", f"token limit reached ({p.tokens} of {limit} tokens)")
-        session.set_status(task.worker, f"attempt {p.attempts + 1}: writing")
+    async def write(text: str, tokens_left: int | None) -> Written:
+        nonlocal history
         outcome = await run_agent(
-            agent, prompt, role="implementor", runtime=runtime, deps=deps, history=p.history,
-            usage_limits=UsageLimits(total_tokens_limit=limit - p.tokens,
-                                     request_limit=REQUEST_LIMIT),
+            agent, text, role="implementor", runtime=runtime, deps=deps, history=history,
+            usage_limits=UsageLimits(total_tokens_limit=tokens_left, request_limit=REQUEST_LIMIT),
         )
-        p.tokens += outcome.total_tokens
         if not outcome.ok or outcome.output is None:
-            p.kinds.append(outcome.error_kind or "other")
-            return await _after_failure(task, session, deps, p, outcome.error_kind, outcome.error,
-                                        limit, done)
-        p.history = outcome.messages
-        p.attempts += 1
-        session.set_status(task.worker, f"attempt {p.attempts}: evaluating")
-        fb = await session.evaluate(outcome.output.source, strategy=task.plan.strategy,
-                                    parents=task.plan.evidence, author=task.worker)
-        p.ids.append(fb.design_id)
-        p.feedback = fb
-        if fb.status in ("valid", "unreviewed", "unstable"):  # the harness passed it; a review or a re-timing is not its job
-            speed = f" ({fb.speedup:.3g}x)" if fb.speedup is not None else ""
-            return done("valid", f"valid after {p.attempts} evaluation(s){speed}")
-        prompt = render.render_implementor_feedback(
-            fb, attempt=p.attempts, max_attempts=cfg.implementor_max_attempts
-        )
+            return Written(None, outcome.total_tokens, outcome.error_kind, outcome.error)
+        history = outcome.messages
+        return Written(outcome.output.source, outcome.total_tokens)
+
+    def next_prompt(fb: Feedback, attempts: int) -> str:
+        return render.render_implementor_feedback(fb, attempt=attempts, max_attempts=cfg.implementor_max_attempts)
+
+    res = await fix_until_valid(
+        session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,
+        limits=FixLimits(cfg.implementor_max_attempts, cfg.implementor_token_limit),
+        strategy=task.plan.strategy, parents=task.plan.evidence,
+    )
+    if res.failed_turn is not None:
+        res = await _after_failure(task, session, deps, res, cfg.implementor_token_limit)
+    return ImplementorResult(task.worker, res.status, res.reason, res.design_ids, res.attempts, res.tokens,
+                             res.feedback, res.error_kinds)
 
 
 async def _after_failure(
-    task: ImplementorTask,
-    session: Session,
-    deps: ImplementorDeps,
-    p: _Progress,
-    kind: str | None,
-    error: str | None,
-    limit: int,
-    done: Callable[[Literal["valid", "failed"], str], ImplementorResult],
-) -> ImplementorResult:
-    """End the conversation after a failed turn; a candidate the static checks kept rejecting is
-    still evaluated once (cheaply, it fails the static stage) so it is logged as failed."""
-    if kind == "usage_limit":
-        return done("failed", f"token limit reached ({p.tokens} of {limit} tokens)")
-    if kind == "output" and deps.rejected and session.budget_left() is None:
-        source, reason = deps.rejected[-1]
-        p.attempts += 1
-        session.set_status(task.worker, f"attempt {p.attempts}: logging the rejected candidate")
-        fb = await session.evaluate(source, strategy=task.plan.strategy,
-                                    parents=task.plan.evidence, author=task.worker)
-        p.ids.append(fb.design_id)
-        p.feedback = fb
-        return done("failed", f"the static checks kept rejecting the candidate: {reason}")
-    return done("failed", f"LLM failure: {error}")
+    task: ImplementorTask, session: Session, deps: ImplementorDeps, res: FixResult, limit: int,
+) -> FixResult:
+    """The reason a failed turn ended the conversation; a candidate the static checks kept
+    rejecting is still evaluated once (cheaply, it fails the static stage) so it is logged as
+    failed."""
+    turn = res.failed_turn
+    assert turn is not None
+    if turn.error_kind == "usage_limit":
+        reason = f"token limit reached ({res.tokens} of {limit} tokens)"
+    elif turn.error_kind == "output" and deps.rejected and session.budget_left() is None:
+        source, why = deps.rejected[-1]
+        session.set_status(task.worker, f"attempt {res.attempts + 1}: logging the rejected candidate")
+        fb = await session.evaluate(source, strategy=task.plan.strategy, parents=task.plan.evidence,
+                                    author=task.worker)
+        res = replace(res, attempts=res.attempts + 1, design_ids=tuple(dict.fromkeys((*res.design_ids, fb.design_id))),
+                      feedback=fb)
+        reason = f"the static checks kept rejecting the candidate: {why}"
+    else:
+        reason = f"LLM failure: {turn.error}"
+    session.set_status(task.worker, f"failed: {reason}"[:120])
+    return replace(res, reason=reason)
