@@ -25,8 +25,8 @@ from stratagem.agents.calls import AgentRuntime
 from stratagem.agents.models import RoleModels
 from stratagem.config import AgentsConfig, load_config
 from stratagem.core.design import Design
+from stratagem.core.search import AgentCall, DesignView, Feedback, SearchState
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.search.types import AgentCall, DesignView, Feedback, SearchState
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM_PATH = ROOT / "examples" / "01_elementwise" / "problem.py"

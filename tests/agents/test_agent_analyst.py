@@ -22,7 +22,7 @@ from stratagem.agents.analyst import (
 from stratagem.agents.docs import DocIndex, chunk_text
 from stratagem.agents.tools import Workdir, WorkdirError
 from stratagem.context import render
-from stratagem.search.types import DesignView
+from stratagem.core.search import DesignView
 
 A = DesignView("a1b2c3d4" + "0" * 56, "x = 1\ny = 2\n", "valid", runtime_ms=1.0, speedup=2.0)
 B = DesignView("b1b2c3d4" + "0" * 56, "x = 1\ny = 3\n", "invalid", report="[load] boom")

@@ -27,9 +27,9 @@ from pydantic_ai.exceptions import ModelAuthenticationError, ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from stratagem.core.search import DesignView, Feedback, Policy
 from stratagem.errors import HarnessError
 from stratagem.search.policies.auto import AutoIterationResult, AutoPolicy
-from stratagem.search.types import DesignView, Feedback, Policy
 
 
 def implementor_fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:

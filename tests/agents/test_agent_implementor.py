@@ -25,7 +25,7 @@ from pydantic_ai.models.function import AgentInfo
 
 from stratagem.agents.implementor import ImplementorTask, run_implementor, strip_fences
 from stratagem.context import render
-from stratagem.search.types import Plan
+from stratagem.core.search import Plan
 
 PLAN = Plan("innovate", (), "first try", "use F.gelu with approximate='tanh'")
 

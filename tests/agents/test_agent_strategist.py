@@ -25,7 +25,7 @@ from stratagem.agents.tools import Workdir
 from stratagem.config import ContextConfig
 from stratagem.context import render
 from stratagem.context.curate import curate
-from stratagem.search.types import DesignView
+from stratagem.core.search import DesignView
 
 A = "a" * 8 + "1" * 56
 B = "b" * 8 + "2" * 56

@@ -12,7 +12,7 @@ from stratagem.context.curate import (
     truncate_source,
 )
 from stratagem.core.problem import Problem
-from stratagem.search.types import DesignView, SearchState
+from stratagem.core.search import DesignView, SearchState
 
 PROBLEM = Problem(name="p", domain="pytorch", source="class Model:\n    pass\n")
 

@@ -14,7 +14,7 @@ import pytest
 
 from stratagem.context import render
 from stratagem.context.curate import Curated
-from stratagem.search.types import DesignView, Feedback, Plan
+from stratagem.core.search import DesignView, Feedback, Plan
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("STRATAGEM_UPDATE_SNAPSHOTS") == "1"

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
+from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.evaluation.service import Baseline, Evaluation
-from stratagem.search.types import DesignView, IterationResult, Plan, Review, SearchState, Session
 
 EAGER_MS = 1.0
 

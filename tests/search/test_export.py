@@ -11,8 +11,8 @@ import torch
 from test_cli_search import fake_run
 
 from stratagem.cli import main
+from stratagem.core.search import DesignView
 from stratagem.search.export import exported_source
-from stratagem.search.types import DesignView
 
 REFERENCE = '''
 import torch

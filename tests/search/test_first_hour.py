@@ -152,10 +152,10 @@ def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, m
     """Plainly, and never "faster than torch.compile" against a compile baseline whose own
     timing did not settle (on an H200 the compile recipe, torch.compile itself, was shown as
     1.33x vs compile against such a baseline)."""
+    from stratagem.core.search import DesignView
     from stratagem.search import api
     from stratagem.search.budget import Spend
     from stratagem.search.loop import RunOutcome
-    from stratagem.search.types import DesignView
 
     fake_run(tmp_path / "r")
     best = DesignView(id="b" * 64, source="", status="valid", runtime_ms=1.0, speedup=2.13, speedup_low=2.0,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from stratagem.core.search import DesignView
 from stratagem.report.leaderboard import leaderboard
-from stratagem.search.types import DesignView
 
 
 def _text(table) -> str:

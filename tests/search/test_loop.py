@@ -11,10 +11,10 @@ from fakes import FakeEvaluator, ScriptedPolicy, src
 
 from stratagem.config import load_config
 from stratagem.core.design import Design
+from stratagem.core.search import AgentCall, Review
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search import state as st
 from stratagem.search.loop import SearchLoop
-from stratagem.search.types import AgentCall, Review
 from stratagem.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from fakes import ScriptedPolicy, src
 from test_loop import make_loop
 
 from stratagem.config import SearchConfig
+from stratagem.core.search import AgentCall
 from stratagem.search.budget import Budgets, Spend
-from stratagem.search.types import AgentCall
 
 
 def call(requests: int = 1) -> AgentCall:

@@ -12,9 +12,9 @@ from test_loop import make_loop
 
 from stratagem.cli import main
 from stratagem.config import load_config
+from stratagem.core.search import SearchState, Session
 from stratagem.errors import StoreError
 from stratagem.search.loop import SearchLoop
-from stratagem.search.types import SearchState, Session
 
 
 class Islands(ScriptedPolicy):
@@ -32,7 +32,7 @@ class Islands(ScriptedPolicy):
 
 
 def _result(ids, exhausted=False):  # type: ignore[no-untyped-def]
-    from stratagem.search.types import IterationResult, Plan
+    from stratagem.core.search import IterationResult, Plan
 
     return IterationResult(plan=Plan(strategy="explore"), design_ids=tuple(ids), exhausted=exhausted)
 
@@ -60,8 +60,8 @@ def test_tags_persist_are_shown_and_survive_a_resume(tmp_path, capsys) -> None:
 
 
 def test_recipes_read_what_was_tried_from_tags_or_from_an_older_runs_authors() -> None:
+    from stratagem.core.search import DesignView
     from stratagem.search.policies.recipes import recipes_of
-    from stratagem.search.types import DesignView
 
     tagged = DesignView(id="a", source="", status="valid", author="recipe:compile", tags={"recipes": ["compile"]})
     older = DesignView(id="b", source="", status="valid", author="recipe:inference_mode+compile")

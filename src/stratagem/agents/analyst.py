@@ -23,7 +23,7 @@ from stratagem.agents.docs import DocIndex, format_hits
 from stratagem.agents.tools import BaseDeps, base_toolset
 from stratagem.context import render
 from stratagem.context.curate import compress_report
-from stratagem.search.types import DesignView, Review
+from stratagem.core.search import DesignView, Review
 
 MIN_PREFIX = 6
 MAX_DIFF_CHARS = 20_000

@@ -55,7 +55,7 @@ from stratagem.agents import summarizer
 from stratagem.agents.models import RoleModels, model_settings
 from stratagem.config import AgentsConfig
 from stratagem.context import render
-from stratagem.search.types import AgentCall
+from stratagem.core.search import AgentCall
 
 OutputT = TypeVar("OutputT")
 SleepFn = Callable[[float], Awaitable[None]]

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from stratagem.search.types import Feedback, Session
+from stratagem.core.search import Feedback, Session
 
 ACCEPTED = ("valid", "unreviewed", "unstable")
 """Verdicts that end the loop: the harness passed the design (a pending review or re-timing

@@ -28,8 +28,8 @@ from stratagem.agents.fix_loop import FixLimits, FixResult, Written, fix_until_v
 from stratagem.agents.tools import BaseDeps, Workdir, base_toolset
 from stratagem.context import render
 from stratagem.core.problem import Problem
+from stratagem.core.search import DesignView, Feedback, Plan, Session
 from stratagem.domains.pytorch.static import DEFAULT_CHECKS, StaticCheck, run_static_checks
-from stratagem.search.types import DesignView, Feedback, Plan, Session
 
 REQUEST_LIMIT = 40
 """Model requests one Implementor turn may make (tool calls and output retries included)."""

@@ -21,7 +21,7 @@ from stratagem.agents.calls import AgentRuntime, CallOutcome, run_agent
 from stratagem.agents.tools import BaseDeps, base_toolset
 from stratagem.context import render
 from stratagem.context.curate import Curated
-from stratagem.search.types import Plan
+from stratagem.core.search import Plan
 
 MIN_PREFIX = 6
 MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure": 1, "combine": 2}

@@ -89,6 +89,7 @@ def show_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a run's leaderboard, iterations, strategy counts and spend."""
+    from stratagem.core.search import ranked
     from stratagem.report.leaderboard import (
         failures_table,
         iterations_table,
@@ -97,7 +98,6 @@ def show_cmd(
         strategy_table,
     )
     from stratagem.search.api import show_run
-    from stratagem.search.types import ranked
 
     console = wide_console()
     try:

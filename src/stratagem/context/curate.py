@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from stratagem.config import ContextConfig
-from stratagem.search.types import DesignView, SearchState, ranked
+from stratagem.core.search import DesignView, SearchState, ranked
 
 Group = Literal["best", "worst", "recent", "failed"]
 GROUPS: tuple[Group, ...] = ("best", "worst", "recent", "failed")

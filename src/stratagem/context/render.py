@@ -19,7 +19,7 @@ from importlib import resources
 from string import Template
 
 from stratagem.context.curate import Curated, compress_report
-from stratagem.search.types import DesignView, Feedback, Plan, SearchState
+from stratagem.core.search import DesignView, Feedback, Plan, SearchState
 
 ROLES = ("strategist", "analyst", "implementor", "implementor_feedback", "review", "summarizer")
 """One template file per role (plus `design`, the block every design is shown in)."""

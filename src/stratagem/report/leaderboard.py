@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
+from stratagem.core.search import DesignView, ranked
 from stratagem.search.budget import Spend
-from stratagem.search.types import DesignView, ranked
 from stratagem.store.records import IterationRecord
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.core.problem import Problem
+from stratagem.core.search import DesignView, Policy
 from stratagem.domains.pytorch.problem import load_problem, parse_problem
 from stratagem.errors import ConfigError, StoreError
 from stratagem.evaluation.api import make_evaluator
@@ -19,7 +20,6 @@ from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.registry import build_policy, spec_for
-from stratagem.search.types import DesignView, Policy
 from stratagem.store.records import IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from stratagem.config import SearchConfig
-from stratagem.search.types import AgentCall, Remaining, Reservation
+from stratagem.core.search import AgentCall, Remaining, Reservation
 from stratagem.store.records import AgentCallRecord, EvaluationRecord
 
 

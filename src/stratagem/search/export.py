@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import stratagem
+from stratagem.core.search import DesignView
 from stratagem.errors import StoreError
-from stratagem.search.types import DesignView
 
 LOAD_HELPER = '''
 

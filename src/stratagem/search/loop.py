@@ -23,13 +23,7 @@ from typing import Any, Protocol
 from stratagem.config import StratagemConfig
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
-from stratagem.domains.pytorch import domain
-from stratagem.errors import HarnessError, ProblemError
-from stratagem.evaluation.service import Baseline, Evaluator
-from stratagem.search import state as st
-from stratagem.search.budget import Budgets, Spend
-from stratagem.search.export import exported_source
-from stratagem.search.types import (
+from stratagem.core.search import (
     MEASURED,
     AgentCall,
     DesignView,
@@ -39,6 +33,12 @@ from stratagem.search.types import (
     Reservation,
     SearchState,
 )
+from stratagem.domains.pytorch import domain
+from stratagem.errors import HarnessError, ProblemError
+from stratagem.evaluation.service import Baseline, Evaluator
+from stratagem.search import state as st
+from stratagem.search.budget import Budgets, Spend
+from stratagem.search.export import exported_source
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from stratagem.core.search import MEASURED, DesignView, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.search.types import MEASURED, DesignView, ranked
 from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
 
 ERROR_TAIL_CHARS = 4000

@@ -29,9 +29,7 @@ from stratagem.config import StratagemConfig
 from stratagem.context import render
 from stratagem.context.curate import CHARS_PER_TOKEN, Curated, curate, truncate_source
 from stratagem.core.problem import Problem
-from stratagem.domains.pytorch import domain
-from stratagem.domains.pytorch.static import checks_for_policy
-from stratagem.search.types import (
+from stratagem.core.search import (
     DesignView,
     IterationResult,
     Plan,
@@ -39,6 +37,8 @@ from stratagem.search.types import (
     SearchState,
     Session,
 )
+from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.static import checks_for_policy
 
 SleepFn = Callable[[float], Awaitable[None]]
 

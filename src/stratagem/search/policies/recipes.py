@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stratagem.config import StratagemConfig
+from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.errors import ConfigError
 from stratagem.search.policies.recipe_catalog import (
     BY_NAME,
@@ -32,7 +33,6 @@ from stratagem.search.policies.recipe_catalog import (
     recipe_names,
     render,
 )
-from stratagem.search.types import DesignView, IterationResult, Plan, Review, SearchState, Session
 
 AUTHOR_PREFIX = "recipe:"
 STATUS_WORKER = "recipes"

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stratagem.config import StratagemConfig
 from stratagem.core.problem import Problem
+from stratagem.core.search import Policy
 from stratagem.errors import ConfigError
-from stratagem.search.types import Policy
 
 
 @dataclass(frozen=True)
