@@ -254,3 +254,60 @@ def test_import_scanner_resolves_nested_relative_and_dynamic_imports():
     assert "stratagem.domains.pytorch.runtime" in names
     assert "stratagem.domains.core.graph" in names
     assert "triton" in names
+
+
+# -- package directions ---------------------------------------------------------------------
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("stratagem", "stratagem.errors", "stratagem.core"),
+    ("stratagem.config",),
+    ("stratagem.store",),
+    ("stratagem.evaluation",),  # the adapters: protocol, sandbox, executors, worker, judge, outcome, ...
+    ("stratagem.domains",),
+    ("stratagem.evaluation.service", "stratagem.evaluation.api"),
+    ("stratagem.context",),
+    ("stratagem.agents",),
+    ("stratagem.search.policies",),
+    ("stratagem.search",),
+    ("stratagem.report",),
+    ("stratagem.cli", "stratagem.__main__"),
+)
+"""Lowest first: a module imports only modules of its own layer or a lower one."""
+
+def layer_of(name: str) -> int | None:
+    """The layer of a stratagem module: its longest matching prefix in LAYERS."""
+    best: tuple[int, int] | None = None
+    for rank, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (rank, len(p))
+    return None if best is None else best[0]
+
+
+def test_every_module_has_a_layer():
+    missing = [m for m, _, _ in MODULES if layer_of(m) is None]
+    assert not missing, missing
+    assert layer_of("stratagem.evaluation.sandbox") < layer_of("stratagem.domains.pytorch.domain")
+    assert layer_of("stratagem.domains.pytorch.domain") < layer_of("stratagem.evaluation.service")
+
+
+def upward(mod: str, path: Path, tree: ast.Module) -> list[str]:
+    """The imports of one module that point to a higher layer."""
+    mine, out = layer_of(mod), []
+    for name, line in imported(mod, path, tree):
+        theirs = layer_of(name) if name.startswith("stratagem.") else None
+        if theirs is not None and mine is not None and theirs > mine:
+            out.append(f"{path.name}:{line}: {mod} (layer {mine}) imports {name} (layer {theirs})")
+    return out
+
+
+def test_packages_import_downwards_only():
+    bad = [v for mod, path, tree in MODULES for v in upward(mod, path, tree)]
+    assert not bad, "layers import downwards only (docs/architecture.md):\n" + "\n".join(sorted(set(bad)))
+
+
+def test_an_upward_import_is_caught():
+    """The cycle the seams issue found (context importing the search package above it)."""
+    tree = ast.parse("from stratagem.search.loop import SearchLoop\nfrom stratagem.core.search import Plan\n")
+    found = upward("stratagem.context.render", PKG / "context" / "render.py", tree)
+    assert len(found) == 2 and all("stratagem.search.loop" in f for f in found)  # the module and its name
