@@ -79,6 +79,3 @@ def wide_console(stderr: bool = False) -> Console:
     """A console that does not fold tables to 80 columns when writing to a file or pipe."""
     probe = Console(stderr=stderr)
     return probe if probe.is_terminal else Console(stderr=stderr, width=120)
-
-
-COLORS = {"passed": "green", "failed": "red", "skipped": "yellow"}
