@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem.core.verdict import FailureKind, Outcome, ValidatorResult
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the request is an envelope; what a domain needs travels in its `payload`."""
 
 
 class StageSpec(BaseModel):
@@ -28,44 +29,24 @@ class SourceFile(BaseModel):
     source: str
 
 
-class CandidateFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    filename: str = "candidate.py"
-    source: str
-
-
 class EvalRequest(BaseModel):
-    """Everything a worker needs; plain JSON, no pickles."""
+    """Everything a worker needs, as an envelope: what every domain shares (ids, stages, the
+    problem, the design's files, where to run, the lock, the judge) and the domain's own
+    `payload`, which the domain builds and validates (`domains/<name>/`). Plain JSON, no
+    pickles."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    protocol: Literal[1] = PROTOCOL_VERSION
+    protocol: Literal[2] = PROTOCOL_VERSION
     request_id: str
     domain: str
     stages: list[StageSpec]
     problem: SourceFile
-    candidate: CandidateFile | None
+    files: dict[str, str] = Field(default_factory=dict)
+    """The design's files, name -> source (empty for a reference-only request)."""
     device: str
     """The device as the worker sees it (`cpu` or `cuda`; pinned by CUDA_VISIBLE_DEVICES)."""
-    init_seed: int
-    seeds: list[int]
-    """Correctness trial seeds, drawn from OS entropy by the parent."""
-    timing_seed: int
-    tolerances: dict[str, dict[str, float]]
-    off_distribution: bool | float = True
-    """The off-distribution correctness trial: on, off, or the input scale to use."""
-    correctness: dict[str, Any] = Field(default_factory=dict)
-    """The correctness rule: `mode` (`fixed` | `calibrated`), `factor`, `atol_floor`, `ulp_floor`."""
-    timing: dict[str, Any]
-    baselines: list[str] = Field(default_factory=list)
     timing_lock: str | None = None
     """The device's shared/exclusive lock file (`evaluation/device_lock.py`)."""
-    integrity_seeds: list[int] = Field(default_factory=list)
-    """Seeds of the integrity stage's input sets (warm, fresh, refill, candidate-first)."""
-    shape_variants: list[dict[str, int | float]] = Field(default_factory=list)
-    """Size-constant overrides for the shapes stage."""
-    shape_seed: int = 0
-    own_kernels: list[str] = Field(default_factory=list)
-    """Names of the candidate's own kernels (`__global__`, Triton `@jit`), for provenance."""
     timing_cores: list[int] = Field(default_factory=list)
     """CPU cores the worker's timing thread runs on while it times (GPU slots)."""
     reserved_cores: list[int] = Field(default_factory=list)
@@ -73,9 +54,8 @@ class EvalRequest(BaseModel):
     judge: bool = False
     """Record the candidate's deciding outputs, and have the judge (a process that never runs
     candidate code) confirm them after the worker ends (evaluation/judge.py)."""
-    reference_expect_ms: float | None = None
-    """The eager reference's median in this invocation's own baseline, for the stability
-    verdict's reference-drift check (None: no check)."""
+    payload: dict[str, Any] = Field(default_factory=dict)
+    """The domain's own fields (seeds, tolerances, timing settings, ...)."""
 
 
 class ResultModel(BaseModel):

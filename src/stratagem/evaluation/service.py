@@ -305,8 +305,8 @@ class Evaluator:
                 continue
             req = domain.build_request(problem, design, step.specs, self.cfg)
             if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
-                req = req.model_copy(update={"reference_expect_ms": baseline.median_ms("eager")})
-            seeds = tuple(req.seeds)
+                req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
+            seeds = tuple(int(s) for s in req.payload.get("seeds", ()))
             def on_event(ev: dict[str, Any]) -> None:
                 if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
                     stage(ev["stage"])
@@ -445,7 +445,7 @@ class Evaluator:
         expect = request.pop("reference_expect_ms", None)
         req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
         if expect is not None:
-            req = req.model_copy(update={"reference_expect_ms": expect})
+            req = domain.with_reference_expectation(req, expect)
         compile_limit = max(self.cfg.compile_timeout_s, limit) if graph.specs[-1].name == "baseline" else self.cfg.compile_timeout_s
         slot, sr = await self.executor.submit(req, limit, compile_limit, device=device or self.physical_device)
         out = interpret(graph.specs, sr, req.request_id, limit, compile_limit)

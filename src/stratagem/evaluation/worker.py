@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""Of the request (an envelope since 2); the response is still protocol 1."""
+RESPONSE_PROTOCOL = 1
 WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.stages"}
 
 
@@ -53,7 +55,7 @@ def main(argv: list[str]) -> int:
     module = importlib.import_module(WORKER_MODULES[request["domain"]])
     # the candidate outputs the judge checks (evaluation/judge.py), beside the response
     body = module.run_request(request, Path.cwd(), emit, record_dir=response_path.parent / "record")
-    write_json_atomic(response_path, {"protocol": PROTOCOL_VERSION, "request_id": request["request_id"], **body})
+    write_json_atomic(response_path, {"protocol": RESPONSE_PROTOCOL, "request_id": request["request_id"], **body})
     emit("done", {})
     close()
     sys.stdout.flush()

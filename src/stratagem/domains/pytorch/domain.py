@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from stratagem.config import EvaluationConfig
 from stratagem.core.design import Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
@@ -24,7 +26,7 @@ from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
 from stratagem.errors import ProblemError
-from stratagem.evaluation.protocol import CandidateFile, EvalRequest, SourceFile, StageSpec
+from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
 __all__ = ["PEAKS_VERSION"]  # re-exported: the evaluator checks the version of cached peaks
@@ -187,14 +189,7 @@ def build_request(
 ) -> EvalRequest:
     n = correctness_trials(problem, cfg)
     timing: Mapping[str, Any] = cfg.timing.model_dump()
-    return EvalRequest(
-        request_id=uuid.uuid4().hex,
-        domain=NAME,
-        stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in {x.name for x in stages}])
-                for s in stages],
-        problem=SourceFile(name=problem.name, source=problem.source),
-        candidate=CandidateFile(source=design.source) if design is not None else None,
-        device="cpu",  # replaced by the executor with the slot's device
+    payload = Payload(
         init_seed=new_seed(),
         seeds=list(seeds) if seeds is not None else [new_seed() for _ in range(n)],
         timing_seed=new_seed(),
@@ -207,8 +202,51 @@ def build_request(
         shape_variants=shape_variants(problem),
         shape_seed=new_seed(),
         own_kernels=own_kernel_names(design.source) if design is not None else [],
-        judge=design is not None and any(s.name == "correctness" for s in stages),
     )
+    return EvalRequest(
+        request_id=uuid.uuid4().hex,
+        domain=NAME,
+        stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in {x.name for x in stages}])
+                for s in stages],
+        problem=SourceFile(name=problem.name, source=problem.source),
+        files=dict(design.files) if design is not None else {},
+        device="cpu",  # replaced by the executor with the slot's device
+        judge=design is not None and any(s.name == "correctness" for s in stages),
+        payload=payload.model_dump(),
+    )
+
+
+class Payload(BaseModel):
+    """What the PyTorch worker needs besides the envelope (`EvalRequest.payload`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    init_seed: int
+    seeds: list[int]
+    """Correctness trial seeds, drawn from OS entropy by the parent."""
+    timing_seed: int
+    tolerances: dict[str, dict[str, float]]
+    off_distribution: bool | float = True
+    """The off-distribution correctness trial: on, off, or the input scale to use."""
+    correctness: dict[str, Any] = Field(default_factory=dict)
+    """The correctness rule: `mode` (`fixed` | `calibrated`), `factor`, `atol_floor`, `ulp_floor`."""
+    timing: dict[str, Any]
+    baselines: list[str] = Field(default_factory=list)
+    integrity_seeds: list[int] = Field(default_factory=list)
+    """Seeds of the integrity stage's input sets (warm, fresh, refill, candidate-first)."""
+    shape_variants: list[dict[str, int | float]] = Field(default_factory=list)
+    """Size-constant overrides for the shapes stage."""
+    shape_seed: int = 0
+    own_kernels: list[str] = Field(default_factory=list)
+    """Names of the candidate's own kernels (`__global__`, Triton `@jit`), for provenance."""
+    reference_expect_ms: float | None = None
+    """The eager reference's median in this invocation's own baseline, for the stability
+    verdict's reference-drift check (None: no check)."""
+
+
+def with_reference_expectation(req: EvalRequest, ms: float | None) -> EvalRequest:
+    """The request with the reference-drift check's expectation set (validated again)."""
+    payload = Payload.model_validate({**req.payload, "reference_expect_ms": ms})
+    return req.model_copy(update={"payload": payload.model_dump()})
 
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")

@@ -413,13 +413,26 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def unpack(envelope: Mapping[str, Any]) -> dict[str, Any]:
+    """The envelope (`EvalRequest`) as the stages read it: its payload's fields at the top,
+    and the design's `candidate.py` as `candidate` (None for a reference-only request)."""
+    if "payload" not in envelope:  # already unpacked
+        return dict(envelope)
+    out = {k: v for k, v in envelope.items() if k not in ("payload", "files")}
+    out.update(envelope["payload"] or {})
+    files = envelope.get("files") or {}
+    out["candidate"] = {"filename": "candidate.py", "source": files["candidate.py"]} if "candidate.py" in files else None
+    return out
+
+
 def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The request with its device made explicit (`cuda` -> `cuda:0`: the slot pins one GPU
-    with CUDA_VISIBLE_DEVICES), that device made current.
+    """The request unpacked (`unpack`), with its device made explicit (`cuda` -> `cuda:0`: the
+    slot pins one GPU with CUDA_VISIBLE_DEVICES), that device made current.
 
     Raises:
         RuntimeError: the request asks for a GPU and torch sees none.
     """
+    request = unpack(request)
     device = str(request["device"])
     if device == "cuda":
         device = "cuda:0"
