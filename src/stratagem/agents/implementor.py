@@ -12,7 +12,6 @@ or on an LLM failure; the result says which (failures are data).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -26,10 +25,13 @@ from pydantic_ai.usage import UsageLimits
 from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.fix_loop import FixLimits, FixResult, Written, fix_until_valid
 from stratagem.agents.tools import BaseDeps, Workdir, base_toolset
+from stratagem.config import EvaluationConfig
 from stratagem.context import render
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, Session
-from stratagem.domains.pytorch.static import DEFAULT_CHECKS, StaticCheck, run_static_checks
+from stratagem.core.verdict import ValidatorResult
+from stratagem.domains import get_domain
+from stratagem.domains.base import Precheck
 
 REQUEST_LIMIT = 40
 """Model requests one Implementor turn may make (tool calls and output retries included)."""
@@ -46,10 +48,9 @@ class CandidateOutput(BaseModel):
 
 @dataclass
 class ImplementorDeps(BaseDeps):
-    """The problem and checks the output validator needs, and what it rejected."""
+    """The static precheck the output validator runs, and what it rejected."""
 
-    problem: Problem | None = None
-    checks: Sequence[StaticCheck] = DEFAULT_CHECKS
+    precheck: Precheck | None = None
     rejected: list[tuple[str, str]] = field(default_factory=list)
     """(source, reason) of every answer the static checks rejected."""
 
@@ -75,8 +76,8 @@ def build_implementor(
     def static_checks(ctx: RunContext[ImplementorDeps], out: CandidateOutput) -> CandidateOutput:
         source = strip_fences(out.source)
         deps = ctx.deps
-        if deps.problem is not None:
-            result = run_static_checks(deps.problem, source, checks=deps.checks)
+        if deps.precheck is not None:
+            result: ValidatorResult = deps.precheck(source)
             if result.outcome == "failed":
                 reason = result.reason or "rejected"
                 deps.rejected.append((source, reason))
@@ -98,7 +99,8 @@ class ImplementorTask:
     workdir: Path
     """The Implementor's private work directory (its file tools are confined to it)."""
     evidence: tuple[DesignView, ...] = ()
-    checks: Sequence[StaticCheck] = DEFAULT_CHECKS
+    precheck: Precheck | None = None
+    """The domain's static checks for an answer (None: its default ones for this problem)."""
     report_chars: int = 1_200
 
 
@@ -130,7 +132,8 @@ async def run_implementor(
     Implementor's prompts); never raises for LLM failures."""
     cfg = runtime.cfg
     agent = build_implementor(output_retries=cfg.output_retries)
-    deps = ImplementorDeps(workdir=Workdir(task.workdir), problem=task.problem, checks=task.checks)
+    precheck = task.precheck or get_domain(task.problem.domain).precheck(task.problem, EvaluationConfig(), "cuda")
+    deps = ImplementorDeps(workdir=Workdir(task.workdir), precheck=precheck)
     history: list[ModelMessage] = []
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,

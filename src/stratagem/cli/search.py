@@ -59,7 +59,7 @@ def run_cmd(
         cfg = load_config(config, overrides)
     except ConfigError as e:
         fail(console, e, as_json, 2)
-    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.domains import load_problem
     from stratagem.search.api import default_run_dir, start_run
 
     try:
@@ -155,7 +155,7 @@ def export_cmd(
         fail(console, e, False, 2)
     except StratagemError as e:
         fail(console, e, False, 1)
-    text = exported_source(view, r.problem, r.run_dir, r.device, r.reference_ms or None)
+    text = exported_source(view, r.problem, r.run_dir, r.device, r.reference_ms or None, r.domain)
     if out is None:
         print(text, end="")
         return

@@ -5,7 +5,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from stratagem.core.paired import Ratio, Stability
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,24 @@ class Objective:
     def better(self, a: float, b: float) -> bool:
         """Whether value `a` is strictly better than `b`."""
         return a < b if self.direction == "minimize" else a > b
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A design's measurement as a domain reports it: the objective's value and, measured side
+    by side with the reference, the improvement ratio over it (> 1 is better, whatever the
+    objective's direction) with its interval and stability verdict."""
+
+    value: float
+    """The objective's value for the design (PyTorch: its median runtime in ms)."""
+    reference_value: float | None
+    """The reference's value measured beside it."""
+    ratio: Ratio | None
+    """The paired improvement over the reference (PyTorch: eager time / design time)."""
+    stability: Stability | None
+    stats: dict[str, Any]
+    """The design's raw summary (`median_ms`, `q1_ms`, `q3_ms`, `samples_ms`, ...)."""
+    reference_stats: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

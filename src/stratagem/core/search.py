@@ -121,6 +121,8 @@ class SearchState:
     correctness_mode: str = "fixed"
     """`fixed` (the tolerances above) or `calibrated` (within a factor of eager's own error
     against a float64 anchor: the admitted precision is measured, not known beforehand)."""
+    integrity: str = "lenient"
+    """The integrity policy in force (`lenient` | `strict`: the heavy work in the design's own kernels)."""
 
     @property
     def valid(self) -> list[DesignView]:

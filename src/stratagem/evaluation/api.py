@@ -14,7 +14,7 @@ from stratagem.config import EvaluationConfig, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
-from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains import load_problem, parse_problem
 from stratagem.errors import CandidateError
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
@@ -76,8 +76,6 @@ _CALIBRATION_PROBLEM = (
 def calibrate_device(cfg: EvaluationConfig) -> tuple[dict[str, Any] | None, Path]:
     """Measure this device's peaks again (bandwidth, matmul rates per math mode) and replace
     the cached ones; returns them (None if the calibration failed) and where they live."""
-    from stratagem.domains.pytorch.problem import parse_problem
-
     evaluator = make_evaluator(cfg)
     problem = parse_problem(_CALIBRATION_PROBLEM, name="calibration")
 
@@ -90,7 +88,7 @@ def calibrate_device(cfg: EvaluationConfig) -> tuple[dict[str, Any] | None, Path
 def audit_file(
     problem_path: str | Path, cfg: EvaluationConfig, *, timeout_s: float | None = None
 ) -> tuple[Problem, Verdict, dict[str, Any]]:
-    """Run the null-model audit of a problem file (see `domains/pytorch/audit.py`)."""
+    """Run the domain's null-model audit of a problem file (PyTorch: `domains/pytorch/audit.py`)."""
     problem = load_problem(problem_path)
     evaluator = make_evaluator(cfg)
 

@@ -11,6 +11,7 @@ version; a search measures them afresh once per invocation. See docs/timing.md.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -24,10 +25,11 @@ from typing import Any
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.core.design import Design
 from stratagem.core.graph import GraphRun, ValidatorGraph
+from stratagem.core.objective import Measured
 from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.domains.pytorch import domain
+from stratagem.domains import get_domain
 from stratagem.errors import HarnessError
 from stratagem.evaluation.baselines import BaselineCache, baseline_key, slot_key
 from stratagem.evaluation.executors import Executor
@@ -98,40 +100,38 @@ class Evaluation:
     sandbox: Mapping[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
 
+    @functools.cached_property
+    def measured(self) -> Measured | None:
+        """The domain's typed measurement of this evaluation's timing (None: not timed)."""
+        return get_domain(self.problem.domain).measure(self.verdict)
+
     @property
     def timing(self) -> Mapping[str, Any] | None:
-        r = self.verdict.result("timing")
-        if r is None or r.outcome != "passed":
-            return None
-        rt = r.details.get("runtime")
-        return rt if isinstance(rt, Mapping) else None
+        """The design's raw timing summary (`median_ms`, quartiles, samples)."""
+        m = self.measured
+        return m.stats if m is not None else None
 
     @property
     def runtime_ms(self) -> float | None:
-        t = self.timing
-        return float(t["median_ms"]) if t and "median_ms" in t else None
-
-    def _timing_details(self) -> Mapping[str, Any]:
-        r = self.verdict.result("timing")
-        return r.details if r is not None and r.outcome == "passed" else {}
+        m = self.measured
+        return m.value if m is not None else None
 
     @property
     def paired(self) -> Ratio | None:
         """The paired speedup over eager measured in this evaluation's own worker."""
-        return Ratio.from_json(self._timing_details().get("speedup"))
+        m = self.measured
+        return m.ratio if m is not None else None
 
     @property
     def stability(self) -> Stability | None:
-        d = self._timing_details()
-        return Stability.from_json(d.get("stability")) if d else None
+        m = self.measured
+        return m.stability if m is not None else None
 
     @property
     def reference_paired_ms(self) -> float | None:
         """The eager reference's median as timed beside the candidate, in its worker."""
-        ref = self._timing_details().get("reference")
-        if isinstance(ref, Mapping) and isinstance(ref.get("median_ms"), int | float):
-            return float(ref["median_ms"])
-        return None
+        m = self.measured
+        return m.reference_value if m is not None else None
 
     @property
     def reference_ms(self) -> dict[str, float | None]:
@@ -223,9 +223,9 @@ class Evaluation:
         ms: list[MeasurementRecord] = []
         if self.timing:
             ms.append(_measurement("runtime", self.timing))
-        ref = self._timing_details().get("reference")
-        if isinstance(ref, Mapping) and "median_ms" in ref:
-            ms.append(_measurement("reference_eager_paired", ref))
+        m = self.measured
+        if m is not None and m.reference_stats and "median_ms" in m.reference_stats:
+            ms.append(_measurement("reference_eager_paired", m.reference_stats))
         if self.baseline is not None:
             for mode, stats in self.baseline.modes.items():
                 if "median_ms" in stats:
@@ -280,7 +280,8 @@ class Evaluator:
         worker's, the parent's, and `calibrating` while the device's peaks are measured)."""
         stage = on_stage or (lambda _name: None)
         t0 = time.monotonic()
-        graph = domain.validator_graph(problem, domain.integrity_policy(problem, self.cfg))
+        domain = get_domain(problem.domain)
+        graph = domain.validator_graph(problem, self.cfg)
         run = GraphRun(graph, batch_placement="worker")
         environment: dict[str, Any] = {}
         seeds: tuple[int, ...] = ()
@@ -295,10 +296,10 @@ class Evaluator:
                 stage(spec.name)
                 s0 = time.monotonic()
                 earlier = {r.name: r for r in run.results}
-                if spec.name == "roofline":
+                if domain.needs_peaks(spec.name):
                     if ran_on not in self._peaks and not self.peaks_path(ran_on).exists():
                         stage("calibrating the device's peaks (once per machine)")
-                    r = await self._roofline(problem, design, earlier, ran_on)
+                    r = await self._with_peaks(spec.name, problem, design, earlier, ran_on)
                 else:
                     r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None, ran_on)
                 run.record([_with_duration(r, time.monotonic() - s0)])
@@ -306,7 +307,7 @@ class Evaluator:
             req = domain.build_request(problem, design, step.specs, self.cfg)
             if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
                 req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
-            seeds = tuple(int(s) for s in req.payload.get("seeds", ()))
+            seeds = domain.request_seeds(req)
             def on_event(ev: dict[str, Any]) -> None:
                 if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
                     stage(ev["stage"])
@@ -326,7 +327,7 @@ class Evaluator:
                 "strays_killed": sr.strays_killed,
             }
         verdict = Verdict(run.results)
-        if baseline is None and with_baseline and verdict.status == "valid" and verdict.result("timing") is not None:
+        if baseline is None and with_baseline and verdict.status == "valid" and domain.measure(verdict) is not None:
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
                                            refresh=refresh_baseline)
         return Evaluation(
@@ -344,9 +345,11 @@ class Evaluator:
         timeout_s: float | None = None,
     ) -> Baseline:
         """Reference timings, from the cache when the hardware and torch version match."""
-        modes = domain.default_baselines(self.cfg, self.on_gpu)
-        timing_cfg = {**self.cfg.timing.model_dump(), "correctness": domain.correctness_rule(problem, self.cfg),
-                      "tolerances": domain.tolerances(problem, self.cfg)}
+        domain = get_domain(problem.domain)
+        modes = domain.baselines(self.cfg, self.on_gpu)
+        if not modes:  # the domain measures its reference beside each design only
+            return Baseline(problem.id, {}, {}, False, Verdict(()))
+        timing_cfg = domain.baseline_settings(problem, self.cfg)
         slot = slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg)
         if environment:
             earlier = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
@@ -361,7 +364,7 @@ class Evaluator:
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
         expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
         verdict, measured_env = await self._run_reference_graph(
-            problem, domain.BASELINE_GRAPH, limit, baselines=modes,
+            problem, domain.baseline_graph, limit, baselines=modes,
             seeds=[domain.new_seed() for _ in range(BASELINE_CHECK_TRIALS)],
             reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
         )
@@ -377,24 +380,26 @@ class Evaluator:
         self.cache.put(slot, {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
 
-    async def _roofline(self, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult],
-                        device: str) -> ValidatorResult:
-        """The roofline validator, with a guard on the calibration: the eager reference is
-        honest by definition, so a floor it beats proves the peaks too low (a calibration on a
-        loaded machine, say). They are measured again once; if the reference still beats the
-        new floor, the check is skipped with a note rather than rejecting honest designs."""
+    async def _with_peaks(self, name: str, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult],
+                          device: str) -> ValidatorResult:
+        """A parent validator that reads the device's peaks (PyTorch: the roofline), with a
+        guard on the calibration: the reference is honest by definition, so a floor it beats
+        proves the peaks too low (a calibration on a loaded machine, say). They are measured
+        again once; if the reference still beats the new floor, the check is skipped with a
+        note rather than rejecting honest designs."""
+        domain = get_domain(problem.domain)
         peaks = await self.device_peaks(problem, device=device)
-        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks, device)
+        r = domain.run_parent_validator(name, problem, design, self.cfg, earlier, peaks, device)
         beaten = domain.reference_beats_floor(earlier, r)
         if beaten is None:
             return r
         peaks = await self.device_peaks(problem, refresh=True, device=device)
-        r = domain.run_parent_validator("roofline", problem, design, self.cfg, earlier, peaks, device)
+        r = domain.run_parent_validator(name, problem, design, self.cfg, earlier, peaks, device)
         again = domain.reference_beats_floor(earlier, r)
         if again is None:
             return ValidatorResult(r.name, r.outcome, r.reason, r.kind,
                                    {**r.details, "recalibrated": f"the earlier peaks were wrong: {beaten}"})
-        return ValidatorResult("roofline", "passed", details={
+        return ValidatorResult(name, "passed", details={
             **r.details, "checked": False,
             "note": f"not checked: the device calibration is unreliable here ({again}); run `stratagem calibrate`"})
 
@@ -414,12 +419,13 @@ class Evaluator:
         if not refresh:
             try:
                 cached = json.loads(path.read_text(encoding="utf-8"))
-                if isinstance(cached, dict) and cached.get("version") == domain.PEAKS_VERSION:
+                if isinstance(cached, dict) and cached.get("version") == get_domain(problem.domain).peaks_version:
                     self._peaks[dev] = cached
                     return cached
             except (OSError, json.JSONDecodeError):
                 pass  # missing, unreadable or of an older format: measured again
-        verdict, env = await self._run_reference_graph(problem, domain.CALIBRATE_GRAPH, 600.0, device=dev)
+        verdict, env = await self._run_reference_graph(problem, get_domain(problem.domain).calibrate_graph, 600.0,
+                                                       device=dev)
         r = verdict.result("calibrate")
         if r is None or r.outcome != "passed":
             return None
@@ -433,8 +439,9 @@ class Evaluator:
 
     async def audit(self, problem: Problem, *, timeout_s: float | None = None) -> tuple[Verdict, dict[str, Any]]:
         """Run the null-model audit of a problem; returns the verdict and the environment."""
+        domain = get_domain(problem.domain)
         limit = domain.timeout_s(problem, self.cfg, timeout_s)
-        return await self._run_reference_graph(problem, domain.AUDIT_GRAPH, limit)
+        return await self._run_reference_graph(problem, domain.audit_graph, limit)
 
     async def _run_reference_graph(
         self, problem: Problem, specs: Any, limit: float, device: str | None = None, **request: Any
@@ -443,6 +450,7 @@ class Evaluator:
         default: the first)."""
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
+        domain = get_domain(problem.domain)
         req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
         if expect is not None:
             req = domain.with_reference_expectation(req, expect)

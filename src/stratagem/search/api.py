@@ -12,7 +12,7 @@ from typing import Any
 from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
-from stratagem.domains.pytorch.problem import load_problem, parse_problem
+from stratagem.domains import load_problem, parse_problem
 from stratagem.errors import ConfigError, StoreError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
@@ -85,7 +85,7 @@ def _stored_problem(store: RunStore, run: RunRecord) -> Problem:
     rec = next((p for p in store.problems() if p.id == run.problem_id), None)
     if rec is None:
         raise StoreError(f"the run's problem {run.problem_id[:12]} is missing from {store.run_dir}")
-    return parse_problem(store.get_artifact(rec.source_hash), name=rec.name, path=rec.path)
+    return parse_problem(store.get_artifact(rec.source_hash), name=rec.name, path=rec.path, domain=rec.domain)
 
 
 async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: RunView | None) -> RunOutcome:
@@ -123,6 +123,8 @@ class RunSummary:
     reference_ms: dict[str, float | None]
     device: str | None = None
     """The device of the latest evaluation (its name, e.g. `NVIDIA H200`, when known)."""
+    domain: str = "pytorch"
+    """The problem's domain."""
 
     @property
     def best(self) -> DesignView | None:
@@ -152,7 +154,7 @@ def show_run(run_dir: str | Path) -> RunSummary:
         return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                           views=views, iterations=store.iterations(),
                           spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref,
-                          device=device)
+                          device=device, domain=problems[0].domain if problems else "pytorch")
 
 
 def _existing_run_dir(run_dir: str | Path) -> Path:

@@ -4,7 +4,8 @@ the reference's weights into it.
 `stratagem export RUN_DIR [DESIGN]` and the run's `best/candidate.py` both write
 `exported_source`: a comment block saying which problem, run, design, speedups (the same
 paired numbers as everywhere else), device and stratagem version the file came from, then the
-design's source unchanged, then `load_reference_state_dict(model, state_dict)`. A design's
+design's source unchanged, then what the problem's domain appends (PyTorch:
+`load_reference_state_dict(model, state_dict)`, `domains/pytorch/weights.py`). A design's
 module layout often differs from the reference's (a `recipes` design holds the reference as
 `self.model`, so its keys are `model.weight` where the reference has `weight`); the helper
 places each of the reference's tensors by the rules the harness's randomised-parameters trial
@@ -19,47 +20,12 @@ from pathlib import Path
 
 import stratagem
 from stratagem.core.search import DesignView
+from stratagem.domains import get_domain
 from stratagem.errors import StoreError
-
-LOAD_HELPER = '''
-
-# -- added by stratagem export: load the reference Model's weights into this design ------------
-
-def load_reference_state_dict(model, state_dict):
-    """Load `state_dict` (the reference `Model`'s `state_dict()`, e.g. trained weights) into
-    `model` (a `ModelNew`), whose keys may differ: each tensor goes to the same key, else the one
-    key ending in `.KEY`, else by position when every shape agrees in order, else to the one
-    tensor of its shape. Raises KeyError naming a tensor it cannot place."""
-    own = model.state_dict()
-    targets = {}
-    free = [k for k in own if k not in state_dict]
-    for key, value in state_dict.items():
-        if key in own:
-            targets[key] = key
-            continue
-        ends = [k for k in free if k.endswith("." + key)]
-        if len(ends) == 1:
-            targets[key] = ends[0]
-            free.remove(ends[0])
-    rest = [k for k in state_dict if k not in targets]
-    if rest:
-        shapes = [tuple(state_dict[k].shape) for k in rest]
-        if [tuple(own[k].shape) for k in free] == shapes:
-            targets.update(zip(rest, free))
-        else:
-            for key in rest:
-                same = [k for k in free if tuple(own[k].shape) == tuple(state_dict[key].shape)]
-                if len(same) != 1:
-                    raise KeyError(f"cannot place the reference's {key} ({tuple(state_dict[key].shape)}) in this design")
-                targets[key] = same[0]
-                free.remove(same[0])
-    model.load_state_dict({**own, **{targets[k]: v for k, v in state_dict.items()}})
-    return targets
-'''
 
 
 def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                      reference_ms: dict[str, float | None] | None = None) -> str:
+                      reference_ms: dict[str, float | None] | None = None, footer_note: str = "") -> str:
     """The comment block an exported design starts with."""
     lines = [
         f"stratagem {stratagem.__version__}: design {view.id} of problem {problem}",
@@ -72,15 +38,17 @@ def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str
     ]
     if reference_ms:
         lines.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
-    lines.append(f"exported {time.strftime('%Y-%m-%d %H:%M:%S')}; load the reference's weights with "
-                 "load_reference_state_dict(model, state_dict) at the end of this file")
+    lines.append(f"exported {time.strftime('%Y-%m-%d %H:%M:%S')}" + (f"; {footer_note}" if footer_note else ""))
     return "".join(f"# {ln}\n" for ln in lines) + "\n"
 
 
 def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                    reference_ms: dict[str, float | None] | None = None) -> str:
-    """Header, the design's source unchanged, and the weight-loading helper."""
-    return provenance_header(view, problem, run_dir, device, reference_ms) + view.source.rstrip("\n") + "\n" + LOAD_HELPER
+                    reference_ms: dict[str, float | None] | None = None, domain: str = "pytorch") -> str:
+    """Header, the design's source unchanged, and what the problem's domain appends to a design
+    taken away (PyTorch: the weight-loading helper)."""
+    d = get_domain(domain)
+    return (provenance_header(view, problem, run_dir, device, reference_ms, d.export_note)
+            + view.source.rstrip("\n") + "\n" + d.export_footer)
 
 
 def pick(views: list[DesignView], prefix: str | None, best: DesignView | None) -> DesignView:

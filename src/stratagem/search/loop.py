@@ -33,7 +33,7 @@ from stratagem.core.search import (
     Reservation,
     SearchState,
 )
-from stratagem.domains.pytorch import domain
+from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
@@ -192,8 +192,7 @@ class SearchLoop:
         return SearchState(
             problem=self.problem, designs=tuple(self.views()), iteration=iteration,
             reference_ms=dict(self.reference_ms), device=self.evaluator.physical_device,
-            tolerances=domain.tolerances(self.problem, self.cfg.evaluation),
-            correctness_mode=str(domain.correctness_rule(self.problem, self.cfg.evaluation)["mode"]),
+            **get_domain(self.problem.domain).agent_facts(self.problem, self.cfg.evaluation),
         )
 
     def _refresh(self) -> None:
@@ -392,6 +391,8 @@ class SearchLoop:
         (so the first prompt has them). A reference that cannot be timed stops the run."""
         if self.baseline is not None:
             return
+        if not get_domain(self.problem.domain).baselines(self.cfg.evaluation, self.evaluator.on_gpu):
+            return  # a domain with no baselines: each design's reference is measured beside it
         self.progress.event("measuring the reference baselines")
         self.progress.inflight["baseline"] = InFlight("reference baselines", "compiling and timing eager, "
                                                       "torch.compile modes", time.time())
@@ -511,10 +512,11 @@ class SearchLoop:
             env = next((e.environment for e in reversed(self.store.evaluations()) if e.design_id == best.id), {})
             device = str(env.get("device_name") or env.get("device") or self.cfg.evaluation.device)
             path.write_text(exported_source(best, self.problem.name, self.store.run_dir, device,
-                                            self.reference_ms or None), encoding="utf-8")
+                                            self.reference_ms or None, self.problem.domain), encoding="utf-8")
         else:
             no_gain = no_gain_note(top)
-            path.write_text(reference_as_candidate(self.problem.source, no_gain), encoding="utf-8")
+            path.write_text(get_domain(self.problem.domain).reference_design(self.problem.source, no_gain),
+                            encoding="utf-8")
         ref = self.reference_ms or _reference_from(self.store.evaluations())
         return RunOutcome(run_dir=self.store.run_dir, stop_reason=reason, best=best, best_path=path,
                           iterations=len(self.store.iterations()), spend=self.spend, reference_ms=ref,
@@ -527,13 +529,6 @@ def no_gain_note(top: DesignView | None) -> str:
         return "no valid, stably timed design was found"
     return (f"no design beats the eager reference by more than its measurement's interval (the "
             f"fastest, {top.id[:10]}, measured {top.speedup_text()} vs eager)")
-
-
-def reference_as_candidate(reference_source: str, why: str) -> str:
-    """The reference problem file as a candidate (`ModelNew = Model`), headed by `why`."""
-    header = ("# stratagem: this is the reference itself, not a design: " + why + ".\n"
-              "# Keep using the original program; this file only restates it as a ModelNew.\n\n")
-    return header + reference_source.rstrip("\n") + "\n\n\nModelNew = Model\n"
 
 
 def _reference_from(evaluations: Sequence[EvaluationRecord]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from stratagem.core.pysyntax import dotted  # noqa: F401 - part of this module's interface
 from stratagem.domains.pytorch.integrity_rules import glob_regex
 from stratagem.domains.pytorch.native_scan import clean
 from stratagem.domains.pytorch.string_fold import StringFolder, is_str_expr, literal_str
@@ -36,18 +37,6 @@ _SHADOWING = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _MAX_ROUNDS = 12
 _MAX_NAMES = 32
 """Bounds on alias resolution, so that no candidate can make the parent's scan slow."""
-
-
-def dotted(node: ast.AST) -> str | None:
-    """`a.b.c` for a Name/Attribute chain rooted in a Name, else None."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    parts.append(node.id)
-    return ".".join(reversed(parts))
 
 
 def is_getattr_call(node: ast.AST) -> bool:

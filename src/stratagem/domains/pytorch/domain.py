@@ -13,7 +13,8 @@ import re
 import secrets
 import symtable
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,10 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from stratagem.config import EvaluationConfig
 from stratagem.core.design import Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
+from stratagem.core.objective import Measured, Objective
+from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
-from stratagem.core.verdict import ValidatorResult
+from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
+from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
 from stratagem.errors import ProblemError
 from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
 
@@ -336,3 +340,102 @@ def default_baselines(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         modes = list(cfg.baselines)
         return modes if "eager" in modes else ["eager", *modes]
     return ["eager", "compile", "max-autotune"] if on_gpu else ["eager", "compile"]
+
+
+class PyTorchDomain:
+    """The PyTorch domain behind the `Domain` protocol (`domains/base.py`): KernelBench-format
+    problems, a ModelNew candidate per design, paired runtime against eager."""
+
+    name = NAME
+    objective = Objective("runtime", "ms", "minimize")
+    peaks_version = PEAKS_VERSION
+    baseline_graph = BASELINE_GRAPH
+    calibrate_graph = CALIBRATE_GRAPH
+    audit_graph = AUDIT_GRAPH
+
+    export_footer = LOAD_HELPER
+    export_note = EXPORT_NOTE
+
+    def reference_design(self, reference_source: str, why: str) -> str:
+        """The reference problem file as a candidate (`ModelNew = Model`), headed by `why`."""
+        header = ("# stratagem: this is the reference itself, not a design: " + why + ".\n"
+                  "# Keep using the original program; this file only restates it as a ModelNew.\n\n")
+        return header + reference_source.rstrip("\n") + "\n\n\nModelNew = Model\n"
+
+    def claims(self, path: Path) -> bool:
+        return Path(path).suffix == ".py"
+
+    def load_problem(self, path: str | Path) -> Problem:
+        from stratagem.domains.pytorch.problem import load_problem
+
+        return load_problem(path)
+
+    def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem:
+        from stratagem.domains.pytorch.problem import parse_problem
+
+        return parse_problem(source, name=name, path=path)
+
+    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
+        return validator_graph(problem, integrity_policy(problem, cfg))
+
+    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
+                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
+                             device: str) -> ValidatorResult:
+        return run_parent_validator(name, problem, design, cfg, earlier, peaks, device)
+
+    def needs_peaks(self, name: str) -> bool:
+        return name == "roofline"
+
+    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
+        return reference_beats_floor(earlier, result)
+
+    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
+                      cfg: EvaluationConfig, baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None) -> EvalRequest:
+        return build_request(problem, design, stages, cfg, baselines, seeds)
+
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        return with_reference_expectation(req, value)
+
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        return tuple(int(s) for s in req.payload.get("seeds", ()))
+
+    def new_seed(self) -> int:
+        return new_seed()
+
+    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float:
+        return timeout_s(problem, cfg, override)
+
+    def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+        return default_baselines(cfg, on_gpu)
+
+    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        return {**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
+                "tolerances": tolerances(problem, cfg)}
+
+    def measure(self, verdict: Verdict) -> Measured | None:
+        r = verdict.result("timing")
+        if r is None or r.outcome != "passed":
+            return None
+        d = r.details
+        rt = d.get("runtime")
+        if not isinstance(rt, Mapping) or not isinstance(rt.get("median_ms"), int | float):
+            return None
+        ref = d.get("reference") if isinstance(d.get("reference"), Mapping) else None
+        ref_ms = ref.get("median_ms") if ref is not None else None
+        return Measured(float(rt["median_ms"]), float(ref_ms) if isinstance(ref_ms, int | float) else None,
+                        Ratio.from_json(d.get("speedup")), Stability.from_json(d.get("stability")),
+                        dict(rt), dict(ref) if ref is not None else None)
+
+    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
+        checks = checks_for_policy(integrity_policy(problem, cfg), "cpu" if device == "cpu" else "cuda")
+        return lambda source: run_static_checks(problem, source, checks=checks)
+
+    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        return {"tolerances": tolerances(problem, cfg),
+                "correctness_mode": str(correctness_rule(problem, cfg)["mode"]),
+                "integrity": integrity_policy(problem, cfg)}
+
+
+DOMAIN = PyTorchDomain()
+"""The instance the registry (`domains/__init__.py`) hands out for `pytorch` problems."""

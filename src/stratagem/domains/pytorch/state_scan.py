@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from stratagem.core.pysyntax import bound_names  # noqa: F401 - part of this module's interface
 from stratagem.domains.pytorch import integrity_rules as R
 from stratagem.domains.pytorch.ast_scan import Scan, is_self, param_defaults
 from stratagem.domains.pytorch.integrity_checks import (
@@ -45,19 +46,6 @@ def walk_no_defs(nodes: list[ast.AST] | ast.AST) -> Iterator[ast.AST]:
 
 def _body(fn: ast.AST) -> list[ast.AST]:
     return [fn.body] if isinstance(fn, ast.Lambda) else list(fn.body)  # type: ignore[attr-defined]
-
-
-def bound_names(nodes: Iterator[ast.AST]) -> set[str]:
-    """Names the nodes bind: assignment targets, defs and classes, import aliases."""
-    out: set[str] = set()
-    for n in nodes:
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
-            out.add(n.id)
-        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            out.add(n.name)
-        elif isinstance(n, ast.alias):
-            out.add((n.asname or n.name).split(".")[0])
-    return out
 
 
 def _root(expr: ast.AST) -> ast.AST:

@@ -37,8 +37,7 @@ from stratagem.core.search import (
     SearchState,
     Session,
 )
-from stratagem.domains.pytorch import domain
-from stratagem.domains.pytorch.static import checks_for_policy
+from stratagem.domains import get_domain
 
 SleepFn = Callable[[float], Awaitable[None]]
 
@@ -89,7 +88,7 @@ class AutoPolicy:
         self.problem = problem
         self.workdir = Path(workdir)
         self.runtime = AgentRuntime(cfg=cfg.agents, models=models, sleep=sleep)
-        self.integrity = domain.integrity_policy(problem, cfg.evaluation)
+        self.domain = get_domain(problem.domain)
         self._docs: DocIndex | None = None
         self._docs_loaded = False
 
@@ -130,7 +129,7 @@ class AutoPolicy:
         return self._docs
 
     def _brief(self, state: SearchState) -> render.ProblemBrief:
-        return render.ProblemBrief.from_state(state, self.integrity)
+        return render.ProblemBrief.from_state(state, state.integrity)
 
     def _dir(self, iteration: int, who: str) -> Workdir:
         return Workdir(self.workdir / "agents" / f"iteration-{iteration:03d}" / who)
@@ -217,7 +216,7 @@ class AutoPolicy:
         tasks = [
             ImplementorTask(
                 worker=f"implementor-{k}", plan=plan, problem=self.problem, brief=brief,
-                evidence=evidence, checks=checks_for_policy(self.integrity, state.device),
+                evidence=evidence, precheck=self.domain.precheck(self.problem, self.cfg.evaluation, state.device),
                 workdir=self._dir(state.iteration, f"implementor-{k}").root,
                 report_chars=self.cfg.context.failure_report_chars,
             )

@@ -8,8 +8,8 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from stratagem.domains.pytorch.ast_scan import dotted as _dotted
-from stratagem.domains.pytorch.state_scan import bound_names
+from stratagem.core.pysyntax import bound_names
+from stratagem.core.pysyntax import dotted as _dotted
 
 _SOFTMAX_FUNCS = frozenset({"torch.softmax", "F.softmax", "torch.nn.functional.softmax",
                             "nn.functional.softmax", "functional.softmax", "softmax",

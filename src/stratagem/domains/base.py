@@ -1,0 +1,104 @@
+"""Owns the Domain protocol: what the generic layers (the evaluator, the search loop, the
+policies and the agents) may ask of a kind of program being optimised. Each domain lives in a
+package under `domains/`; the registry (`domains/__init__.py`) finds it by `Problem.domain`,
+and nothing outside `domains/` imports a concrete domain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from stratagem.config import EvaluationConfig
+from stratagem.core.design import Design
+from stratagem.core.graph import ValidatorGraph, ValidatorSpec
+from stratagem.core.objective import Measured, Objective
+from stratagem.core.problem import Problem
+from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.evaluation.protocol import EvalRequest
+
+Precheck = Callable[[str], ValidatorResult]
+"""A design's source -> the static verdict the agents get before spending an evaluation."""
+
+
+class Domain(Protocol):
+    """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe)."""
+
+    name: str
+    """The registry key, and `Problem.domain` of its problems."""
+    objective: Objective
+    """What its measurements optimise (PyTorch: runtime in ms, lower is better)."""
+    peaks_version: int
+    """The format version of the device peaks its parent-side validators read."""
+    baseline_graph: tuple[ValidatorSpec, ...]
+    calibrate_graph: tuple[ValidatorSpec, ...]
+    audit_graph: tuple[ValidatorSpec, ...]
+    export_footer: str
+    """Appended to a design taken away (`stratagem export`, `best/`)."""
+    export_note: str
+    """One line for the exported file's header saying what the footer is ('' for none)."""
+
+    def reference_design(self, reference_source: str, why: str) -> str:
+        """What `best/` holds when no design beats the reference: the reference, as a design."""
+        ...
+
+    def claims(self, path: Path) -> bool:
+        """Whether a problem file at `path` is this domain's."""
+        ...
+
+    def load_problem(self, path: str | Path) -> Problem: ...
+
+    def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem: ...
+
+    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph: ...
+
+    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
+                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
+                             device: str) -> ValidatorResult:
+        """A parent-placed validator, given the results so far (and the device's peaks)."""
+        ...
+
+    def needs_peaks(self, name: str) -> bool:
+        """Whether the parent validator `name` reads the device's calibrated peaks."""
+        ...
+
+    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
+        """Why a peaks-based verdict proves the peaks wrong (the reference beats it), or None."""
+        ...
+
+    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
+                      cfg: EvaluationConfig, baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None) -> EvalRequest:
+        """The worker's envelope, with this domain's payload."""
+        ...
+
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        """The request told what the reference measured in this invocation's baseline."""
+        ...
+
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]: ...
+
+    def new_seed(self) -> int: ...
+
+    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float: ...
+
+    def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+        """The reference modes a run measures (PyTorch: eager, compile, max-autotune)."""
+        ...
+
+    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        """Everything a cached baseline's validity depends on besides hardware and problem."""
+        ...
+
+    def measure(self, verdict: Verdict) -> Measured | None:
+        """The typed measurement of a passed timing (None when nothing was measured)."""
+        ...
+
+    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Precheck:
+        """The static checks an agent's answer must pass before it is evaluated."""
+        ...
+
+    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        """What the agents are told about how designs are judged (tolerances, correctness mode)."""
+        ...

@@ -1,0 +1,75 @@
+"""The Domain seam: a second domain defined only in the tests (`toy.py`: a pure-Python function
+to speed up, checked and timed by commands) runs through `stratagem eval` and a search with a
+scripted policy end to end, without a line of it in the generic layers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import toy
+
+from stratagem import domains
+from stratagem.cli import main
+from stratagem.config import load_config
+from stratagem.evaluation.api import make_evaluator
+from stratagem.search.loop import SearchLoop
+from stratagem.store.sqlite import RunStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
+from fakes import ScriptedPolicy  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
+PROBLEM = FIX / "sum_squares.toy.py"
+
+
+@pytest.fixture
+def toy_domain():  # type: ignore[no-untyped-def]
+    domains.register(toy.DOMAIN)
+    yield toy.DOMAIN
+    domains.unregister("toy")
+
+
+def test_eval_judges_a_design_of_another_domain(toy_domain, capsys) -> None:
+    assert main(["eval", str(PROBLEM), str(FIX / "closed_form.py"), "--device", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "valid", out["failures"]
+    assert list(out["validators"]) == ["syntax", "check", "timing"]
+    assert out["speedup"] > 5 and out["speedup_ci"][0] > 1  # closed form vs a 20000-step loop
+    assert out["runtime_ms"] < out["reference_paired_ms"]
+    assert main(["eval", str(PROBLEM), str(FIX / "off_by_one.py"), "--device", "cpu", "--json"]) == 0
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["status"] == "invalid" and bad["failures"][0]["kind"] == "wrong_output"
+    assert main(["eval", str(PROBLEM), str(FIX / "closed_form.py"), "--device", "cpu"]) == 0
+    assert "speedup vs eager" in capsys.readouterr().out  # the text view too (its words are PyTorch's)
+
+
+def test_a_search_runs_on_another_domain(toy_domain, tmp_path, capsys) -> None:
+    problem = domains.load_problem(PROBLEM)
+    assert problem.domain == "toy"
+    cfg = load_config(None, {"evaluation": {"device": "cpu"}, "search": {"iterations": 2, "patience": 5}})
+    store = RunStore.open(tmp_path / "run")
+    store.add_problem(problem)
+    store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
+    script = [[(FIX / "off_by_one.py").read_text()], [(FIX / "closed_form.py").read_text()]]
+    loop = SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), ScriptedPolicy(script))
+    out = asyncio.run(loop.run())
+    assert out.best is not None and "// 6" in out.best.source and out.best.speedup > 5
+    written = out.best_path.read_text()
+    assert written.startswith("# stratagem") and "load_reference_state_dict" not in written  # no PyTorch footer
+    assert [v.status for v in loop.views()] == ["invalid", "valid"]
+    assert main(["show", str(store.run_dir), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["best"]["id"] == out.best.id
+
+
+def test_an_unclaimed_file_names_the_domains(tmp_path) -> None:
+    odd = tmp_path / "p.txt"
+    odd.write_text("x")
+    with pytest.raises(Exception, match="no domain reads this kind of file"):
+        domains.load_problem(odd)
+    with pytest.raises(Exception, match="no domain is called 'cuda-recipe'"):
+        domains.get_domain("cuda-recipe")
