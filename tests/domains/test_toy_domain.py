@@ -64,6 +64,7 @@ def test_a_search_runs_on_another_domain(toy_domain, tmp_path, capsys) -> None:
     assert main(["show", str(store.run_dir), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["best"]["id"] == out.best.id
+    assert shown["domain"] == "toy" and shown["objective"] == {"name": "runtime", "unit": "ms", "direction": "minimize"}
 
 
 def test_an_unclaimed_file_names_the_domains(tmp_path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -109,7 +110,8 @@ def show_cmd(
     best = r.best
     if as_json:
         print(json.dumps({
-            "run_dir": str(r.run_dir), "problem": r.problem,
+            "run_dir": str(r.run_dir), "problem": r.problem, "domain": r.domain,
+            "objective": dataclasses.asdict(_objective(r.domain)),
             "status": r.run.status if r.run else None, "stop_reason": r.run.stop_reason if r.run else None,
             "iterations": len(r.iterations), "designs": len(r.views),
             "valid": sum(v.status == "valid" for v in r.views),
@@ -126,7 +128,7 @@ def show_cmd(
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
     console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations · "
                   f"{len(r.views)} designs")
-    console.print(leaderboard(r.views, r.reference_ms))
+    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
     failed = failures_table(r.views)
     if failed is not None:
         console.print(failed)
@@ -240,7 +242,7 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
 
     r = show_run(outcome.run_dir)
     console.print(f"stopped: {outcome.stop_reason}")
-    console.print(leaderboard(r.views, r.reference_ms))
+    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
     console.print(strategy_table(st.strategy_counts(r.views)))
     console.print(spend_line(r.spend))
     if best is not None:
@@ -266,3 +268,10 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
         console.print(f"[yellow]{outcome.spend.failed_calls} LLM calls failed[/]; each one's error is in "
                       "the run database (`agent_calls`) and in the iteration notes")
     console.print(f"run directory: {outcome.run_dir}")
+
+
+def _objective(domain: str) -> Any:
+    """The objective of a run's domain (for the leaderboard's value column)."""
+    from stratagem.domains import get_domain
+
+    return get_domain(domain).objective

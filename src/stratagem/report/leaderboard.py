@@ -8,18 +8,23 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
+from stratagem.core.objective import Objective
 from stratagem.core.search import DesignView, ranked
 from stratagem.search.budget import Spend
 from stratagem.store.records import IterationRecord
 
+RUNTIME = Objective("runtime", "ms", "minimize")
+
 
 def leaderboard(
-    views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10
+    views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10,
+    objective: Objective = RUNTIME,
 ) -> Table:
-    """Ranked designs by paired speedup, with its interval and the speedup over torch.compile
-    (the same numbers the store, `show --json` and the agents' context hold)."""
+    """Ranked designs by paired speedup (the improvement over the reference in the domain's
+    `objective`), with its interval and the speedup over torch.compile (the same numbers the
+    store, `show --json` and the agents' context hold)."""
     t = Table(title="Leaderboard", title_justify="left")
-    for col in ("#", "design", "runtime ms", "vs eager [95% CI]", "vs compile", "iter"):
+    for col in ("#", "design", f"{objective.name} {objective.unit}", "vs eager [95% CI]", "vs compile", "iter"):
         t.add_column(col, justify="left" if col == "design" else "right", no_wrap=True)
     t.add_column("author · strategy", overflow="fold")
     for i, v in enumerate(ranked(views)[:top], 1):
