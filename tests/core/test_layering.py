@@ -24,7 +24,7 @@ PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests i
 SRC = PKG.parent
 
 WORKER_TORCH_MODULES = frozenset(
-    f"stratagem.domains.pytorch.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge")
+    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge")
 )
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 
@@ -35,7 +35,7 @@ ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     # The worker reports which GPUs it was given (its environment() snapshot for the
     # response); it runs in the sandbox, where stratagem.config is not the parent's config, and
     # only reads this one variable.
-    "stratagem.domains.pytorch.stages": frozenset({"CUDA_VISIBLE_DEVICES"}),
+    "stratagem.domains.pytorch.worker.stages": frozenset({"CUDA_VISIBLE_DEVICES"}),
 }
 """module -> the variables it may read with `os.environ.get("NAME", ...)`, and nothing else."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stratagem.domains.pytorch import compare
+from stratagem.domains.pytorch.worker import compare
 
 TOL = {"float32": {"atol": 1e-4, "rtol": 1e-4}, "float16": {"atol": 1e-2, "rtol": 1e-2}}
 

@@ -82,7 +82,7 @@ def test_the_cpu_floor_never_rejects_honest_cache_resident_work():
 
     import torch
 
-    from stratagem.domains.pytorch import roofline
+    from stratagem.domains.pytorch.worker import roofline
 
     peaks = roofline.calibrate("cpu")
     assert peaks["cache_bandwidth_gbps"] > 0 and peaks["version"] == 2

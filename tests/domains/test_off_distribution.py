@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from stratagem.domains.pytorch import params
+from stratagem.domains.pytorch.worker import params
 
 TOL = {"float32": {"atol": 1e-4, "rtol": 1e-4}}
 

@@ -15,9 +15,9 @@ from fakes_path import FakeEvaluator, ScriptedPolicy, make_loop, src  # noqa: F4
 
 from stratagem.cli import main
 from stratagem.core.design import Design
-from stratagem.domains.pytorch import compare
-from stratagem.domains.pytorch.anchor import Anchor
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.worker import compare
+from stratagem.domains.pytorch.worker.anchor import Anchor
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 

@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 
 from stratagem.core.design import Design
-from stratagem.domains.pytorch import record
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.worker import record
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 

@@ -88,7 +88,7 @@ def calibrate_device(cfg: EvaluationConfig) -> tuple[dict[str, Any] | None, Path
 def audit_file(
     problem_path: str | Path, cfg: EvaluationConfig, *, timeout_s: float | None = None
 ) -> tuple[Problem, Verdict, dict[str, Any]]:
-    """Run the domain's null-model audit of a problem file (PyTorch: `domains/pytorch/audit.py`)."""
+    """Run the domain's null-model audit of a problem file (PyTorch: `domains/pytorch/worker/audit.py`)."""
     problem = load_problem(problem_path)
     evaluator = make_evaluator(cfg)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from stratagem.evaluation.worker import progress_emitter, write_json_atomic
 
-JUDGE_MODULES = {"pytorch": "stratagem.domains.pytorch.judge"}
+JUDGE_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.judge"}
 
 
 def main(argv: list[str]) -> int:

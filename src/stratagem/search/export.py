@@ -9,7 +9,7 @@ design's source unchanged, then what the problem's domain appends (PyTorch:
 module layout often differs from the reference's (a `recipes` design holds the reference as
 `self.model`, so its keys are `model.weight` where the reference has `weight`); the helper
 places each of the reference's tensors by the rules the harness's randomised-parameters trial
-uses (`domains/pytorch/params.py`): the same key, else the one key ending in `.KEY`, else the
+uses (`domains/pytorch/worker/params.py`): the same key, else the one key ending in `.KEY`, else the
 same shapes in the same order, else the one tensor of that shape.
 """
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch import runtime
+from stratagem.domains.pytorch.worker import runtime
 
 
 def _to64(x: Any) -> Any:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch import compare, runtime
+from stratagem.domains.pytorch.worker import compare, runtime
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.stages import Worker
+    from stratagem.domains.pytorch.worker.stages import Worker
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:

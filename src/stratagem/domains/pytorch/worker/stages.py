@@ -28,7 +28,7 @@ import torch
 
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch import (
+from stratagem.domains.pytorch.worker import (
     audit,
     compare,
     guard,
@@ -40,8 +40,8 @@ from stratagem.domains.pytorch import (
     runtime,
     timed,
 )
-from stratagem.domains.pytorch.anchor import Anchor
-from stratagem.domains.pytorch.runtime import Programs, StageFailure
+from stratagem.domains.pytorch.worker.anchor import Anchor
+from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
 from stratagem.evaluation.device_lock import DeviceLock, LockWindow, Mode
 
 Emit = Callable[[str, dict[str, Any]], None]

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch import compare, guard, runtime
-from stratagem.domains.pytorch.runtime import StageFailure
+from stratagem.domains.pytorch.worker import compare, guard, runtime
+from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.stages import Worker
+    from stratagem.domains.pytorch.worker.stages import Worker
 
 POISON_BYTES_MAX = 4 * 2**30
 SMALL_POISON_BLOCKS = 64

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch import record, runtime
+from stratagem.domains.pytorch.worker import record, runtime
 
 
 def randomised_state(reference: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -201,7 +201,7 @@ def judge_off_distribution(w: Any, ref_out: Any, cand_out: Any, inputs: list[Any
     outside the visible range (a clamp never reached, an approximation valid only near 0), is
     off by a large fraction of the output. Returns the comparison and the output's growth
     over the visible trials' (reported)."""
-    from stratagem.domains.pytorch import compare
+    from stratagem.domains.pytorch.worker import compare
 
     mag = output_magnitude(ref_out)
     grow = max(1.0, mag / visible_magnitude) if visible_magnitude > 0 else 1.0

@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch import params, record, runtime
-from stratagem.domains.pytorch.runtime import StageFailure
-from stratagem.domains.pytorch.stages import Emit, Worker, prepare_device
+from stratagem.domains.pytorch.worker import params, record, runtime
+from stratagem.domains.pytorch.worker.runtime import StageFailure
+from stratagem.domains.pytorch.worker.stages import Emit, Worker, prepare_device
 
 MAX_RECORD_BYTES = 1 << 32
 """The largest recorded output the judge reads (4 GiB)."""

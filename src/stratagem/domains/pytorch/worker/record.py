@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch import runtime
+from stratagem.domains.pytorch.worker import runtime
 
 TIMED_STRIDE = 10_000_019
 """Seed distance between two timing attempts' fresh inputs (more than any attempt's calls)."""

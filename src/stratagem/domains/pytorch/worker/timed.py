@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.core import paired
-from stratagem.domains.pytorch import compare, record, roofline, runtime, timing
-from stratagem.domains.pytorch.runtime import Programs, StageFailure
+from stratagem.domains.pytorch.worker import compare, record, roofline, runtime, timing
+from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.stages import Worker
+    from stratagem.domains.pytorch.worker.stages import Worker
 
 
 TIMED_CHECKS = 3

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch import compare, integrity, runtime
-from stratagem.domains.pytorch.runtime import StageFailure
+from stratagem.domains.pytorch.worker import compare, integrity, runtime
+from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.stages import Worker
+    from stratagem.domains.pytorch.worker.stages import Worker
 
 OWN_TIME_FRACTION = 0.5
 
