@@ -74,3 +74,31 @@ def test_an_unclaimed_file_names_the_domains(tmp_path) -> None:
         domains.load_problem(odd)
     with pytest.raises(Exception, match="no domain is called 'cuda-recipe'"):
         domains.get_domain("cuda-recipe")
+
+
+def test_a_design_of_several_files_is_stored_and_judged_whole(toy_domain, tmp_path) -> None:
+    """The Session takes a design's other files beside its main one; the domain's commands
+    see them all, the store keeps them, and a different helper is a different design."""
+    from stratagem.core.search import IterationResult, Plan
+
+    seen = []
+
+    class TwoFiles(ScriptedPolicy):
+        async def iterate(self, state, session):  # type: ignore[no-untyped-def]
+            main_src = "from helper import closed\n\n\ndef f(n):\n    return closed(n)\n"
+            good = "def closed(n):\n    return (n - 1) * n * (2 * n - 1) // 6\n"
+            bad = "def closed(n):\n    return 0\n"
+            for helper in (good, bad):
+                seen.append(await session.evaluate(main_src, strategy="explore", files={"helper.py": helper}))
+            return IterationResult(plan=Plan("explore"), design_ids=tuple(f.design_id for f in seen), exhausted=True)
+
+    problem = domains.load_problem(PROBLEM)
+    cfg = load_config(None, {"evaluation": {"device": "cpu"}, "search": {"iterations": 1}})
+    store = RunStore.open(tmp_path / "run")
+    store.add_problem(problem)
+    store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
+    asyncio.run(SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), TwoFiles([])).run())
+    good, bad = seen
+    assert good.status == "valid" and bad.status == "invalid" and good.design_id != bad.design_id
+    rec = store.design(good.design_id)
+    assert rec is not None and set(rec.files) == {"candidate.py", "helper.py"}

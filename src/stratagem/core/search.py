@@ -250,10 +250,11 @@ class Session(Protocol):
 
     async def evaluate(
         self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
-        tags: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
     ) -> Feedback:
-        """Store the design (with the policy's `tags`, see `tag`), run it through the harness
-        (once per distinct source), store the verdict; counts against the GPU-seconds budget."""
+        """Store the design (its main file `source`, plus any other `files` of a design made
+        of several, and the policy's `tags`, see `tag`), run it through the harness (once per
+        distinct set of files), store the verdict; counts against the GPU-seconds budget."""
         ...
 
     def record_call(self, call: AgentCall) -> None:

@@ -221,8 +221,9 @@ class Evaluation:
 
     def to_record(self) -> EvaluationRecord:
         ms: list[MeasurementRecord] = []
-        if self.timing:
-            ms.append(_measurement("runtime", self.timing))
+        objective = get_domain(self.problem.domain).objective
+        if self.timing:  # named and united by the domain's objective (PyTorch: runtime, ms)
+            ms.append(_measurement(objective.name, self.timing, objective.unit))
         m = self.measured
         if m is not None and m.reference_stats and "median_ms" in m.reference_stats:
             ms.append(_measurement("reference_eager_paired", m.reference_stats))
@@ -241,9 +242,9 @@ class Evaluation:
         )
 
 
-def _measurement(name: str, stats: Mapping[str, Any]) -> MeasurementRecord:
+def _measurement(name: str, stats: Mapping[str, Any], unit: str = "ms") -> MeasurementRecord:
     return MeasurementRecord(
-        name=name, unit="ms", median=float(stats["median_ms"]), q1=float(stats["q1_ms"]),
+        name=name, unit=unit, median=float(stats["median_ms"]), q1=float(stats["q1_ms"]),
         q3=float(stats["q3_ms"]), samples=[float(x) for x in stats.get("samples_ms", [])],
     )
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stratagem.config import StratagemConfig
-from stratagem.core.design import Design
+from stratagem.core.design import MAIN_FILE, Design
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
     MEASURED,
@@ -211,11 +211,11 @@ class SearchLoop:
 
     async def evaluate(
         self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
-        tags: Mapping[str, Any] | None = None,
+        tags: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
     ) -> Feedback:
-        design = Design.from_source(source, parent_ids=tuple(parents), provenance={
-            "iteration": self._iteration, "strategy": strategy, "author": author or "unknown",
-        })
+        provenance = {"iteration": self._iteration, "strategy": strategy, "author": author or "unknown"}
+        design = Design(files={MAIN_FILE: source, **dict(files or {})}, parent_ids=tuple(parents),
+                        provenance=provenance)
         if self._iteration is not None and design.id not in self._iteration_ids:
             self._iteration_ids.append(design.id)
         done = self.store.evaluations(design.id)
