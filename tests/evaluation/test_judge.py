@@ -54,3 +54,35 @@ def test_inputs_drawn_from_numpy_or_random_are_the_same_in_the_judge(cpu_config)
                                                               with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     assert ev.verdict.result("correctness").details["judge"]["checked"]  # type: ignore[union-attr]
+
+
+def test_the_judge_prepares_each_timed_reference_as_its_record_appears(cpu_config, tmp_path) -> None:
+    """While the worker finishes, the judge computes the reference's output for every timed
+    call whose record has appeared (its inputs made from the call's seed), reading only the
+    record's name; after the go file it compares against exactly what it would compute then."""
+    import torch
+
+    from stratagem.domains.pytorch import domain
+    from stratagem.domains.pytorch.worker import judge, runtime
+    from stratagem.domains.pytorch.worker.stages import Worker, prepare_device
+
+    problem = load_problem(PAIRED / "problem.py")
+    specs = [s for s in domain.validator_graph(problem).specs if s.placement == "worker"]
+    req = prepare_device(domain.build_request(problem, None, specs, cpu_config).model_dump())
+    w = Worker(req, tmp_path)
+    w.stage_load()
+    rec = tmp_path / "record"
+    rec.mkdir()
+    done: dict = {}
+    judge._precompute_timed(w, rec, done)
+    assert done == {}  # nothing recorded yet
+    (rec / f"{record.timed_key(1, 7)}.pt").write_bytes(b"not read before the go file")
+    (rec / "trial-5.pt").write_bytes(b"")
+    judge._precompute_timed(w, rec, done)
+    assert list(done) == [record.timed_key(1, 7)]  # timed calls only
+    inputs, out = done[record.timed_key(1, 7)]
+    p = w._programs(need_candidate=False)
+    again = w._inputs(p, record.timed_seed(int(req["timing_seed"]), 1, 7))
+    with torch.no_grad():
+        expect = p.reference(*runtime.clone_inputs(again))
+    assert torch.equal(inputs[0], again[0]) and torch.equal(out, expect)

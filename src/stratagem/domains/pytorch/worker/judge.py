@@ -79,7 +79,8 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
         go = _await_go(go_path, w)
         return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
                        [], notes)
-    go = _await_go(go_path, w)
+    timed_refs: dict[str, tuple[list[Any], Any]] = {}
+    go = _await_go(go_path, w, lambda: _precompute_timed(w, record_dir, timed_refs))
     t_go = time.perf_counter()
     load_s = [0.0]
     claims = go.get("claims") if isinstance(go.get("claims"), Mapping) else {}
@@ -110,7 +111,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
                 _correctness(w, planned, visible, details if isinstance(details, Mapping) else {}, record_dir,
                              out_of, checked, notes)
             if "timing" in passed:
-                _timed(w, record_dir, out_of, checked)
+                _timed(w, record_dir, out_of, checked, timed_refs)
     except Finding as f:
         return answer([{"stage": f.stage, "kind": f.kind, "reason": f.reason}])
     except StageFailure as e:
@@ -123,8 +124,9 @@ def _answer(go: Mapping[str, Any], failures: list[dict[str, Any]], checked: list
             "notes": notes}
 
 
-def _await_go(path: Path, w: Worker) -> dict[str, Any]:
-    """Wait (the `wait` phase: not this process's work) for the parent's go file."""
+def _await_go(path: Path, w: Worker, meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Wait (the `wait` phase: not this process's work) for the parent's go file, doing
+    `meanwhile` between polls."""
     with w.phase("wait"):
         while True:
             try:
@@ -133,7 +135,27 @@ def _await_go(path: Path, w: Worker) -> dict[str, Any]:
                     return go
             except (OSError, ValueError):
                 pass
+            if meanwhile is not None:
+                meanwhile()
             time.sleep(GO_POLL_S)
+
+
+def _precompute_timed(w: Worker, record_dir: Path, done: dict[str, tuple[list[Any], Any]]) -> None:
+    """The reference's output for every timed call whose record has appeared, made from its
+    seed while the worker finishes: the calls are drawn at random by the worker after the fact,
+    so only their names (never their contents) are read before the go file; the comparison
+    itself waits for it, and calls recorded later are computed then."""
+    pending = [k for k in record.keys(record_dir) if record.parse_timed(k) is not None and k not in done]
+    if not pending:
+        return
+    p = w._programs(need_candidate=False)
+    base = int(w.req["timing_seed"])
+    with w.hold("shared"), torch.no_grad():
+        for key in pending:
+            attempt, call = record.parse_timed(key) or (0, 0)
+            inputs = w._inputs(p, record.timed_seed(base, attempt, call))
+            out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+            done[key] = (record.to_cpu(inputs, keep_other=True), record.to_cpu(out, keep_other=True))  # off the device
 
 
 def _prepare(w: Worker, notes: list[str]) -> tuple[list[Planned], float]:
@@ -204,7 +226,8 @@ def _correctness(w: Worker, planned: list[Planned], visible: float, claim: Mappi
         checked.append(item.key)
 
 
-def _timed(w: Worker, record_dir: Path, out_of: Callable[[str, str], Any], checked: list[str]) -> None:
+def _timed(w: Worker, record_dir: Path, out_of: Callable[[str, str], Any], checked: list[str],
+           precomputed: Mapping[str, tuple[list[Any], Any]]) -> None:
     p = w._programs(need_candidate=False)
     calls = sorted(k for k in record.keys(record_dir) if record.parse_timed(k) is not None)
     if not calls:
@@ -213,8 +236,11 @@ def _timed(w: Worker, record_dir: Path, out_of: Callable[[str, str], Any], check
     base = int(w.req["timing_seed"])
     for key in calls:
         attempt, call = record.parse_timed(key) or (0, 0)
-        inputs = w._inputs(p, record.timed_seed(base, attempt, call))
-        ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+        if key in precomputed:
+            inputs, ref_out = (record.to_device(x, w.device) for x in precomputed[key])
+        else:
+            inputs = w._inputs(p, record.timed_seed(base, attempt, call))
+            ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
         cmp = w.judge(ref_out, out_of(key, "timing"), inputs, report_anchor=False)
         if not cmp.ok:
             raise _fail("timing", "timed_outputs", f"the output of timed call {call} (attempt {attempt}) differs "
