@@ -12,9 +12,8 @@ or on an LLM failure; the result says which (failures are data).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
@@ -105,24 +104,10 @@ class ImplementorTask:
 
 
 @dataclass(frozen=True)
-class ImplementorResult:
-    """How one Implementor's conversation ended."""
+class ImplementorResult(FixResult):
+    """How one Implementor's conversation ended: the fix loop's result, and whose it was."""
 
-    worker: str
-    status: Literal["valid", "failed"]
-    reason: str
-    design_ids: tuple[str, ...] = ()
-    attempts: int = 0
-    """Evaluations requested."""
-    tokens: int = 0
-    """Tokens the conversation used (input and output, all turns)."""
-    feedback: Feedback | None = None
-    """The last evaluation's feedback."""
-    error_kinds: tuple[str, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "valid"
+    worker: str = ""
 
 
 async def run_implementor(
@@ -161,8 +146,7 @@ async def run_implementor(
     )
     if res.failed_turn is not None:
         res = await _after_failure(task, session, deps, res, cfg.implementor_token_limit)
-    return ImplementorResult(task.worker, res.status, res.reason, res.design_ids, res.attempts, res.tokens,
-                             res.feedback, res.error_kinds)
+    return ImplementorResult(**{f.name: getattr(res, f.name) for f in fields(FixResult)}, worker=task.worker)
 
 
 async def _after_failure(
