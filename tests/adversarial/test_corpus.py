@@ -223,7 +223,7 @@ def evaluate_worker_only(cfg: EvaluationConfig, problem_name: str, path: Path) -
         executor = LocalExecutor.for_devices(["cpu"], cfg, environment())
         req = domain.build_request(prob, design, specs, cfg)
         _slot, sr = await executor.submit(req, limit, cfg.compile_timeout_s)
-        out = interpret(specs, sr, req.request_id, limit, cfg.compile_timeout_s)
+        out = interpret(specs, sr, req.request_id, limit, cfg.compile_timeout_s, req.compile_stage)
         graph_run = GraphRun(ValidatorGraph.of(specs), batch_placement="worker")
         graph_run.record(out.results)
         graph_run.record_missing(specs, "the worker ended before this stage ran")

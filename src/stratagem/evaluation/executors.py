@@ -249,7 +249,7 @@ class LocalExecutor:
                     if self._cfg.memory_limit_gb and slot.device == "cpu" else None
                 ),
                 max_response_bytes=self._cfg.max_response_bytes,
-                compile_stage="load" if compile_timeout_s and any(s.name == "load" for s in req.stages) else None,
+                compile_stage=req.compile_stage if compile_timeout_s else None,
                 compile_timeout_s=compile_timeout_s,
                 lock_wait_timeout_s=self._cfg.lock_wait_timeout_s,
                 on_event=on_event,

@@ -45,10 +45,12 @@ def interpret(
     request_id: str,
     timeout_s: float,
     compile_timeout_s: float | None = None,
+    compile_stage: str | None = None,
 ) -> BatchOutcome:
-    """Results for a batch; never raises on anything the worker wrote."""
+    """Results for a batch; never raises on anything the worker wrote. `compile_stage`: the
+    stage whose time counts against `compile_timeout_s` (the request's; PyTorch: `load`)."""
     try:
-        return _interpret(specs, sr, request_id, timeout_s, compile_timeout_s)
+        return _interpret(specs, sr, request_id, timeout_s, compile_timeout_s, compile_stage)
     except Exception as e:  # noqa: BLE001 - whatever a candidate left behind, it is data
         return BatchOutcome(
             [ValidatorResult(specs[0].name, "failed", kind="malformed",
@@ -64,6 +66,7 @@ def _interpret(
     request_id: str,
     timeout_s: float,
     compile_timeout_s: float | None = None,
+    compile_stage: str | None = None,
 ) -> BatchOutcome:
     names = [s.name for s in specs]
     problem: str | None = sr.response_problem
@@ -80,7 +83,7 @@ def _interpret(
             else:
                 results = [r.to_result() for r in resp.results]
                 return BatchOutcome(apply_judge(results, sr, request_id), dict(resp.environment))
-    return BatchOutcome(_from_progress(specs, sr, problem, timeout_s, compile_timeout_s), {})
+    return BatchOutcome(_from_progress(specs, sr, problem, timeout_s, compile_timeout_s, compile_stage), {})
 
 
 JUDGED = ("correctness", "timing")
@@ -144,6 +147,7 @@ def _from_progress(
     problem: str | None,
     timeout_s: float,
     compile_timeout_s: float | None,
+    compile_stage: str | None = None,
 ) -> list[ValidatorResult]:
     names = {s.name for s in specs}
     done: dict[str, ValidatorResult] = {}
@@ -163,7 +167,7 @@ def _from_progress(
                 done[r.name] = r
             if running == r.name:
                 running = None
-    compiling = compile_timeout_s is not None and "load" in names and "load" not in done
+    compiling = compile_timeout_s is not None and compile_stage in names and compile_stage not in done
     limit = compile_timeout_s if (sr.limit_hit == "compile" or (sr.limit_hit is None and compiling)) else timeout_s
     kind, reason = _death(sr, problem, limit)  # type: ignore[arg-type]
     details = _sandbox_details(sr)

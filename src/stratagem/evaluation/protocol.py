@@ -51,6 +51,9 @@ class EvalRequest(BaseModel):
     """CPU cores the worker's timing thread runs on while it times (GPU slots)."""
     reserved_cores: list[int] = Field(default_factory=list)
     """CPU cores reserved for timing on this machine: the worker runs off them otherwise."""
+    compile_stage: str | None = None
+    """The stage whose time counts against the compile limit, not the run limit (the domain's:
+    PyTorch's `load`, where imports and `load_inline`/Triton builds happen)."""
     judge: bool = False
     """Record the candidate's deciding outputs, and have the judge (a process that never runs
     candidate code) confirm them after the worker ends (evaluation/judge.py)."""

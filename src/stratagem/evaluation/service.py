@@ -317,7 +317,7 @@ class Evaluator:
 
             slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s, on_event)
             ran_on = slot.physical
-            out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s)
+            out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s, req.compile_stage)
             run.record(out.results)
             run.record_missing(step.specs, "the worker ended before this stage ran")
             environment.update(out.environment)
@@ -365,7 +365,8 @@ class Evaluator:
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
         expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
         verdict, measured_env = await self._run_reference_graph(
-            problem, domain.baseline_graph, limit, baselines=modes,
+            problem, domain.baseline_graph, limit, compile_limit_s=max(self.cfg.compile_timeout_s, limit),
+            baselines=modes,
             seeds=[domain.new_seed() for _ in range(BASELINE_CHECK_TRIALS)],
             reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
         )
@@ -445,19 +446,20 @@ class Evaluator:
         return await self._run_reference_graph(problem, domain.audit_graph, limit)
 
     async def _run_reference_graph(
-        self, problem: Problem, specs: Any, limit: float, device: str | None = None, **request: Any
+        self, problem: Problem, specs: Any, limit: float, device: str | None = None,
+        compile_limit_s: float | None = None, **request: Any
     ) -> tuple[Verdict, dict[str, Any]]:
         """Run a worker-only graph that loads the reference and no candidate (on `device`,
-        default: the first)."""
+        default: the first; `compile_limit_s` for its compile stage, default the config's)."""
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
         domain = get_domain(problem.domain)
         req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
         if expect is not None:
             req = domain.with_reference_expectation(req, expect)
-        compile_limit = max(self.cfg.compile_timeout_s, limit) if graph.specs[-1].name == "baseline" else self.cfg.compile_timeout_s
+        compile_limit = compile_limit_s if compile_limit_s is not None else self.cfg.compile_timeout_s
         slot, sr = await self.executor.submit(req, limit, compile_limit, device=device or self.physical_device)
-        out = interpret(graph.specs, sr, req.request_id, limit, compile_limit)
+        out = interpret(graph.specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
         run = GraphRun(graph, batch_placement="worker")
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")

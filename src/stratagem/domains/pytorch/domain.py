@@ -215,6 +215,7 @@ def build_request(
         problem=SourceFile(name=problem.name, source=problem.source),
         files=dict(design.files) if design is not None else {},
         device="cpu",  # replaced by the executor with the slot's device
+        compile_stage="load" if any(s.name == "load" for s in stages) else None,
         judge=design is not None and any(s.name == "correctness" for s in stages),
         payload=payload.model_dump(),
     )
