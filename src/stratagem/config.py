@@ -55,6 +55,8 @@ class StabilityConfig(BaseModel):
     """Two clusters of pair ratios this far apart (each at least a fifth of them): unstable."""
     reference_drift_max: float = Field(default=0.5, gt=0)
     """The reference's median may be at most this far from the run's own baseline of it."""
+    one_sided_drift_max: float = Field(default=0.5, gt=0)
+    """One program's samples drifting by more than this while the other's hold: unstable."""
 
 
 class TimingConfig(BaseModel):

@@ -77,11 +77,18 @@ def test_stability_verdict_decides_on_the_ratio() -> None:
     rules = StabilityRules()
     ratios = _noisy(1.3, 40, 0.02, rng)
     ref = _noisy(1.3, 400, 0.02, rng)
-    cand_two_phase = _noisy(1.0, 200, 0.02, rng) + _noisy(2.0, 200, 0.02, rng)
+    cand_two_phase = _noisy(1.0, 200, 0.02, rng) + _noisy(1.3, 200, 0.02, rng)
     r = paired.bootstrap_median(ratios)
     ok = paired.paired_stability(r, ratios, ref, cand_two_phase, rules)
-    # the candidate's raw samples cluster, but the pair ratios do not: a note, not a verdict
+    # the candidate's raw samples drift 30%, but the pair ratios do not: a note, not a verdict
     assert ok.stable and any("candidate" in n for n in ok.notes)
+    # past `one_sided_drift_max` while the reference holds, the load changed for the candidate
+    # alone (CI, two CPU hogs: 1.0 -> 5.1 ms, ratio 0.37x for a true 0.50x, judged stable)
+    one_sided = _noisy(1.0, 200, 0.02, rng) + _noisy(5.0, 200, 0.02, rng)
+    lop = paired.paired_stability(r, ratios, ref, one_sided, rules)
+    assert not lop.stable and lop.reasons[0].startswith("one-sided drift: the candidate's")
+    both = paired.paired_stability(r, ratios, one_sided, one_sided, rules)
+    assert both.stable  # both programs saw it: pairing cancels it
 
     wide = Ratio(1.3, 1.0, 1.7, 40)
     bad = paired.paired_stability(wide, ratios, ref, ref, rules)

@@ -73,12 +73,16 @@ def test_paired_ratios_are_right_under_cpu_load(cpu_config) -> None:
         assert r is not None and r.low <= r.ratio <= r.high
         seen.append([(a["budget_ms"], a["pairs"], a["stability"]["reasons"]) for a in d["attempts"]])
         assert [a["budget_ms"] for a in d["attempts"]] == [300 * 2 ** i for i in range(len(d["attempts"]))]
-        # what the user is shown is the interval: it must hold the truth (widened by `tol` for
-        # the bootstrap's 5% misses and twice.py's few percent of extra work), stable or not
-        assert r.low * (1 - tol) <= truth <= r.high * (1 + tol), (r, d["stability"])
         if ev.stability is not None and ev.stability.stable:
-            stable += 1  # and a stable one is as narrow as the rule says
+            # a stable result is what users rank by: its interval holds the truth (widened by
+            # `tol` for the bootstrap's 5% misses and twice.py's few percent of extra work) and
+            # is as narrow as the rule says
+            stable += 1
+            assert r.low * (1 - tol) <= truth <= r.high * (1 + tol), (r, d["stability"])
             assert r.rel_halfwidth <= cfg.timing.stability.ci_max, (r, d["stability"])
+        else:  # an unsettled one is said to be so, after every re-timing, with its reasons
+            assert ev.stability is not None and ev.stability.reasons, d["stability"]
+            assert len(d["attempts"]) == 1 + cfg.timing.max_retimes, d["attempts"]
     assert stable >= 1, ("under two hogs at least one of the two timings should settle", seen)
 
 

@@ -134,6 +134,10 @@ class StabilityRules:
     reference_drift_max: float = 0.5
     """The reference's median this far from the invocation's own earlier measurement of it
     (here +50% / -33%): the machine changed between the two, so chained ratios are unsafe."""
+    one_sided_drift_max: float = 0.5
+    """One program's raw samples drifting by more than this while the other's hold: the load
+    changed for one program only (a longer call preempted more often than a short one), which
+    pairing cannot cancel, so the ratio is biased: unstable."""
 
 
 @dataclass(frozen=True)
@@ -229,9 +233,10 @@ def paired_stability(
     reference_expect_ms: float | None = None,
 ) -> Stability:
     """The verdict of a paired measurement. It decides on the ratio: a wide interval, pair
-    ratios that drift or cluster, or a reference far from the invocation's own earlier
-    measurement. Clusters or drift in one program's raw samples alone are notes: pairing
-    cancels what both programs saw."""
+    ratios that drift or cluster, a reference far from the invocation's own earlier
+    measurement, or one program's samples drifting far while the other's hold. Milder
+    clusters or drift in one program's raw samples are notes: pairing cancels what both
+    programs saw."""
     reasons: list[str] = []
     if ratio.rel_halfwidth > rules.ci_max:
         reasons.append(f"ratio spread: the {CONFIDENCE:.0%} interval [{ratio.low:.3g}, {ratio.high:.3g}] "
@@ -248,6 +253,12 @@ def paired_stability(
         if off > rules.reference_drift_max:
             reasons.append(f"reference drift: the reference timed {ref:.4g} ms here and "
                            f"{reference_expect_ms:.4g} ms earlier in this invocation ({off:.0%} apart)")
+    one_ref = drift(ref_samples, rules.one_sided_drift_max)
+    one_cand = drift(cand_samples, rules.one_sided_drift_max)
+    if (one_ref is None) != (one_cand is None):
+        who, what = ("the reference", one_ref) if one_ref else ("the candidate", one_cand)
+        reasons.append(f"one-sided drift: {who}'s samples drifted ({what}) while the other's held: the load "
+                       "changed for one program only, which pairing cannot cancel")
     notes = [f"reference {s}" for s in sample_stability(ref_samples, rules)]
     notes += [f"candidate {s}" for s in sample_stability(cand_samples, rules)]
     return Stability(not reasons, tuple(reasons), tuple(notes))
