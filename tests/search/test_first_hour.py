@@ -146,7 +146,8 @@ def test_version(capsys) -> None:
 
 @pytest.mark.parametrize("vs_compile, unstable, says", [
     (0.74, "", "slower than torch.compile"), (1.3, "", "faster than torch.compile"),
-    (1.33, "ratio drift: 39%", "compared with torch.compile: unknown")])
+    (1.33, "ratio drift: 39%", "compared with torch.compile: unknown"),
+    (0.99, "", "on par with torch.compile")])
 def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, monkeypatch, vs_compile, unstable,
                                                               says) -> None:
     """Plainly, and never "faster than torch.compile" against a compile baseline whose own
@@ -159,7 +160,8 @@ def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, m
 
     fake_run(tmp_path / "r")
     best = DesignView(id="b" * 64, source="", status="valid", runtime_ms=1.0, speedup=2.13, speedup_low=2.0,
-                      speedup_high=2.2, speedup_compile=vs_compile, compile_unstable=unstable)
+                      speedup_high=2.2, speedup_compile=vs_compile, compile_unstable=unstable,
+                      compile_low=vs_compile * 0.97, compile_high=vs_compile * 1.03)
 
     async def fake_start(problem, cfg, run_dir=None, view=None):
         return RunOutcome(tmp_path / "r", "iterations", best, tmp_path / "r" / "best" / "candidate.py", 2,
@@ -170,6 +172,7 @@ def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, m
     text = " ".join(capsys.readouterr().out.split())
     assert "2.13x [2.00, 2.20] vs eager" in text and says in text
     assert ("faster than torch.compile" in text) == (says == "faster than torch.compile")
+    assert ("slower than torch.compile" in text) == (says == "slower than torch.compile")
 
 
 def test_no_library_banner_in_stratagems_terminal(tmp_path) -> None:

@@ -252,6 +252,10 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
         if best.speedup_compile is not None and best.compile_unstable:
             console.print("[yellow]compared with torch.compile: unknown[/]: the compile baseline's timing "
                           f"stayed unstable after re-timing ({best.compile_unstable[:120]})", highlight=False)
+        elif (best.speedup_compile is not None and best.compile_low is not None and best.compile_high is not None
+              and best.compile_low <= 1.0 <= best.compile_high and not best.compile_fails):
+            console.print(f"on par with torch.compile: {best.compile_text()} [{best.compile_low:.2f}, "
+                          f"{best.compile_high:.2f}], an interval that holds 1.00x", highlight=False)
         elif best.speedup_compile is not None and best.speedup_compile < 1.0 and not best.compile_fails:
             console.print(f"[yellow]slower than torch.compile[/]: torch.compile of the reference runs "
                           f"{1 / best.speedup_compile:.2f}x faster than this design here, so it is the better "

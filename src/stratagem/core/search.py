@@ -68,6 +68,9 @@ class DesignView:
     """The paired speedup's 95% interval."""
     speedup_compile: float | None = None
     """The speedup over torch.compile (chained through the run's eager/compile ratio)."""
+    compile_low: float | None = None
+    compile_high: float | None = None
+    """The chained speedup's interval (None when unknown)."""
     stability: str = ""
     """Why the timing is unstable ('' when stable or unknown)."""
     compile_fails: str = ""

@@ -84,6 +84,8 @@ def design_views(
             speedup_low=_num(eager.get("low")) if valid else None,
             speedup_high=_num(eager.get("high")) if valid else None,
             speedup_compile=_num(comp.get("ratio")) if valid else None,
+            compile_low=_num(comp.get("low")) if valid else None,
+            compile_high=_num(comp.get("high")) if valid else None,
             stability=why,
             compile_fails=str(comp.get("baseline_fails") or ""),
             compile_unstable=str(comp.get("baseline_unstable") or ""),
