@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -83,12 +84,7 @@ def baseline_cmd(
     except StratagemError as e:
         fail(console, e, as_json, 1)
     out = baseline_json(prob, base)
-    ok = out["status"] == "valid"
-    if as_json:
-        print(json.dumps(out, default=str))
-    else:
-        print_baseline(console, prob.name, base, out)
-    raise typer.Exit(0 if ok else 1)
+    _emit(out, as_json, lambda: print_baseline(console, prob.name, base, out))
 
 
 @app.command("calibrate")
@@ -141,9 +137,13 @@ def audit_cmd(
     except StratagemError as e:
         fail(console, e, as_json, 1)
     out = audit_json(prob, verdict, env)
-    ok = out["status"] == "valid"
+    _emit(out, as_json, lambda: print_audit(console, prob.name, env, out))
+
+
+def _emit(out: dict[str, Any], as_json: bool, show: Callable[[], None]) -> None:
+    """Print a reference-only command's record (`--json`) or its view, and exit 0 when valid."""
     if as_json:
         print(json.dumps(out, default=str))
     else:
-        print_audit(console, prob.name, env, out)
-    raise typer.Exit(0 if ok else 1)
+        show()
+    raise typer.Exit(0 if out["status"] == "valid" else 1)
