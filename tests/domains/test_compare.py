@@ -67,3 +67,22 @@ def test_inputs_unchanged_is_bitwise_and_nan_safe():
     b = a.clone()
     b[0] = 1.0000001
     assert "modified in place" in compare.inputs_unchanged([a], [b])
+
+
+def test_quick_check_in_cache_sized_chunks_still_sees_every_element() -> None:
+    """The CPU's quick pass works in small chunks: a single bad element in the last, partial
+    chunk, or a NaN in a middle one, still fails the comparison, and the maxima span chunks."""
+    n = 3 * compare.CPU_QUICK_CHUNK + 5
+    ref = torch.linspace(-1, 1, n)
+    tol = {"float32": {"atol": 1e-4, "rtol": 1e-4}}
+    ok = ref.clone()
+    ok[compare.CPU_QUICK_CHUNK + 1] += 5e-5
+    c = compare.compare_outputs(ref, ok, tol)
+    assert c.ok and c.max_abs_err == pytest.approx(5e-5, rel=1e-2)
+    bad = ref.clone()
+    bad[-1] += 1.0
+    c = compare.compare_outputs(ref, bad, tol)
+    assert not c.ok and c.mismatched == 1
+    nan = ref.clone()
+    nan[2 * compare.CPU_QUICK_CHUNK + 7] = float("nan")
+    assert not compare.compare_outputs(ref, nan, tol).ok

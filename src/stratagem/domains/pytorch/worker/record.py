@@ -100,7 +100,7 @@ def load(directory: Path, key: str, device: str, max_bytes: int) -> Any:
     if path.stat().st_size > max_bytes:
         raise ValueError(f"{key}: {path.stat().st_size} bytes, over the limit of {max_bytes}")
     try:
-        out = torch.load(path, map_location="cpu", weights_only=True)
+        out = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:
         raise ValueError(f"{key}: not a recorded output ({runtime.one_line(e)})") from e
     return to_device(out, device)
