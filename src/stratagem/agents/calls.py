@@ -83,6 +83,10 @@ class AgentRuntime:
     clock: Callable[[], float] = time.monotonic
     record: Callable[[AgentCall], None] | None = None
     """Called with every AgentCall made (summarizer runs included)."""
+    may_retry: Callable[[], bool] | None = None
+    """Asked before each transport retry (a retry is a request the budget counts): False fails
+    the request with its error instead (a policy holding a fixed number of queries; None:
+    always retry, up to `max_retries`)."""
 
     def recording(self, record: Callable[[AgentCall], None] | None) -> AgentRuntime:
         return replace(self, record=record)
@@ -174,12 +178,14 @@ class RetryingModel(WrapperModel):
     """A model whose every request has a timeout and is retried with exponential backoff."""
 
     def __init__(
-        self, wrapped: Model, *, cfg: AgentsConfig, sleep: SleepFn, stats: RetryStats
+        self, wrapped: Model, *, cfg: AgentsConfig, sleep: SleepFn, stats: RetryStats,
+        may_retry: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(wrapped)
         self._cfg = cfg
         self._sleep = sleep
         self.stats = stats
+        self._may_retry = may_retry
 
     async def request(
         self,
@@ -204,7 +210,7 @@ class RetryingModel(WrapperModel):
                 if classify(e) not in RETRYABLE:
                     raise
                 err = e
-            if attempt >= self._cfg.max_retries:
+            if attempt >= self._cfg.max_retries or (self._may_retry is not None and not self._may_retry()):
                 raise err
             delay = self._cfg.backoff_s * (2**attempt)
             after = getattr(err, "retry_after", None)
@@ -323,7 +329,7 @@ async def _run_once(
     cfg = runtime.cfg
     stats = RetryStats()
     async with runtime.models.pool(model_key).checkout() as model:
-        wrapped = RetryingModel(model, cfg=cfg, sleep=runtime.sleep, stats=stats)
+        wrapped = RetryingModel(model, cfg=cfg, sleep=runtime.sleep, stats=stats, may_retry=runtime.may_retry)
         start = runtime.clock()
         output: Any = None
         error: BaseException | None = None

@@ -73,6 +73,19 @@ Write = Callable[[str, int | None], Awaitable[Written]]
 """(prompt, tokens still allowed or None) -> one writing turn."""
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """How one attempt's design is stored: its strategy, parents and tags."""
+
+    strategy: str
+    parents: Sequence[str] = ()
+    tags: Mapping[str, Any] | None = None
+
+
+Describe = Callable[[int, str | None], Attempt]
+"""(attempt number from 1, the previous attempt's design id or None) -> how to store it."""
+
+
 async def fix_until_valid(
     session: Session,
     worker: str,
@@ -85,10 +98,13 @@ async def fix_until_valid(
     parents: Sequence[str] = (),
     tags: Mapping[str, Any] | None = None,
     accept: Collection[str] = ACCEPTED,
+    describe: Describe | None = None,
 ) -> FixResult:
     """Write, evaluate and rewrite until a verdict in `accept`; never raises for a writer's
     failure. `next_prompt(feedback, attempts)` makes the prompt after a failed evaluation;
-    every design is evaluated as authored by `worker`, with `strategy`, `parents`, `tags`."""
+    every design is evaluated as authored by `worker`, with `strategy`, `parents`, `tags`, or
+    as `describe(attempt, previous id)` says when given (a fix stored as the child of the
+    attempt it fixes, with its round in its tags)."""
     t = _Tally()
 
     def done(status: Literal["valid", "failed"], reason: str, turn: Written | None = None) -> FixResult:
@@ -112,7 +128,10 @@ async def fix_until_valid(
             return done("failed", f"writer failure: {turn.error}", turn)
         t.attempts += 1
         session.set_status(worker, f"attempt {t.attempts}: evaluating")
-        fb = await session.evaluate(turn.source, strategy=strategy, parents=parents, author=worker, tags=tags)
+        how = (describe(t.attempts, t.ids[-1] if t.ids else None) if describe is not None
+               else Attempt(strategy, parents, tags))
+        fb = await session.evaluate(turn.source, strategy=how.strategy, parents=how.parents, author=worker,
+                                    tags=how.tags)
         t.ids.append(fb.design_id)
         t.feedback = fb
         if fb.status in accept:

@@ -66,3 +66,16 @@ def offline_models(problem: Problem) -> RoleModels:
             "review": pool(custom_output_args=review),
         },
     )
+
+
+def offline_pike_models(problem: Problem) -> RoleModels:
+    """TestModels for the PIKE policies: the brainstorm answers with two bullet ideas, every
+    code query with the reference renamed `ModelNew` in a ```python block."""
+    code = f"```python\n{echo_candidate(problem.source)}```\n"
+
+    def pool(text: str) -> ModelPool:
+        return ModelPool([TestModel(call_tools=[], custom_output_text=text)], labels=["test"])
+
+    return RoleModels(default=pool(code), by_role={
+        "brainstorm": pool("- fuse the elementwise operators\n- run under inference mode\n"),
+    })

@@ -281,6 +281,20 @@ class Session(Protocol):
         """What is left of every limited budget (queries net of open reservations)."""
         ...
 
+    def save_state(self, key: str, value: Any) -> None:
+        """Persist the policy's own state (a JSON value) under `key` in the run database, at
+        once: a killed run's policy reads it back with `load_state` and resumes where it was."""
+        ...
+
+    def load_state(self, key: str) -> Any:
+        """The value last saved under `key` (None when nothing was)."""
+        ...
+
+    def feedback(self, design_id: str) -> Feedback | None:
+        """The feedback of a design already evaluated in this run (None: not evaluated), as
+        `evaluate` returned it: a resumed policy rebuilds a fix prompt from it."""
+        ...
+
     def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
         """`with session.reserve(n) as r:` sets aside up to n queries for a phase; issuing at
         most `r.granted` queries inside it (in parallel or not) never overshoots `max_queries`."""

@@ -19,7 +19,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
-from stratagem.search.policies.registry import build_policy, spec_for
+from stratagem.search.policies.registry import build_policy, resolved_config, spec_for
 from stratagem.store.records import IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 
@@ -43,6 +43,7 @@ async def start_run(
 ) -> RunOutcome:
     """Start a new run (or continue the run already in `run_dir` with the new settings)."""
     check_policy(cfg)
+    cfg = resolved_config(cfg)
     problem = load_problem(problem_path)
     run_dir = run_dir or cfg.search.run_dir
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(problem)

@@ -377,6 +377,16 @@ class SearchLoop:
     def budget_remaining(self) -> Remaining:
         return self.budgets.remaining()
 
+    def save_state(self, key: str, value: Any) -> None:
+        self.store.set_policy_state(f"{self.policy.name}/{key}", value)
+
+    def load_state(self, key: str) -> Any:
+        return self.store.policy_state(f"{self.policy.name}/{key}")
+
+    def feedback(self, design_id: str) -> Feedback | None:
+        done = self.store.evaluations(design_id)
+        return self._feedback(design_id, done[-1]) if done else None
+
     def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
         return self.budgets.reserve(queries)
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """2: the search tables (run, iterations, agent_calls, reviews); 3: `reviews.failed`;
 4: `evaluations.speedups` and `evaluations.stability` (paired timing); 5: `design_tags` (a
-policy's metadata per design)."""
+policy's metadata per design); 6: `policy_state` (a policy's own state: phases, islands)."""
 
 
 class ProblemRecord(BaseModel):

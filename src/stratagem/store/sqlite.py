@@ -73,6 +73,8 @@ CREATE TABLE IF NOT EXISTS reviews (
 CREATE TABLE IF NOT EXISTS design_tags (
     design_id TEXT NOT NULL REFERENCES designs(id), key TEXT NOT NULL, value TEXT NOT NULL,
     updated_at REAL NOT NULL, PRIMARY KEY (design_id, key));
+CREATE TABLE IF NOT EXISTS policy_state (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS evaluations_design ON evaluations(design_id);
 CREATE INDEX IF NOT EXISTS designs_problem ON designs(problem_id);
 """
@@ -378,6 +380,26 @@ class RunStore:
         for d, k, v in self._conn.execute(q + " ORDER BY rowid", args):
             out.setdefault(d, {})[k] = json.loads(v)
         return out
+
+    def set_policy_state(self, key: str, value: Any) -> None:
+        """Keep a policy's own state under `key` (a JSON value; set again, it is replaced), so a
+        killed run's policy resumes where it was (PIKE's phase plans, PIKE-O's islands).
+
+        Raises:
+            StoreError: a value that is not JSON.
+        """
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"policy state {key!r} must be a JSON value: {e}") from e
+        with self._tx() as c:
+            c.execute("INSERT INTO policy_state VALUES (?,?,?) ON CONFLICT(key) DO UPDATE SET "
+                      "value=excluded.value, updated_at=excluded.updated_at", (key, text, time.time()))
+
+    def policy_state(self, key: str) -> Any:
+        """The value kept under `key`, or None."""
+        row = self._conn.execute("SELECT value FROM policy_state WHERE key=?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
 
 
 ADDED_COLUMNS = (

@@ -18,6 +18,7 @@ from stratagem.config import StratagemConfig
 from stratagem.core.problem import Problem
 from stratagem.core.search import Policy
 from stratagem.errors import ConfigError
+from stratagem.search.policies.pike_settings import PikeBSettings, PikeCommon, PikeOSettings
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,22 @@ def _recipes(ctx: PolicyContext) -> Policy:
     return RecipesPolicy(s.recipes if s.recipes is not None else ctx.cfg.search.recipes, ctx.on_gpu)
 
 
+def _pike_b(ctx: PolicyContext) -> Policy:
+    from stratagem.search.policies.pike_b import PikeBPolicy
+    from stratagem.search.policies.pike_models import pike_models
+
+    s = ctx.settings if isinstance(ctx.settings, PikeBSettings) else PikeBSettings()
+    return PikeBPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
+
+
+def _pike_o(ctx: PolicyContext) -> Policy:
+    from stratagem.search.policies.pike_models import pike_models
+    from stratagem.search.policies.pike_o import PikeOPolicy
+
+    s = ctx.settings if isinstance(ctx.settings, PikeOSettings) else PikeOSettings()
+    return PikeOPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
+
+
 def _auto(ctx: PolicyContext) -> Policy:
     from stratagem.search.policies.auto import AutoPolicy
 
@@ -70,6 +87,10 @@ REGISTRY: dict[str, PolicySpec] = {
         PolicySpec("auto", "AUTO's Strategist, Analyst and Implementors (needs a model)", True, _auto),
         PolicySpec("recipes", "known transformations of the reference, then their best combination (no LLM)",
                    False, _recipes, RecipesSettings),
+        PolicySpec("pike-b", "PIKE-B: brainstormed ideas, then the top 4 solutions improved 3/3/2/2 per phase, "
+                   "with error fixing (needs a model)", True, _pike_b, PikeBSettings),
+        PolicySpec("pike-o", "PIKE-O: islands, elite archives and MAP-Elites grids, mutation and crossover, "
+                   "with error fixing (needs a model)", True, _pike_o, PikeOSettings),
     )
 }
 
@@ -99,22 +120,52 @@ def spec_for(cfg: StratagemConfig) -> PolicySpec:
     return spec
 
 
-def build_policy(cfg: StratagemConfig, problem: Problem, on_gpu: bool, work_dir: Path) -> Policy:
-    """The configured policy, its own settings section validated.
+def policy_settings(cfg: StratagemConfig) -> BaseModel | None:
+    """The policy in force's own settings section, validated (None: it takes none).
 
     Raises:
         ConfigError: see `spec_for`; or settings its model rejects (naming the section).
     """
     spec = spec_for(cfg)
     raw: dict[str, Any] = dict(cfg.policies.get(spec.name) or {})
-    settings = None
-    if spec.settings is not None:
-        try:
-            settings = spec.settings.model_validate(raw)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(x) for x in first.get("loc", ()))
-            raise ConfigError(f"[policies.{spec.name}] {where}: {first.get('msg')}") from e
-    elif raw:
-        raise ConfigError(f"[policies.{spec.name}]: the {spec.name} policy takes no settings of its own")
-    return spec.build(PolicyContext(cfg, problem, on_gpu, work_dir, settings))
+    if spec.settings is None:
+        if raw:
+            raise ConfigError(f"[policies.{spec.name}]: the {spec.name} policy takes no settings of its own")
+        return None
+    try:
+        return spec.settings.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise ConfigError(f"[policies.{spec.name}] {where}: {first.get('msg')}") from e
+
+
+def resolved_config(cfg: StratagemConfig) -> StratagemConfig:
+    """The configuration a run records and runs with: the policy's settings section with every
+    default filled in (so the stored config is the full one), and the search settings the
+    policy sets where the user set nothing (PIKE: the query budget, no iteration limit, no
+    patience).
+
+    Raises:
+        ConfigError: see `policy_settings`.
+    """
+    spec = spec_for(cfg)
+    settings = policy_settings(cfg)
+    if settings is None:
+        return cfg
+    policies = {**cfg.policies, spec.name: settings.model_dump(mode="json")}
+    search = cfg.search
+    if isinstance(settings, PikeCommon):
+        given = cfg.search.model_fields_set
+        search = search.model_copy(update={k: v for k, v in settings.search_defaults().items() if k not in given})
+    return cfg.model_copy(update={"policies": policies, "search": search})
+
+
+def build_policy(cfg: StratagemConfig, problem: Problem, on_gpu: bool, work_dir: Path) -> Policy:
+    """The configured policy, its own settings section validated.
+
+    Raises:
+        ConfigError: see `policy_settings`.
+    """
+    spec = spec_for(cfg)
+    return spec.build(PolicyContext(cfg, problem, on_gpu, work_dir, policy_settings(cfg)))

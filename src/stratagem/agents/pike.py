@@ -1,0 +1,112 @@
+"""Owns PIKE's agents: one plain-text query per call, no tools, no conversation.
+
+The Initial Brainstorming Agent (role `brainstorm`) answers with a bullet list of ideas; the
+Code Optimization Agent (`optimize`; PIKE-O's `mutate` and `crossover`) and the Error-Fixing
+Agent (`fix`) answer with code, taken from the first ```python (or ```cpp) block of the answer,
+as the authors' `extract_first_code` does. Each query is exactly one model request
+(`request_limit=1`, no output retries), and a transport retry is made only when the caller's
+`Tickets` still hold a query, so a phase of parallel queries never spends more than it
+reserved. Every call is recorded with its role. Failures are data (`Written` with an error).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from pydantic_ai import Agent
+from pydantic_ai.usage import UsageLimits
+
+from stratagem.agents.calls import AgentRuntime, run_agent
+from stratagem.agents.fix_loop import Written
+from stratagem.context import pike as prompts
+from stratagem.core.search import Reservation
+
+ROLES = ("brainstorm", "optimize", "fix", "mutate", "crossover")
+_BLOCK = re.compile(r"```([a-zA-Z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(.+?)\s*$")
+
+
+@dataclass
+class Tickets:
+    """The queries a phase may still issue: `granted` by its reservation, one taken per
+    request before it is made (the first request and every transport retry), so what the
+    phase's calls are charged never exceeds what it reserved, however many run at once."""
+
+    granted: int
+    taken: int = 0
+
+    @classmethod
+    def of(cls, reservation: Reservation) -> Tickets:
+        return cls(reservation.granted)
+
+    @property
+    def left(self) -> int:
+        return self.granted - self.taken
+
+    def take(self) -> bool:
+        if self.taken >= self.granted:
+            return False
+        self.taken += 1
+        return True
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One query's answer: its text, or why there is none."""
+
+    text: str | None
+    tokens: int = 0
+    error_kind: str | None = None
+    error: str | None = None
+
+
+def extract_code(text: str) -> str | None:
+    """The first ```python / ```py / ```cpp (or unlabelled) block's code, or None."""
+    for lang, body in _BLOCK.findall(text):
+        if lang.lower() in ("python", "py", "python3", "cpp", "c++", ""):
+            return body.strip("\n") + "\n"
+    return None
+
+
+def parse_ideas(text: str, n: int) -> list[str]:
+    """The ideas of a brainstorm answer (its bullet or numbered lines), resized to exactly `n`:
+    trimmed, or padded by repeating the list (PIKE's `resize_list`); empty when none."""
+    ideas = [m.group(1).strip() for line in text.splitlines() if (m := _BULLET.match(line))]
+    ideas = [i for i in ideas if i]
+    if not ideas or n <= 0:
+        return []
+    return [ideas[i % len(ideas)] for i in range(n)]
+
+
+@dataclass
+class PikeAgents:
+    """The one-shot text agent every PIKE role runs on."""
+
+    runtime: AgentRuntime
+    agent: Agent[None, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.agent = Agent(None, output_type=str, name="pike", instructions=prompts.instructions(),
+                           retries={"output": 0})
+
+    async def ask(self, role: str, prompt: str, tickets: Tickets) -> Answer:
+        """One query as `role`, if a ticket is left (else an `budget` answer, nothing asked)."""
+        if not tickets.take():
+            return Answer(None, error_kind="budget", error="the phase's query budget is spent")
+        runtime = replace(self.runtime, may_retry=tickets.take)
+        outcome = await run_agent(self.agent, prompt, role=role, runtime=runtime,
+                                  usage_limits=UsageLimits(request_limit=1), model_key=role)
+        if not outcome.ok or outcome.output is None:
+            return Answer(None, outcome.total_tokens, outcome.error_kind, outcome.error)
+        return Answer(str(outcome.output), outcome.total_tokens)
+
+    async def write(self, role: str, prompt: str, tickets: Tickets) -> Written:
+        """A code query: the answer's first code block. An answer with no code block is kept
+        whole as the candidate, so it is stored, fails the static checks with a syntax error and
+        reaches the Error-Fixing Agent like any broken candidate (the query was spent)."""
+        a = await self.ask(role, prompt, tickets)
+        if a.text is None:
+            return Written(None, a.tokens, a.error_kind, a.error)
+        code = extract_code(a.text)
+        return Written(code if code is not None else a.text, a.tokens)

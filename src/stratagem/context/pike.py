@@ -1,0 +1,104 @@
+"""Owns the PIKE prompts (`prompts/pike.md`): the Initial Brainstorming Agent's, the Code
+Optimization Agent's (one idea; improve a working solution), the Error-Fixing Agent's two
+(compile and runtime errors with the output's tail; wrong results with the max difference),
+and PIKE-O's mutation and crossover prompts, filled from typed inputs.
+
+The text follows the authors' prompts (`pike-project/pike:src/prompt_constructor.py` and the
+OpenEvolve fork's templates), with the device, tolerances and integrity rules stratagem
+enforces, and an example that fits the device (an inline CUDA kernel on a GPU, an inline C++
+function on the CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stratagem.context.render import ProblemBrief, fill, short_id
+from stratagem.core.search import DesignView, Feedback
+
+ERROR_TAIL_CHARS = 10_000
+"""The end of a failed candidate's output shown to the Error-Fixing Agent (PIKE: 10,000)."""
+WRONG_KINDS = frozenset({"wrong_output"})
+"""Failure kinds the correctness-fix prompt serves; every other failure gets the error prompt."""
+
+
+def instructions() -> str:
+    return fill("pike", "instructions")
+
+
+def _common(brief: ProblemBrief) -> dict[str, str]:
+    v = brief.values()
+    statement = fill("pike", "problem_statement", device=v["device"], integrity=v["integrity"],
+                     reference_ms=v["reference_ms"], tolerances=v["tolerances"])
+    example = fill("pike", "example_cpu" if brief.device.startswith("cpu") else "example_gpu")
+    return {"problem_statement": statement, "example": example, "problem_name": v["problem_name"],
+            "problem_source": v["problem_source"]}
+
+
+def performance(view: DesignView | None) -> str:
+    """A design's measured numbers, as the prompts show them."""
+    if view is None or view.speedup is None:
+        return "not measured"
+    ms = f", {view.runtime_ms:.4g} ms" if view.runtime_ms is not None else ""
+    return f"{view.speedup_text()} vs eager, paired{ms}"
+
+
+def brainstorm(brief: ProblemBrief, n_ideas: int) -> str:
+    c = _common(brief)
+    return fill("pike", "brainstorm", n_ideas=n_ideas, problem_statement=c["problem_statement"],
+                problem_name=c["problem_name"], problem_source=c["problem_source"])
+
+
+def optimize(brief: ProblemBrief, idea: str) -> str:
+    return fill("pike", "optimize", idea=idea.strip() or "make it faster", **_common(brief))
+
+
+def improve(brief: ProblemBrief, seed: DesignView | None) -> str:
+    """Improve a working solution; `None`: the original program is the seed."""
+    source = seed.source if seed is not None else brief.source
+    return fill("pike", "improve", seed_source=source.strip(),
+                performance=performance(seed) if seed is not None else "the original program", **_common(brief))
+
+
+def mutate(brief: ProblemBrief, current: DesignView | None) -> str:
+    source = current.source if current is not None else brief.source
+    return fill("pike", "mutate", current_source=source.strip(),
+                performance=performance(current) if current is not None else "the original program",
+                **_common(brief))
+
+
+def crossover(brief: ProblemBrief, current: DesignView | None, features: str, top: Sequence[DesignView],
+              inspirations: Sequence[DesignView], source_chars: int = 12_000) -> str:
+    """The crossover prompt: the current program with its fitness, features and evaluation
+    outcome, the top programs and the inspiration programs."""
+    source = current.source if current is not None else brief.source
+    artifacts = "the original program" if current is None else (current.report.strip() or "all validators passed")
+    return fill("pike", "crossover", current_source=source.strip(),
+                performance=performance(current) if current is not None else "the original program",
+                features=features, artifacts=artifacts[:2_000],
+                top_programs=_programs(top, source_chars) or "(none yet)",
+                inspirations=_programs(inspirations, source_chars) or "(none yet)", **_common(brief))
+
+
+def _programs(views: Sequence[DesignView], source_chars: int) -> str:
+    per = max(1_000, source_chars // max(1, len(views)))
+    return "\n\n".join(fill("pike", "program", short_id=short_id(v.id), performance=performance(v),
+                            source=v.source.strip()[:per]) for v in views)
+
+
+def fix(brief: ProblemBrief, failed_source: str, fb: Feedback) -> str:
+    """The Error-Fixing Agent's prompt for one failed candidate: wrong results get the max
+    difference, every other failure (compile, runtime, timeout, a rejected static check) the
+    tail of its output."""
+    what = f"{fb.validator or 'harness'}: {fb.kind or fb.status}"
+    if fb.kind in WRONG_KINDS:
+        diff = ("max abs " + f"{fb.max_abs_err:.3g}" if fb.max_abs_err is not None else "unknown")
+        if fb.max_rel_err is not None:
+            diff += f", max rel {fb.max_rel_err:.3g}"
+        return fill("pike", "fix_correctness", failed_source=failed_source.strip(), what=what,
+                    max_diff=f"{diff} ({fb.report.strip()[:1_000]})", **_common(brief))
+    tail = (fb.error_tail or fb.report or "").strip()[-ERROR_TAIL_CHARS:]
+    c = _common(brief)
+    return fill("pike", "fix_error", failed_source=failed_source.strip(), what=what, error_tail=tail or "(none)",
+                timed_out="yes" if fb.kind == "timeout" else "no", problem_name=c["problem_name"],
+                problem_source=c["problem_source"])

@@ -1,0 +1,73 @@
+"""Owns what both PIKE policies are built from: their models (injected for tests, the offline
+`test` models, or the configured model for every role), the agent runtime recording every
+call through the Session, the problem brief, and the rule that stops a run whose model answers
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from stratagem.agents.calls import FATAL, AgentRuntime
+from stratagem.agents.models import ModelPool, RoleModels, preflight, quiet_library, resolve_models
+from stratagem.agents.offline import offline_pike_models
+from stratagem.agents.pike import PikeAgents
+from stratagem.config import StratagemConfig
+from stratagem.context.render import ProblemBrief
+from stratagem.core.problem import Problem
+from stratagem.core.search import SearchState, Session
+from stratagem.search.policies.pike_slots import SlotResult
+
+
+def pike_models(cfg: StratagemConfig, problem: Problem, injected: Mapping[str, object] | None = None) -> RoleModels:
+    """Injected models per role (`brainstorm`, `optimize`, `fix`, `mutate`, `crossover`, or
+    `default`), the offline `test` models, or the configured model for every role.
+
+    Raises:
+        ConfigError: no model configured and none injected.
+    """
+    if injected:
+        fallback: ModelPool | None = None
+        if "default" not in injected and cfg.agents.model and cfg.agents.model != "test":
+            fallback = resolve_models(cfg.agents)
+        return RoleModels.of(injected, fallback=fallback)  # type: ignore[arg-type]
+    if cfg.agents.model == "test":
+        return offline_pike_models(problem)
+    return RoleModels(default=resolve_models(cfg.agents))
+
+
+def unanswered(results: Sequence[SlotResult]) -> str:
+    """Why the run must stop, when no query of a phase was answered ('' otherwise): the model
+    is unusable (a fatal error) or answers nothing, and another phase would ask again for free."""
+    asked = [r for r in results if r.queries > 0]
+    if not asked or any(r.answered for r in asked):
+        return ""
+    kinds = sorted({k for r in asked for k in r.error_kinds})
+    if kinds == ["budget"]:
+        return ""
+    fatal = [k for k in kinds if k in FATAL]
+    why = f"the model is unusable ({fatal[0]})" if fatal else f"no query was answered ({', '.join(kinds) or 'no answer'})"
+    return f"{why}; stopping"
+
+
+class PikeBase:
+    """The parts of a PIKE policy that do not depend on its search."""
+
+    name = "pike"
+
+    def __init__(self, cfg: StratagemConfig, problem: Problem, workdir: Path, models: RoleModels) -> None:
+        quiet_library()
+        self.cfg = cfg
+        self.problem = problem
+        self.workdir = Path(workdir)
+        self.runtime = AgentRuntime(cfg=cfg.agents, models=models)
+
+    def agents(self, session: Session) -> PikeAgents:
+        return PikeAgents(self.runtime.recording(session.record_call))
+
+    def brief(self, state: SearchState) -> ProblemBrief:
+        return ProblemBrief.from_state(state, state.integrity)
+
+    async def preflight(self) -> list[str]:
+        return await preflight(self.runtime.models)
