@@ -48,7 +48,7 @@ def timing_details(ms: float, unstable: bool = False, ci: float = 0.01) -> dict[
 class FakeEvaluator:
     """`# runtime_ms=0.5` in the source: valid at that time (paired beside eager at EAGER_MS,
     interval +-1%, or `# ci=0.2` for +-20%); `# unstable`: its timing stays unstable;
-    `# invalid: why`: wrong output."""
+    `# invalid: why`: wrong output (`# max_abs_err=0.5`: by that much)."""
 
     physical_device = "cpu"
     on_gpu = False
@@ -91,7 +91,9 @@ class FakeEvaluator:
         if bad or not ms:
             results = (ValidatorResult("static_checks", "passed", duration_s=0.0),
                        ValidatorResult("correctness", "failed", reason=bad.group(1) if bad else "no marker",
-                                       kind="wrong_output", duration_s=d),
+                                       kind="wrong_output", duration_s=d,
+                                       details={"max_abs_err": float(m.group(1))}
+                                       if (m := re.search(r"# max_abs_err=([0-9.e-]+)", src)) else {}),
                        ValidatorResult("timing", "skipped", reason="needs correctness"))
             baseline = None
         else:

@@ -21,6 +21,7 @@ from stratagem.search.policies.pike_o import PikeOPolicy
 from stratagem.search.policies.registry import policy_settings, resolved_config
 from stratagem.store.sqlite import RunStore
 
+WRONG_BY = "# max_abs_err=0.5\n"
 PROBLEM = Path(__file__).resolve().parents[1] / "fixtures/problem_relu.py"
 
 
@@ -65,9 +66,9 @@ class Script:
             return ModelResponse(parts=[TextPart("I would fuse the operators.")])
         ms = round(1.0 / (1.0 + 0.05 * n), 4)
         if role == "fix":
-            code = src(f"fix-{n}", invalid="still wrong") if self.fix_fails else src(f"fix-{n}", ms)
+            code = src(f"fix-{n}", invalid="still wrong") + WRONG_BY if self.fix_fails else src(f"fix-{n}", ms)
         else:
-            code = src(f"{role}-{n}", invalid="wrong") if self.bad(n) else src(f"{role}-{n}", ms)
+            code = src(f"{role}-{n}", invalid="wrong") + WRONG_BY if self.bad(n) else src(f"{role}-{n}", ms)
         return ModelResponse(parts=[TextPart(f"Here it is:\n```python\n{code}```\n")])
 
     def roles(self) -> list[str]:

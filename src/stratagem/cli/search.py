@@ -1,4 +1,4 @@
-"""Owns the search commands: run, resume, show."""
+"""Owns the search commands: run, resume, show, export, compare."""
 
 from __future__ import annotations
 
@@ -279,3 +279,29 @@ def _objective(domain: str) -> Any:
     from stratagem.domains import get_domain
 
     return get_domain(domain).objective
+
+
+@app.command("compare")
+def compare_cmd(
+    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...", help="Run directories of one problem.")],
+    plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Where the plot goes (default: compare.png beside the first run).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare runs of one problem at equal budgets: the best paired speedup against LLM queries
+    and money, the mean best speedup over the budget every run reached, and a PNG plot."""
+    from stratagem.report.compare import compare_runs, dumps, plot, table
+
+    console = wide_console()
+    try:
+        cmp = compare_runs(run_dirs)
+    except ConfigError as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+    png = plot(cmp, plot_path or run_dirs[0].parent / "compare.png")
+    if as_json:
+        print(json.dumps({**json.loads(dumps(cmp)), "plot": str(png)}))
+        return
+    console.print(table(cmp))
+    console.print(f"areas: the mean best speedup over the first {cmp.query_budget} queries (the budget every run "
+                  f"reached; 1.00x until a run's first valid design) · plot: {png}")

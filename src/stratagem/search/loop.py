@@ -225,13 +225,13 @@ class SearchLoop:
             return self._feedback(design.id, done[-1], reused=True)
         if design.id in self._inflight:  # two agents wrote the same file at once
             fb = await asyncio.shield(self._inflight[design.id])
+            if tags:
+                self.tag(design.id, **tags)
             return Feedback(fb.design_id, fb.status, fb.report, fb.runtime_ms, fb.speedup, reused=True)
         fut: asyncio.Future[Feedback] = asyncio.get_running_loop().create_future()
         self._inflight[design.id] = fut
         try:
-            self.store.add_design(self.problem.id, design)
-            if tags:
-                self.store.set_tags(design.id, tags)
+            self.store.add_design(self.problem.id, design, tags)
             fb = await self._evaluate_stored(design)
             fut.set_result(fb)
             return fb

@@ -182,7 +182,17 @@ class RunStore:
             )
         return rec
 
-    def add_design(self, problem_id: str, design: Design) -> DesignRecord:
+    def add_design(self, problem_id: str, design: Design, tags: Mapping[str, Any] | None = None) -> DesignRecord:
+        """Store a design, and its first `tags` in the same transaction (a killed run never
+        leaves a design without the tags its policy finds it by).
+
+        Raises:
+            StoreError: a tag value that is not JSON.
+        """
+        try:
+            tag_rows = [(design.id, str(k), json.dumps(v), time.time()) for k, v in (tags or {}).items()]
+        except (TypeError, ValueError) as e:
+            raise StoreError(f"tags of design {design.id[:12]} must be JSON values: {e}") from e
         rec = DesignRecord(
             id=design.id, problem_id=problem_id,
             files={name: self.put_artifact(text) for name, text in design.files.items()},
@@ -195,6 +205,8 @@ class RunStore:
                 (rec.id, rec.problem_id, json.dumps(rec.files), json.dumps(rec.parent_ids),
                  json.dumps(rec.provenance), rec.created_at),
             )
+            c.executemany("INSERT INTO design_tags VALUES (?,?,?,?) ON CONFLICT(design_id, key) "
+                          "DO UPDATE SET value=excluded.value, updated_at=excluded.updated_at", tag_rows)
         return rec
 
     def add_evaluation(self, rec: EvaluationRecord) -> int:

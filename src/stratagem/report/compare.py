@@ -1,0 +1,189 @@
+"""Owns `stratagem compare`: several runs of one problem side by side, at equal budgets.
+
+For each run, the best paired speedup over eager found so far (as `show` gives it: valid,
+stably timed designs only) is followed against the LLM queries spent and against money. Before
+its first valid design a run stands at 1.00x (no design falls back to eager, as PIKE's
+scoring does). The area under each curve is taken over the budget every run reached (the
+smallest total), divided by that budget: the mean best speedup over it, so policies and models
+compare at equal budgets, whatever each run was given. Money is compared only when every
+run's calls were priced. The table is a rich Table; the plot a PNG (matplotlib, imported only
+when a plot is asked for).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from stratagem.core.search import DesignView, ranked, ratio_text
+from stratagem.errors import ConfigError
+from stratagem.search import state as st
+from stratagem.store.sqlite import RunStore
+
+
+@dataclass(frozen=True)
+class Point:
+    queries: int
+    usd: float
+    speedup: float
+    """The best speedup once this many queries (and dollars) were spent."""
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    run_dir: Path
+    problem: str
+    policy: str
+    model: str
+    queries: int
+    usd: float
+    priced: bool
+    """Every call of the run had a known price."""
+    points: tuple[Point, ...]
+    best: DesignView | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def best_at(self, x: float, axis: str) -> float:
+        """The best speedup once `x` queries (`axis="queries"`) or dollars were spent."""
+        best = 1.0
+        for p in self.points:
+            if (p.queries if axis == "queries" else p.usd) <= x + 1e-12:
+                best = max(best, p.speedup)
+        return best
+
+    def area(self, budget: float, axis: str) -> float | None:
+        """The mean best speedup over [0, budget] (the area under the step curve / budget)."""
+        if budget <= 0:
+            return None
+        xs = sorted({0.0, *(float(p.queries if axis == "queries" else p.usd) for p in self.points)})
+        xs = [x for x in xs if x < budget] + [budget]
+        total = sum(self.best_at(a, axis) * (b - a) for a, b in zip(xs, xs[1:], strict=False))
+        return total / budget
+
+
+def load_curve(run_dir: str | Path) -> RunCurve:
+    """One run's best-so-far curve from its database.
+
+    Raises:
+        ConfigError: not a run directory.
+    """
+    d = Path(run_dir)
+    if not (d / RunStore.DB_NAME).is_file():
+        raise ConfigError(f"{d}: not a run directory (no {RunStore.DB_NAME}); pass directories made by `stratagem run`")
+    with RunStore.open(d) as store:
+        run = store.run()
+        problems = store.problems()
+        calls = sorted(store.agent_calls(), key=lambda c: c.created_at)
+        designs = {r.id: r for r in store.designs()}
+        views = st.design_views(list(designs.values()), store.evaluations(), store.reviews(),
+                                lambda r: store.get_artifact(r.files["candidate.py"]), store.tags())
+    cfg = run.config if run is not None else {}
+    model = str((cfg.get("agents") or {}).get("model") or "-")
+    created = {v.id: designs[v.id].created_at for v in views if v.id in designs}
+    points = []
+    for v in sorted(ranked(views), key=lambda v: created.get(v.id, 0.0)):
+        t = created.get(v.id, 0.0)
+        spent = [c for c in calls if c.created_at <= t]
+        points.append(Point(sum(c.requests for c in spent), sum(c.cost_usd or 0.0 for c in spent), float(v.speedup or 1.0)))
+    return RunCurve(
+        run_dir=d, problem=problems[0].name if problems else "?", policy=run.policy if run else "?", model=model,
+        queries=sum(c.requests for c in calls), usd=sum(c.cost_usd or 0.0 for c in calls),
+        priced=all(c.cost_usd is not None for c in calls if c.requests), points=tuple(points),
+        best=st.best_of(views),
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    curves: tuple[RunCurve, ...]
+    query_budget: int
+    """The budget every run reached (the smallest total): the areas are taken over it."""
+    usd_budget: float | None
+    """The same for money; None when some run's calls were not all priced or cost nothing."""
+
+    def area(self, c: RunCurve, axis: str) -> float | None:
+        budget = self.query_budget if axis == "queries" else self.usd_budget
+        return c.area(float(budget), axis) if budget else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"problem": self.curves[0].problem if self.curves else None,
+                "query_budget": self.query_budget, "usd_budget": self.usd_budget,
+                "runs": [{"run_dir": str(c.run_dir), "policy": c.policy, "model": c.model, "queries": c.queries,
+                          "usd": c.usd, "priced": c.priced,
+                          "best_speedup": c.best.speedup if c.best else None,
+                          "best_low": c.best.speedup_low if c.best else None,
+                          "best_high": c.best.speedup_high if c.best else None,
+                          "area_queries": self.area(c, "queries"), "area_usd": self.area(c, "usd"),
+                          "curve": [{"queries": p.queries, "usd": p.usd, "speedup": p.speedup} for p in c.points]}
+                         for c in self.curves]}
+
+
+def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
+    """Runs of one problem, compared.
+
+    Raises:
+        ConfigError: no run, a directory that is not a run, or runs of different problems.
+    """
+    if not run_dirs:
+        raise ConfigError("compare: pass at least one RUN_DIR")
+    curves = tuple(load_curve(d) for d in run_dirs)
+    names = sorted({c.problem for c in curves})
+    if len(names) > 1:
+        raise ConfigError(f"compare: the runs are of different problems ({', '.join(names)}); "
+                          "compare runs of one problem")
+    qb = min(c.queries for c in curves)
+    usd = min(c.usd for c in curves) if all(c.priced for c in curves) else None
+    return Comparison(curves, qb, usd if usd else None)
+
+
+def table(cmp: Comparison) -> Table:
+    t = Table(title=f"{cmp.curves[0].problem}: best paired speedup vs eager at equal budgets")
+    for col in ("run", "policy", "model", "queries", "USD", "best", f"mean best @ {cmp.query_budget} queries",
+                "mean best @ $" + (f"{cmp.usd_budget:.3g}" if cmp.usd_budget else "-")):
+        t.add_column(col, justify="right" if col not in ("run", "policy", "model") else "left")
+    for c in cmp.curves:
+        aq, au = cmp.area(c, "queries"), cmp.area(c, "usd")
+        t.add_row(str(c.run_dir), c.policy, c.model, str(c.queries), f"{c.usd:.3g}" if c.priced else "unpriced",
+                  c.best.speedup_text() if c.best else "-", f"{ratio_text(aq)}x" if aq is not None else "-",
+                  f"{ratio_text(au)}x" if au is not None else "-")
+    return t
+
+
+def plot(cmp: Comparison, path: Path) -> Path:
+    """The best-so-far curves against queries and against money, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for axis, ax in zip(("queries", "usd"), axes, strict=True):
+        for c in cmp.curves:
+            xs = [0.0] + [float(p.queries if axis == "queries" else p.usd) for p in c.points]
+            end = float(c.queries if axis == "queries" else c.usd)
+            xs.append(max(end, xs[-1]))
+            ys = [c.best_at(x, axis) for x in xs]
+            ax.step(xs, ys, where="post", label=f"{c.policy} ({c.model}) {c.run_dir.name}")
+        budget = cmp.query_budget if axis == "queries" else cmp.usd_budget
+        if budget:
+            ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel("LLM queries" if axis == "queries" else "USD")
+        ax.set_ylabel("best speedup vs eager (paired)")
+        ax.grid(alpha=0.3)
+    axes[1].set_title("" if cmp.usd_budget else "(not every call was priced)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{cmp.curves[0].problem}: best speedup at equal budgets")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def dumps(cmp: Comparison) -> str:
+    return json.dumps(cmp.to_json(), indent=2)
