@@ -48,3 +48,30 @@ def test_a_new_policy_registers_without_touching_the_loop(tmp_path, monkeypatch)
     monkeypatch.setitem(REGISTRY, "toy", spec)
     assert build({"search": {"policy": "toy"}}, tmp_path) == "built"
     assert made[0].work_dir == tmp_path and made[0].settings is None
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"search": {"policy": "pike-b"}}, "needs a model"),
+    ({"search": {"policy": "pike-o"}, "agents": {"model": "test"},
+      "policies": {"pike-o": {"exploration_ratio": 0.6, "exploitation_ratio": 0.6}}}, "[policies.pike-o]"),
+    ({"search": {"policy": "pike-b"}, "agents": {"model": "test"},
+      "policies": {"pike-b": {"selector": "greedy"}}}, "[policies.pike-b] selector"),
+    ({"search": {"policy": "pike-o"}, "agents": {"model": "test"},
+      "policies": {"pike-o": {"preset": "fastest"}}}, "[policies.pike-o] preset"),
+])
+def test_pike_settings_are_validated_and_named(over, says, tmp_path) -> None:
+    with pytest.raises(ConfigError) as e:
+        build(over, tmp_path)
+    assert says in str(e.value)
+
+
+def test_pike_policies_build_offline_and_the_user_s_search_settings_win(tmp_path) -> None:
+    from stratagem.search.policies.registry import resolved_config
+
+    for name in ("pike-b", "pike-o"):
+        p = build({"search": {"policy": name}, "agents": {"model": "test"}}, tmp_path)
+        assert p.name == name
+    cfg = resolved_config(load_config(None, {"search": {"policy": "pike-b", "iterations": 7, "max_queries": 50},
+                                             "agents": {"model": "test"}}))
+    assert (cfg.search.iterations, cfg.search.max_queries, cfg.search.patience) == (7, 50, None)
+    assert cfg.policies["pike-b"]["queries_per_phase"] == 10

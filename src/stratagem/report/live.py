@@ -55,7 +55,7 @@ class LiveView:
         head = Table.grid(padding=(0, 2))
         best = f"{p.best_text} vs eager ({(p.best_id or '')[:10]})" if p.best_id else "-"
         head.add_row(f"[bold]{p.problem}[/] · policy {p.policy}",
-                     f"iteration {p.iteration}/{p.iterations}", f"strategy {p.strategy or '-'}")
+                     f"iteration {p.iteration}" + (f"/{p.iterations}" if p.iterations else ""), f"strategy {p.strategy or '-'}")
         unstable = f" · [yellow]{p.unstable} unstable timing[/]" if p.unstable else ""
         head.add_row(f"designs: [green]{p.valid} valid[/] · [red]{p.invalid} invalid[/]{unstable}",
                      f"best {best}", "")

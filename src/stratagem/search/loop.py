@@ -144,6 +144,8 @@ class SearchLoop:
         self.budgets = Budgets(cfg.search, self.spend)
         planned = getattr(policy, "max_iterations", None)  # a policy that knows it stops sooner
         total = min(cfg.search.iterations, planned) if isinstance(planned, int) else cfg.search.iterations
+        if total >= getattr(policy, "unbounded_iterations", float("inf")):
+            total = 0  # a policy its budgets stop (PIKE), with no iteration limit: no count to show
         self.progress = Progress(problem=problem.name, policy=policy.name, iterations=total, spend=self.spend)
         self.reference_ms: dict[str, float | None] = {}
         self.baseline: Baseline | None = None

@@ -17,6 +17,7 @@ from stratagem.config import StratagemConfig
 from stratagem.context.render import ProblemBrief
 from stratagem.core.problem import Problem
 from stratagem.core.search import SearchState, Session
+from stratagem.search.policies.pike_settings import UNBOUNDED_ITERATIONS
 from stratagem.search.policies.pike_slots import SlotResult
 
 
@@ -55,6 +56,9 @@ class PikeBase:
     """The parts of a PIKE policy that do not depend on its search."""
 
     name = "pike"
+    unbounded_iterations = UNBOUNDED_ITERATIONS
+    """An iteration limit this high is no limit: the budgets end the run (the live view shows
+    no iteration count)."""
 
     def __init__(self, cfg: StratagemConfig, problem: Problem, workdir: Path, models: RoleModels) -> None:
         quiet_library()

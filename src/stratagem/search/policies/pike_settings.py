@@ -11,6 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+UNBOUNDED_ITERATIONS = 100_000
+"""The iteration limit a PIKE run gets when none is given: the query budget binds first."""
+
 Selector = Literal["top-k", "elite-diverse", "tournament", "roulette"]
 
 
@@ -25,7 +28,7 @@ class PikeCommon(BaseModel):
     def search_defaults(self) -> dict[str, Any]:
         """What the policy sets in `[search]` where the user set nothing: the query budget
         binds, not an iteration count or patience (the paper spends the whole budget)."""
-        return {"max_queries": self.query_budget, "iterations": 100_000, "patience": None}
+        return {"max_queries": self.query_budget, "iterations": UNBOUNDED_ITERATIONS, "patience": None}
 
 
 class PikeBSettings(PikeCommon):
