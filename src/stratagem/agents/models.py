@@ -13,7 +13,7 @@ agents spread across endpoints. Construction opens no connection.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +100,26 @@ class RoleModels:
         else:
             raise ConfigError("no model: set agents.model (or inject models)")
         return cls(default=default, by_role=pools)
+
+
+def choose_models(
+    cfg: AgentsConfig, offline: Callable[[], RoleModels], injected: Mapping[str, object] | None = None
+) -> RoleModels:
+    """Which models serve which role: injected ones (tests; the configured model fills the roles
+    they leave out), the policy's scripted `offline` models for `--model test`, or the
+    configured model / endpoints for every role.
+
+    Raises:
+        ConfigError: no model configured and none injected, or the model cannot be built.
+    """
+    if injected:
+        fallback: ModelPool | None = None
+        if "default" not in injected and cfg.model and cfg.model != "test":
+            fallback = resolve_models(cfg)
+        return RoleModels.of(injected, fallback=fallback)  # type: ignore[arg-type]
+    if cfg.model == "test":
+        return offline()
+    return RoleModels(default=resolve_models(cfg))
 
 
 def quiet_library() -> None:

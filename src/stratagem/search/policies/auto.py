@@ -21,7 +21,7 @@ from stratagem.agents.analyst import AnalystDeps, ask_analyst, designs_by_id, re
 from stratagem.agents.calls import FATAL, AgentRuntime
 from stratagem.agents.docs import DocIndex
 from stratagem.agents.implementor import ImplementorResult, ImplementorTask, run_implementor
-from stratagem.agents.models import ModelPool, RoleModels, preflight, quiet_library, resolve_models
+from stratagem.agents.models import RoleModels, choose_models, preflight, quiet_library
 from stratagem.agents.offline import offline_models
 from stratagem.agents.strategist import StrategistDeps, StrategistResult, plan_iteration
 from stratagem.agents.tools import Workdir
@@ -59,14 +59,7 @@ def role_models(
     Raises:
         ConfigError: no model configured and none injected, or the model cannot be built.
     """
-    if injected:
-        fallback: ModelPool | None = None
-        if "default" not in injected and cfg.agents.model and cfg.agents.model != "test":
-            fallback = resolve_models(cfg.agents)
-        return RoleModels.of(injected, fallback=fallback)  # type: ignore[arg-type]
-    if cfg.agents.model == "test":
-        return offline_models(problem)
-    return RoleModels(default=resolve_models(cfg.agents))
+    return choose_models(cfg.agents, lambda: offline_models(problem), injected)
 
 
 class AutoPolicy:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from stratagem.agents.calls import FATAL, AgentRuntime
-from stratagem.agents.models import ModelPool, RoleModels, preflight, quiet_library, resolve_models
+from stratagem.agents.models import RoleModels, choose_models, preflight, quiet_library
 from stratagem.agents.offline import offline_pike_models
 from stratagem.agents.pike import PikeAgents
 from stratagem.config import StratagemConfig
@@ -28,14 +28,7 @@ def pike_models(cfg: StratagemConfig, problem: Problem, injected: Mapping[str, o
     Raises:
         ConfigError: no model configured and none injected.
     """
-    if injected:
-        fallback: ModelPool | None = None
-        if "default" not in injected and cfg.agents.model and cfg.agents.model != "test":
-            fallback = resolve_models(cfg.agents)
-        return RoleModels.of(injected, fallback=fallback)  # type: ignore[arg-type]
-    if cfg.agents.model == "test":
-        return offline_pike_models(problem)
-    return RoleModels(default=resolve_models(cfg.agents))
+    return choose_models(cfg.agents, lambda: offline_pike_models(problem), injected)
 
 
 def unanswered(results: Sequence[SlotResult]) -> str:
