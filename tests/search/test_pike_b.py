@@ -14,7 +14,7 @@ from pike_fakes import Script, make_pike_loop
 
 from stratagem.agents.pike import Tickets, extract_code, parse_ideas
 from stratagem.core.search import DesignView
-from stratagem.search.policies.pike_b import select_seeds, split_counts
+from stratagem.search.policies.pike_b import library, select_seeds, split_counts
 from stratagem.search.policies.pike_settings import PikeBSettings
 
 
@@ -137,3 +137,16 @@ def test_every_selector_runs_a_search(tmp_path, selector):
     loop, store, _ = make_pike_loop(tmp_path, "pike-b", Script(), max_queries=25, settings={"selector": selector})
     out = asyncio.run(loop.run())
     assert out.best is not None and sum(c.requests for c in store.agent_calls()) == 25
+
+
+def test_the_library_puts_each_branch_s_best_first_and_keeps_designs_two_phases_share():
+    def view(i, speed, *slots):
+        return DesignView(id=f"d{i}", source="", status="valid", speedup=speed, created_at=float(i),
+                          tags={f"slot p{p}/s{s}": {"round": 0, "phase": p, "branch": b} for p, s, b in slots})
+
+    designs = [view(0, 3.0, (1, 0, 0)), view(1, 2.5, (1, 1, 0)), view(2, 2.0, (1, 2, 1)),
+               view(3, 4.0, (0, 0, 0)), view(4, 1.5, (0, 3, 2), (1, 3, 2))]
+    lib = library(designs, 1, "phase")
+    assert [v.id for v in lib] == ["d0", "d2", "d4", "d1"]  # branch bests (0, 1, 2), then the rest
+    assert [v.id for v in library(designs, 0, "phase")] == ["d3", "d4"]
+    assert library(designs, 1, "all")[0].id == "d3"

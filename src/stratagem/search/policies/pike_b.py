@@ -51,33 +51,25 @@ def split_counts(n: int, k: int) -> list[int]:
 
 def library(designs: Sequence[DesignView], phase: int, scope: str) -> list[DesignView]:
     """The seeds' pool for the phase after `phase`: its valid solutions (or every valid one,
-    `scope="all"`), the best of each branch first (fastest first), then the rest."""
+    `scope="all"`), the best of each branch first (fastest first), then the rest. A design two
+    phases wrote alike belongs to both."""
     valid = ranked(designs)
     if scope == "phase":
-        valid = [v for v in valid if _phase_of(v) == phase]
+        valid = [v for v in valid if _branch_in(v, phase) is not None]
     best_by_branch: dict[object, DesignView] = {}
     for v in valid:  # ranked: the first of a branch is its best
-        best_by_branch.setdefault(_branch_of(v), v)
+        best_by_branch.setdefault(_branch_in(v, phase if scope == "phase" else None), v)
     firsts = list(best_by_branch.values())
     rest = [v for v in valid if v not in firsts]
     return firsts + rest
 
 
-def _slot_value(v: DesignView) -> dict[str, object] | None:
+def _branch_in(v: DesignView, phase: int | None) -> object:
+    """The design's branch in `phase` (None: in its first phase); None when it has no slot there."""
     for k, val in v.tags.items():
-        if k.startswith("slot p") and isinstance(val, dict):
-            return val
+        if k.startswith("slot p") and isinstance(val, dict) and (phase is None or val.get("phase") == phase):
+            return (val.get("phase"), val.get("branch"))
     return None
-
-
-def _phase_of(v: DesignView) -> int | None:
-    val = _slot_value(v)
-    return int(val["phase"]) if val and "phase" in val else None  # type: ignore[arg-type]
-
-
-def _branch_of(v: DesignView) -> object:
-    val = _slot_value(v)
-    return val.get("branch") if val else None
 
 
 def select_seeds(lib: Sequence[DesignView | None], n: int, s: PikeBSettings,
