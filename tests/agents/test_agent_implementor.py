@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from agent_fakes import (
     GOOD_SOURCE,
     NO_MODELNEW,
@@ -132,3 +133,14 @@ def test_strip_fences() -> None:
     assert strip_fences("```python\nx = 1\n```") == "x = 1\n"
     assert strip_fences("x = 1\n") == "x = 1\n"
     assert strip_fences("```\nx = 1\n```\n") == "x = 1\n"
+
+
+@pytest.mark.parametrize("strategy, parents", [("innovate", ()), ("refine", ("d1",)), ("combine", ("d1", "d2"))])
+def test_an_innovate_design_has_no_parent_even_when_its_plan_cites_evidence(tmp_path: Path, strategy, parents) -> None:
+    from dataclasses import replace
+
+    session = FakeSession(verdict=valid_if(lambda s: True))
+    rt = runtime({"implementor": scripted(answer(GOOD_SOURCE))})
+    t = replace(task(tmp_path), plan=Plan(strategy, ("d1", "d2")[: max(1, len(parents))], "why", "how"))
+    asyncio.run(run_implementor(t, session, rt.recording(session.record_call)))
+    assert tuple(session.evaluations[0]["parents"]) == parents

@@ -64,10 +64,17 @@ def test_a_best_design_is_not_repeated_as_recent() -> None:
     assert [d.id[:3] for d in c.recent] == ["v02", "v01"]
 
 
-def test_small_runs_fill_what_they_can() -> None:
+def test_small_runs_fill_what_they_can_and_the_best_do_not_empty_the_recent() -> None:
+    # two valid designs and P=3: only the faster half is shown as best, the other as recent
     c = curate(run_state([valid(1, 2.0), valid(2, 1.0)]),
                ContextConfig(best=3, worst=2, recent=2, failed=2), random.Random(0))
-    assert len(c.best) == 2 and not c.worst and not c.recent and not c.failed
+    assert [d.id[:3] for d in c.best] == ["v02"] and [d.id[:3] for d in c.recent] == ["v01"]
+    assert not c.worst and not c.failed
+    # with more designs than P+R, recent is filled before worst, never emptied by best
+    many = [valid(i, 1.0 + i) for i in range(1, 9)]
+    c = curate(run_state(many), ContextConfig(best=5, worst=5, recent=2, failed=0), random.Random(0))
+    assert len(c.best) == 4 and len(c.recent) == 2 and len(c.worst) == 2
+    assert not set(c.ids_by_group()["best"]) & set(c.ids_by_group()["recent"])
     empty = curate(run_state([]), ContextConfig(), random.Random(0))
     assert empty.designs == () and empty.total == 0
 

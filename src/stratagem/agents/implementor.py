@@ -54,6 +54,12 @@ class ImplementorDeps(BaseDeps):
     """(source, reason) of every answer the static checks rejected."""
 
 
+def lineage(plan: Plan) -> tuple[str, ...]:
+    """The parents of a plan's designs: the designs it builds on, and none for `innovate` (a new
+    idea descends from nothing, even when its plan cites designs as evidence)."""
+    return () if plan.strategy == "innovate" else tuple(plan.evidence)
+
+
 def strip_fences(source: str) -> str:
     """The code inside a Markdown fence, if the whole answer is one; else the text unchanged."""
     m = _FENCE.match(source)
@@ -142,7 +148,7 @@ async def run_implementor(
     res = await fix_until_valid(
         session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,
         limits=FixLimits(cfg.implementor_max_attempts, cfg.implementor_token_limit),
-        strategy=task.plan.strategy, parents=task.plan.evidence,
+        strategy=task.plan.strategy, parents=lineage(task.plan),
     )
     if res.failed_turn is not None:
         res = await _after_failure(task, session, deps, res, cfg.implementor_token_limit)
@@ -162,7 +168,7 @@ async def _after_failure(
     elif turn.error_kind == "output" and deps.rejected and session.budget_left() is None:
         source, why = deps.rejected[-1]
         session.set_status(task.worker, f"attempt {res.attempts + 1}: logging the rejected candidate")
-        fb = await session.evaluate(source, strategy=task.plan.strategy, parents=task.plan.evidence,
+        fb = await session.evaluate(source, strategy=task.plan.strategy, parents=lineage(task.plan),
                                     author=task.worker)
         res = replace(res, attempts=res.attempts + 1, design_ids=tuple(dict.fromkeys((*res.design_ids, fb.design_id))),
                       feedback=fb)

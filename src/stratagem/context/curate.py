@@ -1,8 +1,9 @@
 """Owns AUTO's context curation: which earlier designs the Strategist sees, and in how much text.
 
-From every evaluated design it picks P best (highest paired speedup), Q worst (lowest), R most
-recent and F random failed designs (`invalid`, `error` or `flagged`); the groups are disjoint and
-chosen in that order, so a design shown as a best is not shown again as recent. Failure reports
+From every evaluated design it picks P best (highest paired speedup, at most the faster half of
+the valid designs), R most recent, F random failed designs (`invalid`, `error` or `flagged`) and
+Q worst (lowest); the groups are disjoint and chosen in that order, so a design shown as a best
+is not shown again as recent, and the best cannot empty the recent set. Failure reports
 are compressed, and the whole selection is fitted to a token budget (about 4 characters per
 token) by shortening sources and then dropping the lowest-priority designs.
 
@@ -132,13 +133,16 @@ def curate(
                 chosen.add(d.id)
         return out
 
-    best = take(by_speed, cfg.best)
-    worst = take(list(reversed(by_speed)), cfg.worst)
+    # "Best" is at most the faster half of the valid designs, so a slow design is never shown
+    # as a best one; the recent set is chosen next, so P cannot empty it (the R most recent
+    # designs not already shown), then the failed and the worst.
+    best = take(by_speed, min(cfg.best, (len(by_speed) + 1) // 2))
     order = {id(d): i for i, d in enumerate(designs)}
     newest_first = sorted(designs, key=lambda d: (d.created_at, order[id(d)]), reverse=True)
     recent = take(newest_first, cfg.recent)
     failed_pool = [d for d in designs if d.status in FAILED_STATUSES and d.id not in chosen]
     failed = take(rng.sample(failed_pool, min(cfg.failed, len(failed_pool))), cfg.failed)
+    worst = take(list(reversed(by_speed)), cfg.worst)
 
     picks = [
         *(_Pick("best", d) for d in best),
