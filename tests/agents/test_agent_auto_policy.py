@@ -40,7 +40,8 @@ def implementor_fn(messages: list[ModelMessage], info: AgentInfo) -> ModelRespon
 
 def plan_fn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return output(info, {"strategy": "innovate", "evidence": [], "rationale": "start",
-                         "instructions": "use F.gelu(approximate='tanh')"})
+                         "instructions": "use F.gelu(approximate='tanh')",
+                         "variants": ["one fused kernel", "two kernels, the second in place"]})
 
 
 def policy(tmp_path: Path, models: dict, **agents) -> AutoPolicy:
@@ -66,6 +67,30 @@ def test_iterate_plan_and_two_implementors(tmp_path: Path) -> None:
     assert set(res.context_ids) == {"best", "worst", "recent", "failed"}
     assert not res.exhausted and res.strategist_ok
     assert ("strategist", "plan: innovate") in session.statuses
+
+
+@pytest.mark.parametrize("variants, runs", [(["block 32", "block 64", "block 128"], 2), (["block 32"], 1), ([], 1)])
+def test_each_variant_reaches_its_own_implementor(tmp_path: Path, variants, runs) -> None:
+    firsts: dict[str, str] = {}
+
+    def plan(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        return output(i, {"strategy": "innovate", "evidence": [], "rationale": "r", "instructions": "fuse",
+                          "variants": variants})
+
+    def impl(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        first = user_prompts(m)[0]
+        firsts[first.split("\n")[0]] = first
+        return output(i, {"source": GOOD_SOURCE, "notes": "n"})
+
+    pol = policy(tmp_path, {"strategist": FunctionModel(plan), "implementor": FunctionModel(impl)})
+    res = asyncio.run(pol.iterate(state(), FakeSession(verdict=valid_if(lambda s: True))))
+    if len(variants) > 2:  # more variants than Implementors: the Strategist is asked again, then fails
+        assert not res.strategist_ok
+        return
+    assert len(res.implementors) == runs == len(firsts)
+    for k, variant in enumerate(variants, start=1):
+        assert "Your variant" in firsts[f"# Task for implementor-{k}"] and variant in firsts[f"# Task for implementor-{k}"]
+    assert res.plan.variants == tuple(variants)
 
 
 def test_the_strategist_sees_the_curated_designs_and_can_ask_the_analyst(tmp_path: Path) -> None:

@@ -144,3 +144,27 @@ def test_an_innovate_design_has_no_parent_even_when_its_plan_cites_evidence(tmp_
     t = replace(task(tmp_path), plan=Plan(strategy, ("d1", "d2")[: max(1, len(parents))], "why", "how"))
     asyncio.run(run_implementor(t, session, rt.recording(session.record_call)))
     assert tuple(session.evaluations[0]["parents"]) == parents
+
+
+def test_a_restated_design_is_not_accepted_and_the_implementor_is_told(tmp_path: Path) -> None:
+    from stratagem.core.search import Feedback
+
+    earlier = "x" * 64
+    seen: list[list[str]] = []
+
+    def verdict(source: str) -> Feedback:
+        if source == WRONG_SOURCE:  # the session links it to an earlier valid design
+            return Feedback(earlier, "valid", "Not evaluated again: restates", 0.5, 2.0, reused=True,
+                            duplicate_of=earlier)
+        return Feedback("new" + "0" * 61, "valid", "All validators passed.", 0.4, 2.5)
+
+    def second(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        seen.append(user_prompts(m))
+        return output(i, {"source": GOOD_SOURCE, "notes": "different"})
+
+    session = FakeSession(verdict=verdict)
+    rt = runtime({"implementor": scripted(answer(WRONG_SOURCE), second)})
+    res = asyncio.run(run_implementor(task(tmp_path), session, rt.recording(session.record_call)))
+    assert res.ok and res.attempts == 2 and res.feedback.design_id.startswith("new")
+    told = seen[0][-1]
+    assert "a restatement, not evaluated" in told and earlier[:12] in told and "differs in substance" in told

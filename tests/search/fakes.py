@@ -141,11 +141,15 @@ class ScriptedPolicy:
 
 
 def src(tag: str, runtime_ms: float | None = None, invalid: str | None = None) -> str:
+    """A fake design: its verdict in marker comments (the fake evaluator reads them), and the
+    same markers in a constant, so designs that differ in markers are different programs (the
+    loop links a design that differs only in comments to the earlier one)."""
     lines = [f"# design {tag}", "class ModelNew: pass"]
     if runtime_ms is not None:
         lines.append(f"# runtime_ms={runtime_ms}")
     if invalid is not None:
         lines.append(f"# invalid: {invalid}")
+    lines.append(f"_MARKS = {' | '.join(lines[:1] + lines[2:])!r}")
     return "\n".join(lines) + "\n"
 
 

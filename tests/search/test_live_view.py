@@ -26,7 +26,7 @@ def test_terminal_panel_shows_the_search_state():
     console.print(LiveView(console).render(progress()))
     out = buf.getvalue()
     for text in ("19_ReLU", "policy auto", "iteration 2/10", "strategy refine", "3 valid", "4 invalid",
-                 "2.50x [2.40, 2.61] vs eager", "LLM queries 12", "tokens 1,234", "$0.4200", "1 failed LLM calls",
+                 "2.50x [2.40, 2.61] vs eager", "LLM queries 12", "tokens 1,234", "$0.4200", "1 failed agent calls",
                  "implementor-1", "attempt 2: evaluating", "evaluating abcdef1234"):
         assert text in out, text
 

@@ -39,6 +39,7 @@ PROBLEM = ADV / "problems/linear_relu.py"
 HONEST = (ADV / "honest/addmm_fused.py").read_text()
 CHEAT = (ADV / "candidates/shape_hardwired_view.py").read_text()  # passes static checks
 WRONG = HONEST.replace("mul_(2.0)", "mul_(2.5)")
+HONEST2 = HONEST.replace(".mul_(2.0)", ".mul(2.0)")  # the same result by another program
 FAST_EVAL = {"device": "cpu", "baselines": ["eager"], "correctness_trials": 2,
              "timing": {"warmup_ms": 5, "budget_ms": 20, "min_reps": 3, "max_reps": 30}}
 
@@ -58,9 +59,12 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
 
     def strategist(messages, info):
         return _answer(info, {"strategy": "innovate", "evidence": [], "rationale": "fuse",
-                              "instructions": "fuse bias, relu and scale into addmm"})
+                              "instructions": "fuse bias, relu and scale into addmm",
+                              "variants": ["with a view of fixed shape", "in place after addmm"]})
 
     def implementor(messages, info):
+        if any("a restatement, not evaluated" in p for p in _prompts(messages)):
+            return _answer(info, {"source": HONEST2, "notes": "different"})
         if any("did not pass. The validators reported" in p for p in _prompts(messages)):
             return _answer(info, {"source": HONEST, "notes": "fixed"})
         first = next(starts)  # implementor-1 cheats, implementor-2 is wrong
@@ -87,16 +91,18 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         assert honest.author in ("implementor-1", "implementor-2")
         # Ranked first when stable; the run's best only if it beats eager by more than its
         # interval (addmm vs linear is about as fast on the CPU)
-        if honest.status == "valid":
-            assert out.top is not None and out.top.source == HONEST
-        assert out.best is None or out.best.source == HONEST
-        assert len(store.evaluations()) == 3  # the honest fix both wrote is evaluated once
+        if honest.status == "valid" and views[HONEST2].status == "valid":
+            assert out.top is not None and out.top.source in (HONEST, HONEST2)
+        assert out.best is None or out.best.source in (HONEST, HONEST2)
+        # the honest fix both wrote is evaluated once: the second writer is told it restates
+        # the first's design and writes another program, evaluated in its turn
+        assert len(store.evaluations()) == 4
         roles = [c.role for c in store.agent_calls()]
-        assert roles.count("strategist") == 1 and roles.count("implementor") == 4
+        assert roles.count("strategist") == 1 and roles.count("implementor") == 5
         it = store.iterations()[0]
         assert it.status == "done" and it.plan["strategy"] == "innovate"
         assert set(it.context_ids) == {"best", "worst", "recent", "failed"}
-        assert set(it.design_ids) == {views[s].id for s in (CHEAT, WRONG, HONEST)}
+        assert set(it.design_ids) == {views[s].id for s in (CHEAT, WRONG, HONEST, HONEST2)}
 
 
 def test_cli_run_with_the_test_model_completes(tmp_path, capsys):

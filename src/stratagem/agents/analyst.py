@@ -2,7 +2,8 @@
 reviewer of designs that look too good to be true.
 
 Tools (besides the base work-directory and scratchpad tools): `read_design(design_id)`,
-`diff_designs(a, b)` (a unified diff) and `search_docs(query)`. Design ids may be given by any
+`diff_designs(a, b)` (a unified diff), `compare_designs(a, b)` (their measurements side by side)
+and `search_docs(query)`. Design ids may be given by any
 unique prefix. `ask_analyst` answers one question (text); `review_design` returns a `Review`.
 Failures come back as data: an unanswered question as a sentence saying why, a failed review
 as a non-cheating `Review` whose reason says the review could not be made.
@@ -85,8 +86,39 @@ def diff_text(a: DesignView, b: DesignView) -> str:
     return text
 
 
+def measurement_rows(v: DesignView) -> dict[str, str]:
+    """A design's measurements by name, as `compare_designs` lines them up."""
+    m = v.measures
+
+    def num(x: float | None, unit: str = "") -> str:
+        return "-" if x is None else f"{x:.4g}{unit}"
+
+    quart = (f"{m.runtime_q1_ms:.4g}-{m.runtime_q3_ms:.4g} ms"
+             if m.runtime_q1_ms is not None and m.runtime_q3_ms is not None else "-")
+    return {
+        "status": v.status, "speedup vs eager (paired)": v.speedup_text(), "vs torch.compile": v.compile_text(),
+        "median": num(v.runtime_ms, " ms"), "quartiles": quart, "eager beside it": num(m.reference_ms, " ms"),
+        "stability": v.stability or ("stable" if v.speedup is not None else "-"),
+        "load and compile": num(m.compile_s, " s"), "max abs error": num(m.max_abs_err),
+        "max rel error": num(m.max_rel_err), "failures": "; ".join(m.failures) or "-",
+        "top kernels": ", ".join(f"{n[:40]} {t:.3g}" for n, t in m.kernels[:3]) or "-",
+    }
+
+
+def compare_text(a: DesignView, b: DesignView) -> str:
+    """Two designs' measurements side by side, and the ratio of their medians."""
+    ra, rb = measurement_rows(a), measurement_rows(b)
+    ia, ib = render.short_id(a.id), render.short_id(b.id)
+    lines = [f"| measurement | {ia} | {ib} |", "|---|---|---|"]
+    lines += [f"| {k} | {ra[k]} | {rb[k]} |" for k in ra]
+    if a.speedup and b.speedup:
+        lines.append(f"\n{ib} is {b.speedup / a.speedup:.3g}x the paired speedup of {ia} (each timed beside eager "
+                     "in its own worker: compare the ratios, not the absolute times).")
+    return "\n".join(lines)
+
+
 def analyst_toolset() -> FunctionToolset[AnalystDeps]:
-    """read_design, diff_designs and search_docs."""
+    """read_design, diff_designs, compare_designs and search_docs."""
     ts: FunctionToolset[AnalystDeps] = FunctionToolset()
 
     @ts.tool
@@ -112,6 +144,22 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
             if isinstance(d, str):
                 return d
         return diff_text(da, db)  # type: ignore[arg-type]
+
+    @ts.tool
+    def compare_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
+        """Compare what the harness measured of two designs side by side: status, paired
+        speedup with its interval, median and quartiles, eager beside it, stability, compile
+        time, errors, failures and top kernels.
+
+        Args:
+            a: the first design's id (or unique prefix).
+            b: the second design's id (or unique prefix).
+        """
+        da, db = find_design(ctx.deps.designs, a), find_design(ctx.deps.designs, b)
+        for d in (da, db):
+            if isinstance(d, str):
+                return d
+        return compare_text(da, db)  # type: ignore[arg-type]
 
     @ts.tool
     def search_docs(ctx: RunContext[AnalystDeps], query: str) -> str:

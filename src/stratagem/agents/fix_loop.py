@@ -99,12 +99,15 @@ async def fix_until_valid(
     tags: Mapping[str, Any] | None = None,
     accept: Collection[str] = ACCEPTED,
     describe: Describe | None = None,
+    accept_restated: bool = True,
 ) -> FixResult:
     """Write, evaluate and rewrite until a verdict in `accept`; never raises for a writer's
     failure. `next_prompt(feedback, attempts)` makes the prompt after a failed evaluation;
     every design is evaluated as authored by `worker`, with `strategy`, `parents`, `tags`, or
     as `describe(attempt, previous id)` says when given (a fix stored as the child of the
-    attempt it fixes, with its round in its tags)."""
+    attempt it fixes, with its round in its tags). A candidate that restates a design already
+    evaluated (`Feedback.duplicate_of`) ends the loop only when `accept_restated`; otherwise the
+    writer is told and writes again (it costs an attempt, no evaluation)."""
     t = _Tally()
 
     def done(status: Literal["valid", "failed"], reason: str, turn: Written | None = None) -> FixResult:
@@ -134,7 +137,7 @@ async def fix_until_valid(
                                     tags=how.tags)
         t.ids.append(fb.design_id)
         t.feedback = fb
-        if fb.status in accept:
+        if fb.status in accept and (accept_restated or fb.duplicate_of is None):
             speed = f" ({fb.speedup:.3g}x)" if fb.speedup is not None else ""
             return done("valid", f"valid after {t.attempts} evaluation(s){speed}")
         prompt = next_prompt(fb, t.attempts)

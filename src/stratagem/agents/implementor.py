@@ -107,6 +107,8 @@ class ImplementorTask:
     precheck: Precheck | None = None
     """The domain's static checks for an answer (None: its default ones for this problem)."""
     report_chars: int = 1_200
+    variant: str = ""
+    """This Implementor's own part of the plan (`Plan.variants`); '' when the plan has none."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ async def run_implementor(
     history: list[ModelMessage] = []
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,
-        max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars,
+        max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars, variant=task.variant,
     )
 
     async def write(text: str, tokens_left: int | None) -> Written:
@@ -148,7 +150,7 @@ async def run_implementor(
     res = await fix_until_valid(
         session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,
         limits=FixLimits(cfg.implementor_max_attempts, cfg.implementor_token_limit),
-        strategy=task.plan.strategy, parents=lineage(task.plan),
+        strategy=task.plan.strategy, parents=lineage(task.plan), accept_restated=False,
     )
     if res.failed_turn is not None:
         res = await _after_failure(task, session, deps, res, cfg.implementor_token_limit)

@@ -1,6 +1,7 @@
 """Owns the Strategist: one agent run per iteration that picks AUTO's strategy and writes the plan.
 
-Its output is a `PlanOutput` (strategy, evidence ids, rationale, instructions). An output
+Its output is a `PlanOutput` (strategy, evidence ids, rationale, shared instructions, and one
+distinct variant per Implementor). An output
 validator resolves the cited ids (full or unique prefixes) against the curated context and
 checks the evidence fits the strategy; anything wrong is sent back as a retry. With the Analyst
 enabled it has an `ask_analyst(question)` tool that runs the Analyst as a child agent.
@@ -36,7 +37,12 @@ class PlanOutput(BaseModel):
         description="ids (or unique prefixes) of the designs shown that the plan builds on",
     )
     rationale: str = Field(description="why this strategy now, from the evidence")
-    instructions: str = Field(description="concrete implementation steps for the Implementors")
+    instructions: str = Field(description="concrete implementation steps all the Implementors share")
+    variants: list[str] = Field(
+        default_factory=list,
+        description="one distinct variant per Implementor (at most as many as there are Implementors): "
+                    "what that Implementor does differently (a tile size, an algorithm, a precision)",
+    )
 
 
 @dataclass
@@ -45,6 +51,8 @@ class StrategistDeps(BaseDeps):
 
     known_ids: Sequence[str] = ()
     failed_ids: Sequence[str] = ()
+    implementors: int = 1
+    """How many Implementors the plan may give variants to."""
     ask: Callable[[str], Awaitable[str]] | None = None
     questions: list[str] = field(default_factory=list)
 
@@ -78,10 +86,15 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
         problems.append("reattempt_failure must cite a failed design")
     if not out.instructions.strip():
         problems.append("instructions are empty")
+    variants = [v.strip() for v in out.variants if v.strip()]
+    if len(variants) > deps.implementors:
+        problems.append(f"give at most {deps.implementors} variants (one per Implementor), not {len(variants)}")
+    if len({v.lower() for v in variants}) < len(variants):
+        problems.append("the variants must differ from each other: each Implementor explores its own point")
     if problems:
         known = ", ".join(render.short_id(k) for k in deps.known_ids) or "none"
         raise ModelRetry("Fix the plan: " + "; ".join(problems) + f". Known design ids: {known}.")
-    return out.model_copy(update={"evidence": ids})
+    return out.model_copy(update={"evidence": ids, "variants": variants})
 
 
 def build_strategist(
@@ -135,16 +148,19 @@ async def plan_iteration(
     deps: StrategistDeps,
     *,
     iteration: int,
+    implementors: int = 1,
 ) -> StrategistResult:
-    """Run the Strategist once on the curated context."""
+    """Run the Strategist once on the curated context, for `implementors` Implementors."""
     deps.known_ids = curated.ids
+    deps.implementors = implementors
     deps.failed_ids = tuple(d.id for d in curated.designs if d.status != "valid")
     agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries)
-    prompt = render.render_strategist(problem, curated, iteration=iteration)
+    prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors)
     outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)
     out = outcome.output
     if not outcome.ok or out is None:
         return StrategistResult(None, outcome)
     plan = Plan(strategy=out.strategy, evidence=tuple(out.evidence),
-                rationale=out.rationale.strip(), instructions=out.instructions.strip())
+                rationale=out.rationale.strip(), instructions=out.instructions.strip(),
+                variants=tuple(out.variants))
     return StrategistResult(plan, outcome)

@@ -122,7 +122,7 @@ def show_cmd(
             "spend": r.spend.to_json(),
             "leaderboard": [_design_json(v) for v in ranked(r.views)],
             "all_designs": [_design_entry(v) for v in sorted(r.views, key=lambda v: v.created_at)],
-            "iteration_log": [_iteration_json(it) for it in r.iterations],
+            "iteration_log": _iteration_log(r.iterations, r.views),
         }))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
@@ -172,17 +172,30 @@ def _design_entry(v: Any) -> dict[str, Any]:
     from stratagem.report.leaderboard import FAILING, failure
 
     out = {**_design_json(v), "iteration": v.iteration, "author": v.author, "strategy": v.strategy,
-           "parents": list(v.parents)}
+           "parents": list(v.parents), "created_at": v.created_at, "measures": dataclasses.asdict(v.measures)}
     if v.status in FAILING:
         where, why = failure(v)
         out.update(failed_at=where, reason=why, report=v.report)
     return out
 
 
-def _iteration_json(it: Any) -> dict[str, Any]:
-    return {"n": it.n, "status": it.status, "strategy": (it.plan or {}).get("strategy"),
-            "designs": list(it.design_ids), "note": it.note, "started_at": it.started_at,
-            "finished_at": it.finished_at}
+def _iteration_log(iterations: Any, views: Any) -> list[dict[str, Any]]:
+    """`show --json`'s `iteration_log`: each iteration's plan, designs, and the best after it."""
+    from stratagem.core.search import ranked
+
+    by_id = {v.id: v for v in views}
+    best: Any = None
+    out = []
+    for it in iterations:
+        top = ranked([by_id[i] for i in it.design_ids if i in by_id])
+        if top and (best is None or (top[0].speedup or 0) > (best.speedup or 0)):
+            best = top[0]
+        out.append({"n": it.n, "status": it.status, "strategy": (it.plan or {}).get("strategy"),
+                    "plan": it.plan, "context": it.context_ids, "designs": list(it.design_ids), "note": it.note,
+                    "best_after": None if best is None else {"id": best.id, "speedup": best.speedup,
+                                                              "speedup_ci": [best.speedup_low, best.speedup_high]},
+                    "started_at": it.started_at, "finished_at": it.finished_at})
+    return out
 
 
 def _design_json(v: Any) -> dict[str, Any]:

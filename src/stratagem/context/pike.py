@@ -28,7 +28,7 @@ def instructions() -> str:
 
 def _common(brief: ProblemBrief) -> dict[str, str]:
     v = brief.values()
-    statement = fill("pike", "problem_statement", device=v["device"], integrity=v["integrity"],
+    statement = fill("pike", "problem_statement", environment=v["environment"], integrity=v["integrity"],
                      reference_ms=v["reference_ms"], tolerances=v["tolerances"])
     example = fill("pike", "example_cpu" if brief.device.startswith("cpu") else "example_gpu")
     return {"problem_statement": statement, "example": example, "problem_name": v["problem_name"],

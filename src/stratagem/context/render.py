@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from string import Template
+from typing import Any
 
 from stratagem.context.curate import Curated, compress_report
 from stratagem.core.search import DesignView, Feedback, Plan, SearchState
@@ -60,6 +61,10 @@ class ProblemBrief:
     reference_ms: Mapping[str, float | None] = field(default_factory=dict)
     tolerances: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     integrity: str = "lenient"
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    """What the harness reported about the machine (device name, versions, ISA...)."""
+    dtypes: tuple[str, ...] = ()
+    """The problem's input dtypes, when known."""
 
     @classmethod
     def from_state(cls, state: SearchState, integrity: str = "lenient") -> ProblemBrief:
@@ -70,6 +75,7 @@ class ProblemBrief:
             reference_ms=dict(state.reference_ms),
             tolerances=dict(state.tolerances),
             integrity=integrity,
+            environment=dict(state.environment),
         )
 
     def values(self) -> dict[str, str]:
@@ -77,10 +83,37 @@ class ProblemBrief:
             "problem_name": self.name,
             "problem_source": self.source.strip(),
             "device": self.device,
+            "environment": environment_text(self.device, self.environment),
             "integrity": self.integrity,
             "reference_ms": _timings(self.reference_ms),
             "tolerances": _tolerances(self.tolerances),
         }
+
+
+def environment_text(device: str, env: Mapping[str, Any]) -> str:
+    """The environment block every prompt carries: the device and what runs there, and the
+    versions the code is built against, from what the harness measured (`Evaluation.environment`)."""
+    name = env.get("device_name")
+    versions = [f"torch {env['torch']}" if env.get("torch") else "",
+                f"CUDA {env['cuda']}" if env.get("cuda") else "", f"Triton {env['triton']}" if env.get("triton") else "",
+                f"Python {env['python']}" if env.get("python") else "",
+                f"torch built with {env['compiler']}" if env.get("compiler") else ""]
+    ver = ", ".join(v for v in versions if v)
+    if device.startswith("cuda") or env.get("capability"):
+        gpu = f"GPU {name}" if name else f"GPU ({device})"
+        bits = [f"compute capability {env['capability']}" if env.get("capability") else "",
+                f"{env['memory_gb']} GB" if env.get("memory_gb") else ""]
+        head = f"Device: {gpu}" + (f" ({', '.join(b for b in bits if b)})" if any(bits) else "") + "."
+        guide = fill("design", "gpu_guidance")
+    else:
+        bits = [f"{env['threads']} threads" if env.get("threads") else "",
+                f"instruction sets {' '.join(env['isa'])}" if env.get("isa") else "",
+                f"torch's CPU kernels use {env['cpu_capability']}" if env.get("cpu_capability") else ""]
+        head = f"Device: CPU {name or ''}".rstrip() + (f" ({'; '.join(b for b in bits if b)})" if any(bits) else "") + "."
+        guide = fill("design", "cpu_guidance")
+    if not env:
+        head += " (its details are measured with the first evaluation)"
+    return "\n".join(x for x in (head, f"Software: {ver}." if ver else "", guide) if x)
 
 
 def _timings(ref: Mapping[str, float | None]) -> str:
@@ -144,7 +177,7 @@ def render_design(view: DesignView, *, report_chars: int | None = None) -> str:
         short_id=short_id(view.id),
         status=view.status,
         performance=_performance(view),
-        lineage=_lineage(view),
+        lineage="\n".join([_lineage(view), *(f"- {line}" for line in view.measures.lines())]).strip("\n"),
         source=view.source.strip(),
         report=report_block,
     )
@@ -166,7 +199,7 @@ def instructions(role: str, **values: object) -> str:
     return fill(role, "instructions", **values)
 
 
-def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int) -> str:
+def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int, implementors: int = 1) -> str:
     """The Strategist's prompt: the problem and the curated designs, by group."""
     shown = len(curated.designs)
     summary = (
@@ -183,6 +216,7 @@ def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int
         "strategist",
         "prompt",
         iteration=iteration,
+        implementors=implementors,
         total=curated.total,
         shown_summary=summary,
         budget_note=budget_note,
@@ -192,6 +226,12 @@ def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int
         worst=render_designs(curated.worst),
         **problem.values(),
     )
+
+
+def fallback_variants(n: int) -> tuple[str, ...]:
+    """Distinct variants for the fallback plan's Implementors (at most `n`)."""
+    lines = [line.strip() for line in fill("strategist", "fallback_variants").splitlines() if line.strip()]
+    return tuple(lines[:n])
 
 
 def fallback_plan_text(kind: str, reason: str) -> tuple[str, str]:
@@ -219,12 +259,15 @@ def render_implementor(
     worker: str,
     max_attempts: int,
     report_chars: int = 1_200,
+    variant: str = "",
 ) -> str:
-    """An Implementor's first message: the plan, the problem and the designs it builds on."""
+    """An Implementor's first message: the plan (its shared part and this Implementor's own
+    variant), the problem and the designs it builds on."""
     return fill(
         "implementor",
         "prompt",
         worker=worker,
+        variant=fill("implementor", "variant", variant=variant.strip()) if variant.strip() else "",
         strategy=plan.strategy,
         rationale=plan.rationale.strip() or "(none given)",
         instructions=plan.instructions.strip() or "(none given)",
@@ -244,6 +287,11 @@ def render_implementor_feedback(
         if left > 0
         else "This is your last chance."
     )
+    if feedback.duplicate_of is not None:
+        perf = f" ({feedback.speedup:.3g}x vs eager)" if feedback.speedup is not None else ""
+        return fill("implementor_feedback", "duplicate", attempt=attempt, max_attempts=max_attempts,
+                    short_id=short_id(feedback.duplicate_of), status=feedback.status, performance=perf,
+                    remaining=remaining)
     return fill(
         "implementor_feedback",
         "prompt",

@@ -37,11 +37,53 @@ class Plan:
     """Ids of the designs the plan builds on."""
     rationale: str = ""
     instructions: str = ""
-    """Concrete implementation instructions for the Implementors."""
+    """Concrete implementation instructions for the Implementors (the part they share)."""
+    variants: tuple[str, ...] = ()
+    """One distinct variant per Implementor (a tile size, an algorithm, a precision): K variants
+    run K Implementors, each exploring its own point; none runs one Implementor."""
 
     def to_json(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "evidence": list(self.evidence),
-                "rationale": self.rationale, "instructions": self.instructions}
+                "rationale": self.rationale, "instructions": self.instructions,
+                "variants": list(self.variants)}
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What the harness measured of one design, as the agents are shown it (None: not measured)."""
+
+    runtime_q1_ms: float | None = None
+    runtime_q3_ms: float | None = None
+    """The candidate's timed calls' quartiles (its median is `DesignView.runtime_ms`)."""
+    reference_ms: float | None = None
+    """Eager's median, timed beside it in the same worker."""
+    pairs: int | None = None
+    """Block pairs the paired speedup was computed from."""
+    compile_s: float | None = None
+    """Seconds of the load stage: imports, `load_inline` and Triton builds."""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    """The largest differences from the reference over the correctness trials."""
+    failures: tuple[str, ...] = ()
+    """`validator (kind): reason` for every validator that failed."""
+    kernels: tuple[tuple[str, float], ...] = ()
+    """The top kernels by time (name, ms or the profiler's unit), when a profile exists."""
+
+    def lines(self) -> list[str]:
+        """The measurements as short lines (what a prompt and `read_design` show)."""
+        out = []
+        if self.runtime_q1_ms is not None and self.runtime_q3_ms is not None:
+            ref = f"; eager beside it {self.reference_ms:.4g} ms" if self.reference_ms is not None else ""
+            pairs = f" over {self.pairs} block pairs" if self.pairs else ""
+            out.append(f"timed: quartiles {self.runtime_q1_ms:.4g}-{self.runtime_q3_ms:.4g} ms{pairs}{ref}")
+        if self.compile_s is not None:
+            out.append(f"load and compile: {self.compile_s:.3g} s")
+        if self.max_abs_err is not None:
+            rel = f", max rel {self.max_rel_err:.3g}" if self.max_rel_err is not None else ""
+            out.append(f"error vs reference: max abs {self.max_abs_err:.3g}{rel}")
+        if self.kernels:
+            out.append("top kernels: " + ", ".join(f"{n[:60]} {t:.3g}" for n, t in self.kernels[:5]))
+        return out
 
 
 @dataclass(frozen=True)
@@ -82,6 +124,8 @@ class DesignView:
     compile_unstable: str = ""
     """Why the torch.compile baseline's timing stayed unstable after re-timing ('' when
     stable): its `speedup_compile` then carries the baseline's noise, not a result."""
+    measures: Measures = field(default_factory=Measures)
+    """What else the harness measured (spread, compile time, errors, failures, kernels)."""
 
     def compile_text(self) -> str:
         """`1.23x`, `1.23x (compile fails correctness)` or `1.23x (compile baseline unstable)`:
@@ -126,6 +170,9 @@ class SearchState:
     against a float64 anchor: the admitted precision is measured, not known beforehand)."""
     integrity: str = "lenient"
     """The integrity policy in force (`lenient` | `strict`: the heavy work in the design's own kernels)."""
+    environment: dict[str, Any] = field(default_factory=dict)
+    """What the harness measured about the machine (device name, versions, instruction sets):
+    the reference baseline's, else the latest evaluation's; empty before any."""
 
     @property
     def valid(self) -> list[DesignView]:
@@ -172,6 +219,10 @@ class Feedback:
     max_abs_err: float | None = None
     """For a wrong output: the largest absolute difference from the reference."""
     max_rel_err: float | None = None
+    duplicate_of: str | None = None
+    """Set when the design restated one already evaluated or being evaluated in this run (the
+    same files, or the same program up to comments, whitespace and local names): that design's
+    id, whose verdict this is; nothing was evaluated for it."""
 
 
 @dataclass(frozen=True)

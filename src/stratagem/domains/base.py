@@ -102,3 +102,10 @@ class Domain(Protocol):
     def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
         """What the agents are told about how designs are judged (tolerances, correctness mode)."""
         ...
+
+    def normal_form(self, files: Mapping[str, str]) -> str | None:
+        """A form two designs share when one only restates the other (comments, whitespace,
+        local names): the run links such a design to the earlier one's verdict instead of
+        evaluating it again. None: no such form (every distinct file set is evaluated). Two
+        designs with one form must compute the same thing."""
+        ...

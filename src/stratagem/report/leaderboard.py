@@ -99,9 +99,11 @@ def strategy_table(counts: Mapping[str, Mapping[str, int]]) -> Table:
 
 
 def spend_line(spend: Spend) -> str:
-    usd = f"${spend.usd:.4f}" + (f" (+{spend.unpriced_calls} unpriced calls)" if spend.unpriced_calls else "")
-    failed = f" · [red]{spend.failed_calls} failed LLM calls[/]" if spend.failed_calls else ""
-    return (f"LLM queries {spend.queries} · tokens {spend.tokens:,} · {usd} · retries {spend.retries}"
+    usd = f"${spend.usd:.4f}" + (f" ({spend.unpriced_calls} of {spend.calls} agent calls unpriced)"
+                                 if spend.unpriced_calls else "")
+    failed = f" · [red]{spend.failed_calls} failed agent calls[/]" if spend.failed_calls else ""
+    calls = f" in {spend.calls} agent calls" if spend.calls else ""
+    return (f"LLM queries {spend.queries}{calls} · tokens {spend.tokens:,} · {usd} · retries {spend.retries}"
             f"{failed} · evaluations {spend.evaluations} · device {spend.gpu_seconds:.1f} s")
 
 

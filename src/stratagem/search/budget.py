@@ -23,7 +23,9 @@ class Spend:
     """What a run has used so far."""
 
     queries: int = 0
-    """LLM requests (every request of every agent run, retries included)."""
+    """LLM requests (every request of every agent run, retries included): what `max_queries` counts."""
+    calls: int = 0
+    """Agent calls (one role's run: a plan, an answer, a review), each of one or more requests."""
     input_tokens: int = 0
     output_tokens: int = 0
     usd: float = 0.0
@@ -40,11 +42,14 @@ class Spend:
         return self.input_tokens + self.output_tokens
 
     def to_json(self) -> dict[str, float | int]:
-        """The `--json` view of the spend."""
-        return {"queries": self.queries, "tokens": self.tokens, "usd": self.usd,
+        """The `--json` view of the spend: `queries` are LLM requests, `calls` agent calls."""
+        return {"queries": self.queries, "calls": self.calls, "unpriced_calls": self.unpriced_calls,
+                "failed_calls": self.failed_calls, "retries": self.retries, "tokens": self.tokens,
+                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "usd": self.usd,
                 "gpu_seconds": self.gpu_seconds, "evaluations": self.evaluations}
 
     def add_call(self, call: AgentCall | AgentCallRecord) -> None:
+        self.calls += 1
         self.queries += call.requests
         self.input_tokens += call.input_tokens
         self.output_tokens += call.output_tokens

@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -156,6 +156,7 @@ class SearchLoop:
         self._eval_lock = asyncio.Lock()
         self._inflight: dict[str, asyncio.Future[Feedback]] = {}
         self._views: dict[str, DesignView] | None = None
+        self._norms: dict[str, str] | None = None
         self._harness_failures = 0
         self._eval_s: list[float] = []
         """Wall seconds of this invocation's finished evaluations (the live view's estimate)."""
@@ -194,8 +195,15 @@ class SearchLoop:
         return SearchState(
             problem=self.problem, designs=tuple(self.views()), iteration=iteration,
             reference_ms=dict(self.reference_ms), device=self.evaluator.physical_device,
+            environment=self._environment(),
             **get_domain(self.problem.domain).agent_facts(self.problem, self.cfg.evaluation),
         )
+
+    def _environment(self) -> dict[str, Any]:
+        if self.baseline is not None and self.baseline.environment:
+            return dict(self.baseline.environment)
+        evs = self.store.evaluations()
+        return dict(evs[-1].environment) if evs else {}
 
     def _refresh(self) -> None:
         views = self.views()
@@ -218,20 +226,26 @@ class SearchLoop:
         provenance = {"iteration": self._iteration, "strategy": strategy, "author": author or "unknown"}
         design = Design(files={MAIN_FILE: source, **dict(files or {})}, parent_ids=tuple(parents),
                         provenance=provenance)
-        if self._iteration is not None and design.id not in self._iteration_ids:
-            self._iteration_ids.append(design.id)
-        done = self.store.evaluations(design.id)
-        if done:
+        form = get_domain(self.problem.domain).normal_form(design.files)
+        twin = self._twin(form, design.id)
+        key = twin or design.id
+        if self._iteration is not None and key not in self._iteration_ids:
+            self._iteration_ids.append(key)
+        done = self.store.evaluations(key)
+        if done:  # the same files, or a restatement of an evaluated design: its verdict, linked
             if tags:
-                self.tag(design.id, **tags)
-            return self._feedback(design.id, done[-1], reused=True)
-        if design.id in self._inflight:  # two agents wrote the same file at once
-            fb = await asyncio.shield(self._inflight[design.id])
+                self.tag(key, **tags)
+            return self._restated(self._feedback(key, done[-1], reused=True), twin)
+        if key in self._inflight:  # two agents wrote the same design at once
+            fb = await asyncio.shield(self._inflight[key])
             if tags:
-                self.tag(design.id, **tags)
-            return Feedback(fb.design_id, fb.status, fb.report, fb.runtime_ms, fb.speedup, reused=True)
+                self.tag(key, **tags)
+            return self._restated(Feedback(fb.design_id, fb.status, fb.report, fb.runtime_ms, fb.speedup,
+                                           reused=True, duplicate_of=key), twin)
         fut: asyncio.Future[Feedback] = asyncio.get_running_loop().create_future()
         self._inflight[design.id] = fut
+        if form is not None:
+            self._forms().setdefault(form, design.id)
         try:
             self.store.add_design(self.problem.id, design, tags)
             fb = await self._evaluate_stored(design)
@@ -243,6 +257,33 @@ class SearchLoop:
             raise
         finally:
             self._inflight.pop(design.id, None)
+
+    def _forms(self) -> dict[str, str]:
+        """Normal form -> the first stored design with it (built from the store on first use)."""
+        if self._norms is None:
+            domain = get_domain(self.problem.domain)
+            self._norms = {}
+            for d in self.store.designs(self.problem.id):
+                files = {n: self.store.get_artifact(h) for n, h in d.files.items()}
+                if (f := domain.normal_form(files)) is not None:
+                    self._norms.setdefault(f, d.id)
+        return self._norms
+
+    def _twin(self, form: str | None, design_id: str) -> str | None:
+        """An earlier design (evaluated or being evaluated) this one only restates, if any."""
+        if form is None:
+            return None
+        twin = self._forms().get(form)
+        return twin if twin is not None and twin != design_id else None
+
+    @staticmethod
+    def _restated(fb: Feedback, twin: str | None) -> Feedback:
+        """The earlier design's feedback, marked as a restatement of it (what the writer is told)."""
+        if twin is None:
+            return replace(fb, duplicate_of=fb.design_id)
+        note = (f"Not evaluated again: this design only restates design `{twin[:12]}` (the same program once "
+                "comments, whitespace, docstrings and local names are normalized), so it has that design's verdict.")
+        return replace(fb, duplicate_of=twin, report=f"{note}\n{fb.report}")
 
     async def _evaluate_stored(self, design: Design) -> Feedback:
         self.progress.event(f"evaluating {design.id[:10]} ({design.provenance.get('author', '')})")

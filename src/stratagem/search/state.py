@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from stratagem.core.search import MEASURED, DesignView, ranked
+from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
 
@@ -90,8 +90,38 @@ def design_views(
             compile_fails=str(comp.get("baseline_fails") or ""),
             compile_unstable=str(comp.get("baseline_unstable") or ""),
             tags=dict((tags or {}).get(d.id) or {}),
+            measures=measures_of(ev),
         ))
     return out
+
+
+def measures_of(ev: EvaluationRecord) -> Measures:
+    """What the agents are shown of a stored evaluation besides its verdict and speedup."""
+    by = {v.get("name"): v for v in ev.validators}
+
+    def details(name: str) -> Mapping[str, Any]:
+        d = (by.get(name) or {}).get("details")
+        return d if isinstance(d, Mapping) else {}
+
+    timing = details("timing")
+    run = timing.get("runtime") if isinstance(timing.get("runtime"), Mapping) else {}
+    ref = timing.get("reference") if isinstance(timing.get("reference"), Mapping) else {}
+    corr = details("correctness")
+    load = by.get("load") or {}
+    kernels = details("provenance").get("kernels") or ()
+    failures = tuple(f"{v.get('name')} ({v.get('kind') or 'failed'}): {str(v.get('reason') or '')[:300]}"
+                     for v in ev.validators if v.get("outcome") == "failed")
+    top = sorted(((str(k[0]), float(k[1])) for k in kernels
+                  if isinstance(k, list | tuple) and len(k) == 2 and isinstance(k[1], int | float)),
+                 key=lambda kt: -kt[1])[:5]
+    return Measures(
+        runtime_q1_ms=_num(run.get("q1_ms")), runtime_q3_ms=_num(run.get("q3_ms")),
+        reference_ms=_num(ref.get("median_ms")), pairs=int(timing["pairs"]) if isinstance(timing.get("pairs"), int) else None,
+        compile_s=_num(load.get("duration_s")) if load.get("outcome") == "passed" else None,
+        max_abs_err=_num(corr.get("max_abs_err")) if corr else failure_info(ev).get("max_abs_err"),
+        max_rel_err=_num(corr.get("max_rel_err")) if corr else failure_info(ev).get("max_rel_err"),
+        failures=failures, kernels=tuple(top),
+    )
 
 
 def _num(x: object) -> float | None:

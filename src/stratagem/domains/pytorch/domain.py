@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem.config import EvaluationConfig
+from stratagem.core import pysyntax
 from stratagem.core.design import Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
@@ -436,6 +437,13 @@ class PyTorchDomain:
         return {"tolerances": tolerances(problem, cfg),
                 "correctness_mode": str(correctness_rule(problem, cfg)["mode"]),
                 "integrity": integrity_policy(problem, cfg)}
+
+    def normal_form(self, files: Mapping[str, str]) -> str | None:
+        """The candidate's Python with comments, docstrings, whitespace and local names
+        normalized (`core.pysyntax.normal_form`); None for a design of several files."""
+        if set(files) != {"candidate.py"}:
+            return None
+        return pysyntax.normal_form(files["candidate.py"])
 
 
 DOMAIN = PyTorchDomain()

@@ -128,12 +128,14 @@ class AutoPolicy:
         return Workdir(self.workdir / "agents" / f"iteration-{iteration:03d}" / who)
 
     def fallback_plan(self, state: SearchState, reason: str) -> Plan:
-        """The plan used when the Strategist fails: refine the best design, or innovate."""
+        """The plan used when the Strategist fails: refine the best design, or innovate, with a
+        distinct variant from a fixed menu for each Implementor."""
         best = state.best
         kind = "refine" if best is not None else "innovate"
         rationale, instructions = render.fallback_plan_text(kind, reason)
         evidence = (best.id,) if best is not None else ()
-        return Plan(strategy=kind, evidence=evidence, rationale=rationale, instructions=instructions)
+        return Plan(strategy=kind, evidence=evidence, rationale=rationale, instructions=instructions,
+                    variants=render.fallback_variants(self.cfg.search.implementors))
 
     # -- Policy -----------------------------------------------------------------------------
 
@@ -189,7 +191,8 @@ class AutoPolicy:
 
         deps = StrategistDeps(workdir=self._dir(state.iteration, "strategist"), ask=ask)
         session.set_status("strategist", "planning")
-        result = await plan_iteration(brief, curated, runtime, deps, iteration=state.iteration)
+        result = await plan_iteration(brief, curated, runtime, deps, iteration=state.iteration,
+                                      implementors=self.cfg.search.implementors)
         status = f"plan: {result.plan.strategy}" if result.plan else "failed: fallback plan"
         session.set_status("strategist", status)
         return result
@@ -211,9 +214,9 @@ class AutoPolicy:
                 worker=f"implementor-{k}", plan=plan, problem=self.problem, brief=brief,
                 evidence=evidence, precheck=self.domain.precheck(self.problem, self.cfg.evaluation, state.device),
                 workdir=self._dir(state.iteration, f"implementor-{k}").root,
-                report_chars=self.cfg.context.failure_report_chars,
+                report_chars=self.cfg.context.failure_report_chars, variant=variant,
             )
-            for k in range(1, self.cfg.search.implementors + 1)
+            for k, variant in enumerate(implementor_variants(plan, self.cfg.search.implementors), start=1)
         ]
         return await _all_or_raise([run_implementor(t, session, runtime) for t in tasks])
 
@@ -246,6 +249,13 @@ class AutoPolicy:
                                        best=best)
         finally:
             session.set_status("analyst", "idle")
+
+
+def implementor_variants(plan: Plan, implementors: int) -> list[str]:
+    """One entry per Implementor to run: the plan's variants (at most `implementors`), or a
+    single Implementor with no variant when the plan gives none (K Implementors on one
+    identical plan write near-identical designs)."""
+    return list(plan.variants[:implementors]) or [""]
 
 
 async def _all_or_raise(coros: Sequence[Awaitable[ImplementorResult]]) -> list[ImplementorResult]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -399,8 +400,52 @@ def environment(device: str) -> dict[str, Any]:
             visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         )
     else:
-        env.update(device_name=_cpu_name(), threads=torch.get_num_threads())
+        env.update(device_name=_cpu_name(), threads=torch.get_num_threads(), cpu_capability=_cpu_capability(),
+                   isa=_isa())
+    env.update(_versions())
     return env
+
+
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile",
+             "amx_bf16", "asimd", "sve")
+"""The instruction-set flags worth telling an agent about (from /proc/cpuinfo)."""
+
+
+def _isa() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                have = set(line.split(":", 1)[1].split())
+                return [f for f in ISA_FLAGS if f in have]
+    except OSError:
+        pass
+    return []
+
+
+def _cpu_capability() -> str:
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001 - older torch: unknown
+        return ""
+
+
+def _versions() -> dict[str, str]:
+    """Triton's and the C++ compiler's versions (without importing triton: it is slow)."""
+    from importlib import metadata
+
+    out: dict[str, str] = {}
+    try:
+        out["triton"] = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        cfg = torch.__config__.show()
+        m = re.search(r"(GCC|clang|MSVC)[ \w]*?(\d+\.\d+(?:\.\d+)?)", cfg)
+        if m:
+            out["compiler"] = f"{m.group(1)} {m.group(2)}"
+    except Exception:  # noqa: BLE001 - a build without the config string
+        pass
+    return out
 
 
 def _cpu_name() -> str:
