@@ -117,3 +117,35 @@ def test_a_problem_whose_reference_fails_stops_the_run_with_a_clear_error(tmp_pa
     with RunStore.open(tmp_path / "r") as store:
         assert store.run().status == "interrupted"
         assert len(store.evaluations()) == 0  # stopped before the first plan, no design spent
+
+
+def test_show_json_has_the_whole_run_as_documented(tmp_path, capsys):
+    """docs/show-json.md: every design, every iteration with its plan and the best after it,
+    and the spend with queries (requests) and calls (agent calls) named apart."""
+    fake_run(tmp_path / "r")
+    assert main(["show", str(tmp_path / "r"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"run_dir", "problem", "domain", "objective", "status", "stop_reason", "iterations", "designs",
+            "valid", "unstable", "best", "beats_reference", "reference_ms", "strategies", "spend",
+            "leaderboard", "all_designs", "iteration_log"} <= set(out)
+    designs = out["all_designs"]
+    assert len(designs) == 3
+    for d in designs:
+        assert {"id", "status", "speedup", "speedup_ci", "iteration", "author", "strategy", "parents",
+                "created_at", "measures", "tags", "stability"} <= set(d)
+        assert {"runtime_q1_ms", "runtime_q3_ms", "reference_ms", "compile_s", "max_abs_err", "max_rel_err",
+                "failures", "kernels"} <= set(d["measures"])
+    bad = next(d for d in designs if d["status"] == "invalid")
+    assert bad["failed_at"] == "correctness" and bad["reason"].endswith("nan")
+    assert bad["measures"]["failures"] == ["correctness (wrong_output): nan"]
+    good = next(d for d in designs if d["speedup"] == 4.0)
+    assert good["measures"]["runtime_q1_ms"] == 0.25 and good["measures"]["reference_ms"] == 1.0
+    log = out["iteration_log"]
+    assert [it["n"] for it in log] == [1, 2]
+    assert log[0]["plan"]["strategy"] == "innovate" and "variants" in log[0]["plan"]
+    assert log[0]["best_after"]["speedup"] == 2.0 and log[1]["best_after"]["speedup"] == 4.0
+    assert set(log[0]["context"]) == {"best", "worst", "recent", "failed"} or log[0]["context"] == {}
+    spend = out["spend"]
+    assert {"queries", "calls", "unpriced_calls", "failed_calls", "retries", "tokens", "usd", "gpu_seconds",
+            "evaluations"} <= set(spend)
+    assert spend["evaluations"] == 3 and spend["calls"] == 0 and spend["queries"] == 0

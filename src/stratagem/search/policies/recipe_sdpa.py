@@ -1,5 +1,12 @@
 """Owns the `sdpa` recipe's rewrite: finding softmax(q @ k^T * scale) @ v in a reference's
-source (syntax only) and replacing it with `scaled_dot_product_attention`."""
+source (syntax only) and replacing it with `scaled_dot_product_attention`.
+
+The scores may be masked before the softmax (`S.masked_fill(cond, float('-inf'))`, as in
+KernelBench's MinGPT causal attention: `attn_mask=torch.logical_not(cond)`, a boolean mask that
+keeps what masked_fill keeps), and the probabilities may pass through a dropout before `@ v`
+(an `nn.Dropout` module of the model, or `F.dropout`): `dropout_p` is then the dropout's own
+probability while it is active (training) and 0 otherwise, as the module behaves; at inference
+it is the identity either way."""
 
 from __future__ import annotations
 
@@ -49,13 +56,18 @@ class _Match:
     inlined: list[_Def]
     leaves: list[tuple[ast.expr, dict[str, _Def]]]
     """Operand expressions and the environment they were written in."""
+    mask: ast.expr | None = None
+    """The masked_fill condition (True where the score is set to -inf)."""
+    dropout_p: ast.expr | None = None
 
 
 class _Matcher:
     """Matches softmax(q @ k^T * scale, dim=-1) @ v, following single assignments backwards."""
 
-    def __init__(self, env: dict[str, _Def]) -> None:
+    def __init__(self, env: dict[str, _Def], dropouts: frozenset[str] = frozenset()) -> None:
         self.env = env
+        self.dropouts = dropouts
+        """Attribute names the module assigns an `nn.Dropout` to (`self.attn_dropout`)."""
 
     def resolve(
         self, node: ast.expr, env: dict[str, _Def], inlined: list[_Def]
@@ -77,10 +89,26 @@ class _Matcher:
             return None
         inlined: list[_Def] = []
         p, p_env = self.resolve(pair[0], self.env, inlined)
+        extra: list[tuple[ast.expr, dict[str, _Def]]] = []
+        dropout_p = None
+        dropped = _dropout(p, self.dropouts)
+        if dropped is not None:
+            inner, dropout_p = dropped
+            extra.append((dropout_p, p_env))
+            p, p_env = self.resolve(inner, p_env, inlined)
         scores = _softmax_input(p)
         if scores is None:
             return None
         s, s_env = self.resolve(scores, p_env, inlined)
+        mask = None
+        masked = _masked_fill(s)
+        if masked is not None:
+            inner, mask = masked
+            mask_env = s_env
+            s, s_env = self.resolve(inner, s_env, inlined)
+            if any(mask_env.get(n) is d for n in names_in(mask) for d in inlined):
+                return None  # a mask computed from the scores themselves: not a fixed mask
+            extra.append((mask, mask_env))
         for qk, scale in _scale_splits(s):
             found: list[_Def] = []
             qk_r, qk_env = self.resolve(qk, s_env, found)
@@ -88,12 +116,12 @@ class _Matcher:
             if ops is None:
                 continue
             q, k = ops
-            leaves = [(q, qk_env), (k, qk_env), (pair[1], self.env)]
+            leaves = [(q, qk_env), (k, qk_env), (pair[1], self.env), *extra]
             if scale is not None:
                 leaves.append((scale, s_env))
             one = ast.Constant(1.0)
             return _Match(q, k, pair[1], scale if scale is not None else one,
-                          inlined + found, leaves)
+                          inlined + found, leaves, mask, dropout_p)
         return None
 
 
@@ -123,6 +151,76 @@ def _softmax_input(node: ast.AST) -> ast.expr | None:
         return None
     dim = kw["dim"] if "dim" in kw else args[1] if len(args) == 2 else None
     return args[0] if dim is not None and _int(dim) == -1 else None
+
+
+def _is_neg_inf(node: ast.AST) -> bool:
+    """`float('-inf')`, `-float('inf')`, `-math.inf`, `-torch.inf`, `float("-inf")`."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        o = node.operand
+        if _dotted(o) in ("math.inf", "torch.inf", "np.inf", "numpy.inf"):
+            return True
+        return (isinstance(o, ast.Call) and _dotted(o.func) == "float" and len(o.args) == 1
+                and isinstance(o.args[0], ast.Constant) and str(o.args[0].value).lower() in ("inf", "infinity"))
+    return (isinstance(node, ast.Call) and _dotted(node.func) == "float" and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).lower() in ("-inf", "-infinity"))
+
+
+def _masked_fill(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """(scores, condition) for `S.masked_fill(cond, -inf)` or `torch.masked_fill(S, cond, -inf)`."""
+    if not isinstance(node, ast.Call):
+        return None
+    f = node.func
+    if isinstance(f, ast.Attribute) and f.attr == "masked_fill" and _dotted(f.value) != "torch":
+        args = [f.value, *node.args]
+    elif _dotted(f) == "torch.masked_fill":
+        args = list(node.args)
+    else:
+        return None
+    kw = {k.arg: k.value for k in node.keywords}
+    if None in kw or set(kw) - {"mask", "value"}:
+        return None
+    for name in ("input", "mask", "value")[len(args):]:
+        if name in kw:
+            args.append(kw.pop(name))
+    if kw or len(args) != 3 or not _is_neg_inf(args[2]):
+        return None
+    return args[0], args[1]
+
+
+def _dropout(node: ast.AST, modules: frozenset[str]) -> tuple[ast.expr, ast.expr] | None:
+    """(probabilities, dropout_p) for `self.<dropout module>(P)` or `F.dropout(P, p, training)`."""
+    if not isinstance(node, ast.Call):
+        return None
+    f = node.func
+    if (isinstance(f, ast.Attribute) and f.attr in modules and isinstance(f.value, ast.Name)
+            and len(node.args) == 1 and not node.keywords):
+        active = ast.Attribute(ast.Name(f.value.id, ast.Load()), "training", ast.Load())
+        return node.args[0], ast.IfExp(active, ast.Attribute(copy.deepcopy(f), "p", ast.Load()), ast.Constant(0.0))
+    if _dotted(f) in ("F.dropout", "torch.nn.functional.dropout", "nn.functional.dropout", "torch.dropout"):
+        kw = {k.arg: k.value for k in node.keywords}
+        if None in kw or set(kw) - {"p", "training", "train", "inplace"} or not node.args:
+            return None
+        pos = ["p", "training"] if _dotted(f) != "torch.dropout" else ["p", "train"]
+        args = dict(zip(pos, node.args[1:], strict=False))
+        if len(node.args) > 3 or any(n in kw for n in args):
+            return None
+        args.update({k: v for k, v in kw.items() if k != "inplace"})
+        p = args.get("p", ast.Constant(0.5))
+        training = args.get("training", args.get("train", ast.Constant(True)))
+        return node.args[0], ast.IfExp(copy.deepcopy(training), copy.deepcopy(p), ast.Constant(0.0))
+    return None
+
+
+def dropout_modules(tree: ast.AST) -> frozenset[str]:
+    """Attribute names a module assigns an `nn.Dropout(...)` to (`self.attn_dropout = nn.Dropout(p)`)."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _dotted(n.value.func) in (
+                "nn.Dropout", "torch.nn.Dropout", "Dropout"):
+            for t in n.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                    out.add(t.attr)
+    return frozenset(out)
 
 
 def _scale_splits(node: ast.expr) -> list[tuple[ast.expr, ast.expr | None]]:
@@ -215,8 +313,13 @@ def _leaves_unchanged(m: _Match, here: dict[str, _Def]) -> bool:
 
 def _sdpa_call(m: _Match) -> ast.Call:
     func = ast.parse(_SDPA, mode="eval").body
-    return ast.Call(func, [copy.deepcopy(m.q), copy.deepcopy(m.k), copy.deepcopy(m.v)],
-                    [ast.keyword("scale", copy.deepcopy(m.scale))])
+    kws = [ast.keyword("scale", copy.deepcopy(m.scale))]
+    if m.mask is not None:  # masked_fill sets True to -inf; sdpa's boolean mask keeps True
+        keep = ast.Call(ast.parse("torch.logical_not", mode="eval").body, [copy.deepcopy(m.mask)], [])
+        kws.append(ast.keyword("attn_mask", keep))
+    if m.dropout_p is not None:
+        kws.append(ast.keyword("dropout_p", copy.deepcopy(m.dropout_p)))
+    return ast.Call(func, [copy.deepcopy(m.q), copy.deepcopy(m.k), copy.deepcopy(m.v)], kws)
 
 
 _SIMPLE = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return, ast.Expr)
@@ -233,7 +336,7 @@ def _blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
         yield sub.body
 
 
-def _rewrite_body(body: list[ast.stmt]) -> bool:
+def _rewrite_body(body: list[ast.stmt], dropouts: frozenset[str] = frozenset()) -> bool:
     """Rewrite the attention patterns in one straight-line block; drop definitions left unused.
 
     Only simple statements are rewritten, following assignments made earlier in the same
@@ -249,12 +352,12 @@ def _rewrite_body(body: list[ast.stmt]) -> bool:
     for i, stmt in enumerate(body):
         envs.append(dict(env))
         if isinstance(stmt, _SIMPLE):
-            rep = _Replace(_Matcher(env))
+            rep = _Replace(_Matcher(env, dropouts))
             body[i] = rep.visit(stmt)
             inlined.extend(rep.inlined)
         elif not isinstance(stmt, _DEFS):  # nested functions are rewritten on their own
             for block in _blocks(stmt):
-                nested = _rewrite_body(block) or nested
+                nested = _rewrite_body(block, dropouts) or nested
         target = _simple_target(stmt)
         for name in _stored_names(stmt):
             value = stmt.value if name == target and isinstance(stmt, ast.Assign) else None
@@ -283,10 +386,12 @@ def _drop_dead(body: list[ast.stmt], envs: list[dict[str, _Def]],
 
 
 def rewrite_attention(tree: ast.Module) -> bool:
-    """Replace softmax(q @ k^T * scale, dim=-1) @ v with scaled_dot_product_attention, in
-    every function of the module; True when at least one pattern was replaced."""
+    """Replace softmax(q @ k^T * scale [masked_fill -inf], dim=-1) [dropout] @ v with
+    scaled_dot_product_attention, in every function of the module; True when at least one
+    pattern was replaced."""
     changed = False
+    dropouts = dropout_modules(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            changed = _rewrite_body(node.body) or changed
+            changed = _rewrite_body(node.body, dropouts) or changed
     return changed
