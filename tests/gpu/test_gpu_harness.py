@@ -48,6 +48,12 @@ def test_cuda_candidate_valid(evaluator):
     assert t["sync_overhead_ms"] > 0
     # An honest single-stream kernel leaves no work behind the timed stream.
     assert t["unsynced_work_ms"] < max(0.02, 0.1 * t["median_ms"]), t
+    # The per-kernel profile the agents see names the candidate's own kernel, in microseconds.
+    timing = next(r for r in ev.verdict.results if r.name == "timing").details
+    prof = timing["profile"]
+    assert prof["unit"] == "us" and prof["kernels"], prof
+    assert any("relu" in name.lower() for name, _ in prof["kernels"]), prof["kernels"]
+    assert all(us > 0 for _, us in prof["kernels"])
 
 
 def test_wrong_cuda_candidate_invalid(evaluator):

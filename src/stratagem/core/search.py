@@ -67,7 +67,7 @@ class Measures:
     failures: tuple[str, ...] = ()
     """`validator (kind): reason` for every validator that failed."""
     kernels: tuple[tuple[str, float], ...] = ()
-    """The top kernels by time (name, ms or the profiler's unit), when a profile exists."""
+    """The top kernels by device time (name, microseconds), when a profile exists (GPU)."""
 
     def lines(self) -> list[str]:
         """The measurements as short lines (what a prompt and `read_design` show)."""
@@ -82,7 +82,8 @@ class Measures:
             rel = f", max rel {self.max_rel_err:.3g}" if self.max_rel_err is not None else ""
             out.append(f"error vs reference: max abs {self.max_abs_err:.3g}{rel}")
         if self.kernels:
-            out.append("top kernels: " + ", ".join(f"{n[:60]} {t:.3g}" for n, t in self.kernels[:5]))
+            out.append("top kernels (device time of one call): "
+                       + ", ".join(f"{n[:60]} {t:.3g} us" for n, t in self.kernels[:5]))
         return out
 
 

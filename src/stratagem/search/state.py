@@ -108,7 +108,8 @@ def measures_of(ev: EvaluationRecord) -> Measures:
     ref = timing.get("reference") if isinstance(timing.get("reference"), Mapping) else {}
     corr = details("correctness")
     load = by.get("load") or {}
-    kernels = details("provenance").get("kernels") or ()
+    profile = timing.get("profile") if isinstance(timing.get("profile"), Mapping) else {}
+    kernels = profile.get("kernels") or details("provenance").get("kernels") or ()
     failures = tuple(f"{v.get('name')} ({v.get('kind') or 'failed'}): {str(v.get('reason') or '')[:300]}"
                      for v in ev.validators if v.get("outcome") == "failed")
     top = sorted(((str(k[0]), float(k[1])) for k in kernels

@@ -1,4 +1,5 @@
-"""Owns the strict policy's runtime provenance check in the worker (GPU only).
+"""Owns the strict policy's runtime provenance check in the worker (GPU only), and the per-kernel
+profile of a timed design that the agents are shown (`kernel_profile`).
 
 Worker-side only. Under `strict`, the heavy computation must run in kernels the candidate
 wrote. torch.profiler records the CUDA kernels one candidate call launches; kernels whose
@@ -26,6 +27,33 @@ if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.stages import Worker
 
 OWN_TIME_FRACTION = 0.5
+
+
+PROFILE_TOP = 10
+"""Kernels kept in a design's per-kernel profile (the heaviest by device time)."""
+
+
+def kernel_profile(w: Worker, model: Any, inputs: list[Any]) -> dict[str, Any]:
+    """One call of a timed (warm) design under torch.profiler, on a GPU: its heaviest kernels
+    as [name, microseconds] (what the agents are shown), or why there is no profile. Run after
+    timing, under the exclusive lock; its output is not used, so a design that detects the
+    profiler gains nothing."""
+    if not w.device.startswith("cuda"):
+        return {"kernels": [], "note": "per-kernel profiles are taken on GPUs only"}
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        args = runtime.clone_inputs(inputs)
+        with w.hold("exclusive"), torch.no_grad():
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                w._call_candidate(model, args)
+                torch.cuda.synchronize()
+        kernels = sorted(_kernel_times(prof), key=lambda kt: -kt[1])
+    except Exception as e:  # noqa: BLE001 - a profile that cannot be taken is only missing
+        return {"kernels": [], "note": f"no profile: {runtime.one_line(e)}"}
+    return {"kernels": [[name, round(us, 3)] for name, us in kernels[:PROFILE_TOP]],
+            "total_us": round(sum(us for _, us in kernels), 3), "unit": "us"}
 
 
 def _kernel_times(prof: Any) -> list[tuple[str, float]]:

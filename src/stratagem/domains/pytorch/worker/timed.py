@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.core import paired
-from stratagem.domains.pytorch.worker import compare, record, roofline, runtime, timing
+from stratagem.domains.pytorch.worker import compare, provenance, record, roofline, runtime, timing
 from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
 
 if TYPE_CHECKING:
@@ -116,7 +116,9 @@ def run_timing(w: Worker) -> dict[str, Any]:
                 f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
                 {"runtime": cand},
             )
+    profile = provenance.kernel_profile(w, model, sets[0]) if w.device.startswith("cuda") else None
     return {
+        **({"profile": profile} if profile is not None else {}),
         "runtime": cand,
         "reference": stats["reference"],
         "speedup": stats["speedup"],

@@ -1,0 +1,94 @@
+"""What the agents see: the environment block (CPU and GPU), each design's measurements in the
+context and in read_design, the Analyst's side-by-side comparison, and the reference timings
+in the very first prompt of a run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from stratagem.agents.analyst import compare_text, describe_design
+from stratagem.context import render
+from stratagem.core.search import DesignView, Measures
+from stratagem.search.state import measures_of
+from stratagem.store.records import EvaluationRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
+
+CPU_ENV = {"torch": "2.13.0+cpu", "python": "3.11.7", "device": "cpu", "device_name": "Intel(R) Xeon(R) Gold",
+           "threads": 2, "cpu_capability": "AVX512", "isa": ["avx2", "fma", "avx512f"], "compiler": "GCC 13.3"}
+GPU_ENV = {"torch": "2.11.0", "device": "cuda:0", "device_name": "NVIDIA H200", "cuda": "13.0",
+           "capability": "9.0", "memory_gb": 139.8, "triton": "3.6.0"}
+
+
+def test_the_cpu_environment_block_speaks_of_cpu_code():
+    text = render.environment_text("cpu", CPU_ENV)
+    assert "Device: CPU Intel(R) Xeon(R) Gold (2 threads; instruction sets avx2 fma avx512f" in text
+    assert "torch 2.13.0+cpu" in text and "torch built with GCC 13.3" in text
+    assert "CUDA and Triton kernels cannot run on this device" in text
+    assert "cuBLAS" not in text
+
+
+def test_the_gpu_environment_block_names_the_gpu_and_the_versions():
+    text = render.environment_text("cuda:0", GPU_ENV)
+    assert "Device: GPU NVIDIA H200 (compute capability 9.0, 139.8 GB)." in text
+    assert "torch 2.11.0, CUDA 13.0, Triton 3.6.0" in text and "Triton kernels" in text
+    assert "cannot run" not in text
+
+
+def test_the_prompts_carry_the_environment_block():
+    brief = render.ProblemBrief("p", "class Model: pass", device="cpu", environment=CPU_ENV)
+    from stratagem.core.search import Plan
+
+    prompt = render.render_implementor(brief, Plan("innovate", instructions="x"), (), worker="implementor-1",
+                                       max_attempts=3)
+    assert "Device: CPU Intel(R) Xeon(R) Gold" in prompt and "Write CPU code" in prompt
+
+
+def record(validators: list[dict]) -> EvaluationRecord:
+    return EvaluationRecord(design_id="d" * 64, problem_id="p", status="valid", device="cuda:0", runtime_ms=0.25,
+                            speedup=4.0, validators=validators, environment={}, seeds=[1], reference_ms={},
+                            created_at=0.0)
+
+
+def measured_view() -> DesignView:
+    ev = record([
+        {"name": "load", "outcome": "passed", "duration_s": 82.5, "details": {}},
+        {"name": "correctness", "outcome": "passed", "details": {"max_abs_err": 3e-6, "max_rel_err": 1e-5}},
+        {"name": "timing", "outcome": "passed", "details": {
+            "runtime": {"median_ms": 0.25, "q1_ms": 0.24, "q3_ms": 0.27},
+            "reference": {"median_ms": 1.0}, "pairs": 12,
+            "profile": {"kernels": [["relu_fused_kernel", 210.5], ["memcpy", 3.0]], "unit": "us"}}},
+    ])
+    return DesignView("d" * 64, "class ModelNew: pass\n", "valid", 2, runtime_ms=0.25, speedup=4.0,
+                      speedup_low=3.9, speedup_high=4.1, measures=measures_of(ev))
+
+
+def test_the_context_and_read_design_show_what_the_harness_measured():
+    v = measured_view()
+    m = v.measures
+    assert (m.runtime_q1_ms, m.runtime_q3_ms, m.reference_ms, m.pairs, m.compile_s) == (0.24, 0.27, 1.0, 12, 82.5)
+    for text in (render.render_design(v), describe_design(v)):
+        assert "4.00x [3.90, 4.10] vs eager" in text
+        assert "timed: quartiles 0.24-0.27 ms over 12 block pairs; eager beside it 1 ms" in text
+        assert "load and compile: 82.5 s" in text
+        assert "error vs reference: max abs 3e-06, max rel 1e-05" in text
+        assert "relu_fused_kernel 210 us" in text
+
+
+def test_the_analyst_compares_two_designs_measurements():
+    a = measured_view()
+    b = DesignView("e" * 64, "x", "invalid", 3, report="[correctness] wrong",
+                   measures=Measures(failures=("correctness (wrong_output): max abs 0.3",)))
+    text = compare_text(a, b)
+    assert "| load and compile | 82.5 s | - |" in text
+    assert "| failures | - | correctness (wrong_output): max abs 0.3 |" in text
+    assert "| quartiles | 0.24-0.27 ms | - |" in text
+
+
+def test_the_first_strategist_prompt_has_the_reference_timings(tmp_path):
+    from agent_fakes_path import first_prompt_of_a_run
+
+    prompt = first_prompt_of_a_run(tmp_path)
+    assert "Reference timings (ms): eager 1, compile 0.8" in prompt
+    assert "not measured yet" not in prompt
