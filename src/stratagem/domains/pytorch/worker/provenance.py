@@ -14,6 +14,7 @@ kernels to attribute: the check is static only (`own_kernels`) and the stage say
 from __future__ import annotations
 
 import contextlib
+import time
 import types
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ def kernel_profile(w: Worker, model: Any, inputs: list[Any]) -> dict[str, Any]:
     profiler gains nothing."""
     if not w.device.startswith("cuda"):
         return {"kernels": [], "note": "per-kernel profiles are taken on GPUs only"}
+    t0 = time.perf_counter()
     try:
         from torch.profiler import ProfilerActivity, profile
 
@@ -53,7 +55,8 @@ def kernel_profile(w: Worker, model: Any, inputs: list[Any]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - a profile that cannot be taken is only missing
         return {"kernels": [], "note": f"no profile: {runtime.one_line(e)}"}
     return {"kernels": [[name, round(us, 3)] for name, us in kernels[:PROFILE_TOP]],
-            "total_us": round(sum(us for _, us in kernels), 3), "unit": "us"}
+            "total_us": round(sum(us for _, us in kernels), 3), "unit": "us",
+            "profile_s": round(time.perf_counter() - t0, 4)}
 
 
 def _kernel_times(prof: Any) -> list[tuple[str, float]]:
