@@ -29,6 +29,10 @@ def test_the_cpu_environment_block_speaks_of_cpu_code():
     assert "cuBLAS" not in text
 
 
+def test_the_problem_dtype_is_stated_once_measured():
+    assert "The problem's output dtype: float16." in render.environment_text("cpu", {**CPU_ENV, "problem_dtype": "float16"})
+
+
 def test_the_gpu_environment_block_names_the_gpu_and_the_versions():
     text = render.environment_text("cuda:0", GPU_ENV)
     assert "Device: GPU NVIDIA H200 (compute capability 9.0, 139.8 GB)." in text

@@ -113,6 +113,8 @@ def environment_text(device: str, env: Mapping[str, Any]) -> str:
         guide = fill("design", "cpu_guidance")
     if not env:
         head += " (its details are measured with the first evaluation)"
+    if env.get("problem_dtype"):
+        head += f" The problem's output dtype: {env['problem_dtype']}."
     return "\n".join(x for x in (head, f"Software: {ver}." if ver else "", guide) if x)
 
 

@@ -200,10 +200,18 @@ class SearchLoop:
         )
 
     def _environment(self) -> dict[str, Any]:
-        if self.baseline is not None and self.baseline.environment:
-            return dict(self.baseline.environment)
+        """What the harness measured about the machine (the baseline's, else the latest
+        evaluation's), and the problem's output dtype once a timing has counted its work."""
         evs = self.store.evaluations()
-        return dict(evs[-1].environment) if evs else {}
+        env = dict(self.baseline.environment) if self.baseline is not None and self.baseline.environment else (
+            dict(evs[-1].environment) if evs else {})
+        for ev in reversed(evs):
+            timing = next((v for v in ev.validators if v.get("name") == "timing"), None)
+            work = ((timing or {}).get("details") or {}).get("work") or {}
+            if isinstance(work, dict) and work.get("dtype"):
+                env["problem_dtype"] = str(work["dtype"])
+                break
+        return env
 
     def _refresh(self) -> None:
         views = self.views()
