@@ -41,6 +41,8 @@ def run_cmd(
     integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
     correctness: CorrectnessOpt = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    serve: Annotated[bool, typer.Option("--serve", help="Serve the live report on http://127.0.0.1:PORT while the run goes on.")] = False,
+    port: Annotated[int, typer.Option("--port", metavar="PORT", help="The port of --serve.")] = 8765,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
@@ -67,7 +69,21 @@ def run_cmd(
         where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(load_problem(problem))
     except ProblemError as e:
         fail(console, e, as_json, 2)
-    _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where)
+    server = None
+    if serve:
+        from stratagem.report.serve import serve_in_background
+
+        try:
+            server = serve_in_background(where, port=port)
+        except OSError as e:
+            fail(console, ConfigError(f"--port {port}: cannot listen on 127.0.0.1:{port} ({e.strerror or e})"),
+                 as_json, 2)
+        console.print(f"live report: http://127.0.0.1:{server.server_address[1]}/")
+    try:
+        _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where)
+    finally:
+        if server is not None:
+            server.shutdown()
 
 
 @app.command("resume")

@@ -1,0 +1,281 @@
+"""Owns `stratagem report`: one self-contained HTML file of a run (no external resources; the
+figures are PNGs embedded as data URIs), and the page `stratagem serve` shows live.
+
+Sections: the run summary (problem, policy and configuration, models, budget used, money, wall
+time, device and environment), the best-so-far curves, every design's score by strategy with
+failures marked, the strategy decisions, failure reasons and integrity rejections, the best
+design (code, diff against its parent and the reference, per-kernel breakdown, fraction of
+speed-of-light), the lineage tree, and the alignment and clustering analyses
+(report/alignment.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import html
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stratagem.core.search import DesignView, ranked
+from stratagem.report import alignment as al
+from stratagem.report import figures
+from stratagem.report.leaderboard import FAILING, failure
+from stratagem.search import state as st
+from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
+from stratagem.store.sqlite import RunStore
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.6em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+th{background:#f4f4f4}pre{background:#f7f7f7;padding:.8em;overflow-x:auto;font-size:.8em;max-height:40em}
+img{max-width:100%}.muted{color:#777}.bad{color:#b00}.ok{color:#070}code{font-size:.9em}
+"""
+
+LIVE_JS = """
+<script>
+(function(){var seen=null;function poll(){fetch('version',{cache:'no-store'}).then(function(r){return r.text()})
+.then(function(v){if(seen===null){seen=v}else if(v!==seen){location.reload()}}).catch(function(){})
+.finally(function(){setTimeout(poll,%d)})}poll()})();
+</script>
+"""
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything a report reads from a run directory (read once)."""
+
+    run_dir: Path
+    run: RunRecord | None
+    problem: str
+    problem_source: str
+    views: list[DesignView]
+    iterations: list[IterationRecord]
+    calls: list[AgentCallRecord]
+    evaluations: list[EvaluationRecord]
+    created: dict[str, float]
+
+    @property
+    def best(self) -> DesignView | None:
+        return st.best_of(self.views)
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory (works while the run goes on)."""
+    d = Path(run_dir)
+    with RunStore.open(d) as store:
+        designs = store.designs()
+        evaluations = store.evaluations()
+        views = st.design_views(designs, evaluations, store.reviews(),
+                                lambda r: store.get_artifact(r.files["candidate.py"]), store.tags())
+        problems = store.problems()
+        source = store.get_artifact(problems[0].source_hash) if problems else ""
+        return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
+                       sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
+                       {r.id: r.created_at for r in designs})
+
+
+def version(run_dir: str | Path) -> str:
+    """A cheap fingerprint of a run's progress (the live page reloads when it changes)."""
+    d = Path(run_dir)
+    with RunStore.open(d) as store:
+        run = store.run()
+        return f"{len(store.designs())}:{len(store.evaluations())}:{len(store.iterations())}:" \
+               f"{run.status if run else '-'}:{run.updated_at if run else 0}"
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+def _diff(a: str, b: str, a_name: str, b_name: str) -> str:
+    d = "".join(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True), a_name, b_name))
+    return d or "(identical)"
+
+
+def queries_at(data: RunData) -> dict[str, int]:
+    """Design id -> LLM queries spent when it was stored."""
+    out: dict[str, int] = {}
+    for v in data.views:
+        t = data.created.get(v.id, 0.0)
+        out[v.id] = sum(c.requests for c in data.calls if c.created_at <= t)
+    return out
+
+
+def _summary(data: RunData) -> str:
+    run = data.run
+    cfg = run.config if run else {}
+    spend = st_spend(data)
+    env = next((e.environment for e in reversed(data.evaluations) if e.environment), {})
+    wall = (run.updated_at - run.created_at) if run else 0.0
+    rows = [
+        ("problem", data.problem), ("policy", run.policy if run else "-"),
+        ("status", f"{run.status} ({run.stop_reason})" if run and run.stop_reason else (run.status if run else "-")),
+        ("models", (cfg.get("agents") or {}).get("model") or "- (no LLM)"),
+        ("LLM queries (requests)", f"{spend['queries']} in {spend['calls']} agent calls"),
+        ("tokens", f"{spend['tokens']:,}"),
+        ("money", f"${spend['usd']:.4f}" + (f" ({spend['unpriced']} calls unpriced)" if spend["unpriced"] else "")),
+        ("evaluations", f"{len(data.evaluations)} ({spend['gpu_seconds']:.0f} s of worker time)"),
+        ("iterations", str(len(data.iterations))), ("wall time", f"{wall / 60:.1f} min"),
+        ("device", str(env.get("device_name") or env.get("device") or "-")),
+        ("environment", ", ".join(f"{k} {v}" for k, v in env.items() if k in ("torch", "cuda", "triton", "python",
+                                                                                 "capability", "threads"))),
+    ]
+    best = data.best
+    if best is not None:
+        rows.insert(3, ("best", f"{best.speedup_text()} vs eager; {best.compile_text()} vs torch.compile"
+                               f" ({best.id[:12]})"))
+    conf = _pre(json.dumps(cfg, indent=2))
+    return _table(["run", ""], rows) + f"<details><summary>configuration</summary>{conf}</details>"
+
+
+def st_spend(data: RunData) -> dict[str, Any]:
+    return {"queries": sum(c.requests for c in data.calls), "calls": len(data.calls),
+            "tokens": sum(c.input_tokens + c.output_tokens for c in data.calls),
+            "usd": sum(c.cost_usd or 0.0 for c in data.calls),
+            "unpriced": sum(1 for c in data.calls if c.cost_usd is None and c.requests),
+            "gpu_seconds": sum(float(v.get("duration_s") or 0.0) for e in data.evaluations for v in e.validators)}
+
+
+def _strategies(data: RunData) -> str:
+    plans = Counter((it.plan or {}).get("strategy") or "-" for it in data.iterations)
+    total = sum(plans.values()) or 1
+    rows = [(s, n, f"{100 * n / total:.0f}%") for s, n in plans.most_common()]
+    made = Counter(v.strategy or "-" for v in data.views)
+    ok = Counter(v.strategy or "-" for v in data.views if v.status == "valid")
+    rows2 = [(s, n, ok[s]) for s, n in made.most_common()]
+    return ("<p>Iterations by the strategy their plan chose:</p>" + _table(["strategy", "iterations", "share"], rows)
+            + "<p>Designs by strategy (or role):</p>" + _table(["strategy", "designs", "valid"], rows2))
+
+
+def _failures(data: RunData) -> str:
+    bad = [v for v in data.views if v.status in FAILING]
+    if not bad:
+        return "<p>No design failed.</p>"
+    where = Counter(failure(v)[0] for v in bad)
+    integrity = [v for v in bad if failure(v)[0] in ("integrity", "static_checks", "shapes", "provenance", "judge")
+                 or "harness_tampering" in v.report or "rejected" in v.report.lower()]
+    rows = [(v.id[:12], v.iteration, v.author, *failure(v)) for v in sorted(bad, key=lambda v: v.created_at)]
+    return (_table(["failed at", "designs"], where.most_common())
+            + f"<p>{len(integrity)} integrity or static-check rejections.</p>"
+            + _table(["design", "iter", "author", "failed at", "reason"], [(*r[:4], str(r[4])[:300]) for r in rows]))
+
+
+def _best(data: RunData) -> str:
+    best = data.best
+    if best is None:
+        return "<p>No valid, stably timed design yet.</p>"
+    views = {v.id: v for v in data.views}
+    parent = next((views[p] for p in best.parents if p in views), None)
+    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape(best.speedup_text())} vs eager, "
+             f"{html.escape(best.compile_text())} vs torch.compile; by {html.escape(str(best.author))}, "
+             f"strategy {html.escape(str(best.strategy))}, iteration {best.iteration}.</p>"]
+    lines = best.measures.lines()
+    if lines:
+        parts.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>")
+    sol = _sol(data, best.id)
+    parts.append(f"<p>Fraction of speed-of-light (roofline): {sol}</p>")
+    parts.append("<h3>Code</h3>" + _pre(best.source))
+    if parent is not None:
+        parts.append("<h3>Diff against its parent</h3>" + _pre(_diff(parent.source, best.source, parent.id[:12],
+                                                                          best.id[:12])))
+    parts.append("<h3>Diff against the reference</h3>" + _pre(_diff(data.problem_source, best.source, "reference",
+                                                                        best.id[:12])))
+    if best.measures.kernels:
+        parts.append("<h3>Per-kernel time</h3>" + _img(figures.kernels(best.measures.kernels), "kernels"))
+    else:
+        parts.append("<p class=muted>No per-kernel profile (profiles are taken on GPUs).</p>")
+    return "".join(parts)
+
+
+def _sol(data: RunData, design_id: str) -> str:
+    for ev in reversed(data.evaluations):
+        if ev.design_id != design_id:
+            continue
+        roof = next((v for v in ev.validators if v.get("name") == "roofline"), None)
+        d = (roof or {}).get("details") or {}
+        if isinstance(d.get("sol_fraction"), int | float):
+            return f"{100 * float(d['sol_fraction']):.1f}% ({d.get('bound', '?')}-bound floor {d.get('floor_ms', 0):.4g} ms)"
+        return "not computed (" + str(d.get("note") or d.get("reason") or "no roofline") + ")"
+    return "-"
+
+
+def _analyses(data: RunData, xis: Sequence[float]) -> str:
+    views = [v for v in data.views if v.source.strip()]
+    parts = []
+    plans = {it.n: (it.plan or {}).get("strategy") for it in data.iterations}
+    try:
+        emb = al.embed(views) if len(views) >= 3 else None
+        a = al.align(views, plans, xis, emb)
+        parts.append("<h3>Alignment with Bayesian optimization</h3>")
+        if a.note:
+            parts.append(f"<p class=muted>{html.escape(a.note)}</p>")
+        parts.append(_table(["xi", "iterations judged", "Strategist matches BO", "Implementors carry out the plan",
+                             "exploratory designs", "designs labelled"], al.efficiency_rows(a)))
+        c = al.cluster(views, emb=emb)
+        parts.append("<h3>Code clusters</h3>")
+        if c.note:
+            parts.append(f"<p class=muted>{html.escape(c.note)}</p>")
+        else:
+            sp = {v.id: v.speedup for v in views}
+            parts.append(_img(figures.cluster_map(c.ids, c.map2d, c.assignment, sp), "t-SNE"))
+            parts.append(_table(["cluster", "designs", "best", "best speedup", "distinctive tokens"],
+                                [(k.label, len(k.ids), (k.best_id or "-")[:12],
+                                  f"{k.best_speedup:.2f}x" if k.best_speedup else "-", " ".join(k.tokens))
+                                 for k in c.clusters]))
+    except Exception as e:  # noqa: BLE001 - an analysis that fails does not take the report with it
+        parts.append(f"<p class=bad>analysis failed: {html.escape(type(e).__name__)}: {html.escape(str(e))}</p>")
+    return "".join(parts)
+
+
+def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequence[float] = al.DEFAULT_XI,
+                 analyses: bool = True) -> str:
+    """The report of one run as one self-contained HTML page; `live_ms`: the page polls the
+    server that serves it and reloads when the run has moved on."""
+    data = load_run(run_dir)
+    views = data.views
+    best = data.best
+    sections = [
+        ("Summary", _summary(data)),
+        ("Best so far", _img(figures.best_so_far(views, queries_at(data)), "best so far")),
+        ("Every design", _img(figures.scores(views), "scores") if views else "<p>No design yet.</p>"),
+        ("Strategies", _strategies(data)),
+        ("Failures and integrity rejections", _failures(data)),
+        ("The best design", _best(data)),
+        ("Lineage", _img(figures.lineage(views, best.id if best else None), "lineage") if views else "-"),
+    ]
+    if analyses:
+        sections.append(("Analyses", _analyses(data, xis)))
+    leader = _table(["#", "design", "speedup vs eager", "vs compile", "iter", "author", "strategy"],
+                    [(i + 1, v.id[:12], v.speedup_text(), v.compile_text(), v.iteration, v.author, v.strategy)
+                     for i, v in enumerate(ranked(views)[:20])])
+    sections.insert(1, ("Leaderboard", leader))
+    body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    live = (LIVE_JS % live_ms) if live_ms else ""
+    title = f"stratagem · {data.problem} · {data.run.policy if data.run else ''}"
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f'<p class=muted id="stamp">{len(views)} designs · generated {stamp}</p>{body}{live}</body></html>')
+
+
+def write_report(run_dir: str | Path, out: Path | None = None, **kw: Any) -> Path:
+    path = out or Path(run_dir) / "report.html"
+    path.write_text(build_report(run_dir, **kw), encoding="utf-8")
+    return path
