@@ -109,8 +109,20 @@ class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     device: str = "auto"
     """`auto` (a GPU if one is visible, else the CPU), `cpu`, `cuda` or `cuda:N`."""
-    executor: Literal["local"] = "local"
-    """Where workers run: `local` (this machine's slots; `ray` is planned)."""
+    executor: Literal["local", "queue"] = "local"
+    """Where workers run: `local` (this machine's slots) or `queue` (a shared folder served by
+    `stratagem worker --queue DIR` on the GPU hosts: docs/queue.md)."""
+    queue_dir: Path | None = None
+    """The queue folder of `executor = "queue"` (`--queue DIR`)."""
+    queue_poll_s: float = Field(default=0.5, gt=0)
+    """How often the run looks for a response."""
+    queue_lease_s: float = Field(default=60.0, gt=0)
+    """A claim whose worker stopped renewing it for this long goes back to the queue."""
+    queue_wait_s: float | None = Field(default=None, gt=0)
+    """Give up on a request no worker answered within this long (None: wait, as a batch
+    queue may take hours to start a worker)."""
+    queue_capacity: int = Field(default=8, ge=1)
+    """Requests a run keeps in the queue at once."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     """Limit for correctness and timing, once the candidate is loaded (a hang is cut off)."""
     compile_timeout_s: float = Field(default=DEFAULT_COMPILE_TIMEOUT_S, gt=0)

@@ -54,12 +54,22 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", metavar="FILE", help="TOML config file.")]
 
 
+ExecutorOpt = Annotated[str | None, typer.Option("--executor", metavar="EXECUTOR", help="local (this machine) or queue (a folder served by `stratagem worker --queue DIR` on the GPU hosts).")]
+QueueOpt = Annotated[Path | None, typer.Option("--queue", metavar="DIR", help="The queue folder of --executor queue (implies it).")]
+
+
+def executor_over(executor: str | None, queue: Path | None) -> dict[str, object]:
+    """The evaluation overrides of --executor and --queue (--queue alone means the queue)."""
+    return {"executor": executor or ("queue" if queue is not None else None), "queue_dir": queue}
+
+
 def config_for(
     config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None,
-    correctness: str | None = None,
+    correctness: str | None = None, executor: str | None = None, queue: Path | None = None,
 ) -> StratagemConfig:
     return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout, "integrity": integrity,
-                                               "correctness": {"mode": correctness}}})
+                                               "correctness": {"mode": correctness},
+                                               **executor_over(executor, queue)}})
 
 
 CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "

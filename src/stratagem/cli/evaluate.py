@@ -14,7 +14,9 @@ from stratagem.cli.common import (
     ConfigOpt,
     CorrectnessOpt,
     DeviceOpt,
+    ExecutorOpt,
     JsonOpt,
+    QueueOpt,
     app,
     config_for,
     fail,
@@ -41,6 +43,8 @@ def eval_cmd(
     integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),
     ] = None,
     correctness: CorrectnessOpt = None,
+    executor: ExecutorOpt = None,
+    queue: QueueOpt = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
@@ -50,7 +54,7 @@ def eval_cmd(
 
     console = Console(stderr=as_json)
     try:
-        cfg = config_for(config, device, timeout, integrity, correctness)
+        cfg = config_for(config, device, timeout, integrity, correctness, executor, queue)
         ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
     except (ConfigError, ProblemError, CandidateError) as e:
         fail(console, e, as_json, 2)
@@ -147,3 +151,14 @@ def _emit(out: dict[str, Any], as_json: bool, show: Callable[[], None]) -> None:
     else:
         show()
     raise typer.Exit(0 if out["status"] == "valid" else 1)
+
+
+@app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker_cmd(ctx: typer.Context) -> None:
+    """Serve a queue folder on this (GPU) host: claim requests, evaluate each in the sandbox,
+    answer. Options: --queue DIR [--device cpu|cuda|cuda:N] [--once] [--max-seconds S]
+    [--poll-s S] [--lease-s S]. Needs no LLM library: where typer is missing, run
+    `python -m stratagem.evaluation.queue_worker` with the same options."""
+    from stratagem.evaluation.queue_worker import main as worker_main
+
+    raise typer.Exit(worker_main(list(ctx.args)))

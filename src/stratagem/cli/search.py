@@ -14,8 +14,11 @@ from stratagem.cli.common import (
     ConfigOpt,
     CorrectnessOpt,
     DeviceOpt,
+    ExecutorOpt,
     JsonOpt,
+    QueueOpt,
     app,
+    executor_over,
     fail,
     wide_console,
 )
@@ -41,6 +44,8 @@ def run_cmd(
     integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
     correctness: CorrectnessOpt = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    executor: ExecutorOpt = None,
+    queue: QueueOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Serve the live report on http://127.0.0.1:PORT while the run goes on.")] = False,
     port: Annotated[int, typer.Option("--port", metavar="PORT", help="The port of --serve.")] = 8765,
     as_json: JsonOpt = False,
@@ -50,7 +55,8 @@ def run_cmd(
     the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
     resume RUN_DIR` continues."""
     overrides = {
-        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness}},
+        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness},
+                       **executor_over(executor, queue)},
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,

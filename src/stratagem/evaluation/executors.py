@@ -12,12 +12,10 @@ reserved for that GPU's timing: workers run off the reserved cores except while 
 from __future__ import annotations
 
 import asyncio
-import os
 import platform
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,32 +23,10 @@ from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.errors import ConfigError
 from stratagem.evaluation.protocol import EvalRequest
 from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_worker
+from stratagem.evaluation.slots import TIMING_CORES_MIN, Slot, make_slots, reserve_timing_cores
 
-
-@dataclass(frozen=True)
-class Slot:
-    """One concurrent worker position."""
-
-    index: int
-    device: str
-    """The device as the worker sees it: `cpu` or `cuda`."""
-    physical: str
-    """The device on this machine: `cpu` or `cuda:N`."""
-    env: Mapping[str, str]
-    """Variables pinned for this slot (visible devices, compile caches)."""
-    lock_path: Path | None
-    """The physical device's shared/exclusive lock."""
-    timing_cores: tuple[int, ...] = ()
-    """Cores this slot's worker times on (GPU slots on machines with cores to spare)."""
-    reserved_cores: tuple[int, ...] = ()
-    """Every GPU's timing cores on this machine (workers keep off them otherwise)."""
-    host: str = ""
-    """The machine this slot is on (`platform.node()` for local slots)."""
-
-    @property
-    def where(self) -> str:
-        """`host/device`: where an evaluation in this slot ran (stored with it)."""
-        return f"{self.host or '?'}/{self.physical}"
+__all__ = ["TIMING_CORES_MIN", "Executor", "LocalExecutor", "Slot", "make_executor", "reserve_timing_cores",
+           "resolve_device", "visible_gpus"]
 
 
 class Executor(Protocol):
@@ -71,8 +47,8 @@ class Executor(Protocol):
     async def aclose(self) -> None: ...
 
 
-EXECUTORS = ("local",)
-"""The executor kinds `evaluation.executor` may name (`ray` is planned)."""
+EXECUTORS = ("local", "queue")
+"""The executor kinds `evaluation.executor` may name."""
 
 
 def make_executor(cfg: EvaluationConfig, env: Mapping[str, str]) -> Executor:
@@ -84,6 +60,10 @@ def make_executor(cfg: EvaluationConfig, env: Mapping[str, str]) -> Executor:
     kind = cfg.executor
     if kind not in EXECUTORS:
         raise ConfigError(f"evaluation.executor: {kind!r} is not one of {', '.join(EXECUTORS)}")
+    if kind == "queue":  # the devices are on the workers' hosts, not here
+        from stratagem.evaluation.queue_executor import QueueExecutor
+
+        return QueueExecutor(cfg)
     return LocalExecutor.for_devices(resolve_device(cfg.device, env), cfg, env)
 
 
@@ -130,23 +110,6 @@ def resolve_device(device: str, env: Mapping[str, str]) -> list[str]:
     return [device]
 
 
-TIMING_CORES_MIN = 4
-"""Machines with fewer usable cores reserve none (there is no core to spare)."""
-
-
-def reserve_timing_cores(devices: list[str]) -> dict[str, tuple[int, ...]]:
-    """One core per GPU for its timing thread: the last usable core for the first GPU, the one
-    before it for the second, ... (the same on every process of this machine, so separate runs
-    agree). None on the CPU device, or where fewer than 4 cores (per GPU, plus 2) are usable."""
-    gpus = [d for d in devices if d.startswith("cuda")]
-    if not gpus or not hasattr(os, "sched_getaffinity"):
-        return {}
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < max(TIMING_CORES_MIN, len(gpus) + 2):
-        return {}
-    return {dev: (cores[-1 - int(dev.split(":", 1)[1]) % len(cores)],) for dev in gpus}
-
-
 class LocalExecutor:
     """Worker slots on this machine."""
 
@@ -163,31 +126,8 @@ class LocalExecutor:
 
     @classmethod
     def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
-        root = cache_dir(cfg)
-        host = platform.node() or "host"
-        timing_cores = reserve_timing_cores(devices)
-        reserved = tuple(sorted(c for cs in timing_cores.values() for c in cs))
-        slots: list[Slot] = []
-        for dev in devices:
-            per = cfg.cpu_slots if dev == "cpu" else cfg.workers_per_gpu
-            for j in range(per):
-                tag = dev.replace(":", "") + f"-w{j}"
-                caches = root / "slots" / tag
-                env = {
-                    "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
-                    "TRITON_CACHE_DIR": str(caches / "triton"),
-                    "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                }
-                lock = root / "locks" / f"{host}-{dev.replace(':', '')}.lock"
-                if dev == "cpu":
-                    env["CUDA_VISIBLE_DEVICES"] = ""
-                    worker_dev = "cpu"
-                else:
-                    env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
-                    worker_dev = "cuda"
-                slots.append(Slot(len(slots), worker_dev, dev, env, lock,
-                                  timing_cores.get(dev, ()), reserved if dev != "cpu" else (), host))
-        return cls(slots, cfg, base_env)
+        per = {d: (cfg.cpu_slots if d == "cpu" else cfg.workers_per_gpu) for d in devices}
+        return cls(make_slots(devices, cache_dir(cfg), per, platform.node() or "host"), cfg, base_env)
 
     def devices(self) -> list[str]:
         return list(dict.fromkeys(s.physical for s in self.slots))

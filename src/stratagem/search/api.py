@@ -50,6 +50,7 @@ async def start_run(
     # Everything that can be refused (device, policy, recipe names, models) is built before the
     # run directory is written, so a bad option leaves nothing behind.
     evaluator = make_evaluator(cfg.evaluation)
+    _own(evaluator, run_dir)
     policy = make_policy(cfg, problem, evaluator, run_dir)
     await _preflight(policy)  # a model that cannot answer stops the run before it starts
     with RunStore.open(run_dir) as store:
@@ -91,6 +92,7 @@ def _stored_problem(store: RunStore, run: RunRecord) -> Problem:
 
 async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: RunView | None) -> RunOutcome:
     evaluator = make_evaluator(cfg.evaluation)
+    _own(evaluator, store.run_dir)
     policy = make_policy(cfg, problem, evaluator, store.run_dir)
     await _preflight(policy)
     loop = SearchLoop(cfg, problem, store, evaluator, policy, view)
@@ -98,6 +100,13 @@ async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: Ru
         return await loop.run()
     finally:
         await evaluator.executor.aclose()
+
+
+def _own(evaluator: Evaluator, run_dir: Path) -> None:
+    """A queue executor's requests belong to this run directory (a resumed run finds its own)."""
+    own = getattr(evaluator.executor, "own", None)
+    if callable(own):
+        own(str(Path(run_dir).resolve()))
 
 
 async def _preflight(policy: Policy) -> None:

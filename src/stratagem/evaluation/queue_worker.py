@@ -1,0 +1,135 @@
+"""Owns the queue worker: `python -m stratagem.evaluation.queue_worker --queue DIR` (also
+`stratagem worker --queue DIR`), run on the machine with the GPUs.
+
+It claims requests from the queue folder (evaluation/queue.py) one at a time, evaluates each
+once in the same sandbox as the local executor (its own slot: visible device, compile caches,
+the device's shared/exclusive lock, timing cores), keeps its claim's lease fresh while it
+runs, and writes the response. It exits when the queue is empty (`--once`) or when its time
+is up (`--max-seconds`; a request already started is finished). Several workers may serve one
+queue, one per GPU (`--device cuda:N`). Standard library only, plus the worker stages' torch:
+no LLM library, no pydantic, no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from stratagem.evaluation.queue import QueueDir
+from stratagem.evaluation.sandbox import SandboxSettings, run_worker
+from stratagem.evaluation.slots import Slot, make_slots
+
+SETTINGS = ("timeout_s", "network", "memory_limit_bytes", "max_response_bytes", "compile_stage",
+            "compile_timeout_s", "lock_wait_timeout_s")
+"""The sandbox settings a request carries (the run's configuration, applied here)."""
+
+
+def cache_root() -> Path:
+    env = os.environ.get("STRATAGEM_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "stratagem"
+
+
+def worker_slot(device: str) -> Slot:
+    """This worker's slot on `device` (`cpu`, `cuda:N`; `cuda` is `cuda:0`)."""
+    dev = "cuda:0" if device == "cuda" else device
+    return make_slots([dev], cache_root(), {dev: 1}, platform.node() or "host")[0]
+
+
+def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) -> dict[str, Any]:
+    """Run one request in this worker's slot: the response body (the slot and the sandbox's
+    result); the worker's stage events are appended to `progress` as they come (the run's
+    live view reads them)."""
+    for v in slot.env.values():
+        if v and v.startswith("/"):
+            Path(v).mkdir(parents=True, exist_ok=True)
+    if slot.lock_path is not None:
+        slot.lock_path.parent.mkdir(parents=True, exist_ok=True)
+    req = dict(entry["request"])
+    req.update(device=slot.device, timing_lock=str(slot.lock_path) if slot.lock_path else None,
+               timing_cores=list(slot.timing_cores), reserved_cores=list(slot.reserved_cores))
+    given = dict(entry.get("settings") or {})
+    import json
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if progress is not None:
+            with open(progress, "a", encoding="utf-8") as f:
+                f.write(json.dumps(ev) + "\n")
+
+    settings = SandboxSettings(base_env=dict(os.environ), slot_env=slot.env, on_event=on_event,
+                               **{k: given[k] for k in SETTINGS if k in given and given[k] is not None})
+
+    result = asyncio.run(run_worker(json.dumps(req), settings))
+    return {"owner": entry.get("owner"), "key": entry.get("key"),
+            "slot": {"index": slot.index, "device": slot.device, "physical": slot.physical, "host": slot.host,
+                     "env": dict(slot.env), "lock_path": str(slot.lock_path) if slot.lock_path else None,
+                     "timing_cores": list(slot.timing_cores), "reserved_cores": list(slot.reserved_cores)},
+            "result": dataclasses.asdict(result)}
+
+
+def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None, poll_s: float,
+          name: str | None = None, log: Any = print) -> int:
+    """Claim, evaluate and answer until the queue is empty (`once`) or `max_seconds` passed.
+    Returns how many requests it answered."""
+    slot = worker_slot(device)
+    me = name or f"{platform.node()}:{os.getpid()}:{slot.physical}"
+    t0 = time.monotonic()
+    answered = 0
+    while max_seconds is None or time.monotonic() - t0 < max_seconds:
+        queue.requeue_expired()
+        got = queue.claim(me, slot.physical)
+        if got is None:
+            if once and queue.pending() == 0:
+                break
+            time.sleep(poll_s)
+            continue
+        rid, entry = got
+        log(f"stratagem worker {me}: evaluating {rid[:12]}")
+        stop = threading.Event()
+
+        def beat(rid: str = rid, stop: threading.Event = stop) -> None:
+            while not stop.wait(max(0.5, queue.lease_s / 4)):
+                queue.renew(rid, me)
+
+        threading.Thread(target=beat, daemon=True).start()
+        try:
+            body = evaluate(entry, slot, queue.path("progress", rid, ".jsonl"))
+        except Exception as e:  # noqa: BLE001 - the run gets a harness failure, the worker goes on
+            body = {"owner": entry.get("owner"), "key": entry.get("key"), "error": f"{type(e).__name__}: {e}"}
+        finally:
+            stop.set()
+        queue.respond(rid, {**body, "worker": me})
+        answered += 1
+    return answered
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="stratagem worker", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--queue", required=True, help="the queue directory the run writes to")
+    ap.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N (default cuda)")
+    ap.add_argument("--once", action="store_true", help="exit when the queue is empty")
+    ap.add_argument("--max-seconds", type=float, default=None, help="exit after this long (a started request is finished)")
+    ap.add_argument("--poll-s", type=float, default=0.5, help="seconds between looks at an empty queue")
+    ap.add_argument("--lease-s", type=float, default=60.0, help="a claim not renewed for this long is redone elsewhere")
+    args = ap.parse_args(argv)
+    if args.device not in ("cpu", "cuda") and not (args.device.startswith("cuda:") and args.device[5:].isdigit()):
+        print(f"--device {args.device!r}: give cpu, cuda or cuda:N", file=sys.stderr)
+        return 2
+    n = serve(QueueDir(args.queue, lease_s=args.lease_s), args.device, once=args.once,
+              max_seconds=args.max_seconds, poll_s=args.poll_s)
+    print(f"stratagem worker: {n} requests answered", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
