@@ -28,8 +28,11 @@ WORKER_TORCH_MODULES = frozenset(
 )
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 
-ENV_READERS = frozenset({"stratagem.config"})
-"""The only module allowed to touch os.environ / os.getenv without restriction."""
+ENV_READERS = frozenset({"stratagem.config", "stratagem.evaluation.queue_worker"})
+"""The modules allowed to touch os.environ / os.getenv without restriction: the config, and
+the queue worker, an entry point on a GPU host where stratagem.config cannot load (no
+pydantic there): it reads its cache directory and hands its environment to the sandbox, which
+filters it as it filters the parent's."""
 
 ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     # The worker reports which GPUs it was given (its environment() snapshot for the

@@ -257,3 +257,12 @@ def test_a_run_killed_while_responses_arrive_resumes_without_asking_again(tmp_pa
     assert sum(w2_id in a for a in answered_by) == 1  # the resumed run asked only for its baseline
     assert sum(w1_id in a for a in answered_by) >= 2  # the first baseline and the design
     assert not list((q / "responses").iterdir()) and not list((q / "requests").iterdir())
+
+
+def test_the_worker_loads_without_pydantic_or_an_llm_library():
+    env = {**os.environ, "PYTHONPATH": SRC}
+    code = ("import sys; import stratagem.evaluation.queue_worker; "
+            "bad = [m for m in ('pydantic', 'pydantic_ai', 'typer', 'rich', 'openai', 'anthropic', 'torch') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
