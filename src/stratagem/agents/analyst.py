@@ -12,7 +12,7 @@ as a non-cheating `Review` whose reason says the review could not be made.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, Field
@@ -117,6 +117,17 @@ def compare_text(a: DesignView, b: DesignView) -> str:
     return "\n".join(lines)
 
 
+def _on_pair(designs: Mapping[str, DesignView], a: str, b: str,
+             show: Callable[[DesignView, DesignView], str]) -> str:
+    """`show(a, b)` of the two designs the ids name, or the first lookup's error."""
+    da, db = find_design(designs, a), find_design(designs, b)
+    if isinstance(da, str):
+        return da
+    if isinstance(db, str):
+        return db
+    return show(da, db)
+
+
 def analyst_toolset() -> FunctionToolset[AnalystDeps]:
     """read_design, diff_designs, compare_designs and search_docs."""
     ts: FunctionToolset[AnalystDeps] = FunctionToolset()
@@ -139,11 +150,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
             a: the first design's id (or unique prefix).
             b: the second design's id (or unique prefix).
         """
-        da, db = find_design(ctx.deps.designs, a), find_design(ctx.deps.designs, b)
-        for d in (da, db):
-            if isinstance(d, str):
-                return d
-        return diff_text(da, db)  # type: ignore[arg-type]
+        return _on_pair(ctx.deps.designs, a, b, diff_text)
 
     @ts.tool
     def compare_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
@@ -155,11 +162,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
             a: the first design's id (or unique prefix).
             b: the second design's id (or unique prefix).
         """
-        da, db = find_design(ctx.deps.designs, a), find_design(ctx.deps.designs, b)
-        for d in (da, db):
-            if isinstance(d, str):
-                return d
-        return compare_text(da, db)  # type: ignore[arg-type]
+        return _on_pair(ctx.deps.designs, a, b, compare_text)
 
     @ts.tool
     def search_docs(ctx: RunContext[AnalystDeps], query: str) -> str:
