@@ -55,7 +55,8 @@ def best_so_far(views: Sequence[DesignView], queries_at: dict[str, int]) -> byte
 
 def scores(views: Sequence[DesignView]) -> bytes:
     """Every design by creation order: its paired speedup, colored by strategy; designs without a
-    ranked speedup are drawn at the bottom, marked by their status."""
+    ranked speedup are drawn at the bottom, marked by their failure category (the validator
+    that failed them, or their status)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 3.6))
     order = sorted(views, key=lambda v: v.created_at)
@@ -67,11 +68,15 @@ def scores(views: Sequence[DesignView]) -> bytes:
                and v.speedup]
         if pts:
             ax.scatter(*zip(*pts, strict=True), color=colors[s], label=s, s=22)
-    for status, mark in FAILED_MARK.items():
-        pts = [(i, floor) for i, v in enumerate(order) if v.status == status]
-        if pts:
-            ax.scatter(*zip(*pts, strict=True), marker=mark, color="tab:red" if status != "unstable" else "grey",
-                       label=status, s=28)
+    from stratagem.report.leaderboard import failure
+
+    failed = [(i, v) for i, v in enumerate(order) if v.status != "valid" or not v.speedup]
+    categories = sorted({failure(v)[0] or v.status for _, v in failed})
+    marks = list(FAILED_MARK.values())
+    for k, cat in enumerate(categories):  # one marker per failure category (the failing validator)
+        pts = [(i, floor) for i, v in failed if (failure(v)[0] or v.status) == cat]
+        ax.scatter(*zip(*pts, strict=True), marker=marks[k % len(marks)], color="tab:red" if cat != "timing" else "grey",
+                   label=f"failed: {cat}", s=28)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
     ax.set_xlabel("design (creation order)")
     ax.set_ylabel("speedup vs eager (paired)")
