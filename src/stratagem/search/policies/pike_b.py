@@ -36,7 +36,7 @@ from stratagem.core.search import (
 )
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
-from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_history
+from stratagem.search.policies.pike_slots import SlotSpec, run_slots
 
 GENERIC_IDEA = "optimize the whole architecture for speed on this device"
 
@@ -176,7 +176,3 @@ class PikeBPolicy(PikeBase):
     async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
         return None
 
-
-def history_of(designs: Sequence[DesignView], phase: int, slot: int) -> list[DesignView]:
-    """A PIKE-B slot's stored designs, by round (for tests and `show`)."""
-    return slot_history(designs, f"p{phase}/s{slot}")
