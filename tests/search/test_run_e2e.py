@@ -5,7 +5,6 @@ over HTTP (the wire path, not only in-process test models)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -55,7 +54,6 @@ def _answer(info: AgentInfo, args: dict) -> ModelResponse:
 
 def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
     assert WRONG != HONEST
-    starts = itertools.count()
 
     def strategist(messages, info):
         return _answer(info, {"strategy": "innovate", "evidence": [], "rationale": "fuse",
@@ -67,8 +65,10 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
             return _answer(info, {"source": HONEST2, "notes": "different"})
         if any("did not pass. The validators reported" in p for p in _prompts(messages)):
             return _answer(info, {"source": HONEST, "notes": "fixed"})
-        first = next(starts)  # implementor-1 cheats, implementor-2 is wrong
-        return _answer(info, {"source": CHEAT if first == 0 else WRONG, "notes": "first try"})
+        # the first answer follows the variant in the prompt, not the order the two calls
+        # arrive in: "with a view of fixed shape" cheats, "in place after addmm" is wrong
+        cheats = any("with a view of fixed shape" in p for p in _prompts(messages))
+        return _answer(info, {"source": CHEAT if cheats else WRONG, "notes": "first try"})
 
     cfg = load_config(None, {"evaluation": FAST_EVAL, "agents": {"model": "test", "max_retries": 0},
                              "search": {"iterations": 1, "implementors": 2}})
@@ -81,9 +81,12 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         loop = SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), policy)
         out = asyncio.run(loop.run())
         views = {v.source: v for v in loop.views()}
-        assert CHEAT in views, [(v.author, v.status, v.report[:200]) for v in views.values()]
-        assert views[CHEAT].status == "invalid" and views[CHEAT].report.startswith("[shapes]")
-        assert views[WRONG].status == "invalid" and views[WRONG].report.startswith("[correctness]")
+        seen = ([(v.author, v.status, v.report[:200]) for v in views.values()],
+                [i.note for i in store.iterations()],
+                [(c.role, c.ok, c.error, round(c.latency_s, 2)) for c in store.agent_calls()])
+        assert CHEAT in views, seen
+        assert views[CHEAT].status == "invalid" and views[CHEAT].report.startswith("[shapes]"), seen
+        assert views[WRONG].status == "invalid" and views[WRONG].report.startswith("[correctness]"), seen
         # The honest fix passes every check. Its timing may be judged unstable when the machine
         # is busy (a suite running beside it): then it is named but not ranked, as designed.
         honest = views[HONEST]
@@ -96,7 +99,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         assert out.best is None or out.best.source in (HONEST, HONEST2)
         # the honest fix both wrote is evaluated once: the second writer is told it restates
         # the first's design and writes another program, evaluated in its turn
-        assert len(store.evaluations()) == 4
+        assert len(store.evaluations()) == 4, seen
         roles = [c.role for c in store.agent_calls()]
         assert roles.count("strategist") == 1 and roles.count("implementor") == 5
         it = store.iterations()[0]
