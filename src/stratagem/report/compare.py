@@ -80,8 +80,7 @@ def load_curve(run_dir: str | Path) -> RunCurve:
         problems = store.problems()
         calls = sorted(store.agent_calls(), key=lambda c: c.created_at)
         designs = {r.id: r for r in store.designs()}
-        views = st.design_views(list(designs.values()), store.evaluations(), store.reviews(),
-                                lambda r: store.get_artifact(r.files["candidate.py"]), store.tags())
+        views = st.stored_views(store, list(designs.values()))
     cfg = run.config if run is not None else {}
     model = str((cfg.get("agents") or {}).get("model") or "-")
     created = {v.id: designs[v.id].created_at for v in views if v.id in designs}

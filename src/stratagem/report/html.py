@@ -72,8 +72,7 @@ def load_run(run_dir: str | Path) -> RunData:
     with RunStore.open(d) as store:
         designs = store.designs()
         evaluations = store.evaluations()
-        views = st.design_views(designs, evaluations, store.reviews(),
-                                lambda r: store.get_artifact(r.files["candidate.py"]), store.tags())
+        views = st.stored_views(store, designs, evaluations)
         problems = store.problems()
         source = store.get_artifact(problems[0].source_hash) if problems else ""
         return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),

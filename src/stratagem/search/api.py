@@ -152,8 +152,7 @@ def show_run(run_dir: str | Path) -> RunSummary:
         problems = store.problems()
         run = store.run()
         evaluations = store.evaluations()
-        views = st.design_views(store.designs(), evaluations, store.reviews(),
-                                lambda d: store.get_artifact(d.files["candidate.py"]), store.tags())
+        views = st.stored_views(store, evaluations=evaluations)
         ref: dict[str, float | None] = {}
         for ev in reversed(evaluations):
             if ev.reference_ms:

@@ -7,11 +7,14 @@ Pure functions over records; the loop reads the store and calls these.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
+
+if TYPE_CHECKING:
+    from stratagem.store.sqlite import RunStore
 
 ERROR_TAIL_CHARS = 4000
 """How much of the end of an error output a policy's feedback carries."""
@@ -93,6 +96,18 @@ def design_views(
             measures=measures_of(ev),
         ))
     return out
+
+
+def stored_views(
+    store: RunStore,
+    designs: Sequence[DesignRecord] | None = None,
+    evaluations: Sequence[EvaluationRecord] | None = None,
+) -> list[DesignView]:
+    """`design_views` of a whole run store (`show`, reports, `compare`); `designs` and
+    `evaluations` when the caller has read them already."""
+    return design_views(store.designs() if designs is None else designs,
+                        store.evaluations() if evaluations is None else evaluations, store.reviews(),
+                        lambda d: store.get_artifact(d.files["candidate.py"]), store.tags())
 
 
 def measures_of(ev: EvaluationRecord) -> Measures:
