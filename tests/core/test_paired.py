@@ -114,3 +114,19 @@ def test_single_program_stability() -> None:
     s = paired.single_stability(jump)
     assert not s.stable and s.reasons
     assert not paired.single_stability(_noisy(16.0, 50, 0.01, rng), reference_expect_ms=0.138).stable
+
+
+def test_too_few_samples_to_judge_are_unstable_not_stable_by_default() -> None:
+    """Drift and clusters need MIN_JUDGED values; a shorter series (a slow call under a small
+    budget, a loaded machine) has no evidence of stability, so it is unstable, with the
+    setting to raise, and retimed with more budget like any unstable timing."""
+    n = paired.MIN_JUDGED
+    few = paired.single_stability([1.0] * (n - 1))
+    assert not few.stable and "too few to judge" in few.reasons[0] and "min_reps" in few.reasons[0]
+    assert paired.single_stability([1.0] * n).stable
+    ratios = [0.5] * (n - 1)
+    r = paired.bootstrap_median(ratios)
+    p = paired.paired_stability(r, ratios, [1.0] * (n - 1), [2.0] * (n - 1))
+    assert not p.stable and any("timing.pairs" in x for x in p.reasons)
+    ratios = [0.5] * n
+    assert paired.paired_stability(paired.bootstrap_median(ratios), ratios, [1.0] * n, [2.0] * n).stable

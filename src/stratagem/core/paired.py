@@ -22,6 +22,9 @@ from typing import Any
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
+MIN_JUDGED = 6
+"""Samples (or pair ratios) below which drift and clusters cannot be judged: such a series
+is unstable for want of evidence, never stable by default."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ def clusters(values: Sequence[float], rules: StabilityRules = StabilityRules()) 
 def drift(values: Sequence[float], limit: float) -> str | None:
     """A description of a level change between the first and the second half, or None."""
     n = len(values)
-    if n < 6:
+    if n < MIN_JUDGED:
         return None
     a, b = statistics.median(values[: n // 2]), statistics.median(values[n // 2:])
     if a <= 0 or b <= 0:
@@ -238,6 +241,8 @@ def paired_stability(
     clusters or drift in one program's raw samples are notes: pairing cancels what both
     programs saw."""
     reasons: list[str] = []
+    if len(ratios) < MIN_JUDGED:
+        reasons.append(_too_few(len(ratios), "pair ratios", "`timing.pairs`"))
     if ratio.rel_halfwidth > rules.ci_max:
         reasons.append(f"ratio spread: the {CONFIDENCE:.0%} interval [{ratio.low:.3g}, {ratio.high:.3g}] "
                        f"is +-{ratio.rel_halfwidth:.0%} of {ratio.ratio:.3g} (limit +-{rules.ci_max:.0%})")
@@ -264,10 +269,18 @@ def paired_stability(
     return Stability(not reasons, tuple(reasons), tuple(notes))
 
 
+def _too_few(n: int, what: str, knob: str) -> str:
+    return (f"too few to judge: {n} {what}, and drift or clusters need at least {MIN_JUDGED} "
+            f"(raise {knob})")
+
+
 def single_stability(samples: Sequence[float], rules: StabilityRules = StabilityRules(),
                      reference_expect_ms: float | None = None) -> Stability:
-    """The verdict of one program timed alone: clusters or drift in its samples."""
+    """The verdict of one program timed alone: clusters or drift in its samples (too few
+    samples to tell is unstable too)."""
     reasons = sample_stability(samples, rules)
+    if len(samples) < MIN_JUDGED:
+        reasons.insert(0, _too_few(len(samples), "timed calls", "`timing.min_reps` or `timing.budget_ms`"))
     if reference_expect_ms:
         med = statistics.median(samples)
         off = max(med, reference_expect_ms) / max(min(med, reference_expect_ms), 1e-12) - 1
