@@ -32,7 +32,10 @@ def test_an_unstable_eager_baseline_is_retimed_and_measured_again_next_time(cpu_
     first = asyncio.run(ev.baseline(problem))
     eager = first.modes["eager"]
     assert [a["budget_ms"] for a in eager["attempts"]] == [40, 80, 160]
-    assert "eager" in first.unstable() and "drift" in first.unstable()["eager"][0]
+    # the drift limit no measurement meets is among the reasons (a loaded machine may add
+    # clusters before it; a last attempt of under MIN_JUDGED calls says it is too few to judge)
+    why = first.unstable().get("eager") or ()
+    assert any("drift" in r or "too few to judge" in r for r in why), why
     again = asyncio.run(ev.baseline(problem))
     assert not again.cached  # an unstable baseline is never served from the cache
 

@@ -143,7 +143,7 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
 def table(cmp: Comparison) -> Table:
     t = Table(title=f"{cmp.curves[0].problem}: best paired speedup vs eager at equal budgets")
     for col in ("run", "policy", "model", "queries", "USD", "best", f"mean best @ {cmp.query_budget} queries",
-                "mean best @ $" + (f"{cmp.usd_budget:.3g}" if cmp.usd_budget else "-")):
+                f"mean best @ ${cmp.usd_budget:.3g}" if cmp.usd_budget else "mean best @ $ (not all priced)"):
         t.add_column(col, justify="right" if col not in ("run", "policy", "model") else "left")
     for c in cmp.curves:
         aq, au = cmp.area(c, "queries"), cmp.area(c, "usd")
