@@ -13,6 +13,7 @@ import ast
 from pydantic_ai.models.test import TestModel
 
 from stratagem.agents.models import ModelPool, RoleModels
+from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
 
 _DROP = frozenset({"get_inputs", "get_init_inputs"})
@@ -34,7 +35,7 @@ class _Rename(ast.NodeTransformer):
 def echo_candidate(problem_source: str) -> str:
     """The reference program as a candidate: `Model` renamed `ModelNew`, input makers dropped."""
     try:
-        tree = ast.parse(problem_source)
+        tree = pysyntax.parse(problem_source)
     except SyntaxError:
         return "class ModelNew:\n    pass\n"
     tree.body = [

@@ -4,7 +4,22 @@ checks and a policy's source rewrites use (standard library only)."""
 from __future__ import annotations
 
 import ast
+import threading
 from collections.abc import Iterator
+from typing import Any
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>", mode: str = "exec") -> Any:
+    """`ast.parse`, one thread at a time. CPython 3.11 keeps the AST constructor's recursion
+    depth in per-interpreter state: when a garbage collection inside one thread's parse runs
+    a finalizer that lets another thread parse, the first fails with `SystemError: AST
+    constructor recursion depth mismatch` (python/cpython#106905). pydantic-ai runs sync
+    output validators and tools in worker threads, so two Implementors' static checks parse
+    at once; every parse in stratagem goes through here."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename, mode=mode)
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -94,7 +109,7 @@ def normal_form(source: str) -> str | None:
     inline CUDA or C++); None when it does not parse. Module-level and attribute names, every
     other string and every operation are kept, so two programs with one form compute the same."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return None
     tree = _Normalize().visit(tree)

@@ -263,7 +263,7 @@ def own_kernel_names(source: str) -> list[str]:
     """Names of the candidate's `__global__` functions and Triton `@jit` kernels (by syntax)."""
     names = set(_GLOBAL_FN.findall(_LAUNCH_BOUNDS.sub(" ", source)))
     try:
-        tree = ast.parse(source)
+        tree = pysyntax.parse(source)
     except SyntaxError:
         return sorted(names)
     for node in ast.walk(tree):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
 from stratagem.errors import ProblemError
 
@@ -59,7 +60,7 @@ def parse_problem(source: str, *, name: str, path: str | None = None) -> Problem
     """Check a problem's source and extract its size constants and settings."""
     where = path or name
     try:
-        tree = ast.parse(source, filename=where)
+        tree = pysyntax.parse(source, filename=where)
     except SyntaxError as e:
         raise ProblemError(f"{where}: syntax error at line {e.lineno}: {e.msg}") from e
     top = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}

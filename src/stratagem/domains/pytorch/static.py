@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import FailureKind, ValidatorResult
 from stratagem.domains.pytorch import integrity_checks as ic
@@ -258,7 +259,7 @@ def run_static_checks(
 ) -> ValidatorResult:
     """The `static_checks` validator: parse the candidate, then run every selected check."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = pysyntax.parse(source, filename=filename)
     except SyntaxError as e:
         return ValidatorResult(
             name="static_checks",
@@ -267,7 +268,7 @@ def run_static_checks(
             reason=f"{filename}: syntax error at line {e.lineno}: {e.msg}",
             details={"line": e.lineno, "text": (e.text or "").rstrip()},
         )
-    ci = CheckInput(filename, source, tree, ast.parse(problem.source))
+    ci = CheckInput(filename, source, tree, pysyntax.parse(problem.source))
     rejects: list[tuple[StaticCheck, Finding]] = []
     warnings: list[dict[str, object]] = []
     for check in checks:
@@ -299,7 +300,7 @@ def check_source_for_agent(source: str, policy: IntegrityPolicy = "lenient") -> 
     compares against `Model`, is skipped); an empty list means every other check passed.
     """
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = pysyntax.parse(source, filename="candidate.py")
     except SyntaxError as e:
         return [f"line {e.lineno}: syntax error: {e.msg}"]
     ci = CheckInput("candidate.py", source, tree, ast.Module(body=[], type_ignores=[]))

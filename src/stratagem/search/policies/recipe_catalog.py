@@ -27,6 +27,7 @@ import textwrap
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
+from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
 from stratagem.search.policies.recipe_sdpa import names_in as _names_in
 from stratagem.search.policies.recipe_sdpa import rewrite_attention
@@ -104,7 +105,7 @@ class Recipe:
 
 
 def _parse(source: str) -> ast.Module:
-    return ast.parse(source)
+    return pysyntax.parse(source)
 
 
 def _used_names(source: str) -> set[str]:
@@ -311,7 +312,7 @@ def render(problem_source: str, recipes: Sequence[Recipe]) -> str:
     cls = _model_new(wrap, ref, recipes)
     parts = [body, *helpers, cls]
     source = "\n\n\n".join(p.strip("\n") for p in parts) + "\n"
-    ast.parse(source)  # a bug here must not reach the harness as a "malformed" candidate
+    pysyntax.parse(source)  # a bug here must not reach the harness as a "malformed" candidate
     return source
 
 

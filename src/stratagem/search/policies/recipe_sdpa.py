@@ -15,6 +15,7 @@ import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from stratagem.core import pysyntax
 from stratagem.core.pysyntax import bound_names
 from stratagem.core.pysyntax import dotted as _dotted
 
@@ -312,10 +313,10 @@ def _leaves_unchanged(m: _Match, here: dict[str, _Def]) -> bool:
 
 
 def _sdpa_call(m: _Match) -> ast.Call:
-    func = ast.parse(_SDPA, mode="eval").body
+    func = pysyntax.parse(_SDPA, mode="eval").body
     kws = [ast.keyword("scale", copy.deepcopy(m.scale))]
     if m.mask is not None:  # masked_fill sets True to -inf; sdpa's boolean mask keeps True
-        keep = ast.Call(ast.parse("torch.logical_not", mode="eval").body, [copy.deepcopy(m.mask)], [])
+        keep = ast.Call(pysyntax.parse("torch.logical_not", mode="eval").body, [copy.deepcopy(m.mask)], [])
         kws.append(ast.keyword("attn_mask", keep))
     if m.dropout_p is not None:
         kws.append(ast.keyword("dropout_p", copy.deepcopy(m.dropout_p)))
