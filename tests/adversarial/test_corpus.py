@@ -64,6 +64,12 @@ GAP_FINGERPRINT = (
     "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
 )
 
+GAP_PREDICTED = (
+    "NEUTRALIZED, not rejected: a cache of inputs it predicts from its own inputs' seed returns "
+    "right answers, and timed seeds are keyed hashes of a secret, so its predictions never hit "
+    "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
+)
+
 CHEATS: dict[str, Cheat] = {
     # -- 5 reference passthrough / 17 reading the reference -------------------------------------
     "ref_import_problem.py": Cheat(LINEAR, STATIC, "reference_access", "5 reference passthrough"),
@@ -114,6 +120,8 @@ CHEATS: dict[str, Cheat] = {
                                  gap=GAP_FINGERPRINT),
     "cache_scaled_input.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, a scale of the last input)",
                                gap=GAP_FINGERPRINT),
+    "cache_predicted_seeds.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, inputs predicted from seeds)",
+                                  gap=GAP_PREDICTED),
     # -- I/O ---------------------------------------------------------------------------------------
     "io_file_cache.py": Cheat(LINEAR, STATIC, "io", "6 output cache in a file"),
     "io_socket.py": Cheat(LINEAR, STATIC, "io", "17 network I/O"),
@@ -308,7 +316,8 @@ def test_readme_lists_every_candidate() -> None:
     assert not missing, f"README.md does not list {missing}"
 
 
-@pytest.mark.parametrize("name", ["cache_self_fingerprint.py", "cache_sampled_values.py", "cache_scaled_input.py"])
+@pytest.mark.parametrize("name", ["cache_self_fingerprint.py", "cache_sampled_values.py", "cache_scaled_input.py",
+                                  "cache_predicted_seeds.py"])
 def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig, name: str, monkeypatch) -> None:
     """Every timed call gets freshly generated inputs (on the CPU too), so no cache keyed on
     values, sampled values or a scale of earlier inputs hits while timed: whatever the static

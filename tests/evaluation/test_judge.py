@@ -86,3 +86,20 @@ def test_the_judge_prepares_each_timed_reference_as_its_record_appears(cpu_confi
     with torch.no_grad():
         expect = p.reference(*runtime.clone_inputs(again))
     assert torch.equal(inputs[0], again[0]) and torch.equal(out, expect)
+
+
+def test_timed_seeds_are_keyed_hashes_no_candidate_can_predict() -> None:
+    """A candidate can read the seed of its inputs (`torch.initial_seed()`); the seeds of other
+    timed calls and of the warm-up sets must not follow from it: no fixed offset relates any
+    two, a different secret gives unrelated seeds, and the judge derives the same ones."""
+    secret = 0x5EC2E7
+    timed = [record.timed_seed(secret, a, c) for a in range(2) for c in range(200)]
+    warm = [record.warm_seed(secret, i) for i in range(3)]
+    seeds = timed + warm
+    assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**record.SEED_BITS for s in seeds)
+    steps = {b - a for a, b in zip(timed, timed[1:], strict=False)}
+    assert len(steps) > 300  # no constant or repeating stride between consecutive calls
+    assert secret not in seeds and all(abs(s - w) > 10**6 for s in timed for w in warm)
+    other = [record.timed_seed(secret + 1, a, c) for a in range(2) for c in range(200)]
+    assert not set(other) & set(timed)
+    assert record.timed_seed(secret, 1, 7) == timed[207]  # deterministic: the judge's inputs match

@@ -14,6 +14,7 @@ judge.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,8 @@ import torch
 
 from stratagem.domains.pytorch.worker import runtime
 
-TIMED_STRIDE = 10_000_019
-"""Seed distance between two timing attempts' fresh inputs (more than any attempt's calls)."""
-TIMED_BASE = 1_000_003
+SEED_BITS = 48
+"""Derived seeds are this wide (valid for every generator `runtime.seed_all` seeds)."""
 _TIMED = re.compile(r"^timed-(\d+)-(\d+)$")
 
 
@@ -44,10 +44,29 @@ def timed_key(attempt: int, call: int) -> str:
     return f"timed-{attempt}-{call}"
 
 
+def derived_seed(timing_seed: int, *path: object) -> int:
+    """A seed for the inputs named by `path`, keyed by the request's secret `timing_seed`
+    (BLAKE2b with it as the key). A candidate can read the seed of the inputs it is called
+    with (`torch.initial_seed()` after `seed_all`), so seeds that followed one another would
+    let it compute the next timed calls' inputs, and their outputs, while untimed: the keyed
+    hash makes every seed independent of the others for anyone without `timing_seed`, which
+    itself seeds no input."""
+    key = (timing_seed % 2**64).to_bytes(8, "little")
+    msg = ":".join(str(x) for x in path).encode()
+    digest = hashlib.blake2b(msg, key=key, digest_size=8).digest()
+    return int.from_bytes(digest, "little") % 2**SEED_BITS
+
+
 def timed_seed(timing_seed: int, attempt: int, call: int) -> int:
     """The seed of timed call `call` of timing attempt `attempt` (0-based): every call of
-    every attempt, re-timings included, gets inputs of its own."""
-    return timing_seed + TIMED_BASE + attempt * TIMED_STRIDE + call
+    every attempt, re-timings included, gets inputs of its own, unpredictable from any other's."""
+    return derived_seed(timing_seed, "timed", attempt, call)
+
+
+def warm_seed(timing_seed: int, index: int) -> int:
+    """The seed of warm-up input set `index` (also the inputs of the call that compiles a
+    candidate again before timing)."""
+    return derived_seed(timing_seed, "warm", index)
 
 
 def parse_timed(key: str) -> tuple[int, int] | None:

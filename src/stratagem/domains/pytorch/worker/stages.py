@@ -314,13 +314,13 @@ class Worker:
 
     def _timing_inputs(self, p: Programs) -> list[list[Any]]:
         seed = int(self.req["timing_seed"])
-        first = self._inputs(p, seed)
+        first = self._inputs(p, record.warm_seed(seed, 0))
         want = int(self.req["timing"]["input_sets"])
         nbytes = runtime.inputs_nbytes(first)
         if self.device.startswith("cuda") and nbytes > 0:
             free, _ = torch.cuda.mem_get_info()
             want = max(1, min(want, int(0.25 * free // nbytes)))
-        return [first] + [self._inputs(p, seed + i) for i in range(1, want)]
+        return [first] + [self._inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
 
     def _call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
         try:

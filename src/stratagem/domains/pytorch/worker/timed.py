@@ -48,7 +48,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
     if w.compiled_state_reset:  # compile again, outside the exclusive lock
         try:
             with w.compiling(), torch.no_grad():
-                w._call_candidate(model, w._inputs(p, int(w.req["timing_seed"])))
+                w._call_candidate(model, w._inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0)))
         except StageFailure as e:
             raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
         runtime.free_memory()
