@@ -148,6 +148,10 @@ class EvaluationConfig(BaseModel):
     """`deny` runs workers in a private network namespace where the OS allows it."""
     memory_limit_gb: float | None = Field(default=None, gt=0)
     """Address-space limit for CPU workers (not applied on GPUs, whose drivers map huge ranges)."""
+    gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    """Cap on the GPU memory each worker and its judge may allocate (torch's per-process
+    memory fraction of the device), for GPUs shared with other work; None: the whole device.
+    A problem that cannot fit under it is reported up front, with the numbers."""
     cpu_slots: int = Field(default=1, ge=1)
     """Concurrent workers when evaluating on the CPU."""
     workers_per_gpu: int = Field(default=2, ge=1)

@@ -132,6 +132,10 @@ class ToyDomain:
     def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
         return None
 
+    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None) -> EvalRequest:
@@ -149,7 +153,8 @@ class ToyDomain:
     def new_seed(self) -> int:
         return secrets.randbits(32)
 
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float:
+    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
+                  reference_ms: float | None = None) -> float:
         return override or 120.0
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:

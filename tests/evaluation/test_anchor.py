@@ -106,11 +106,23 @@ def test_end_to_end_calibrated_mode_passes_a_reordering_and_fails_a_sloppy_sum(c
     assert (f.name, f.kind) == ("correctness", "wrong_output") and "float64 reference" in (f.reason or "")
 
 
-def test_fixed_mode_reports_the_anchor_errors_too(cpu_config) -> None:
-    ev = _evaluate(cpu_config.model_copy(update={"correctness_trials": 2}), "reordered.py")
+def test_fixed_mode_anchors_only_where_it_is_cheap_or_a_trial_fails(cpu_config, monkeypatch) -> None:
+    """The fixed rule decides without the anchor: it reports the first trial's errors against
+    float64 while that is cheap, anchors a failing trial to say how far each is, and says in
+    the verdict which trials were anchored."""
+    cfg = cpu_config.model_copy(update={"correctness_trials": 3})
+    ev = _evaluate(cfg, "reordered.py")
     c = ev.verdict.result("correctness")
     assert c is not None and c.details["mode"] == "fixed"
-    assert all(t["anchor"][0]["reference"] > 0 for t in c.details["trials"])
+    first, *rest = c.details["trials"]
+    assert first["anchor"][0]["reference"] > 0 and not any("anchor" in t for t in rest)
+    assert c.details["anchored"]["trials"] == [first["seed"]] and "first trial" in c.details["anchored"]["rule"]
+    bad = _evaluate(cfg, "sloppy.py", "exact_problem.py")
+    f = bad.verdict.result("correctness")
+    assert f is not None and f.outcome == "failed"
+    [failed] = f.details["trials"]
+    assert failed["anchor"][0]["candidate"] > failed["anchor"][0]["reference"]
+    assert f.details["anchored"]["trials"] == [failed["seed"]]
 
 
 def test_a_failing_compile_baseline_is_flagged_in_eval_json(capsys, tmp_path) -> None:

@@ -51,3 +51,29 @@ def test_calibrate_command_writes_the_peaks(capsys, _isolated_cache) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "valid" and out["peaks"]["matmul_tflops"]["float32"] > 0
     assert Path(out["path"]).is_file() and Path(out["path"]).is_relative_to(_isolated_cache)
+
+
+def test_peaks_an_honest_reference_outruns_are_raised_to_what_it_did() -> None:
+    """On an H200 an eager ReLU over 6.4 GB moved 4.2 TB/s, above the calibrated copy: the
+    reference is honest, so the bound it beats is raised to its own rate (and kept), never
+    recalibrated at every evaluation; only the rate that bounds the floor moves."""
+    from stratagem.core.verdict import ValidatorResult
+    from stratagem.domains.pytorch.domain import demonstrated_peaks, reference_beats_floor
+
+    peaks = {"bandwidth_gbps": 3900.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0}}
+    timing = ValidatorResult("timing", "passed", details={"reference": {"median_ms": 3.04}})
+    memory = ValidatorResult("roofline", "passed", details={
+        "checked": True, "floor_ms": 3.30, "memory_ms": 3.30, "compute_ms": 0.0, "bound": "memory",
+        "memory_floor": "main memory", "bandwidth_gbps": 3900.0, "rate_mode": "float32"})
+    assert reference_beats_floor({"timing": timing}, memory) is not None
+    raised = demonstrated_peaks({"timing": timing}, memory, peaks)
+    assert raised is not None and abs(raised["bandwidth_gbps"] - 3900.0 * 3.30 / 3.04) < 1e-6
+    assert raised["matmul_tflops"] == peaks["matmul_tflops"] and "eager reference" in raised["raised"][0]
+    compute = ValidatorResult("roofline", "passed", details={
+        "checked": True, "floor_ms": 4.0, "memory_ms": 1.0, "compute_ms": 4.0, "bound": "compute",
+        "memory_floor": "main memory", "bandwidth_gbps": 3900.0, "rate_mode": "tf32"})
+    raised = demonstrated_peaks({"timing": timing}, compute, peaks)
+    assert raised is not None and raised["bandwidth_gbps"] == 3900.0
+    assert abs(raised["matmul_tflops"]["tf32"] - 400.0 * 4.0 / 3.04) < 1e-6
+    cache = ValidatorResult("roofline", "passed", details={**memory.details, "memory_floor": "cache"})
+    assert demonstrated_peaks({"timing": timing}, cache, peaks) is None  # the CPU's cache floor: not raised

@@ -32,7 +32,9 @@ def test_an_honest_evaluation_is_confirmed_call_by_call(cpu_config) -> None:
     timed = [k for k in judged["checked"] if record.parse_timed(k)]
     assert timed and sorted(timed) == sorted(ev.verdict.result("timing").details["timed_outputs_checked"])  # type: ignore[union-attr]
     assert 0 < judged["work_s"] <= judged["wall_s"]
-    assert 0 <= judged["records_load_s"] <= judged["judging_s"] <= judged["after_worker_s"]  # its own account
+    # its own account: records are checked as they arrive, the rest after the worker's end
+    assert 0 <= judged["judging_s"] <= judged["after_worker_s"]
+    assert 0 <= judged["records_load_s"] <= judged["judging_s"] + judged["before_worker_end_s"]
 
 
 def test_every_timed_call_of_every_attempt_has_inputs_of_its_own() -> None:
@@ -56,14 +58,9 @@ def test_inputs_drawn_from_numpy_or_random_are_the_same_in_the_judge(cpu_config)
     assert ev.verdict.result("correctness").details["judge"]["checked"]  # type: ignore[union-attr]
 
 
-def test_the_judge_prepares_each_timed_reference_as_its_record_appears(cpu_config, tmp_path) -> None:
-    """While the worker finishes, the judge computes the reference's output for every timed
-    call whose record has appeared (its inputs made from the call's seed), reading only the
-    record's name; after the go file it compares against exactly what it would compute then."""
-    import torch
-
+def _judging(cpu_config, tmp_path):
     from stratagem.domains.pytorch import domain
-    from stratagem.domains.pytorch.worker import judge, runtime
+    from stratagem.domains.pytorch.worker import judge
     from stratagem.domains.pytorch.worker.stages import Worker, prepare_device
 
     problem = load_problem(PAIRED / "problem.py")
@@ -73,19 +70,95 @@ def test_the_judge_prepares_each_timed_reference_as_its_record_appears(cpu_confi
     w.stage_load()
     rec = tmp_path / "record"
     rec.mkdir()
-    done: dict = {}
-    judge._precompute_timed(w, rec, done)
-    assert done == {}  # nothing recorded yet
-    (rec / f"{record.timed_key(1, 7)}.pt").write_bytes(b"not read before the go file")
-    (rec / "trial-5.pt").write_bytes(b"")
-    judge._precompute_timed(w, rec, done)
-    assert list(done) == [record.timed_key(1, 7)]  # timed calls only
-    inputs, out = done[record.timed_key(1, 7)]
+    return w, rec, judge.Judging(w, rec, [])
+
+
+def test_the_judge_checks_sampled_file_records_as_they_arrive(cpu_config, tmp_path) -> None:
+    """While the worker runs, the judge compares each sampled record as it appears (a wrong
+    one becomes a finding), leaves the trials it did not draw unread, and never reads a file
+    still being written (the worker writes to a temporary name and renames)."""
+    import torch
+
+    from stratagem.domains.pytorch.worker import runtime
+
+    w, rec, j = _judging(cpu_config, tmp_path)
     p = w._programs(need_candidate=False)
-    again = w._inputs(p, record.timed_seed(int(req["timing_seed"]), 1, 7))
+    j.poll()
+    assert j.checked == {}  # nothing recorded yet
+    key = record.timed_key(1, 7)
+    inputs = w._inputs(p, record.timed_seed(int(w.req["timing_seed"]), 1, 7))
     with torch.no_grad():
-        expect = p.reference(*runtime.clone_inputs(again))
-    assert torch.equal(inputs[0], again[0]) and torch.equal(out, expect)
+        right = p.reference(*runtime.clone_inputs(inputs))
+    (rec / f"{key}.pt.tmp").write_bytes(b"half a file")  # still being written: not read
+    j.poll()
+    assert key not in j.checked
+    recorder = record.Recorder(rec)
+    recorder.save(key, right)
+    unsampled = next(s for s in j.seeds if record.trial_key(s) != j.sampled_trial)
+    recorder.save(record.trial_key(unsampled), right)  # another call's output: wrong, but not drawn
+    recorder.save(record.timed_key(0, 3), right + 1)  # wrong
+    j.poll()
+    assert j.checked == {key: "file", record.timed_key(0, 3): "file"}
+    [finding] = j.findings
+    assert finding.stage == "timing" and "timed call 3 (attempt 0)" in finding.reason
+
+
+def test_an_ipc_record_is_answered_and_one_the_judge_cannot_read_falls_back_to_a_file(
+        cpu_config, tmp_path, monkeypatch) -> None:
+    """The worker's side of the CUDA IPC hand-off, with the transport faked on the CPU: the
+    worker waits for the judge's answer; an answer that says the record was unreadable, or
+    none within the limit, makes this and every later record a file, with the reason kept."""
+    import threading
+
+    import torch
+
+    from stratagem.domains.pytorch.worker import ipc
+
+    rec = tmp_path / "record"
+    monkeypatch.setattr(ipc, "export", lambda out: ({"value": "fake"}, [out]))
+    monkeypatch.setattr(record.runtime, "synchronize", lambda _device: None)
+    answers = iter(["received", "unreadable: CUDA IPC open failed"])
+
+    def judge_side() -> None:
+        for _ in range(2):
+            while not (waiting := record.ipc_keys(rec)):
+                threading.Event().wait(0.005)
+            record.answer_ipc(rec, waiting[0], next(answers))
+            (rec / f"{waiting[0]}{record.IPC_SUFFIX}").unlink()
+
+    t = threading.Thread(target=judge_side, daemon=True)
+    t.start()
+    r = record.Recorder(rec, "cuda:0")
+    r.save("trial-1", torch.ones(3))
+    r.save("trial-2", torch.ones(3))
+    r.save("trial-3", torch.ones(3))
+    t.join(5)
+    assert r.transports == {"trial-1": "ipc", "trial-2": "file", "trial-3": "file"}
+    assert "could not read" in (r.ipc_off or "")
+    assert record.keys(rec) == ["trial-2", "trial-3"]
+    monkeypatch.setattr(record, "ANSWER_TIMEOUT_S", 0.05)
+    silent = record.Recorder(tmp_path / "silent", "cuda:0")
+    silent.save("trial-1", torch.ones(3))
+    assert silent.transports == {"trial-1": "file"} and "did not answer" in (silent.ipc_off or "")
+    assert not record.ipc_keys(tmp_path / "silent")  # withdrawn: the judge reads the file
+
+
+def test_a_forged_ipc_description_is_refused_before_any_mapping() -> None:
+    """The judge builds a tensor on an IPC handle only after checking the description: an
+    unknown dtype, a tensor reaching past its storage or a malformed container is an error
+    (the judge then refuses the record), never a read out of bounds or code run."""
+    import pytest
+
+    from stratagem.domains.pytorch.worker import ipc
+
+    good = {"dtype": "float32", "shape": [4], "stride": [1], "offset": 0, "device": 0, "handle": "", "size_bytes": 16,
+            "offset_bytes": 0, "ref_counter": "", "ref_counter_offset": 0, "event": "", "event_sync": False}
+    for bad in ({"tensor": {**good, "dtype": "object"}}, {"tensor": {**good, "shape": [5]}},
+                {"tensor": {**good, "offset": 1}}, {"tensor": {**good, "stride": [-1]}},
+                {"list": "x"}, {"tensor": good, "list": []}, {"pickle": "..."}):
+        with pytest.raises(ValueError, match="malformed"):
+            ipc.open_output(bad, "cpu")
+    assert ipc.open_output({"tuple": [{"value": 3}, {"empty": {"shape": [0, 2], "dtype": "int64"}}]}, "cpu")[0] == 3
 
 
 def test_timed_seeds_are_keyed_hashes_no_candidate_can_predict() -> None:

@@ -67,6 +67,12 @@ class Domain(Protocol):
         """Why a peaks-based verdict proves the peaks wrong (the reference beats it), or None."""
         ...
 
+    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The peaks raised to what the reference (honest by definition) was measured doing,
+        when a calibration still puts it under the floor; None when they cannot be."""
+        ...
+
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None) -> EvalRequest:
@@ -81,7 +87,11 @@ class Domain(Protocol):
 
     def new_seed(self) -> int: ...
 
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float: ...
+    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
+                  reference_ms: float | None = None) -> float:
+        """The run limit: the user's when set, else a default that fits the problem (from the
+        eager reference's time, when known)."""
+        ...
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         """The reference modes a run measures (PyTorch: eager, compile, max-autotune)."""

@@ -197,13 +197,15 @@ def _death(sr: SandboxResult, problem: str | None, timeout_s: float) -> tuple[Fa
     if sr.timed_out:
         if sr.limit_hit == "compile":
             return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (imports, "
-                               "builds and the first calls that compile; compile_timeout_s)")
+                               "builds and the first calls that compile; raise it with [evaluation] "
+                               "compile_timeout_s)")
         if sr.limit_hit == "lock_wait":
             return "harness_error", ("the worker was killed after waiting lock_wait_timeout_s for its "
                                      "device's lock (other workers held it: not the candidate's fault)")
         if sr.limit_hit == "run":
             return "timeout", (f"the worker was killed at the {timeout_s:g} s run limit (timeout_s; "
-                               "compiles and lock waits not counted)")
+                               "compiles and lock waits not counted; raise it with --timeout S, "
+                               "[evaluation] timeout_s or the problem's STRATAGEM = {'timeout_s': S})")
         return "timeout", f"the worker was killed after the {timeout_s:g} s timeout"
     if sr.signal_name in _CRASH_SIGNALS:
         return "crash", f"the worker died with {sr.signal_name}"

@@ -146,6 +146,31 @@ def reference_beats_floor(earlier: Mapping[str, ValidatorResult], roofline: Vali
     return None
 
 
+def demonstrated_peaks(earlier: Mapping[str, ValidatorResult], roofline: ValidatorResult,
+                       peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`peaks` with the rate that bounds the floor raised to what the eager reference was
+    measured doing (bytes or FLOPs over its median): an honest program proved the device that
+    fast, where a copy or a matmul calibrated lower (an elementwise kernel over 6.4 GB ran at
+    4.2 TB/s on an H200 whose calibrated copy did less). None when nothing can be raised."""
+    timing = earlier.get("timing")
+    ref_ms = ((timing.details.get("reference") or {}) if timing is not None else {}).get("median_ms")
+    d = roofline.details
+    if not isinstance(ref_ms, int | float) or ref_ms <= 0:
+        return None
+    out = {**peaks, "matmul_tflops": dict(peaks.get("matmul_tflops") or {})}
+    if d.get("bound") == "memory" and d.get("memory_floor") == "main memory" and d.get("memory_ms"):
+        out["bandwidth_gbps"] = float(d["bandwidth_gbps"]) * float(d["memory_ms"]) / float(ref_ms)
+        what = f"bandwidth {out['bandwidth_gbps']:.0f} GB/s"
+    elif d.get("bound") == "compute" and d.get("rate_mode") and d.get("compute_ms"):
+        mode = str(d["rate_mode"])
+        out["matmul_tflops"][mode] = float(out["matmul_tflops"][mode]) * float(d["compute_ms"]) / float(ref_ms)
+        what = f"{mode} matmul rate {out['matmul_tflops'][mode]:.1f} TFLOP/s"
+    else:
+        return None
+    out["raised"] = [*list(peaks.get("raised") or []), f"{what}: what an eager reference was measured doing"]
+    return out
+
+
 def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
     """The relative error the calibrated rule admitted in these correctness details (the
     largest limit over the anchor's magnitude), as a tolerance the roofline can read."""
@@ -173,10 +198,38 @@ def correctness_trials(problem: Problem, cfg: EvaluationConfig) -> int:
     return int(problem.settings.get("correctness_trials", cfg.correctness_trials))
 
 
-def timeout_s(problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float:
+SLOW_FACTOR = 10.0
+"""The default run limit lets every call of an evaluation take this many times the eager
+reference's own time (a candidate that much slower than eager, and the harness's work around
+each call), so no honest design times out because its problem is big."""
+
+
+def harness_calls(problem: Problem, cfg: EvaluationConfig) -> int:
+    """Calls of reference-sized work one evaluation makes at most, both programs counted: the
+    correctness trials (each with its float64 anchor in the worst case), the randomised and
+    off-distribution trials, integrity and shapes, and timing with its warm-ups, estimates
+    and every re-timing at its doubled pair count."""
+    trials = correctness_trials(problem, cfg)
+    t = cfg.timing
+    attempts = t.max_retimes + 1
+    timed_per_side = sum(max(t.min_reps, min(t.pairs, 8) * 2 ** a) for a in range(attempts))
+    warm_per_side = attempts * (3 + 5)
+    return 3 * trials + 6 + 5 + 8 + 2 * (timed_per_side + warm_per_side)
+
+
+def timeout_s(problem: Problem, cfg: EvaluationConfig, override: float | None = None,
+              reference_ms: float | None = None) -> float:
+    """The run limit of one evaluation: the user's (`--timeout`, the problem's `timeout_s`,
+    or `[evaluation] timeout_s` when set) as given; otherwise the default, raised to fit the
+    problem when the eager reference's time is known (`harness_calls` x its time x
+    SLOW_FACTOR)."""
     if override is not None:
         return override
-    return float(problem.settings.get("timeout_s", cfg.timeout_s))
+    if "timeout_s" in problem.settings:
+        return float(problem.settings["timeout_s"])
+    if "timeout_s" in cfg.model_fields_set or not reference_ms or reference_ms <= 0:
+        return cfg.timeout_s
+    return max(cfg.timeout_s, harness_calls(problem, cfg) * reference_ms / 1000.0 * SLOW_FACTOR)
 
 
 def new_seed() -> int:
@@ -207,6 +260,7 @@ def build_request(
         shape_variants=shape_variants(problem),
         shape_seed=new_seed(),
         own_kernels=own_kernel_names(design.source) if design is not None else [],
+        gpu_memory_fraction=cfg.gpu_memory_fraction,
     )
     return EvalRequest(
         request_id=uuid.uuid4().hex,
@@ -247,6 +301,8 @@ class Payload(BaseModel):
     reference_expect_ms: float | None = None
     """The eager reference's median in this invocation's own baseline, for the stability
     verdict's reference-drift check (None: no check)."""
+    gpu_memory_fraction: float | None = None
+    """The per-process cap on GPU memory (`[evaluation] gpu_memory_fraction`)."""
 
 
 def with_reference_expectation(req: EvalRequest, ms: float | None) -> EvalRequest:
@@ -391,6 +447,10 @@ class PyTorchDomain:
     def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
         return reference_beats_floor(earlier, result)
 
+    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+        return demonstrated_peaks(earlier, result, peaks)
+
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None) -> EvalRequest:
@@ -405,8 +465,9 @@ class PyTorchDomain:
     def new_seed(self) -> int:
         return new_seed()
 
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float:
-        return timeout_s(problem, cfg, override)
+    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
+                  reference_ms: float | None = None) -> float:
+        return timeout_s(problem, cfg, override, reference_ms)
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         return default_baselines(cfg, on_gpu)

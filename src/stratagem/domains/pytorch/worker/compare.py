@@ -15,6 +15,10 @@ from typing import Any
 
 import torch
 
+REL_FLOOR = 1e-3
+"""Relative errors are reported against max(|expected|, REL_FLOOR x the output's largest
+finite magnitude): an element near zero counts at the output's scale, so one tiny expected
+value cannot make the reported relative error 1e35 (the tolerance test itself is unchanged)."""
 CHUNK_ELEMENTS = 1 << 26
 """Elements compared at a time, bounding the temporaries (~0.25 GiB each in float32)."""
 CPU_QUICK_CHUNK = 1 << 18
@@ -109,6 +113,7 @@ def _compare_tensor(
     quick = _all_within(flat_r, flat_c, atol, rtol, work, n)
     if quick is not None:
         return quick
+    floor = rel_floor(flat_r, work)
     zero = torch.zeros((), dtype=torch.float64, device=ref.device)
     mism = nan_mism = inf_mism = torch.zeros((), dtype=torch.int64, device=ref.device)
     max_abs, max_rel = zero.clone(), zero.clone()
@@ -124,7 +129,7 @@ def _compare_tensor(
         bad = diff > (atol + rtol * r.abs())
         mism = mism + bad.sum()
         max_abs = torch.maximum(max_abs, diff.max().to(torch.float64))
-        rel = torch.where(diff == 0, 0.0, diff / r.abs().clamp_min(torch.finfo(work).tiny))
+        rel = torch.where(diff == 0, 0.0, diff / r.abs().clamp_min(floor))
         max_rel = torch.maximum(max_rel, rel.max().to(torch.float64))
         if first_bad is None and n > CHUNK_ELEMENTS and bool(bad.any()):
             first_bad = lo + int(bad.nonzero()[0].item())
@@ -177,7 +182,7 @@ def _all_within(flat_r: torch.Tensor, flat_c: torch.Tensor, atol: float, rtol: f
     infinity anywhere fails `diff <= limit`, so those, and every mismatch, go to the full
     count). Returns the passing comparison, or None when the full count must decide."""
     max_abs = max_rel = 0.0
-    tiny = torch.finfo(work).tiny
+    floor = rel_floor(flat_r, work)
     unbounded = math.isinf(atol) or math.isinf(rtol)  # structure only: any finite difference
     chunk = CPU_QUICK_CHUNK if flat_r.device.type == "cpu" else CHUNK_ELEMENTS
     for lo in range(0, n, chunk):
@@ -189,8 +194,20 @@ def _all_within(flat_r: torch.Tensor, flat_c: torch.Tensor, atol: float, rtol: f
         if not within:
             return None
         max_abs = max(max_abs, float(diff.max()))
-        max_rel = max(max_rel, float(diff.div_(mag.clamp_min_(tiny)).max()))
+        max_rel = max(max_rel, float(diff.div_(mag.clamp_min_(floor)).max()))
     return Comparison(True, checked=n, max_abs_err=max_abs, max_rel_err=max_rel)
+
+
+def rel_floor(flat: torch.Tensor, work: torch.dtype) -> float:
+    """The smallest denominator of a reported relative error: REL_FLOOR x the largest finite
+    magnitude of `flat` (chunked), and never under the dtype's smallest normal number."""
+    tiny = torch.finfo(work).tiny
+    chunk = CPU_QUICK_CHUNK * 16 if flat.device.type == "cpu" else CHUNK_ELEMENTS
+    top = torch.zeros((), dtype=work, device=flat.device)
+    for lo in range(0, flat.numel(), chunk):
+        a = flat[lo : lo + chunk].to(work).abs()
+        top = torch.maximum(top, torch.where(torch.isfinite(a), a, 0.0).max())
+    return max(tiny, REL_FLOOR * float(top))
 
 
 def _unravel(index: int, shape: tuple[int, ...]) -> list[int]:

@@ -3,26 +3,30 @@
 The worker runs the candidate, so anything it reports can be forged by code that reaches its
 frames (it can write a response in which every stage passed and exit). The judge is a
 separate sandboxed process, started beside the worker from the parent's copy of the request.
-It loads only the problem and, while the worker runs, draws its sample in secret and runs the
-reference on those calls' inputs (made from the request's seeds). When the worker has ended
-(its strays killed) and said every stage passed, the parent hands the judge the worker's
-response and a fresh nonce (the `go` file); the judge then reads the outputs the worker
-recorded (record.py) and compares them by the same rule and code as the worker:
+It loads only the problem, and checks the candidate outputs the worker records (record.py)
+against the reference, which it runs itself on the same inputs, made from the request's
+seeds on the device, by the same rule and code as the worker:
 
-- every correctness trial must have a record; one of them, drawn at random by the judge, is
-  compared (the trials come from one distribution; the worker compared them all);
-- the randomised-parameters trial (`params-SEED`), unless the reference has no floating state
-  (checked here) or the worker says the candidate's state does not map onto the reference's
-  (a claim the judge cannot check: the answer notes it);
-- the off-distribution trial (`offdist-SEED`), unless the problem opts out or the reference is
-  not finite there (checked here);
-- every timed call drawn for checking (`timed-ATTEMPT-CALL`): the worker only records these,
-  the judge alone compares them.
+- a record that travels by CUDA IPC (on a GPU) is checked as it arrives, in place on the
+  device, while the worker waits: every one of them (each correctness trial, the
+  randomised-parameters trial, the off-distribution trial, every timed call recorded);
+- a record written as a file (the CPU, or an output IPC cannot carry) is checked when it is
+  one of the judge's secret sample: one correctness trial drawn at random (the trials come
+  from one distribution; the worker compared them all), the randomised-parameters and
+  off-distribution trials, and every timed call (the worker only records these).
 
-A missing or unreadable record fails its stage as tampering: the worker claimed a check it
-did not make. The answer carries the nonce, so an answer provoked by a `go` file the
-candidate wrote itself is refused by the parent. What stays in the candidate's process: the
-integrity and shapes stages' comparisons and the timing samples.
+The verdict waits for the worker's end: when the worker has ended (its strays killed) and
+said every stage passed, the parent hands the judge the worker's response and a fresh nonce
+(the `go` file), and the judge answers with its findings for the stages the worker claims:
+every correctness trial must have a record, the randomised-parameters trial unless the
+reference has no floating state (checked here) or the worker says the candidate's state does
+not map onto the reference's (a claim the judge cannot check: the answer notes it), the
+off-distribution trial unless the problem opts out or the reference is not finite there
+(checked here), and at least one timed call. A missing or unreadable record fails its stage
+as tampering: the worker claimed a check it did not make. The answer carries the nonce, so an
+answer provoked by a `go` file the candidate wrote itself is refused by the parent. What
+stays in the candidate's process: the integrity and shapes stages' comparisons and the
+timing samples.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +44,9 @@ from stratagem.domains.pytorch.worker import params, record, runtime
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 from stratagem.domains.pytorch.worker.stages import Emit, Worker, prepare_device
 
-MAX_RECORD_BYTES = 1 << 32
-"""The largest recorded output the judge reads (4 GiB)."""
-GO_POLL_S = 0.02
+MAX_RECORD_BYTES = 1 << 34
+"""The largest recorded output file the judge reads (16 GiB)."""
+GO_POLL_S = 0.005
 
 
 class Finding(Exception):
@@ -52,71 +55,235 @@ class Finding(Exception):
         self.stage, self.kind, self.reason = stage, kind, reason
 
 
-@dataclass
-class Planned:
-    """One sampled call: its record's name, its inputs and the reference's output (on the CPU
-    while the worker runs)."""
+def _stage_of(key: str) -> str:
+    return "timing" if record.parse_timed(key) is not None else "correctness"
 
-    key: str
-    what: str
-    inputs: list[Any]
-    ref_out: Any
-    model: torch.nn.Module | None = None
-    """The randomised reference (the params trial); None: the problem's own."""
+
+class Judging:
+    """The judge's state: which calls it samples, what it has checked, what it found."""
+
+    def __init__(self, w: Worker, record_dir: Path, notes: list[str]) -> None:
+        self.w, self.dir, self.notes = w, record_dir, notes
+        self.seeds = [int(s) for s in w.req["seeds"]]
+        self.sampled_trial = record.trial_key(secrets.SystemRandom().choice(self.seeds))
+        self.params_key = record.params_key(self.seeds[0] + 7)
+        self.offdist_key = record.offdist_key(self.seeds[0] + 11)
+        self.scale = params.off_scale(w.req.get("off_distribution", True))
+        self.checked: dict[str, str] = {}
+        """key -> how its record came (`ipc` or `file`)."""
+        self.findings: list[Finding] = []
+        self.refused: set[str] = set()
+        """IPC records the judge could not read (the worker writes them as files instead)."""
+        self._visible: float | None = None
+        self.work_s = 0.0
+        self.load_s = 0.0
+
+    # -- what the judge expects --------------------------------------------------------
+
+    def known(self, key: str) -> bool:
+        return (key in {record.trial_key(s) for s in self.seeds} or key in (self.params_key, self.offdist_key)
+                or record.parse_timed(key) is not None)
+
+    def sampled(self, key: str) -> bool:
+        """Checked when it comes as a file: the drawn trial, the two randomised trials, every
+        timed call."""
+        return key in (self.sampled_trial, self.params_key, self.offdist_key) or record.parse_timed(key) is not None
+
+    # -- checking ----------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Check what has arrived: every IPC record (then answer it), and the sampled file
+        records (under the shared lock: the worker does not wait for these)."""
+        t0 = time.perf_counter()
+        try:
+            for key in record.ipc_keys(self.dir):
+                if key in self.checked or key in self.refused or not self.known(key):
+                    continue
+                with self.w.phase("run"):
+                    self._check_ipc(key)
+            pending = [k for k in record.keys(self.dir) if k not in self.checked and self.known(k) and self.sampled(k)]
+            if pending:
+                with self.w.phase("run"), self.w.hold("shared"):
+                    for key in pending:
+                        self._check_file(key)
+        finally:
+            self.work_s += time.perf_counter() - t0
+
+    def _check_ipc(self, key: str) -> None:
+        try:
+            out = record.read_ipc(self.dir, key, self.w.device)
+        except ValueError as e:
+            self.refused.add(key)
+            record.answer_ipc(self.dir, key, f"unreadable: {e}")
+            return
+        try:
+            with torch.no_grad():
+                self.check(key, out, "ipc")
+            del out
+            runtime.synchronize(self.w.device)  # done with the worker's memory before answering
+        finally:
+            record.answer_ipc(self.dir, key, "received")
+
+    def _check_file(self, key: str) -> None:
+        t = time.perf_counter()
+        try:
+            out = record.load(self.dir, key, self.w.device, MAX_RECORD_BYTES)
+        except (FileNotFoundError, ValueError) as e:
+            self.findings.append(Finding(_stage_of(key), "rejected", f"harness_tampering: {e}"))
+            self.checked[key] = "file"
+            return
+        finally:
+            self.load_s += time.perf_counter() - t
+        with torch.no_grad():
+            self.check(key, out, "file")
+
+    def check(self, key: str, cand: Any, how: str) -> None:
+        """Compare the candidate's output of call `key` with the reference's on the same
+        inputs; a disagreement is kept as a finding."""
+        w = self.w
+        p = w._programs(need_candidate=False)
+        timed = record.parse_timed(key)
+        self.checked[key] = how
+        try:
+            if timed is not None:
+                inputs = w._inputs(p, record.timed_seed(int(w.req["timing_seed"]), *timed))
+                ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+                cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
+                what = (f"timed_outputs: the output of timed call {timed[1]} (attempt {timed[0]}) differs from the "
+                        "reference on the same inputs (honest only outside timing?)")
+            elif key == self.params_key:
+                ref, _state, why = params.randomised_reference(p.reference, self.seeds[0] + 7)
+                if ref is None:
+                    self.notes.append(f"randomised parameters: {why}")
+                    return
+                inputs = w._inputs(p, self.seeds[0] + 7)
+                ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
+                cmp = params.judge_randomised(w, ref, ref_out, cand, inputs)
+                what = "judge: with randomised parameters"
+            elif key == self.offdist_key:
+                if self.scale is None:
+                    return
+                inputs = params.off_distribution_inputs(w, self.seeds[0] + 11, self.scale)
+                ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+                cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, self.visible())
+                what = f"judge: with inputs off get_inputs()'s distribution (scaled by {self.scale:g})"
+            else:
+                seed = int(key.removeprefix("trial-"))
+                inputs = w._inputs(p, seed)
+                ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+                cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
+                what = f"judge: trial seed {seed}"
+        except StageFailure as e:  # the reference failed here: not the candidate's doing
+            self.findings.append(Finding("correctness", "problem_error", f"judge: {e.reason}"))
+            return
+        if not cmp.ok:
+            self.findings.append(Finding(_stage_of(key), cmp.kind or "wrong_output", f"{what}: {cmp.reason} (checked "
+                                         "by the judge, a process that never ran the candidate, against the output "
+                                         "the worker recorded)"))
+
+    def visible(self) -> float:
+        """The reference output's magnitude on the first trial's inputs (the off-distribution
+        tolerance's scale)."""
+        if self._visible is None:
+            p = self.w._programs(need_candidate=False)
+            out = self.w._call_reference(p.reference, self.w._inputs(p, self.seeds[0]))
+            self._visible = params.output_magnitude(out)
+        return self._visible
+
+    # -- after the worker --------------------------------------------------------------
+
+    def require(self, key: str, stage: str) -> None:
+        """`key` must have been recorded and, when sampled, checked."""
+        if key in self.checked:
+            return
+        if key in record.keys(self.dir):
+            if self.sampled(key):
+                with self.w.hold("shared"):
+                    self._check_file(key)
+            return
+        raise Finding(stage, "rejected", f"harness_tampering: the worker reported {stage} passed but recorded no "
+                      f"output for {key}: its response was not the harness's")
+
+    def correctness(self, claim: Mapping[str, Any]) -> None:
+        for seed in self.seeds:
+            self.require(record.trial_key(seed), "correctness")
+        skipped = claim.get("randomised_parameters")
+        skipped = skipped.get("skipped") if isinstance(skipped, Mapping) else None
+        has_state = any(t.is_floating_point() and t.numel() for t in self.w._programs(False).reference.state_dict().values())
+        if not has_state:
+            self.notes.append("randomised parameters: the reference has no floating parameters or buffers")
+        elif skipped and self.params_key not in self.checked and self.params_key not in record.keys(self.dir):
+            self.notes.append(f"randomised parameters: not checked, the worker says: {skipped}")
+        else:
+            self.require(self.params_key, "correctness")
+        if self.scale is None:
+            self.notes.append("off-distribution: the problem opts out")
+        elif self.offdist_key in self.checked or self.offdist_key in record.keys(self.dir):
+            self.require(self.offdist_key, "correctness")
+        else:  # the worker records nothing when the reference is not finite there: check that
+            p = self.w._programs(False)
+            with self.w.hold("shared"):
+                out = self.w._call_reference(p.reference, params.off_distribution_inputs(
+                    self.w, self.seeds[0] + 11, self.scale))
+            if params.finite(out):
+                self.require(self.offdist_key, "correctness")  # raises: missing
+            self.notes.append(f"off-distribution: the reference is not finite on inputs scaled by {self.scale:g}")
+
+    def timing(self) -> None:
+        calls = sorted({k for k in [*record.keys(self.dir), *self.checked] if record.parse_timed(k) is not None})
+        if not calls:
+            raise Finding("timing", "rejected", "harness_tampering: the worker reported timing passed but recorded "
+                          "no timed call's output: its response was not the harness's")
+        for key in calls:
+            self.require(key, "timing")
+
+    def first_finding(self, stages: set[str]) -> Finding | None:
+        return next((f for f in self.findings if f.stage in stages), None)
 
 
 def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workdir: Path,
               emit: Emit) -> dict[str, Any]:
-    """Prepare, wait for `go_path`, judge. Returns {nonce, ok, failures, checked, notes}."""
+    """Load, check records as they arrive, wait for `go_path`, answer for the claimed stages.
+    Returns {nonce, ok, failures, checked, notes, timings_s}."""
     request = prepare_device(request)
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
-    w.stage_load()
     notes: list[str] = []
     try:
-        with w.hold("shared"), torch.no_grad():
-            planned, visible = _prepare(w, notes)
-    except StageFailure as e:  # the reference itself failed here: not the candidate's doing
+        w.stage_load()
+    except StageFailure as e:  # the problem itself failed here: not the candidate's doing
         go = _await_go(go_path, w)
         return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
                        [], notes)
-    timed_refs: dict[str, tuple[list[Any], Any]] = {}
-    go = _await_go(go_path, w, lambda: _precompute_timed(w, record_dir, timed_refs))
+    j = Judging(w, record_dir, notes)
+    go = _await_go(go_path, w, j.poll)
     t_go = time.perf_counter()
-    load_s = [0.0]
+    before_go_s = j.work_s
     claims = go.get("claims") if isinstance(go.get("claims"), Mapping) else {}
     results = {r.get("name"): r for r in claims.get("results") or [] if isinstance(r, Mapping)}
     passed = {n for n, r in results.items() if r.get("outcome") == "passed"}
-    checked: list[str] = []
-
-    def out_of(key: str, stage: str) -> Any:
-        t = time.perf_counter()
-        try:
-            return record.load(record_dir, key, w.device, MAX_RECORD_BYTES)
-        except FileNotFoundError:
-            raise Finding(stage, "rejected", f"harness_tampering: the worker reported {stage} passed but "
-                          f"recorded no output for {key}: its response was not the harness's") from None
-        except ValueError as e:
-            raise Finding(stage, "rejected", f"harness_tampering: {e}") from None
-        finally:
-            load_s[0] += time.perf_counter() - t
+    judged = {"correctness", "timing"} & passed
 
     def answer(failures: list[dict[str, Any]]) -> dict[str, Any]:
+        checked = sorted(k for k in j.checked if _stage_of(k) in judged)
+        by = {how: sum(1 for k in checked if j.checked[k] == how) for how in ("ipc", "file")}
+        notes.append(f"records checked: {by['ipc']} in place on the device (CUDA IPC), {by['file']} from files")
         return {**_answer(go, failures, checked, notes),
-                "timings_s": {"judging": round(time.perf_counter() - t_go, 4), "records_load": round(load_s[0], 4)}}
+                "timings_s": {"judging": round(time.perf_counter() - t_go, 4), "records_load": round(j.load_s, 4),
+                              "before_worker_end": round(before_go_s, 4)}}
 
     try:
-        with w.hold("shared"), torch.no_grad():
+        with torch.no_grad():
             if "correctness" in passed:
                 details = results["correctness"].get("details")
-                _correctness(w, planned, visible, details if isinstance(details, Mapping) else {}, record_dir,
-                             out_of, checked, notes)
+                j.correctness(details if isinstance(details, Mapping) else {})
             if "timing" in passed:
-                _timed(w, record_dir, out_of, checked, timed_refs)
+                j.timing()
     except Finding as f:
         return answer([{"stage": f.stage, "kind": f.kind, "reason": f.reason}])
     except StageFailure as e:
         return answer([{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}])
-    return answer([])
+    found = j.first_finding(judged)
+    return answer([] if found is None else [{"stage": found.stage, "kind": found.kind, "reason": found.reason}])
 
 
 def _answer(go: Mapping[str, Any], failures: list[dict[str, Any]], checked: list[str], notes: list[str]) -> dict[str, Any]:
@@ -129,120 +296,12 @@ def _await_go(path: Path, w: Worker, meanwhile: Callable[[], None] | None = None
     `meanwhile` between polls."""
     with w.phase("wait"):
         while True:
+            if meanwhile is not None:
+                meanwhile()
             try:
                 go = json.loads(path.read_text(encoding="utf-8"))
                 if isinstance(go, dict):
                     return go
             except (OSError, ValueError):
                 pass
-            if meanwhile is not None:
-                meanwhile()
             time.sleep(GO_POLL_S)
-
-
-def _precompute_timed(w: Worker, record_dir: Path, done: dict[str, tuple[list[Any], Any]]) -> None:
-    """The reference's output for every timed call whose record has appeared, made from its
-    seed while the worker finishes: the calls are drawn at random by the worker after the fact,
-    so only their names (never their contents) are read before the go file; the comparison
-    itself waits for it, and calls recorded later are computed then."""
-    pending = [k for k in record.keys(record_dir) if record.parse_timed(k) is not None and k not in done]
-    if not pending:
-        return
-    p = w._programs(need_candidate=False)
-    base = int(w.req["timing_seed"])
-    with w.hold("shared"), torch.no_grad():
-        for key in pending:
-            attempt, call = record.parse_timed(key) or (0, 0)
-            inputs = w._inputs(p, record.timed_seed(base, attempt, call))
-            out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-            done[key] = (record.to_cpu(inputs, keep_other=True), record.to_cpu(out, keep_other=True))  # off the device
-
-
-def _prepare(w: Worker, notes: list[str]) -> tuple[list[Planned], float]:
-    """The sampled calls, drawn here and never shown to the worker, with the reference's
-    outputs on their inputs; and the visible output magnitude (the off-distribution
-    tolerance's scale)."""
-    p = w._programs(need_candidate=False)
-    seeds = [int(s) for s in w.req["seeds"]]
-    rng = secrets.SystemRandom()
-    planned: list[Planned] = []
-
-    def plan(key: str, what: str, inputs: list[Any], model: torch.nn.Module | None = None) -> Any:
-        ref_out = w._call_reference(model if model is not None else p.reference, runtime.clone_inputs(inputs))
-        planned.append(Planned(key, what, record.to_cpu(inputs, keep_other=True), record.to_cpu(ref_out, keep_other=True),
-                               model))
-        return ref_out
-
-    first = w._inputs(p, seeds[0])
-    visible = params.output_magnitude(w._call_reference(p.reference, runtime.clone_inputs(first)))
-    seed = rng.choice(seeds)
-    plan(record.trial_key(seed), f"trial seed {seed}", w._inputs(p, seed))
-    ref, _state, why = params.randomised_reference(p.reference, seeds[0] + 7)
-    if ref is None:
-        notes.append(f"randomised parameters: {why}")
-    else:
-        plan(record.params_key(seeds[0] + 7), "with randomised parameters", w._inputs(p, seeds[0] + 7), ref)
-    scale = params.off_scale(w.req.get("off_distribution", True))
-    if scale is None:
-        notes.append("off-distribution: the problem opts out")
-    else:
-        inputs = params.off_distribution_inputs(w, seeds[0] + 11, scale)
-        out = plan(record.offdist_key(seeds[0] + 11), f"with inputs off get_inputs()'s distribution "
-                   f"(scaled by {scale:g})", inputs)
-        if not params.finite(out):
-            planned.pop()
-            notes.append(f"off-distribution: the reference is not finite on inputs scaled by {scale:g}")
-    return planned, visible
-
-
-def _fail(stage: str, check: str, what: str, cmp: Any) -> Finding:
-    return Finding(stage, cmp.kind or "wrong_output", f"{check}: {what}: {cmp.reason} (checked by the judge, a "
-                   "process that never ran the candidate, against the output the worker recorded)")
-
-
-def _correctness(w: Worker, planned: list[Planned], visible: float, claim: Mapping[str, Any], record_dir: Path,
-                 out_of: Callable[[str, str], Any], checked: list[str], notes: list[str]) -> None:
-    present = set(record.keys(record_dir))
-    for seed in (int(s) for s in w.req["seeds"]):  # every trial was recorded
-        if record.trial_key(seed) not in present:
-            out_of(record.trial_key(seed), "correctness")  # raises: missing
-    skipped = claim.get("randomised_parameters")
-    skipped = skipped.get("skipped") if isinstance(skipped, Mapping) else None
-    for item in planned:
-        if item.key.startswith("params-") and skipped:
-            notes.append(f"randomised parameters: not checked, the worker says: {skipped}")
-            continue
-        cand = out_of(item.key, "correctness")
-        inputs = record.to_device(item.inputs, w.device)
-        ref_out = record.to_device(item.ref_out, w.device)
-        if item.model is not None:
-            cmp = params.judge_randomised(w, item.model, ref_out, cand, inputs)
-        elif item.key.startswith("offdist-"):
-            cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, visible)
-        else:
-            cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
-        if not cmp.ok:
-            raise _fail("correctness", "judge", item.what, cmp)
-        checked.append(item.key)
-
-
-def _timed(w: Worker, record_dir: Path, out_of: Callable[[str, str], Any], checked: list[str],
-           precomputed: Mapping[str, tuple[list[Any], Any]]) -> None:
-    p = w._programs(need_candidate=False)
-    calls = sorted(k for k in record.keys(record_dir) if record.parse_timed(k) is not None)
-    if not calls:
-        raise Finding("timing", "rejected", "harness_tampering: the worker reported timing passed but recorded "
-                      "no timed call's output: its response was not the harness's")
-    base = int(w.req["timing_seed"])
-    for key in calls:
-        attempt, call = record.parse_timed(key) or (0, 0)
-        if key in precomputed:
-            inputs, ref_out = (record.to_device(x, w.device) for x in precomputed[key])
-        else:
-            inputs = w._inputs(p, record.timed_seed(base, attempt, call))
-            ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-        cmp = w.judge(ref_out, out_of(key, "timing"), inputs, report_anchor=False)
-        if not cmp.ok:
-            raise _fail("timing", "timed_outputs", f"the output of timed call {call} (attempt {attempt}) differs "
-                        "from the reference on the same inputs (honest only outside timing?)", cmp)
-        checked.append(key)

@@ -18,6 +18,7 @@ candidate's own state is restored afterwards.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -28,19 +29,26 @@ from stratagem.domains.pytorch.worker import record, runtime
 
 
 def randomised_state(reference: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
-    """A random, non-initial value for every floating tensor of the reference's state."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    """A random, non-initial value for every floating tensor of the reference's state, drawn
+    on the tensor's own device (the worker and the judge run on the same device, so they draw
+    the same values; nothing of the state is copied to the host)."""
+    gens: dict[torch.device, torch.Generator] = {}
     out: dict[str, torch.Tensor] = {}
     for name, t in reference.state_dict().items():
         if not t.is_floating_point() or t.numel() == 0:
             continue
-        x = t.detach().to("cpu", torch.float64)
-        spread = float(x.std()) if x.numel() > 1 and float(x.std()) > 0 else 0.1
-        scale = torch.rand(x.shape, generator=gen, dtype=torch.float64) + 0.5
-        new = x * scale + torch.randn(x.shape, generator=gen, dtype=torch.float64) * spread
+        gen = gens.get(t.device)
+        if gen is None:
+            gen = gens[t.device] = torch.Generator(device=t.device).manual_seed(seed)
+        work = torch.float64 if t.dtype == torch.float64 else torch.float32
+        x = t.detach().to(work)
+        std = float(x.std()) if x.numel() > 1 else 0.0
+        spread = std if std > 0 and math.isfinite(std) else 0.1
+        new = torch.rand(x.shape, generator=gen, dtype=work, device=t.device).add_(0.5).mul_(x)
+        new.add_(torch.randn(x.shape, generator=gen, dtype=work, device=t.device), alpha=spread)
         if "var" in name.rsplit(".", 1)[-1]:
-            new = new.abs() + 0.5 * spread + 1e-3
-        out[name] = new.to(t.dtype).to(t.device)
+            new = new.abs_().add_(0.5 * spread + 1e-3)
+        out[name] = new.to(t.dtype)
     return out
 
 
@@ -140,22 +148,37 @@ OFF_SCALE = 16.0
 """Default factor of the off-distribution trial (a problem may name its own: `input_scale`)."""
 
 
+OFF_CHUNK = 1 << 24
+"""Elements drawn at a time by the off-distribution trial (bounds its temporaries)."""
+
+
 def off_distribution(inputs: list[Any], scale: float, seed: int) -> list[Any]:
     """The inputs scaled by `scale` plus a heavy-tailed sample (Student's t with 2 degrees of
-    freedom, times `scale`/4), clipped to a range safe for the dtype; non-floating inputs kept."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    freedom, times `scale`/4), clipped to a range safe for the dtype; non-floating inputs kept.
+    Drawn on the inputs' device, chunk by chunk into one new tensor per input: nothing
+    crosses to the host, and the temporaries stay at a few OFF_CHUNK-element buffers
+    whatever the input's size."""
+    gens: dict[torch.device, torch.Generator] = {}
     out: list[Any] = []
     for x in inputs:
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             out.append(x)
             continue
+        gen = gens.get(x.device)
+        if gen is None:
+            gen = gens[x.device] = torch.Generator(device=x.device).manual_seed(seed)
         work = torch.float64 if x.dtype == torch.float64 else torch.float32  # ample for a sample
-        z = torch.randn(x.shape, generator=gen, dtype=work)
-        chi = torch.randn((2, *x.shape), generator=gen, dtype=work).pow_(2).sum(0).div_(2)
-        tail = z.div_(chi.sqrt_().clamp_min_(1e-3))
         bound = min(1e4, float(torch.finfo(x.dtype).max) ** 0.25)
-        y = (x.detach().to("cpu", work) * scale).add_(tail, alpha=scale / 4).clamp_(-bound, bound)
-        out.append(y.to(x.dtype).to(x.device))
+        src = x.detach().contiguous().reshape(-1)
+        y = torch.empty(src.shape, dtype=x.dtype, device=x.device)
+        for lo in range(0, src.numel(), OFF_CHUNK):
+            n = min(OFF_CHUNK, src.numel() - lo)
+            z = torch.randn(n, generator=gen, dtype=work, device=x.device)
+            chi = torch.randn(n, generator=gen, dtype=work, device=x.device).square_()
+            chi.add_(torch.randn(n, generator=gen, dtype=work, device=x.device).square_()).div_(2)
+            tail = z.div_(chi.sqrt_().clamp_min_(1e-3))
+            y[lo:lo + n] = tail.mul_(scale / 4).add_(src[lo:lo + n].to(work), alpha=scale).clamp_(-bound, bound)
+        out.append(y.reshape(x.shape))
     return out
 
 
@@ -226,11 +249,11 @@ def _run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[s
         return {"off_distribution": {"skipped": "the problem opts out (STRATAGEM off_distribution)"}}
     p = w._programs(need_candidate=True)
     inputs = off_distribution_inputs(w, seed, scale)
-    with torch.no_grad():
-        ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+    with torch.no_grad():  # the candidate on a copy, then the reference on the inputs themselves
+        cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+        ref_out = w._call_reference(p.reference, inputs)
         if not finite(ref_out):
             return {"off_distribution": {"skipped": f"the reference is not finite on inputs scaled by {scale:g}"}}
-        cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
     w.recorder.save(record.offdist_key(seed), cand_out)
     cmp, grow = judge_off_distribution(w, ref_out, cand_out, inputs, visible_magnitude)
     info = {"scale": scale, "atol_growth": grow, "seed": seed, **cmp.to_json()}

@@ -177,6 +177,34 @@ def inputs_nbytes(inputs: Sequence[Any]) -> int:
     return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
 
+def output_nbytes(out: Any) -> int:
+    """Bytes of the tensors in an output (nested sequences included)."""
+    if isinstance(out, torch.Tensor):
+        return out.numel() * out.element_size()
+    if isinstance(out, list | tuple):
+        return sum(output_nbytes(x) for x in out)
+    return 0
+
+
+def cap_memory(device: str, fraction: float | None) -> None:
+    """Hold this process to `fraction` of the GPU's memory (None: no cap)."""
+    if fraction is not None and device.startswith("cuda"):
+        torch.cuda.set_per_process_memory_fraction(float(fraction), torch.device(device))
+
+
+def free_bytes(device: str, fraction: float | None = None) -> int:
+    """What this process can still allocate on `device`: the device's free memory plus what
+    torch's allocator keeps cached, within the per-process cap when one is set."""
+    if not device.startswith("cuda"):
+        return 1 << 62
+    free, total = torch.cuda.mem_get_info()
+    reserved, allocated = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
+    room = free + reserved - allocated
+    if fraction is not None:
+        room = min(room, int(float(fraction) * total) - allocated)
+    return max(0, room)
+
+
 def instantiate(cls: Callable[..., Any], init_inputs: Sequence[Any], seed: int, device: str) -> Any:
     """Build a model with the same seed as its counterpart, so parameters match."""
     seed_all(seed)

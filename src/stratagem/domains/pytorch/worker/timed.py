@@ -6,6 +6,7 @@ correctness rule, then timed paired with eager under the exclusive lock).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,9 @@ def run_timing(w: Worker) -> dict[str, Any]:
     attempt = 0
 
     def keep(i: int, output: Any, args: Any) -> None:
-        kept.append((record.timed_key(attempt, i), runtime.detach_copy(output), runtime.clone_inputs(args)))
+        # the judge makes the inputs again from their seed: only a check here needs a copy
+        args_copy = runtime.clone_inputs(args) if w.recorder.directory is None else []
+        kept.append((record.timed_key(attempt, i), runtime.detach_copy(output), args_copy))
 
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
@@ -151,13 +154,16 @@ def run_baseline(w: Worker) -> dict[str, Any]:
             if mode == "eager":
                 continue
             try:
+                t0 = time.perf_counter()
                 fn = _compiled(p.reference, mode)
                 with w.compiling():
                     for i in range(3):  # compile; CUDA graphs record on a later call
                         fn(*sets[i % len(sets)])
                     runtime.synchronize(w.device)
+                t1 = time.perf_counter()
                 with w.hold("shared"):
                     checked = _baseline_correctness(w, p, fn)
+                t2 = time.perf_counter()
                 attempts: list[dict[str, Any]] = []
                 for attempt in range(1 + int(cfg.get("max_retimes", 2))):
                     with w.hold("exclusive"):
@@ -172,7 +178,9 @@ def run_baseline(w: Worker) -> dict[str, Any]:
                         break
                 out[mode] = {**stats["candidate"], "vs_eager": stats["speedup"], "stability": stab.to_json(),
                              "correctness": checked, "method": stats["method"], "pairs": stats["pairs"],
-                             "attempts": attempts, "lock": w.windows[-1].to_json() if w.windows else None}
+                             "attempts": attempts, "lock": w.windows[-1].to_json() if w.windows else None,
+                             "cost_s": {"compile": round(t1 - t0, 3), "check": round(t2 - t1, 3),
+                                        "timing": round(time.perf_counter() - t2, 3)}}
                 if "eager" not in out:
                     out["eager"] = {**stats["reference"], "stability": _single(stats["reference"], rules, expect),
                                     "method": stats["method"], "paired_with": mode}
@@ -214,7 +222,8 @@ def _keep_count(w: Worker, inputs: list[Any]) -> int:
     """Timed calls whose outputs are checked afterwards: 3, or 1 when three copies of the
     inputs would take more than a tenth of the free memory."""
     nbytes = runtime.inputs_nbytes(inputs)
-    free = torch.cuda.mem_get_info()[0] if w.device.startswith("cuda") else 2 * 2**30
+    free = (runtime.free_bytes(w.device, w.req.get("gpu_memory_fraction")) if w.device.startswith("cuda")
+            else 2 * 2**30)
     return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
 
 def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[str, Any, list[Any]]]) -> list[str]:
@@ -250,7 +259,7 @@ def _baseline_correctness(w: Worker, p: Programs, fn: Callable[..., Any]) -> dic
         ref_out = p.reference(*runtime.clone_inputs(inputs))
         out = fn(*runtime.clone_inputs(inputs))
         runtime.synchronize(w.device)
-        cmp = w.judge(ref_out, out, inputs)
+        cmp = w.judge(ref_out, out, inputs, report_anchor=False)
         trials.append({"seed": int(seed), **cmp.to_json()})
         if not cmp.ok:
             return {"ok": False, "reason": f"trial seed {seed}: {cmp.reason}", "trials": trials, "mode": w.mode()}
