@@ -73,7 +73,10 @@ def summary(ev: Any, wall_s: float) -> dict[str, Any]:
     td = timing.details if timing is not None else {}
     unstable = {m: (d.get("stability") or {}).get("reasons") for m, d in (base.modes.items() if base is not None else [])
                 if not (d.get("stability") or {}).get("stable", True)}
-    return {"timing_attempts": len(td.get("attempts") or []), "timing_wall_s": td.get("timing_wall_s"),
+    return {"timing_phases_s": td.get("phases_s"), "profile_s": (td.get("profile") or {}).get("profile_s"),
+            "roofline": {k: v for k, v in (v.result("roofline").details if v.result("roofline") else {}).items()
+                         if k in ("recalibrated", "note", "floor_ms", "bound")},
+            "timing_attempts": len(td.get("attempts") or []), "timing_wall_s": td.get("timing_wall_s"),
             "pairs": td.get("pairs"), "calls_per_block": td.get("calls_per_block"),
             "baseline_unstable": unstable, "status": v.status, "failures": [f"{r.name}: {r.reason}"[:300] for r in v.failures], "wall_s": wall_s,
             "stages_s": stages, "judge": judge, "memory": (load.details.get("memory") if load else None),

@@ -77,3 +77,13 @@ def test_peaks_an_honest_reference_outruns_are_raised_to_what_it_did() -> None:
     assert abs(raised["matmul_tflops"]["tf32"] - 400.0 * 4.0 / 3.04) < 1e-6
     cache = ValidatorResult("roofline", "passed", details={**memory.details, "memory_floor": "cache"})
     assert demonstrated_peaks({"timing": timing}, cache, peaks) is None  # the CPU's cache floor: not raised
+
+
+def test_a_cached_baseline_holds_for_the_same_torch_however_the_build_is_spelled() -> None:
+    """On the H200 machine torch's metadata and `torch.__version__` spelled one build two ways,
+    so every evaluation measured its baseline again; the release decides, not the spelling."""
+    from stratagem.evaluation.service import _same_torch
+
+    assert _same_torch("2.11.0+cu130", "2.11.0")
+    assert _same_torch("2.11.0+cu130", "2.11.0+cu130") and _same_torch("2.11.0", None)
+    assert not _same_torch("2.10.1+cu128", "2.11.0")

@@ -364,7 +364,8 @@ class Evaluator:
             earlier = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
         else:  # before any worker ran here: the latest measured on this host and device
             earlier = self.cache.latest(slot)
-            if earlier is not None and (earlier.get("environment") or {}).get("torch") != _torch_version():
+            if earlier is not None and not _same_torch((earlier.get("environment") or {}).get("torch"),
+                                                       _torch_version()):
                 earlier = None
         if earlier is not None and not refresh and not _unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
@@ -492,6 +493,18 @@ def _torch_version() -> str | None:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _same_torch(measured: Any, installed: str | None) -> bool:
+    """Whether a baseline measured under torch `measured` (the worker's `torch.__version__`)
+    holds for the installed one (its package metadata, read without importing torch). The
+    two spell a build differently (`2.11.0+cu130` against `2.11.0`, or no metadata at all
+    where torch came with the system), which once made every cached baseline look stale and
+    measured again at each evaluation: the release numbers decide, and an unknown one does
+    not invalidate."""
+    if not isinstance(measured, str) or not installed:
+        return True
+    return measured.split("+")[0] == installed.split("+")[0]
 
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:

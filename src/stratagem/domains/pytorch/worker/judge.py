@@ -271,6 +271,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
                 "timings_s": {"judging": round(time.perf_counter() - t_go, 4), "records_load": round(j.load_s, 4),
                               "before_worker_end": round(before_go_s, 4)}}
 
+    missing: Finding | None = None
     try:
         with torch.no_grad():
             if "correctness" in passed:
@@ -279,10 +280,10 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
             if "timing" in passed:
                 j.timing()
     except Finding as f:
-        return answer([{"stage": f.stage, "kind": f.kind, "reason": f.reason}])
+        missing = f
     except StageFailure as e:
         return answer([{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}])
-    found = j.first_finding(judged)
+    found = j.first_finding(judged) or missing  # what a record showed says more than what is missing
     return answer([] if found is None else [{"stage": found.stage, "kind": found.kind, "reason": found.reason}])
 
 

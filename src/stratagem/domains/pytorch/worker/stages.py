@@ -223,6 +223,7 @@ class Worker:
         for t in [out] if isinstance(out, torch.Tensor) else [x for x in out if isinstance(x, torch.Tensor)] \
                 if isinstance(out, list | tuple) else []:
             t.fill_(float("nan") if t.is_floating_point() else 0)  # no right answer left in freed memory
+            del t
         del inputs, out
         runtime.free_memory()
         need = 2 * in_b + 2 * out_b + work_b + (in_b + out_b + work_b if self.req.get("judge") else 0)

@@ -46,6 +46,14 @@ def run_timing(w: Worker) -> dict[str, Any]:
     p = w._programs(need_candidate=True)
     assert p.candidate is not None
     model = p.candidate
+    phases: dict[str, float] = {}
+    mark = [time.perf_counter()]
+
+    def lap(name: str) -> None:
+        now = time.perf_counter()
+        phases[name] = round(phases.get(name, 0.0) + now - mark[0], 4)
+        mark[0] = now
+
     if w.compiled_state_reset:  # compile again, outside the exclusive lock
         try:
             with w.compiling(), torch.no_grad():
@@ -54,6 +62,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
             raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
         runtime.free_memory()
         w.compiled_state_reset = False
+    lap("compile_again")
     cfg = w.req["timing"]
     rules = _rules(cfg)
     expect = w.req.get("reference_expect_ms")
@@ -70,6 +79,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
             sets = w._timing_inputs(p)
+            lap("inputs")
             with w.hold("exclusive"):
                 try:
                     stats = timing.time_paired(p.reference, model, sets, retime_config(cfg, attempt), w.device,
@@ -81,6 +91,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
                                        f"the candidate failed while timed: {runtime.one_line(e)}",
                                        {"traceback": runtime.format_exception(e)}) from e
             window = w.windows[-1].to_json() if w.windows else None
+        lap("paired")
         ratio = paired.Ratio.from_json(stats["speedup"])
         assert ratio is not None
         stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
@@ -94,6 +105,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
             break
     stats, stab = out["stats"], out["stability"]
     checked_calls = _check_timed_outputs(w, p, kept)
+    lap("timed_outputs")
     cand = dict(stats["candidate"])
     cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
                 warmup_calls=stats["warmup_calls"]["candidate"])
@@ -101,6 +113,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
         work = roofline.work(p.reference, runtime.clone_inputs(sets[0]))
     except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
         work = {"error": runtime.one_line(e)}
+    lap("work")
     changed = w.snapshot.changes()
     if changed:
         raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
@@ -119,8 +132,11 @@ def run_timing(w: Worker) -> dict[str, Any]:
                 f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
                 {"runtime": cand},
             )
+    lap("side_stream")
     profile = provenance.kernel_profile(w, model, sets[0]) if w.device.startswith("cuda") else None
+    lap("profile")
     return {
+        "phases_s": phases,
         **({"profile": profile} if profile is not None else {}),
         "runtime": cand,
         "reference": stats["reference"],
