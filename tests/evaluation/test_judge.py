@@ -176,3 +176,20 @@ def test_timed_seeds_are_keyed_hashes_no_candidate_can_predict() -> None:
     other = [record.timed_seed(secret + 1, a, c) for a in range(2) for c in range(200)]
     assert not set(other) & set(timed)
     assert record.timed_seed(secret, 1, 7) == timed[207]  # deterministic: the judge's inputs match
+
+
+def test_a_reference_whose_closures_hold_its_modules_is_randomised_in_place(cpu_config) -> None:
+    """The randomised-parameters trial loads its random state into the reference itself and
+    restores it, so a model that calls a submodule through a closure (KernelBench's
+    MiniGPTBlock) computes with the random weights everywhere: its own code, renamed, passes
+    in the worker and in the judge. (A deep copy kept the closure on the original weights and
+    failed this honest candidate on every element.)"""
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "closure"
+    ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
+    design = Design.from_source((fix / "honest.py").read_text())
+    ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(load_problem(fix / "problem.py"), design,
+                                                              with_baseline=False))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    c = ev.verdict.result("correctness")
+    assert c is not None and c.details["randomised_parameters"]["mapped"] == "by key"
+    assert any(k.startswith("params-") for k in c.details["judge"]["checked"])

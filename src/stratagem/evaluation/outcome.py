@@ -118,7 +118,10 @@ def apply_judge(results: list[ValidatorResult], sr: SandboxResult, request_id: s
             out[i] = ValidatorResult(r.name, "failed", kind=f.kind, reason=f.reason,
                                      details={**r.details, "judge": info}, duration_s=r.duration_s)
         elif r.name in JUDGED:
-            out[i] = ValidatorResult(r.name, r.outcome, r.reason, r.kind, {**r.details, "judge": info}, r.duration_s)
+            details = {**r.details, "judge": info}
+            if r.name == "timing" and answer.work is not None:  # the roofline's input, from outside the worker
+                details["work"] = dict(answer.work)
+            out[i] = ValidatorResult(r.name, r.outcome, r.reason, r.kind, details, r.duration_s)
     return out
 
 

@@ -97,6 +97,9 @@ class JudgeResponse(BaseModel):
     notes: list[str]
     timings_s: dict[str, float] = {}
     """Seconds of the judge's work after the go file: `judging` (all of it), `records_load`."""
+    work: dict[str, Any] | None = None
+    """The reference's FLOPs and minimum bytes (the roofline's input), counted by the judge
+    while it waits for the worker, where the candidate cannot reach them."""
 
 
 class EvalResponse(BaseModel):

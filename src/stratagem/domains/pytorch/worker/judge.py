@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,7 +41,7 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import params, record, runtime
+from stratagem.domains.pytorch.worker import params, record, runtime, timed
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 from stratagem.domains.pytorch.worker.stages import Emit, Worker, prepare_device
 
@@ -75,6 +76,8 @@ class Judging:
         self.refused: set[str] = set()
         """IPC records the judge could not read (the worker writes them as files instead)."""
         self._visible: float | None = None
+        self.work: dict[str, Any] | None = None
+        """The reference's FLOPs and minimum bytes (the roofline's input), once counted."""
         self.work_s = 0.0
         self.load_s = 0.0
 
@@ -93,9 +96,12 @@ class Judging:
 
     def poll(self) -> None:
         """Check what has arrived: every IPC record (then answer it), and the sampled file
-        records (under the shared lock: the worker does not wait for these)."""
+        records (under the shared lock: the worker does not wait for these). The first call
+        counts the reference's work."""
         t0 = time.perf_counter()
         try:
+            if self.work is None:
+                self.count_work()
             for key in record.ipc_keys(self.dir):
                 if key in self.checked or key in self.refused or not self.known(key):
                     continue
@@ -152,13 +158,14 @@ class Judging:
                 what = (f"timed_outputs: the output of timed call {timed[1]} (attempt {timed[0]}) differs from the "
                         "reference on the same inputs (honest only outside timing?)")
             elif key == self.params_key:
-                ref, _state, why = params.randomised_reference(p.reference, self.seeds[0] + 7)
-                if ref is None:
-                    self.notes.append(f"randomised parameters: {why}")
+                state = params.randomised_state(p.reference, self.seeds[0] + 7)
+                if not state:
+                    self.notes.append("randomised parameters: the reference has no floating parameters or buffers")
                     return
                 inputs = w._inputs(p, self.seeds[0] + 7)
-                ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
-                cmp = params.judge_randomised(w, ref, ref_out, cand, inputs)
+                with params.randomised(p.reference, state) as ref:
+                    ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
+                    cmp = params.judge_randomised(w, ref, ref_out, cand, inputs)
                 what = "judge: with randomised parameters"
             elif key == self.offdist_key:
                 if self.scale is None:
@@ -180,6 +187,17 @@ class Judging:
             self.findings.append(Finding(_stage_of(key), cmp.kind or "wrong_output", f"{what}: {cmp.reason} (checked "
                                          "by the judge, a process that never ran the candidate, against the output "
                                          "the worker recorded)"))
+
+    def count_work(self) -> None:
+        """The reference's FLOPs and minimum bytes on the timing's first input set (the
+        worker's warm-up inputs: the same shapes as every timed call), under the shared lock."""
+        w = self.w
+        p = w._programs(need_candidate=False)
+        with w.phase("run"), w.hold("shared"), torch.no_grad():
+            inputs = w._inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0))
+            self.work = timed.count_work(p.reference, inputs)
+        del inputs
+        runtime.free_memory()
 
     def visible(self) -> float:
         """The reference output's magnitude on the first trial's inputs (the off-distribution
@@ -246,6 +264,8 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     """Load, check records as they arrive, wait for `go_path`, answer for the claimed stages.
     Returns {nonce, ok, failures, checked, notes, timings_s}."""
     request = prepare_device(request)
+    # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
+    threading.Thread(target=timed.preload_work_counter, daemon=True).start()
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
     notes: list[str] = []
     try:
@@ -267,7 +287,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
         checked = sorted(k for k in j.checked if _stage_of(k) in judged)
         by = {how: sum(1 for k in checked if j.checked[k] == how) for how in ("ipc", "file")}
         notes.append(f"records checked: {by['ipc']} in place on the device (CUDA IPC), {by['file']} from files")
-        return {**_answer(go, failures, checked, notes),
+        return {**_answer(go, failures, checked, notes), "work": j.work,
                 "timings_s": {"judging": round(time.perf_counter() - t_go, 4), "records_load": round(j.load_s, 4),
                               "before_worker_end": round(before_go_s, 4)}}
 

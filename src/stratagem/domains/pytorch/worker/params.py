@@ -17,10 +17,10 @@ candidate's own state is restored afterwards.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -77,18 +77,26 @@ def mapping(ref_state: Mapping[str, torch.Tensor], cand: torch.nn.Module) -> tup
                 f"({len(shapes_r)}): not by key, by order or by unique shapes")
 
 
-def randomised_reference(reference: torch.nn.Module, seed: int) -> tuple[torch.nn.Module | None, dict[str, torch.Tensor], str]:
-    """A copy of `reference` holding `randomised_state(reference, seed)`, that state, and ''
-    (or None, {} and why there is none)."""
-    state = randomised_state(reference, seed)
-    if not state:
-        return None, {}, "the reference has no floating parameters or buffers"
+@contextlib.contextmanager
+def randomised(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> Iterator[torch.nn.Module]:
+    """`model` itself holding `state` (its floating tensors overwritten in place) while inside,
+    its own values restored after. In place, not on a copy: a deep copy keeps whatever the
+    model's closures captured pointing at the original (KernelBench's MiniGPTBlock calls its
+    MLP through a lambda over `self.mlp`), so a copied reference computed part of its output
+    with the initial weights and failed an honest candidate; and a copy of a large model costs
+    its size again."""
+    live = model.state_dict()
+    saved = {k: live[k].detach().clone() for k in state if k in live}
     try:
-        ref = copy.deepcopy(reference)
-    except Exception as e:  # noqa: BLE001 - an uncopyable reference only loses this trial
-        return None, {}, f"the reference cannot be copied: {runtime.one_line(e)}"
-    ref.load_state_dict({**ref.state_dict(), **state})
-    return ref, state, ""
+        with torch.no_grad():
+            for k, v in state.items():
+                if k in live:
+                    live[k].copy_(v)
+        yield model
+    finally:
+        with torch.no_grad():
+            for k, v in saved.items():
+                live[k].copy_(v)
 
 
 def judge_randomised(w: Any, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
@@ -115,28 +123,20 @@ def run_trial(w: Any, seed: int) -> dict[str, Any]:
 def _run_trial(w: Any, seed: int) -> dict[str, Any]:
     p = w._programs(need_candidate=True)
     cand = p.candidate
-    ref, state, why = randomised_reference(p.reference, seed)
-    if ref is None:
-        return {"randomised_parameters": {"skipped": why}}
+    state = randomised_state(p.reference, seed)
+    if not state:
+        return {"randomised_parameters": {"skipped": "the reference has no floating parameters or buffers"}}
     pairs, how = mapping(state, cand)
     if not pairs:
         return {"randomised_parameters": {"skipped": how}}
-    saved = {k: v.detach().clone() for k, v in cand.state_dict().items()}
-    try:
-        with torch.no_grad():
-            for ck, rk in pairs.items():
-                target = cand.state_dict()[ck]
-                target.copy_(state[rk].to(target.dtype))
-            inputs = w._inputs(p, seed)
-            ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
+    with torch.no_grad():
+        inputs = w._inputs(p, seed)
+        with randomised(cand, {ck: state[rk] for ck, rk in pairs.items()}):
             cand_out = w._call_candidate(cand, runtime.clone_inputs(inputs))
-            w.recorder.save(record.params_key(seed), cand_out)
+        w.recorder.save(record.params_key(seed), cand_out)
+        with randomised(p.reference, state) as ref:
+            ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
             cmp = judge_randomised(w, ref, ref_out, cand_out, inputs)
-    finally:
-        with torch.no_grad():
-            for k, v in cand.state_dict().items():
-                if k in saved:
-                    v.copy_(saved[k])
     info = {"mapped": how, "tensors": len(pairs), "seed": seed, **cmp.to_json()}
     if not cmp.ok:
         raise runtime.StageFailure(cmp.kind, f"with randomised parameters (mapped {how}): {cmp.reason}",

@@ -202,14 +202,16 @@ class Worker:
         return details
 
     def _memory_plan(self) -> dict[str, Any]:
-        """What a correctness trial needs on the GPU, measured on one reference call (its
-        inputs, their copy for the candidate, both outputs, the reference's workspace, and
-        the judge's inputs, output and workspace beside them), against what this process may
-        allocate. A problem that cannot fit fails here, with the numbers, before any
-        candidate call.
+        """What an evaluation needs on the GPU, measured on one reference call, against what
+        there is. This worker's peak is the integrity stage's: three input-sized tensors (the
+        inputs, their copy, the poisoned block) and three outputs, plus the reference's
+        workspace (a correctness trial holds two of each); the judge, a process of its own,
+        holds one call's inputs, output and workspace beside it. The per-process cap
+        (`gpu_memory_fraction`) bounds each process; the device's free memory bounds both. A
+        problem that cannot fit fails here, with the numbers, before any candidate call.
 
         Raises:
-            StageFailure: `problem_error` when the trial cannot fit."""
+            StageFailure: `problem_error` when it cannot fit."""
         p = self._programs(need_candidate=False)
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
@@ -226,19 +228,26 @@ class Worker:
             del t
         del inputs, out
         runtime.free_memory()
-        need = 2 * in_b + 2 * out_b + work_b + (in_b + out_b + work_b if self.req.get("judge") else 0)
-        room = runtime.free_bytes(self.device, self.req.get("gpu_memory_fraction")) + base - torch.cuda.memory_allocated()
+        cap = self.req.get("gpu_memory_fraction")
+        worker_b = 3 * in_b + 3 * out_b + work_b
+        judge_b = in_b + out_b + work_b if self.req.get("judge") else 0
+        room = runtime.free_bytes(self.device, cap)  # the plan's call freed: what this process may add
+        device_free = runtime.free_bytes(self.device)
         gib = 2.0**30
         plan = {"inputs_gb": in_b / gib, "output_gb": out_b / gib, "reference_workspace_gb": work_b / gib,
-                "trial_needs_gb": need / gib, "available_gb": room / gib}
-        if need > room:
-            cap = self.req.get("gpu_memory_fraction")
+                "worker_needs_gb": worker_b / gib, "judge_needs_gb": judge_b / gib, "available_gb": room / gib,
+                "device_free_gb": device_free / gib}
+        short = worker_b > room or worker_b + judge_b > device_free
+        if short:
+            under = f" under gpu_memory_fraction = {cap:g}" if cap else ""
             raise StageFailure("problem_error", (
-                f"the problem does not fit on this GPU: a correctness trial needs {need / gib:.1f} GiB (inputs "
-                f"{in_b / gib:.2f} GiB and the candidate's copy, outputs {out_b / gib:.2f} GiB each, the reference's "
-                f"workspace {work_b / gib:.2f} GiB{', and the judge beside it' if self.req.get('judge') else ''}) and "
-                f"{room / gib:.1f} GiB are available{f' under gpu_memory_fraction = {cap:g}' if cap else ''}: "
-                "evaluate it on a GPU with more free memory, or make get_inputs() smaller"), {"memory": plan})
+                f"the problem does not fit on this GPU: an evaluation needs {worker_b / gib:.1f} GiB in the worker "
+                f"(inputs {in_b / gib:.2f} GiB and outputs {out_b / gib:.2f} GiB, three of each at the integrity "
+                f"stage's peak, and the reference's workspace {work_b / gib:.2f} GiB)"
+                + (f" and {judge_b / gib:.1f} GiB in the judge beside it" if judge_b else "")
+                + f"; {room / gib:.1f} GiB are available to the worker{under} and {device_free / gib:.1f} GiB free "
+                "on the device: evaluate it on a GPU with more free memory, or make get_inputs() smaller"),
+                {"memory": plan})
         return plan
 
     def stage_correctness(self) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+"""The harness at sizes that matter on a GPU (issue 22): records by CUDA IPC, and a memory
+budget the evaluation fits or says up front it cannot (run on the GPU machine: pytest -m gpu).
+
+Written with the fixes of issue 22; the session that wrote it had no device time left to run
+it (benchmarks/kernelbench_scale.py measured the same paths on KernelBench's own problems)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from stratagem.config import load_config
+from stratagem.core.design import Design
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.evaluation.api import make_evaluator
+
+pytestmark = pytest.mark.gpu
+
+GIB_FLOATS = 1 << 28  # 1 GiB of float32
+PROBLEM = f"""import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+def get_inputs():
+    return [torch.rand({GIB_FLOATS // 4096}, 4096)]
+
+def get_init_inputs():
+    return []
+"""
+HONEST = """import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x.clamp_min(0.0)
+"""
+
+
+def _evaluate(tmp_path: Path, fraction: float | None):
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory
+    (tmp_path / "relu.py").write_text(PROBLEM)
+    ev_cfg = {"device": "cuda", "baselines": ["eager"], "cache_dir": str(tmp_path / "cache")}
+    if fraction is not None:
+        ev_cfg["gpu_memory_fraction"] = fraction * 2**30 / total  # `fraction` in GiB here
+    cfg = load_config(None, {"evaluation": ev_cfg}).evaluation
+    return asyncio.run(make_evaluator(cfg).evaluate(load_problem(tmp_path / "relu.py"), Design.from_source(HONEST),
+                                                    with_baseline=False))
+
+
+def test_a_gigabyte_output_goes_to_the_judge_in_place(tmp_path) -> None:
+    ev = _evaluate(tmp_path, None)
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    c = ev.verdict.result("correctness")
+    assert c is not None and set(c.details["records"].values()) == {"ipc"}
+    assert any("in place on the device" in n for n in c.details["judge"]["notes"])
+
+
+def test_an_evaluation_that_cannot_fit_its_budget_says_so_before_the_candidate_runs(tmp_path) -> None:
+    ev = _evaluate(tmp_path, 4.0)  # needs about 6 GiB in the worker
+    load = ev.verdict.result("load")
+    assert load is not None and load.outcome == "failed" and load.kind == "problem_error", ev.verdict.report()
+    assert "does not fit" in (load.reason or "") and "gpu_memory_fraction" in (load.reason or "")
+    assert load.details["memory"]["worker_needs_gb"] > load.details["memory"]["available_gb"]
+
+
+def test_an_evaluation_that_nearly_fills_its_budget_passes(tmp_path) -> None:
+    ev = _evaluate(tmp_path, 7.5)
+    assert ev.verdict.status == "valid", ev.verdict.report()
