@@ -334,6 +334,11 @@ def _all_passed(result: SandboxResult) -> bool:
         return False  # an unreadable response fails on its own
 
 
+JUDGE_START = "judge-start"
+"""The judge's compile stage: it reports no stage of that name, only its phases (`compile`
+while it starts and loads the problem, then `run` and `wait`)."""
+
+
 async def _judge(request_json: str, record_dir: Path, jdir: Path, settings: SandboxSettings) -> JudgeRun:
     """The judge in `jdir`, a directory of its own (`python -P`: nothing of the working
     directory is importable), with the worker's limits and environment; its wait for the go
@@ -345,7 +350,9 @@ async def _judge(request_json: str, record_dir: Path, jdir: Path, settings: Sand
         req, go, resp = io_dir / "request.json", io_dir / "go.json", io_dir / "response.json"
         req.write_text(request_json, encoding="utf-8")
         allowance = settings.lock_wait_timeout_s + settings.timeout_s + (settings.compile_timeout_s or 0.0)
-        jsettings = dataclasses.replace(settings, compile_stage=None, compile_timeout_s=None,
+        # its start (imports, the problem's load) is charged to the compile limit, as the
+        # worker's is; its checks to the run limit; its wait for the worker to neither
+        jsettings = dataclasses.replace(settings, compile_stage=JUDGE_START if settings.compile_timeout_s else None,
                                         lock_wait_timeout_s=allowance, on_event=None)
         run = await _exec(["-P", "-m", "stratagem.evaluation.judge", str(req), str(go), str(record_dir), str(resp)],
                           jsettings, jdir, marker)

@@ -11,6 +11,7 @@ version; a search measures them afresh once per invocation. See docs/timing.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.metadata
 import json
@@ -34,6 +35,7 @@ from stratagem.errors import HarnessError
 from stratagem.evaluation.baselines import BaselineCache, baseline_key, slot_key
 from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.outcome import interpret
+from stratagem.evaluation.protocol import EvalRequest
 from stratagem.store.records import EvaluationRecord, MeasurementRecord
 
 
@@ -211,6 +213,8 @@ class Evaluation:
                 "cached": self.baseline.cached,
                 "unstable": {m: list(r) for m, r in self.baseline.unstable().items()},
                 "fails_correctness": self.baseline.failing(),
+                "cost_s": {m: dict(v["cost_s"]) for m, v in self.baseline.modes.items()
+                           if isinstance(v, Mapping) and isinstance(v.get("cost_s"), Mapping)},
             },
             "device": self.device,
             "seeds": list(self.seeds),
@@ -288,8 +292,12 @@ class Evaluator:
         seeds: tuple[int, ...] = ()
         sandbox: dict[str, Any] = {}
         limit: float | None = None
-        """Known before the first worker: it fits the eager reference's time (the baseline,
-        measured first when there is none to reuse, once the parent's checks have passed)."""
+        """Known before the first worker: it fits the eager reference's time when a baseline is
+        known (the search's, or the cache's). Otherwise the baseline is measured beside the
+        design's worker (`pending`), which runs under the default limit; a worker cut off at
+        it runs again under the limit the baseline implies, if that is larger (a slow
+        reference's first evaluation pays twice; every other one waits for nothing)."""
+        pending: asyncio.Task[Baseline] | None = None
         ran_on = self.physical_device
         """The physical device of the slot the worker ran in (the parent-side steps after it,
         the roofline above all, use that device's identity)."""
@@ -308,11 +316,8 @@ class Evaluator:
                 run.record([_with_duration(r, time.monotonic() - s0)])
                 continue
             if limit is None:
-                if baseline is None and with_baseline:
-                    stage("baseline")
-                    baseline = await self.baseline(problem, timeout_s=timeout_s, refresh=refresh_baseline)
-                limit = domain.timeout_s(problem, self.cfg, timeout_s,
-                                         baseline.median_ms("eager") if baseline is not None else None)
+                baseline, pending, limit = self._run_limit(problem, baseline, with_baseline and baseline is None,
+                                                           refresh_baseline, timeout_s)
             req = domain.build_request(problem, design, step.specs, self.cfg)
             if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
                 req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
@@ -324,6 +329,13 @@ class Evaluator:
                     stage("judge")  # the worker is done; the judge confirms its outputs
 
             slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s, on_event)
+            if pending is not None and sr.timed_out and sr.limit_hit == "run":
+                # cut at the provisional limit: the baseline now says what fits the problem
+                baseline, pending = await pending, None
+                again = await self._again_if_slow(problem, design, step.specs, baseline, limit, timeout_s, on_event)
+                if again is not None:
+                    req, limit, slot, sr = again
+                    seeds = domain.request_seeds(req)
             ran_on = slot.physical
             out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s, req.compile_stage)
             run.record(out.results)
@@ -333,8 +345,10 @@ class Evaluator:
             sandbox = {
                 "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
                 "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,
-                "strays_killed": sr.strays_killed,
+                "strays_killed": sr.strays_killed, "run_limit_s": limit,
             }
+        if pending is not None:
+            baseline = await pending
         verdict = Verdict(run.results)
         if baseline is None and with_baseline and verdict.status == "valid" and domain.measure(verdict) is not None:
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
@@ -360,13 +374,7 @@ class Evaluator:
             return Baseline(problem.id, {}, {}, False, Verdict(()))
         timing_cfg = domain.baseline_settings(problem, self.cfg)
         slot = slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg)
-        if environment:
-            earlier = self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
-        else:  # before any worker ran here: the latest measured on this host and device
-            earlier = self.cache.latest(slot)
-            if earlier is not None and not _same_torch((earlier.get("environment") or {}).get("torch"),
-                                                       _torch_version()):
-                earlier = None
+        earlier = self._cached_entry(problem, environment)
         if earlier is not None and not refresh and not _unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # An unstable cached baseline is measured again: every chained speedup would carry its noise.
@@ -390,6 +398,57 @@ class Evaluator:
         self.cache.put(key, {"problem": problem.name, "modes": modes_out, "environment": measured_env})
         self.cache.put(slot, {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
+
+    def _run_limit(self, problem: Problem, baseline: Baseline | None, wanted: bool, refresh: bool,
+                   timeout_s: float | None) -> tuple[Baseline | None, asyncio.Task[Baseline] | None, float]:
+        """The baseline known now (the given one, or the cache's when `wanted`), the task
+        measuring it beside the worker when it must be measured, and the run limit."""
+        pending = None
+        if wanted:
+            baseline = self.cached_baseline(problem) if not refresh else None
+            if baseline is None:  # measured beside the design's worker, not before it
+                pending = asyncio.create_task(self.baseline(problem, timeout_s=timeout_s, refresh=True))
+        ms = baseline.median_ms("eager") if baseline is not None else None
+        return baseline, pending, get_domain(problem.domain).timeout_s(problem, self.cfg, timeout_s, ms)
+
+    async def _again_if_slow(self, problem: Problem, design: Design, specs: Any, baseline: Baseline, limit: float,
+                             timeout_s: float | None, on_event: Callable[[dict[str, Any]], None],
+                             ) -> tuple[EvalRequest, float, Any, Any] | None:
+        """A worker cut at the provisional run limit, submitted again under the limit its
+        baseline implies when that is larger: (request, limit, slot, result), or None."""
+        domain = get_domain(problem.domain)
+        fitted = domain.timeout_s(problem, self.cfg, timeout_s, baseline.median_ms("eager"))
+        if fitted <= limit:
+            return None
+        req = domain.build_request(problem, design, specs, self.cfg)
+        if baseline.median_ms("eager"):
+            req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
+        on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
+        slot, sr = await self.executor.submit(req, fitted, self.cfg.compile_timeout_s, on_event)
+        return req, fitted, slot, sr
+
+    def _cached_entry(self, problem: Problem, environment: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """The cached baseline of `problem` here: the one measured in `environment` (a worker's),
+        else the latest measured on this host and device under the installed torch."""
+        domain = get_domain(problem.domain)
+        modes = domain.baselines(self.cfg, self.on_gpu)
+        timing_cfg = domain.baseline_settings(problem, self.cfg)
+        if environment:
+            return self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
+        earlier = self.cache.latest(slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg))
+        if earlier is not None and not _same_torch((earlier.get("environment") or {}).get("torch"), _torch_version()):
+            return None
+        return earlier
+
+    def cached_baseline(self, problem: Problem) -> Baseline | None:
+        """The baseline the cache holds for `problem` here, when it can be used as it is (None:
+        it must be measured)."""
+        if not get_domain(problem.domain).baselines(self.cfg, self.on_gpu):
+            return None
+        earlier = self._cached_entry(problem)
+        if earlier is None or _unstable_modes(earlier):
+            return None
+        return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
 
     async def _with_peaks(self, name: str, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult],
                           device: str) -> ValidatorResult:

@@ -218,7 +218,7 @@ def harness_calls(problem: Problem, cfg: EvaluationConfig) -> int:
     trials = correctness_trials(problem, cfg)
     t = cfg.timing
     attempts = t.max_retimes + 1
-    timed_per_side = sum(max(t.min_reps, min(t.pairs, 8) * 2 ** a) for a in range(attempts))
+    timed_per_side = sum(max(t.min_reps, min(t.pairs, 10) * 2 ** a) for a in range(attempts))  # PAIRS_MIN: 10
     warm_per_side = attempts * (3 + 5)
     return 3 * trials + 6 + 5 + 8 + 2 * (timed_per_side + warm_per_side)
 

@@ -193,7 +193,8 @@ class Judging:
         worker's warm-up inputs: the same shapes as every timed call), under the shared lock."""
         w = self.w
         p = w._programs(need_candidate=False)
-        with w.phase("run"), w.hold("shared"), torch.no_grad():
+        # the compile limit: most of it is waiting for torch._dynamo's import (preload_work_counter)
+        with w.phase("compile"), w.hold("shared"), torch.no_grad():
             inputs = w._inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0))
             self.work = timed.count_work(p.reference, inputs)
         del inputs
@@ -269,7 +270,8 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
     notes: list[str] = []
     try:
-        w.stage_load()
+        with w.phase("compile"):  # the start, as the worker's: the compile limit
+            w.stage_load()
     except StageFailure as e:  # the problem itself failed here: not the candidate's doing
         go = _await_go(go_path, w)
         return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],

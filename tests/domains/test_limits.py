@@ -1,0 +1,74 @@
+"""The run limit fits the problem (issue 22): the user's limit is a limit; the default grows
+with the eager reference's time, so a big problem's honest design is not cut off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stratagem.config import load_config
+from stratagem.domains.pytorch.domain import SLOW_FACTOR, harness_calls, timeout_s
+from stratagem.domains.pytorch.problem import load_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_default_run_limit_grows_with_the_reference_and_a_set_one_does_not(tmp_path) -> None:
+    problem = load_problem(ROOT / "examples/01_elementwise/problem.py")
+    cfg = load_config(None, {}).evaluation
+    calls = harness_calls(problem, cfg)
+    assert 100 < calls < 1000  # every call of an evaluation, both programs
+    assert timeout_s(problem, cfg) == cfg.timeout_s == timeout_s(problem, cfg, reference_ms=3.0)  # small: the floor
+    slow = timeout_s(problem, cfg, reference_ms=500.0)
+    assert slow == calls * 0.5 * SLOW_FACTOR > cfg.timeout_s
+    assert timeout_s(problem, cfg, 60.0, reference_ms=500.0) == 60.0  # --timeout
+    assert timeout_s(problem, load_config(None, {"evaluation": {"timeout_s": 45}}).evaluation,
+                     reference_ms=500.0) == 45.0  # [evaluation] timeout_s, set by the user
+    declared = tmp_path / "p.py"
+    declared.write_text((ROOT / "examples/01_elementwise/problem.py").read_text() + '\nSTRATAGEM = {"timeout_s": 30}\n')
+    assert timeout_s(load_problem(declared), cfg, reference_ms=500.0) == 30.0  # the problem's own
+    more = load_config(None, {"evaluation": {"correctness_trials": 10, "timing": {"max_retimes": 4}}}).evaluation
+    assert harness_calls(problem, more) > calls
+
+
+def test_an_evaluation_runs_under_the_limit_its_baseline_implies(cpu_config) -> None:
+    """The eager median reaches the run limit before the candidate's worker starts (here a
+    search's baseline, whose eager call takes 2 s), and the evaluation says which it was."""
+    import asyncio
+
+    from stratagem.core.design import Design
+    from stratagem.core.verdict import Verdict
+    from stratagem.evaluation.executors import LocalExecutor
+    from stratagem.evaluation.service import Baseline, Evaluator
+
+    problem = load_problem(ROOT / "tests/fixtures/problem_linear.py")
+    design = Design.from_source((ROOT / "tests/fixtures/candidates/good_addmm.py").read_text())
+    slow = Baseline(problem.id, {"eager": {"median_ms": 2000.0}}, {}, True, Verdict(()))
+    cfg = cpu_config.model_copy(update={"correctness_trials": 2})
+    cfg.model_fields_set.discard("timeout_s")  # the default, not the user's: it may grow
+    ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
+    ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(problem, design, baseline=slow))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert ev.sandbox["run_limit_s"] == harness_calls(problem, cfg) * 2.0 * SLOW_FACTOR
+
+
+def test_a_worker_cut_at_the_provisional_limit_runs_again_under_the_fitted_one(cpu_config) -> None:
+    """With no baseline to reuse, the baseline is measured beside the design's worker, which
+    runs under the default limit; cut off there, it runs again under the limit the measured
+    eager time implies, and the honest design is valid."""
+    import asyncio
+
+    from stratagem.core.design import Design
+    from stratagem.evaluation.executors import LocalExecutor
+    from stratagem.evaluation.service import Evaluator
+
+    fix = ROOT / "tests/fixtures/slow"
+    cfg = cpu_config.model_copy(update={"timeout_s": 3.0, "correctness_trials": 2})
+    cfg.model_fields_set.discard("timeout_s")  # a default (3 s here): it may grow
+    ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
+    ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(fix / "problem.py"),
+                                                        Design.from_source((fix / "honest.py").read_text())))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert ev.baseline is not None and not ev.baseline.cached
+    eager_ms = ev.baseline.median_ms("eager")
+    assert eager_ms is not None and eager_ms > 60
+    assert ev.sandbox["run_limit_s"] == harness_calls(load_problem(fix / "problem.py"), cfg) * eager_ms / 1e3 * SLOW_FACTOR
