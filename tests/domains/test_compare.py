@@ -86,3 +86,21 @@ def test_quick_check_in_cache_sized_chunks_still_sees_every_element() -> None:
     nan = ref.clone()
     nan[2 * compare.CPU_QUICK_CHUNK + 7] = float("nan")
     assert not compare.compare_outputs(ref, nan, tol).ok
+
+
+def test_relative_errors_are_reported_at_the_outputs_scale_never_as_1e35(chunk, monkeypatch) -> None:
+    """An expected value near zero made `max rel err 1.75e+35` in a verdict: relative errors
+    are taken against max(|expected|, REL_FLOOR x the output's largest magnitude, over every
+    chunk), in the passing path and the failing one alike; the tolerance test is unchanged."""
+    monkeypatch.setattr(compare, "CPU_QUICK_CHUNK", 2)  # the scale comes from another chunk
+    ref = torch.tensor([1e-38, 1.0, 2.0, -3.0] * 3)
+    close = ref.clone()
+    close[0] += 1e-5
+    ok = compare.compare_outputs(ref, close, TOL)
+    assert ok.ok and ok.max_rel_err == pytest.approx(1e-5 / (compare.REL_FLOOR * 3.0), rel=1e-3)
+    far = ref.clone()
+    far[0] += 0.5
+    bad = compare.compare_outputs(ref, far, TOL)
+    assert not bad.ok and bad.mismatched == 1
+    assert bad.max_rel_err == pytest.approx(0.5 / (compare.REL_FLOOR * 3.0), rel=1e-3)
+    assert "max rel err 167" in (bad.reason or "")
