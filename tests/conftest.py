@@ -41,6 +41,7 @@ def cpu_config():
             "evaluation": {
                 "device": "cpu",
                 "timeout_s": 60,
+                "compile_timeout_s": 300,  # set too: 60 s then bounds the run, not the builds as well
                 "baselines": ["eager"],
                 "timing": {"warmup_ms": 5, "budget_ms": 20, "min_reps": 3, "max_reps": 50},
             }

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stratagem.config import load_config
 from stratagem.domains.pytorch.domain import SLOW_FACTOR, harness_calls, timeout_s
 from stratagem.domains.pytorch.problem import load_problem
@@ -72,3 +74,51 @@ def test_a_worker_cut_at_the_provisional_limit_runs_again_under_the_fitted_one(c
     eager_ms = ev.baseline.median_ms("eager")
     assert eager_ms is not None and eager_ms > 60
     assert ev.sandbox["run_limit_s"] == harness_calls(load_problem(fix / "problem.py"), cfg) * eager_ms / 1e3 * SLOW_FACTOR
+
+
+HANGS = {
+    "in __init__": "def __init__(self):\n        super().__init__()\n        time.sleep(3600)\n\n    def forward(self, x):\n        return torch.relu(x)",
+    "in the first call": "def forward(self, x):\n        time.sleep(3600)\n        return torch.relu(x)",
+    "in a later call": ("def __init__(self):\n        super().__init__()\n        self.calls = 0\n\n"
+                        "    def forward(self, x):\n        self.calls += 1\n        if self.calls > 2:\n"
+                        "            while True:\n                pass\n        return torch.relu(x)"),
+}
+
+
+@pytest.mark.parametrize("where", list(HANGS))
+def test_a_limit_the_user_sets_bounds_the_whole_evaluation(where, cpu_config) -> None:
+    """`--timeout 8` means 8 s, whatever the candidate hangs in: its construction, its first
+    call (which the harness otherwise charges to the compile limit), or a later call; the
+    verdict names that limit. (A first call that slept forever ran 302 s under --timeout 60.)"""
+    import asyncio
+    import time
+
+    from stratagem.core.design import Design
+    from stratagem.evaluation.executors import LocalExecutor
+    from stratagem.evaluation.service import Evaluator
+
+    cfg = cpu_config.model_copy(update={"correctness_trials": 2})
+    cfg.model_fields_set.discard("compile_timeout_s")  # the user set a run limit only
+    source = f"import time\n\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    {HANGS[where]}\n"
+    ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
+    t0 = time.monotonic()
+    ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(ROOT / "tests/fixtures/problem_relu.py"),
+                                                        Design.from_source(source), timeout_s=8.0,
+                                                        with_baseline=False))
+    wall = time.monotonic() - t0
+    [failure] = ev.verdict.failures
+    assert failure.kind == "timeout" and "8 s limit set for the whole evaluation" in (failure.reason or "")
+    assert wall < 8.0 + 6.0, wall  # the limit, plus killing the group and the parent's own steps
+
+
+def test_the_compile_limit_stands_apart_only_when_no_run_limit_was_set_alone(tmp_path) -> None:
+    from stratagem.domains.pytorch.domain import compile_timeout_s
+
+    problem = load_problem(ROOT / "examples/01_elementwise/problem.py")
+    default = load_config(None, {}).evaluation
+    assert compile_timeout_s(problem, default) == default.compile_timeout_s  # defaults: two limits
+    assert compile_timeout_s(problem, default, 60.0) is None  # --timeout alone: one limit for all
+    run_only = load_config(None, {"evaluation": {"timeout_s": 90}}).evaluation
+    assert compile_timeout_s(problem, run_only) is None
+    both = load_config(None, {"evaluation": {"timeout_s": 90, "compile_timeout_s": 400}}).evaluation
+    assert compile_timeout_s(problem, both, 60.0) == 400.0  # the user gave builds their own

@@ -157,6 +157,9 @@ class ToyDomain:
                   reference_ms: float | None = None) -> float:
         return override or 120.0
 
+    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
+        return cfg.compile_timeout_s
+
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         return []
 

@@ -37,7 +37,7 @@ def eval_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
     candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining ModelNew.")],
     device: DeviceOpt = None,
-    timeout: Annotated[float | None, typer.Option("--timeout", metavar="TIMEOUT", help=f"Run limit in seconds (correctness, integrity, shapes, timing; default {DEFAULT_TIMEOUT_S:g} s, raised to fit a problem whose eager reference is slow; a problem may set its own)."),
+    timeout: Annotated[float | None, typer.Option("--timeout", metavar="TIMEOUT", help=f"Limit in seconds on the whole evaluation of the design, compiles included unless [evaluation] compile_timeout_s is set too (default: {DEFAULT_TIMEOUT_S:g} s for correctness, integrity, shapes and timing, raised to fit a slow reference, and compile_timeout_s for builds; a problem may set its own)."),
     ] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Record the evaluation in this run directory.")] = None,
     integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),

@@ -93,6 +93,10 @@ class Domain(Protocol):
         eager reference's time, when known)."""
         ...
 
+    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
+        """The compile limit, or None when a run limit the user set bounds the whole evaluation."""
+        ...
+
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         """The reference modes a run measures (PyTorch: eager, compile, max-autotune)."""
         ...

@@ -172,7 +172,7 @@ def _from_progress(
                 running = None
     compiling = compile_timeout_s is not None and compile_stage in names and compile_stage not in done
     limit = compile_timeout_s if (sr.limit_hit == "compile" or (sr.limit_hit is None and compiling)) else timeout_s
-    kind, reason = _death(sr, problem, limit)  # type: ignore[arg-type]
+    kind, reason = _death(sr, problem, limit, whole=compile_timeout_s is None)  # type: ignore[arg-type]
     details = _sandbox_details(sr)
     results = list(done.values())
     if running is not None:
@@ -196,7 +196,12 @@ def _from_progress(
     return results
 
 
-def _death(sr: SandboxResult, problem: str | None, timeout_s: float) -> tuple[FailureKind, str]:
+def _death(sr: SandboxResult, problem: str | None, timeout_s: float, whole: bool = False) -> tuple[FailureKind, str]:
+    """`whole`: one limit covered the whole evaluation, compiles included (a limit the user set)."""
+    if sr.timed_out and whole and sr.limit_hit == "run":
+        return "timeout", (f"the worker was killed at the {timeout_s:g} s limit set for the whole evaluation "
+                           "(timeout_s, compiles included; raise it with --timeout S, or give compiles their own "
+                           "limit with [evaluation] compile_timeout_s)")
     if sr.timed_out:
         if sr.limit_hit == "compile":
             return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (imports, "

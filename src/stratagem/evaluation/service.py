@@ -328,7 +328,8 @@ class Evaluator:
                 elif ev.get("event") == "done":
                     stage("judge")  # the worker is done; the judge confirms its outputs
 
-            slot, sr = await self.executor.submit(req, limit, self.cfg.compile_timeout_s, on_event)
+            compile_limit = domain.compile_timeout_s(problem, self.cfg, timeout_s)
+            slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
             if pending is not None and sr.timed_out and sr.limit_hit == "run":
                 # cut at the provisional limit: the baseline now says what fits the problem
                 baseline, pending = await pending, None
@@ -337,7 +338,7 @@ class Evaluator:
                     req, limit, slot, sr = again
                     seeds = domain.request_seeds(req)
             ran_on = slot.physical
-            out = interpret(step.specs, sr, req.request_id, limit, self.cfg.compile_timeout_s, req.compile_stage)
+            out = interpret(step.specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
             run.record(out.results)
             run.record_missing(step.specs, "the worker ended before this stage ran")
             environment.update(out.environment)

@@ -223,6 +223,19 @@ def harness_calls(problem: Problem, cfg: EvaluationConfig) -> int:
     return 3 * trials + 6 + 5 + 8 + 2 * (timed_per_side + warm_per_side)
 
 
+def compile_timeout_s(problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
+    """The compile limit: `compile_timeout_s` (the problem's, or the config's), or None when
+    the user set a run limit (`--timeout`, the problem's or the config's `timeout_s`) and no
+    compile limit: their limit then bounds the whole evaluation, compiles included (a user who
+    writes 60 expects 60, whatever the candidate hangs in)."""
+    if "compile_timeout_s" in problem.settings:
+        return float(problem.settings["compile_timeout_s"])
+    if "compile_timeout_s" in cfg.model_fields_set:
+        return cfg.compile_timeout_s
+    user_run = override is not None or "timeout_s" in problem.settings or "timeout_s" in cfg.model_fields_set
+    return None if user_run else cfg.compile_timeout_s
+
+
 def timeout_s(problem: Problem, cfg: EvaluationConfig, override: float | None = None,
               reference_ms: float | None = None) -> float:
     """The run limit of one evaluation: the user's (`--timeout`, the problem's `timeout_s`,
@@ -474,6 +487,9 @@ class PyTorchDomain:
     def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
                   reference_ms: float | None = None) -> float:
         return timeout_s(problem, cfg, override, reference_ms)
+
+    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
+        return compile_timeout_s(problem, cfg, override)
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         return default_baselines(cfg, on_gpu)
