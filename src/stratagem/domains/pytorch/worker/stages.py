@@ -31,6 +31,7 @@ from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.worker import (
     audit,
+    builds,
     compare,
     guard,
     integrity,
@@ -89,6 +90,8 @@ class Worker:
         error against the anchor plus the floor (if |c - a| <= f e and |r - a| <= e, then
         |c - r| <= (f + 1) e)."""
         self._base_cores: set[int] | None = None
+        self.cleared_builds: list[str] = []
+        """Dead builds' batons removed from the build root (`claim_builds`)."""
 
     # -- device use -----------------------------------------------------------------------
 
@@ -176,6 +179,8 @@ class Worker:
         details: dict[str, Any] = {}
         cand = self.req.get("candidate")
         if cand is not None:
+            if self.cleared_builds:
+                details["stale_build_locks_removed"] = list(self.cleared_builds)
             t0 = time.perf_counter()
             try:
                 mod = runtime.load_module(
@@ -605,6 +610,10 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
         raise ValueError(f"unknown worker stages: {unknown}")
     worker = Worker(request, workdir, emit, record_dir)
     _keep_off_timing_cores(request)
+    if request.get("candidate") is not None:
+        # before any device lock is held: a worker waiting here holds nothing another needs
+        with worker.phase("wait"):
+            worker.cleared_builds = builds.claim()
     run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
     while (step := run.next_step()) is not None:
         spec = step.specs[0]
