@@ -108,7 +108,7 @@ def test_a_limit_the_user_sets_bounds_the_whole_evaluation(where, cpu_config) ->
     wall = time.monotonic() - t0
     [failure] = ev.verdict.failures
     assert failure.kind == "timeout" and "8 s limit set for the whole evaluation" in (failure.reason or "")
-    assert wall < 8.0 + 6.0, wall  # the limit, plus killing the group and the parent's own steps
+    assert wall < 8.0 + 10.0, wall  # the limit, plus killing the group and the parent's own steps (under load)
 
 
 def test_the_compile_limit_stands_apart_only_when_no_run_limit_was_set_alone(tmp_path) -> None:
