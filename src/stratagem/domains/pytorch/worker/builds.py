@@ -20,7 +20,7 @@ import fcntl
 import os
 from pathlib import Path
 
-import torch.utils.cpp_extension
+import torch  # noqa: F401 - worker-side (torch.utils.cpp_extension only where the slot sets no root)
 
 CLAIM_FILE = ".stratagem-builds.lock"
 _held: list[int] = []
@@ -30,7 +30,12 @@ _held: list[int] = []
 def build_root() -> Path:
     """torch's extension build root for this process, found as torch finds it: the slot's
     TORCH_EXTENSIONS_DIR, else torch's default."""
-    return Path(os.environ.get("TORCH_EXTENSIONS_DIR", "") or torch.utils.cpp_extension.get_default_build_root())
+    root = os.environ.get("TORCH_EXTENSIONS_DIR", "")
+    if root:
+        return Path(root)
+    import torch.utils.cpp_extension  # 0.3 s of imports (setuptools): only when needed
+
+    return Path(torch.utils.cpp_extension.get_default_build_root())
 
 
 def claim(root: Path | None = None) -> list[str]:

@@ -63,7 +63,7 @@ def _stage_of(key: str) -> str:
 class Judging:
     """The judge's state: which calls it samples, what it has checked, what it found."""
 
-    def __init__(self, w: Worker, record_dir: Path, notes: list[str]) -> None:
+    def __init__(self, w: Worker, record_dir: Path, notes: list[str], count_early: bool = True) -> None:
         self.w, self.dir, self.notes = w, record_dir, notes
         self.seeds = [int(s) for s in w.req["seeds"]]
         self.sampled_trial = record.trial_key(secrets.SystemRandom().choice(self.seeds))
@@ -78,6 +78,9 @@ class Judging:
         self._visible: float | None = None
         self.work: dict[str, Any] | None = None
         """The reference's FLOPs and minimum bytes (the roofline's input), once counted."""
+        self.count_early = count_early
+        """Count the work while the worker runs (on a GPU machine, whose cores are idle then);
+        on the CPU it would compete with the worker for the cores, so it waits for its end."""
         self.work_s = 0.0
         self.load_s = 0.0
 
@@ -100,7 +103,7 @@ class Judging:
         counts the reference's work."""
         t0 = time.perf_counter()
         try:
-            if self.work is None:
+            if self.work is None and self.count_early:
                 self.count_work()
             for key in record.ipc_keys(self.dir):
                 if key in self.checked or key in self.refused or not self.known(key):
@@ -265,8 +268,9 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     """Load, check records as they arrive, wait for `go_path`, answer for the claimed stages.
     Returns {nonce, ok, failures, checked, notes, timings_s}."""
     request = prepare_device(request)
-    # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
-    threading.Thread(target=timed.preload_work_counter, daemon=True).start()
+    on_gpu = str(request["device"]).startswith("cuda")
+    if on_gpu:  # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
+        threading.Thread(target=timed.preload_work_counter, daemon=True).start()
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
     notes: list[str] = []
     try:
@@ -276,7 +280,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
         go = _await_go(go_path, w)
         return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
                        [], notes)
-    j = Judging(w, record_dir, notes)
+    j = Judging(w, record_dir, notes, count_early=on_gpu)
     go = _await_go(go_path, w, j.poll)
     t_go = time.perf_counter()
     before_go_s = j.work_s
@@ -301,6 +305,8 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
                 j.correctness(details if isinstance(details, Mapping) else {})
             if "timing" in passed:
                 j.timing()
+                if j.work is None:
+                    j.count_work()
     except Finding as f:
         missing = f
     except StageFailure as e:
