@@ -151,8 +151,12 @@ def test_baseline_json_and_cache(capsys, fast_config):
     assert len(out["baselines"]["eager"]["samples_ms"]) >= 3
     assert out["baselines"]["eager"]["stability"]["verdict"] in ("stable", "unstable")
     code, again = run_json(capsys, args)
-    assert code == 0 and again["cached"] is True  # found by problem, host and device
-    assert again["reference_ms"] == out["reference_ms"]
+    # found by problem, host and device when it was stable; one judged unstable (beside a CPU
+    # hog, now and then) is measured again by design: its noise would reach every chained ratio
+    stable = out["baselines"]["eager"]["stability"]["verdict"] == "stable"
+    assert code == 0 and again["cached"] is stable, out["baselines"]["eager"]["stability"]
+    if stable:
+        assert again["reference_ms"] == out["reference_ms"]
     code, fresh = run_json(capsys, [*args, "--refresh"])
     assert code == 0 and fresh["cached"] is False
 
