@@ -24,7 +24,7 @@ PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests i
 SRC = PKG.parent
 
 WORKER_TORCH_MODULES = frozenset(
-    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds")
+    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds", "memory", "environment")
 )
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 
@@ -38,7 +38,7 @@ ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     # The worker reports which GPUs it was given (its environment() snapshot for the
     # response); it runs in the sandbox, where stratagem.config is not the parent's config, and
     # only reads this one variable.
-    "stratagem.domains.pytorch.worker.stages": frozenset({"CUDA_VISIBLE_DEVICES"}),
+    "stratagem.domains.pytorch.worker.environment": frozenset({"CUDA_VISIBLE_DEVICES"}),
     # The build root torch itself uses for extensions: the slot's TORCH_EXTENSIONS_DIR, read
     # the way torch reads it, so the worker claims the directory its builds really use.
     "stratagem.domains.pytorch.worker.builds": frozenset({"TORCH_EXTENSIONS_DIR"}),

@@ -45,15 +45,18 @@ def test_every_timed_call_of_every_attempt_has_inputs_of_its_own() -> None:
     assert record.parse_timed("trial-5") is None
 
 
+def _evaluate_fixture(cfg, folder: str, problem: str, candidate: str):
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / folder
+    ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
+    design = Design.from_source((fix / candidate).read_text())
+    return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(fix / problem), design, with_baseline=False))
+
+
 def test_inputs_drawn_from_numpy_or_random_are_the_same_in_the_judge(cpu_config) -> None:
     """The judge makes every input from its seed in another process: a problem whose
     get_inputs() uses numpy's or Python's global generator must give the same values there
     (an honest candidate was rejected before every global generator was seeded)."""
-    fix = Path(__file__).resolve().parents[1] / "fixtures" / "judge"
-    ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
-    design = Design.from_source((fix / "numpy_inputs_candidate.py").read_text())
-    ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(load_problem(fix / "numpy_inputs.py"), design,
-                                                              with_baseline=False))
+    ev = _evaluate_fixture(cpu_config, "judge", "numpy_inputs.py", "numpy_inputs_candidate.py")
     assert ev.verdict.status == "valid", ev.verdict.report()
     assert ev.verdict.result("correctness").details["judge"]["checked"]  # type: ignore[union-attr]
 
@@ -184,11 +187,7 @@ def test_a_reference_whose_closures_hold_its_modules_is_randomised_in_place(cpu_
     MiniGPTBlock) computes with the random weights everywhere: its own code, renamed, passes
     in the worker and in the judge. (A deep copy kept the closure on the original weights and
     failed this honest candidate on every element.)"""
-    fix = Path(__file__).resolve().parents[1] / "fixtures" / "closure"
-    ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
-    design = Design.from_source((fix / "honest.py").read_text())
-    ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(load_problem(fix / "problem.py"), design,
-                                                              with_baseline=False))
+    ev = _evaluate_fixture(cpu_config, "closure", "problem.py", "honest.py")
     assert ev.verdict.status == "valid", ev.verdict.report()
     c = ev.verdict.result("correctness")
     assert c is not None and c.details["randomised_parameters"]["mapped"] == "by key"

@@ -17,6 +17,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from stratagem.domains.pytorch.floor import PEAKS_VERSION
+from stratagem.domains.pytorch.worker import runtime
 
 
 def _time_ms(fn: Callable[[], Any], device: str, reps: int) -> float:
@@ -100,14 +101,6 @@ def calibrate(device: str) -> dict[str, Any]:
     return out
 
 
-def _tensor_bytes(x: Any) -> int:
-    if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
-    if isinstance(x, list | tuple):
-        return sum(_tensor_bytes(v) for v in x)
-    return 0
-
-
 def _dtype(x: Any) -> str | None:
     if isinstance(x, torch.Tensor):
         return str(x.dtype).removeprefix("torch.")
@@ -124,6 +117,6 @@ def work(model: torch.nn.Module, inputs: list[Any]) -> dict[str, Any]:
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     return {
         "flops": int(counter.get_total_flops()),
-        "min_bytes": _tensor_bytes(inputs) + _tensor_bytes(out) + params,
+        "min_bytes": runtime.output_nbytes(inputs) + runtime.output_nbytes(out) + params,
         "dtype": _dtype(out),
     }

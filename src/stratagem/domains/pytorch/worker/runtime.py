@@ -178,7 +178,7 @@ def inputs_nbytes(inputs: Sequence[Any]) -> int:
 
 
 def output_nbytes(out: Any) -> int:
-    """Bytes of the tensors in an output (nested sequences included)."""
+    """Bytes of the tensors in an output or an argument list (nested sequences included)."""
     if isinstance(out, torch.Tensor):
         return out.numel() * out.element_size()
     if isinstance(out, list | tuple):

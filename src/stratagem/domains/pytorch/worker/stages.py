@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -33,8 +31,10 @@ from stratagem.domains.pytorch.worker import (
     audit,
     builds,
     compare,
+    environment,
     guard,
     integrity,
+    memory,
     params,
     provenance,
     record,
@@ -203,57 +203,9 @@ class Worker:
             self.programs.candidate_module, self.programs.candidate = mod, new
             if self.device.startswith("cuda"):
                 with self.hold("shared"):
-                    details["memory"] = self._memory_plan()
+                    details["memory"] = memory.plan(self)
         return details
 
-    def _memory_plan(self) -> dict[str, Any]:
-        """What an evaluation needs on the GPU, measured on one reference call, against what
-        there is. This worker's peak is the integrity stage's: three input-sized tensors (the
-        inputs, their copy, the poisoned block) and three outputs, plus the reference's
-        workspace (a correctness trial holds two of each); the judge, a process of its own,
-        holds one call's inputs, output and workspace beside it. The per-process cap
-        (`gpu_memory_fraction`) bounds each process; the device's free memory bounds both. A
-        problem that cannot fit fails here, with the numbers, before any candidate call.
-
-        Raises:
-            StageFailure: `problem_error` when it cannot fit."""
-        p = self._programs(need_candidate=False)
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        inputs = self._inputs(p, int(self.req["seeds"][0]))
-        in_b = runtime.inputs_nbytes(inputs)
-        with torch.no_grad():
-            out = self._call_reference(p.reference, inputs)
-        out_b = runtime.output_nbytes(out)
-        work_b = max(0, torch.cuda.max_memory_allocated() - base - in_b - out_b)
-        for t in [out] if isinstance(out, torch.Tensor) else [x for x in out if isinstance(x, torch.Tensor)] \
-                if isinstance(out, list | tuple) else []:
-            t.fill_(float("nan") if t.is_floating_point() else 0)  # no right answer left in freed memory
-            del t
-        del inputs, out
-        runtime.free_memory()
-        cap = self.req.get("gpu_memory_fraction")
-        worker_b = 3 * in_b + 3 * out_b + work_b
-        judge_b = in_b + out_b + work_b if self.req.get("judge") else 0
-        room = runtime.free_bytes(self.device, cap)  # the plan's call freed: what this process may add
-        device_free = runtime.free_bytes(self.device)
-        gib = 2.0**30
-        plan = {"inputs_gb": in_b / gib, "output_gb": out_b / gib, "reference_workspace_gb": work_b / gib,
-                "worker_needs_gb": worker_b / gib, "judge_needs_gb": judge_b / gib, "available_gb": room / gib,
-                "device_free_gb": device_free / gib}
-        short = worker_b > room or worker_b + judge_b > device_free
-        if short:
-            under = f" under gpu_memory_fraction = {cap:g}" if cap else ""
-            raise StageFailure("problem_error", (
-                f"the problem does not fit on this GPU: an evaluation needs {worker_b / gib:.1f} GiB in the worker "
-                f"(inputs {in_b / gib:.2f} GiB and outputs {out_b / gib:.2f} GiB, three of each at the integrity "
-                f"stage's peak, and the reference's workspace {work_b / gib:.2f} GiB)"
-                + (f" and {judge_b / gib:.1f} GiB in the judge beside it" if judge_b else "")
-                + f"; {room / gib:.1f} GiB are available to the worker{under} and {device_free / gib:.1f} GiB free "
-                "on the device: evaluate it on a GPU with more free memory, or make get_inputs() smaller"),
-                {"memory": plan})
-        return plan
 
     def stage_correctness(self) -> dict[str, Any]:
         """Trials on fresh seeded inputs: the candidate against eager (and, where it decides or
@@ -493,81 +445,6 @@ def _is_build_error(e: BaseException) -> bool:
     return "Error building extension" in text or "ninja" in text.lower() or "nvcc" in text
 
 
-def environment(device: str) -> dict[str, Any]:
-    env: dict[str, Any] = {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device": device,
-        "hostname": platform.node(),
-    }
-    if device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(0)
-        env.update(
-            device_name=torch.cuda.get_device_name(0),
-            cuda=torch.version.cuda,
-            capability=f"{props.major}.{props.minor}",
-            memory_gb=round(props.total_memory / 2**30, 1),
-            visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-        )
-    else:
-        env.update(device_name=_cpu_name(), threads=torch.get_num_threads(), cpu_capability=_cpu_capability(),
-                   isa=_isa())
-    env.update(_versions())
-    return env
-
-
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile",
-             "amx_bf16", "asimd", "sve")
-"""The instruction-set flags worth telling an agent about (from /proc/cpuinfo)."""
-
-
-def _isa() -> list[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                have = set(line.split(":", 1)[1].split())
-                return [f for f in ISA_FLAGS if f in have]
-    except OSError:
-        pass
-    return []
-
-
-def _cpu_capability() -> str:
-    try:
-        return str(torch.backends.cpu.get_cpu_capability())
-    except Exception:  # noqa: BLE001 - older torch: unknown
-        return ""
-
-
-def _versions() -> dict[str, str]:
-    """Triton's and the C++ compiler's versions (without importing triton: it is slow)."""
-    from importlib import metadata
-
-    out: dict[str, str] = {}
-    try:
-        out["triton"] = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        pass
-    try:
-        cfg = torch.__config__.show()
-        m = re.search(r"(GCC|clang|MSVC)[ \w]*?(\d+\.\d+(?:\.\d+)?)", cfg)
-        if m:
-            out["compiler"] = f"{m.group(1)} {m.group(2)}"
-    except Exception:  # noqa: BLE001 - a build without the config string
-        pass
-    return out
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def unpack(envelope: Mapping[str, Any]) -> dict[str, Any]:
     """The envelope (`EvalRequest`) as the stages read it: its payload's fields at the top,
     and the design's `candidate.py` as `candidate` (None for a reference-only request)."""
@@ -624,7 +501,7 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
             result = _run_stage(worker, spec.name)
         run.record([result])
         emit("end", {"stage": spec.name, "result": result.to_json()})
-    return {"results": [r.to_json() for r in run.results], "environment": environment(device)}
+    return {"results": [r.to_json() for r in run.results], "environment": environment.describe(device)}
 
 
 SELF_LOCKING = frozenset({"load", "timing", "baseline"})

@@ -1,0 +1,70 @@
+"""Owns the GPU memory plan of an evaluation: what it needs, measured on one reference call,
+against what this process and the device have, before any candidate call.
+
+Worker-side only. The worker's peak is the integrity stage's: three input-sized tensors (the
+inputs, their copy, the poisoned block) and three outputs, plus the reference's workspace (a
+correctness trial holds two of each); the judge, a process of its own, holds one call's
+inputs, output and workspace beside it. The per-process cap (`gpu_memory_fraction`) bounds
+each process; the device's free memory bounds both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from stratagem.domains.pytorch.worker import runtime
+from stratagem.domains.pytorch.worker.runtime import StageFailure
+
+if TYPE_CHECKING:
+    from stratagem.domains.pytorch.worker.stages import Worker
+
+GIB = 2.0**30
+
+
+def plan(w: Worker) -> dict[str, Any]:
+    """The plan of worker `w`'s evaluation (sizes in GiB).
+
+    Raises:
+        StageFailure: `problem_error` when the evaluation cannot fit, with the numbers."""
+    p = w._programs(need_candidate=False)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    inputs = w._inputs(p, int(w.req["seeds"][0]))
+    in_b = runtime.inputs_nbytes(inputs)
+    with torch.no_grad():
+        out = w._call_reference(p.reference, inputs)
+    out_b = runtime.output_nbytes(out)
+    work_b = max(0, torch.cuda.max_memory_allocated() - base - in_b - out_b)
+    _poison(out)  # no right answer left in the memory the candidate's first call may get
+    del inputs, out
+    runtime.free_memory()
+    cap = w.req.get("gpu_memory_fraction")
+    worker_b = 3 * in_b + 3 * out_b + work_b
+    judge_b = in_b + out_b + work_b if w.req.get("judge") else 0
+    room = runtime.free_bytes(w.device, cap)  # the plan's call freed: what this process may add
+    device_free = runtime.free_bytes(w.device)
+    out_plan = {"inputs_gb": in_b / GIB, "output_gb": out_b / GIB, "reference_workspace_gb": work_b / GIB,
+                "worker_needs_gb": worker_b / GIB, "judge_needs_gb": judge_b / GIB, "available_gb": room / GIB,
+                "device_free_gb": device_free / GIB}
+    if worker_b > room or worker_b + judge_b > device_free:
+        under = f" under gpu_memory_fraction = {cap:g}" if cap else ""
+        raise StageFailure("problem_error", (
+            f"the problem does not fit on this GPU: an evaluation needs {worker_b / GIB:.1f} GiB in the worker "
+            f"(inputs {in_b / GIB:.2f} GiB and outputs {out_b / GIB:.2f} GiB, three of each at the integrity "
+            f"stage's peak, and the reference's workspace {work_b / GIB:.2f} GiB)"
+            + (f" and {judge_b / GIB:.1f} GiB in the judge beside it" if judge_b else "")
+            + f"; {room / GIB:.1f} GiB are available to the worker{under} and {device_free / GIB:.1f} GiB free "
+            "on the device: evaluate it on a GPU with more free memory, or make get_inputs() smaller"),
+            {"memory": out_plan})
+    return out_plan
+
+
+def _poison(out: Any) -> None:
+    if isinstance(out, torch.Tensor):
+        out.fill_(float("nan") if out.is_floating_point() else 0)
+    elif isinstance(out, list | tuple):
+        for x in out:
+            _poison(x)
