@@ -23,5 +23,5 @@ def test_unreviewed_designs_are_named_but_not_ranked() -> None:
     out = _text(leaderboard(views, {"eager": 1.0, "compile": 0.8}))
     rows = [line for line in out.splitlines() if line.startswith("│")]
     assert len(rows) == 1 and "aaaaaaaaaa" in rows[0]
-    assert "bbbbbbbbbb 100x" in out and "not ranked until reviewed" in out
+    assert "bbbbbbbbbb 100x" in out and "awaiting review" in out
     assert "cccccccccc" not in out

@@ -90,7 +90,7 @@ def test_the_live_page_renders_and_follows_the_run(tmp_path):
         tab = Tab(next(t for t in targets if t.get("type") == "page")["webSocketDebuggerUrl"])
         tab.call("Page.enable")
         tab.call("Page.navigate", url=f"http://127.0.0.1:{server.server_address[1]}/")
-        assert wait_for(lambda: "1 designs" in tab.text("document.getElementById('stamp') ? "
+        assert wait_for(lambda: "1 design:" in tab.text("document.getElementById('stamp') ? "
                                                          "document.getElementById('stamp').innerText : ''"))
         assert "2.00x" in tab.text("document.body.innerText")  # the best, as the leaderboard gives it
         shot = base64.b64decode(tab.call("Page.captureScreenshot", format="png")["data"])
@@ -103,7 +103,7 @@ def test_the_live_page_renders_and_follows_the_run(tmp_path):
         assert imgs >= 3 and loaded == imgs  # the embedded figures decode in the browser
 
         add_design(run, "b", 0.25)  # a new, faster design lands while the page is open
-        assert wait_for(lambda: "2 designs" in tab.text("document.getElementById('stamp') ? "
+        assert wait_for(lambda: "2 designs:" in tab.text("document.getElementById('stamp') ? "
                                                          "document.getElementById('stamp').innerText : ''"))
         assert "4.00x" in tab.text("document.body.innerText")
     finally:

@@ -411,6 +411,29 @@ def test_only_recipes_that_beat_inference_mode_are_combined() -> None:
     assert res.exhausted and res.plan is None and len(s2.calls) == n  # nothing to combine
 
 
+@pytest.mark.parametrize("speedups, says", [
+    ({"inference_mode": 0.99, "compile": 3.0, "compile-max-autotune": 3.5},
+     "two helped alone (compile 3.00x, compile-max-autotune 3.50x), but compile and compile-max-autotune are "
+     "alternatives"),
+    ({"inference_mode": 1.3, "autocast-bf16": 1.2, "compile-max-autotune": 1.25},
+     "three helped alone (inference_mode 1.30x, autocast-bf16 1.20x, compile-max-autotune 1.25x), but "
+     "autocast-bf16 and compile-max-autotune did not beat inference_mode alone"),
+    ({"compile": 2.0}, "only compile 2.00x helped, so there is nothing to combine"),
+    ({"inference_mode": 0.9}, "none was faster than eager by more than its interval"),
+])
+def test_the_note_says_why_nothing_was_combined(speedups: dict[str, float], says: str) -> None:
+    """Issue 23: the note said 'fewer than two helped' when two had helped (they were
+    alternatives: two torch.compile modes)."""
+    p = example("04_matmul")
+    s = FakeSession(speedups)
+    policy = RecipesPolicy(None, on_gpu=False)
+    asyncio.run(policy.iterate(s.state(p, LOOSE), s))
+    n = len(s.calls)
+    res = asyncio.run(policy.iterate(s.state(p, LOOSE, 2), s))
+    assert res.exhausted and len(s.calls) == n
+    assert says in res.note and "fewer than two" not in res.note
+
+
 def test_resume_skips_what_was_tried() -> None:
     p = example("04_matmul")
     s = FakeSession({"inference_mode": 1.1, "compile": 2.0}, budget_after=2)

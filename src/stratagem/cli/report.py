@@ -160,6 +160,7 @@ def clusters_cmd(
         return
     if c.note:
         console.print(c.note)
-    _print_rows(console, ["cluster", "designs", "best", "best speedup", "distinctive tokens"],
-                [[k.label, str(len(k.ids)), (k.best_id or "-")[:12], f"{k.best_speedup:.2f}x" if k.best_speedup else "-",
-                  " ".join(k.tokens)] for k in c.clusters])
+    text = {v.id: v.speedup_text() for v in views}
+    _print_rows(console, ["cluster", "designs", "best", "best vs eager [95% CI]", "distinctive tokens"],
+                [[k.label, str(len(k.ids)), (k.best_id or "-")[:12],
+                  text.get(k.best_id or "", "-") if k.best_speedup else "-", " ".join(k.tokens)] for k in c.clusters])

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from stratagem.cli.common import (
     ConfigOpt,
@@ -121,6 +122,7 @@ def show_cmd(
         strategy_table,
     )
     from stratagem.search.api import show_run
+    from stratagem.search.numbers import counts
 
     console = wide_console()
     try:
@@ -135,9 +137,7 @@ def show_cmd(
             "run_dir": str(r.run_dir), "problem": r.problem, "domain": r.domain,
             "objective": dataclasses.asdict(_objective(r.domain)),
             "status": r.run.status if r.run else None, "stop_reason": r.run.stop_reason if r.run else None,
-            "iterations": len(r.iterations), "designs": len(r.views),
-            "valid": sum(v.status == "valid" for v in r.views),
-            "unstable": sum(v.status == "unstable" for v in r.views),
+            "iterations": len(r.iterations), **counts(r.views).to_json(),
             "best": None if best is None else _design_json(best),
             "beats_reference": bool(best is not None and best.beats_reference),
             "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
@@ -148,8 +148,9 @@ def show_cmd(
         }))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
-    console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations · "
-                  f"{len(r.views)} designs")
+    console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations",
+                  highlight=False)
+    console.print(counts(r.views).text(), highlight=False)
     console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
     failed = failures_table(r.views)
     if failed is not None:
@@ -191,11 +192,12 @@ def export_cmd(
 def _design_entry(v: Any) -> dict[str, Any]:
     """One design of `show --json`'s `all_designs`: its numbers, lineage and, when it did not
     pass, the validator that failed it and why."""
-    from stratagem.report.leaderboard import FAILING, failure
+    from stratagem.report.leaderboard import failure
+    from stratagem.search.numbers import did_not_pass
 
     out = {**_design_json(v), "iteration": v.iteration, "author": v.author, "strategy": v.strategy,
            "parents": list(v.parents), "created_at": v.created_at, "measures": dataclasses.asdict(v.measures)}
-    if v.status in FAILING:
+    if did_not_pass(v):
         where, why = failure(v)
         out.update(failed_at=where, reason=why, report=v.report)
     return out
@@ -204,16 +206,19 @@ def _design_entry(v: Any) -> dict[str, Any]:
 def _iteration_log(iterations: Any, views: Any) -> list[dict[str, Any]]:
     """`show --json`'s `iteration_log`: each iteration's plan, designs, and the best after it."""
     from stratagem.core.search import ranked
+    from stratagem.search.numbers import counts
 
     by_id = {v.id: v for v in views}
     best: Any = None
     out = []
     for it in iterations:
-        top = ranked([by_id[i] for i in it.design_ids if i in by_id])
+        made = [by_id[i] for i in it.design_ids if i in by_id]
+        top = ranked(made)
         if top and (best is None or (top[0].speedup or 0) > (best.speedup or 0)):
             best = top[0]
         out.append({"n": it.n, "status": it.status, "strategy": (it.plan or {}).get("strategy"),
-                    "plan": it.plan, "context": it.context_ids, "designs": list(it.design_ids), "note": it.note,
+                    "plan": it.plan, "context": it.context_ids, "designs": list(it.design_ids),
+                    "valid": counts(made).valid, "note": it.note,
                     "best_after": None if best is None else {"id": best.id, "speedup": best.speedup,
                                                               "speedup_ci": [best.speedup_low, best.speedup_high]},
                     "started_at": it.started_at, "finished_at": it.finished_at})
@@ -221,10 +226,18 @@ def _iteration_log(iterations: Any, views: Any) -> list[dict[str, Any]]:
 
 
 def _design_json(v: Any) -> dict[str, Any]:
-    """One design's numbers as `show --json` and `run --json` give them."""
-    return {"id": v.id, "status": v.status, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
+    """One design's numbers as `show --json` and `run --json` give them (valid, ranked and the
+    compile verdict by `search/numbers.py`, as every view says them)."""
+    from stratagem.search.numbers import is_ranked, not_ranked_because, passed, vs_compile
+
+    return {"id": v.id, "status": v.status, "valid": passed(v), "ranked": is_ranked(v),
+            "not_ranked": not_ranked_because(v) or None, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
             "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
-            "speedup_compile": v.speedup_compile, "compile_fails": v.compile_fails or None,
+            "speedup_compile": v.speedup_compile,
+            "speedup_compile_ci": None if v.compile_low is None or v.compile_high is None
+            else [v.compile_low, v.compile_high],
+            "compile_chained": v.speedup_compile is not None, "vs_compile": vs_compile(v),
+            "compile_fails": v.compile_fails or None,
             "compile_unstable": v.compile_unstable or None, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
             "stability": v.stability or "stable"}
@@ -242,6 +255,7 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.search import state as st
+    from stratagem.search.numbers import compile_sentence, counts, passed, vs_compile
 
     def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
         os.kill(os.getpid(), signal.SIGINT)
@@ -260,11 +274,14 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
         fail(console, e, as_json, 1)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    from stratagem.search.api import show_run
+
     best = outcome.best
+    r = show_run(outcome.run_dir)
     if as_json:
         print(json.dumps({
             "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
-            "iterations": outcome.iterations,
+            "iterations": outcome.iterations, **counts(r.views).to_json(),
             "best": None if best is None else {**_design_json(best), "path": str(outcome.best_path)},
             "no_gain": outcome.no_gain,
             "best_path": str(outcome.best_path) if outcome.best_path else None,
@@ -273,40 +290,39 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
             "spend": outcome.spend.to_json(),
         }))
         return
-    from stratagem.search.api import show_run
-
-    r = show_run(outcome.run_dir)
     console.print(f"stopped: {outcome.stop_reason}")
     console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
     console.print(strategy_table(st.strategy_counts(r.views)))
     console.print(spend_line(r.spend))
+    console.print(counts(r.views).text(), highlight=False)
     if best is not None:
-        comp = f", {best.compile_text()} vs torch.compile" if best.speedup_compile else ""
-        console.print(f"best design: [bold]{outcome.best_path}[/] ({best.speedup_text()} vs eager{comp})",
-                      highlight=False)
-        if best.speedup_compile is not None and best.compile_unstable:
-            console.print("[yellow]compared with torch.compile: unknown[/]: the compile baseline's timing "
-                          f"stayed unstable after re-timing ({best.compile_unstable[:120]})", highlight=False)
-        elif (best.speedup_compile is not None and best.compile_low is not None and best.compile_high is not None
-              and best.compile_low <= 1.0 <= best.compile_high and not best.compile_fails):
-            console.print(f"on par with torch.compile: {best.compile_text()} [{best.compile_low:.2f}, "
-                          f"{best.compile_high:.2f}], an interval that holds 1.00x", highlight=False)
-        elif best.speedup_compile is not None and best.speedup_compile < 1.0 and not best.compile_fails:
-            console.print(f"[yellow]slower than torch.compile[/]: torch.compile of the reference runs "
-                          f"{1 / best.speedup_compile:.2f}x faster than this design here, so it is the better "
-                          "choice unless you cannot compile", highlight=False)
-        elif best.speedup_compile is not None and best.speedup_compile >= 1.0:
-            console.print(f"faster than torch.compile too ({best.compile_text()})", highlight=False)
+        console.print(f"best design: [bold]{outcome.best_path}[/]\n  {best.speedup_text()} vs eager (paired, "
+                      "95% interval)", highlight=False)
+        said = compile_sentence(best)
+        if said:
+            style = {"slower": "yellow", "unknown": "yellow", "unfair": "yellow"}.get(vs_compile(best) or "")
+            console.print(Text("  " + said, style=style or ""))
     else:
         console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",
                       highlight=False)
     failed = failures_table(r.views, last=5)
-    if failed is not None and not any(v.status == "valid" for v in r.views):
+    if failed is not None and not any(passed(v) for v in r.views):
         console.print(failed)  # nothing passed: say why the last ones did not
     if outcome.spend.failed_calls:
         console.print(f"[yellow]{outcome.spend.failed_calls} LLM calls failed[/]; each one's error is in "
                       "the run database (`agent_calls`) and in the iteration notes")
-    console.print(f"run directory: {outcome.run_dir}")
+    console.print(next_steps(outcome.run_dir, best is not None), highlight=False, soft_wrap=True)
+
+
+def next_steps(run_dir: Path, has_best: bool) -> str:
+    """The run's last lines: where it is and what to do next, with the run directory filled in
+    (printed unwrapped, so each command stays whole for copying)."""
+    d = str(run_dir)
+    export = (f"stratagem export {d} --out FILE  (the best design, headed by its provenance)" if has_best else
+              f"stratagem export {d} DESIGN  (any design by its id; a prefix is enough)")
+    return (f"run directory: {d}\nnext:\n"
+            f"  stratagem show {d}  (every design, why each failed, iterations, spend)\n"
+            f"  stratagem report {d}  (an HTML page with plots: {Path(d) / 'report.html'})\n  " + export)
 
 
 def _objective(domain: str) -> Any:

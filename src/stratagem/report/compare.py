@@ -160,17 +160,25 @@ def plot(cmp: Comparison, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from stratagem.report.figures import count_axis
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for axis, ax in zip(("queries", "usd"), axes, strict=True):
+        every: list[float] = []
         for c in cmp.curves:
             xs = [0.0] + [float(p.queries if axis == "queries" else p.usd) for p in c.points]
             end = float(c.queries if axis == "queries" else c.usd)
             xs.append(max(end, xs[-1]))
+            every += xs
             ys = [c.best_at(x, axis) for x in xs]
             ax.step(xs, ys, where="post", label=f"{c.policy} ({c.model}) {c.run_dir.name}")
         budget = cmp.query_budget if axis == "queries" else cmp.usd_budget
         if budget:
             ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
+        if axis == "queries":
+            count_axis(ax, every)  # whole queries, and a sensible window when no run asked any
+        elif max(every, default=0.0) == 0.0:
+            ax.set_xlim(0.0, 1.0)
         ax.set_xlabel("LLM queries" if axis == "queries" else "USD")
         ax.set_ylabel("best speedup vs eager (paired)")
         ax.grid(alpha=0.3)

@@ -147,7 +147,10 @@ def print_speedups(console: Console, s: dict[str, Any]) -> None:
         line = f"speedup vs eager (paired): [bold]{s['speedup']:.3g}x[/] [95% CI {lo:.3g}-{hi:.3g}]"
         comp = (s.get("speedups") or {}).get("compile")
         if comp:
-            line += f" · vs torch.compile {comp['ratio']:.3g}x"
+            lo_c, hi_c = comp.get("low"), comp.get("high")
+            line += (f" · vs torch.compile {comp['ratio']:.3g}x [95% CI {lo_c:.3g}-{hi_c:.3g}, chained via eager]"
+                     if isinstance(lo_c, int | float) and isinstance(hi_c, int | float)
+                     else f" · vs torch.compile {comp['ratio']:.3g}x (chained via eager, no interval)")
             if comp.get("baseline_fails"):
                 line += " [yellow](compile fails correctness)[/]"
             elif comp.get("baseline_unstable"):

@@ -1,6 +1,11 @@
 """Owns the report's figures: matplotlib drawings of a run (best-so-far curves, every design's
 score by strategy with failures marked, the lineage tree, the t-SNE map of the code clusters,
-the best design's kernel breakdown), each returned as PNG bytes for embedding.
+the best design's kernel breakdown), each returned as PNG bytes for embedding (the run's
+figures also as matplotlib figures, `*_figure`, for tests to read their axes).
+
+Every design is drawn at the ratio every other view reports for it, with its interval; axes
+that count (iterations, queries, designs) have whole-number ticks and limits that suit a run of
+one design as well as of hundreds.
 
 matplotlib is imported on first use (the Agg backend: no display); no file is written.
 """
@@ -12,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stratagem.core.search import DesignView, ranked
+from stratagem.search.numbers import is_ranked, not_ranked_because, passed
 
 FAILED_MARK = {"invalid": "x", "error": "X", "flagged": "P", "needs_gpu": "s", "unstable": "v", "unreviewed": "d"}
 
@@ -33,60 +39,139 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def best_so_far(views: Sequence[DesignView], queries_at: dict[str, int]) -> bytes:
-    """The best paired speedup after each iteration and against the LLM queries spent."""
+def count_axis(ax: Any, values: Sequence[float], axis: str = "x") -> None:
+    """An axis that counts (iterations, queries, designs): integer ticks only, and limits that
+    hold every value with room at both ends, however few there are (one value: a window of
+    one unit around it, not matplotlib's +-0.04 around zero)."""
+    from matplotlib.ticker import MaxNLocator
+
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = max(0.5, 0.04 * (hi - lo))
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(lo - pad, hi + pad)
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def ratio_axis(ax: Any, lows: Sequence[float], highs: Sequence[float]) -> None:
+    """A speedup axis holding every interval and the 1.00x line, with a margin."""
+    lo = min([1.0, *lows])
+    hi = max([1.0, *highs])
+    widen = max(0.0, 0.5 - (hi - lo)) / 2  # at least half a unit: no axis of 0.996..1.004
+    lo, hi = lo - widen, hi + widen
+    span = hi - lo
+    ax.set_ylim(max(0.0, lo - 0.08 * span), hi + 0.08 * span)
+
+
+def best_so_far_figure(views: Sequence[DesignView], queries_at: dict[str, int], iterations: int | None = None) -> Any:
+    """The best paired speedup (ranked designs: valid, stably timed) after each iteration and
+    against the LLM queries spent, each new best drawn with its interval; `iterations`: the
+    run's count, so the curve runs to its end. A run without LLM queries says so on that axis."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     valid = sorted(ranked(views), key=lambda v: v.created_at)
+    lows, highs, drawn = [1.0], [1.0], []
     for ax, key, label in ((axes[0], "iteration", "iteration"), (axes[1], "queries", "LLM queries")):
+        def x_of(v: DesignView, key: str = key) -> float:
+            return float(v.iteration or 0) if key == "iteration" else float(queries_at.get(v.id, 0))
+
+        end = float(iterations or 0) if key == "iteration" else float(max(queries_at.values(), default=0))
+        if key == "queries" and end == 0:
+            ax.text(0.5, 0.5, "no LLM queries in this run\n(its policy asks no model)", ha="center", va="center",
+                    transform=ax.transAxes, color="grey")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_xlabel(label)
+            continue
         xs, ys, best = [0.0], [1.0], 1.0
         for v in valid:
-            x = float(v.iteration or 0) if key == "iteration" else float(queries_at.get(v.id, 0))
-            best = max(best, float(v.speedup or 0.0))
-            xs.append(x)
+            sp = float(v.speedup or 0.0)
+            if sp > best:
+                best = sp
+                lo, hi = v.speedup_low if v.speedup_low is not None else sp, v.speedup_high or sp
+                ax.errorbar([x_of(v)], [sp], yerr=[[sp - lo], [hi - sp]], fmt="o", color="tab:blue", ms=4,
+                            capsize=3)
+                lows.append(lo)
+                highs.append(hi)
+            xs.append(x_of(v))
             ys.append(best)
+        xs.append(max(end, xs[-1]))
+        ys.append(best)
         ax.step(xs, ys, where="post", color="tab:blue")
+        if not valid:
+            ax.text(0.5, 0.7, "no ranked design yet", ha="center", transform=ax.transAxes, color="grey")
+        drawn.append(ax)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        count_axis(ax, xs)
         ax.set_xlabel(label)
         ax.set_ylabel("best speedup vs eager")
         ax.grid(alpha=0.3)
-    fig.suptitle("best so far (1.00x until the first valid design)")
-    return _png(fig)
+    for ax in drawn:
+        ratio_axis(ax, lows, highs)
+    fig.suptitle("best so far, with its 95% interval (1.00x until the first ranked design)")
+    return fig
 
 
-def scores(views: Sequence[DesignView]) -> bytes:
-    """Every design by creation order: its paired speedup, colored by strategy; designs without a
-    ranked speedup are drawn at the bottom, marked by their failure category (the validator
-    that failed them, or their status)."""
+def best_so_far(views: Sequence[DesignView], queries_at: dict[str, int], iterations: int | None = None) -> bytes:
+    """`best_so_far_figure` as PNG bytes."""
+    return _png(best_so_far_figure(views, queries_at, iterations))
+
+
+def scores_figure(views: Sequence[DesignView]) -> Any:
+    """Every design by creation order (1, 2, ...), each valid one at its own paired speedup with
+    its interval: ranked ones filled and colored by strategy, valid ones that are not ranked
+    (timing unstable, review pending) hollow; designs that did not pass in a strip under the
+    lowest interval, marked by their failure category (the validator that failed them)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 3.6))
     order = sorted(views, key=lambda v: v.created_at)
     strategies = sorted({v.strategy or "-" for v in order})
     colors = {s: plt.cm.tab10(i % 10) for i, s in enumerate(strategies)}
-    floor = min([v.speedup for v in order if v.speedup] or [1.0]) * 0.8
+    measured = [(i, v) for i, v in enumerate(order, 1) if passed(v) and v.speedup is not None]
+    lows = [v.speedup_low if v.speedup_low is not None else float(v.speedup or 0) for _, v in measured]
+    highs = [v.speedup_high if v.speedup_high is not None else float(v.speedup or 0) for _, v in measured]
     for s in strategies:
-        pts = [(i, v.speedup) for i, v in enumerate(order) if (v.strategy or "-") == s and v.status == "valid"
-               and v.speedup]
-        if pts:
-            ax.scatter(*zip(*pts, strict=True), color=colors[s], label=s, s=22)
+        for hollow in (False, True):
+            pts = [(i, v) for i, v in measured if (v.strategy or "-") == s and bool(not_ranked_because(v)) == hollow]
+            if not pts:
+                continue
+            xs = [i for i, _ in pts]
+            ys = [float(v.speedup or 0) for _, v in pts]
+            err = [[y - (v.speedup_low if v.speedup_low is not None else y) for y, (_, v) in zip(ys, pts, strict=True)],
+                   [(v.speedup_high if v.speedup_high is not None else y) - y for y, (_, v) in zip(ys, pts, strict=True)]]
+            ax.errorbar(xs, ys, yerr=err, fmt="none", ecolor=colors[s], elinewidth=0.8, capsize=2)
+            ax.scatter(xs, ys, s=26, label=f"{s}, valid, not ranked (timing unstable or unreviewed)" if hollow else s,
+                       facecolors="none" if hollow else colors[s], edgecolors=colors[s])
+    low = min([1.0, *lows])
+    floor = low - 0.12 * max(max([1.0, *highs]) - low, 0.05)
+    failed = [(i, v) for i, v in enumerate(order, 1) if not (passed(v) and v.speedup is not None)]
     from stratagem.report.leaderboard import failure
 
-    failed = [(i, v) for i, v in enumerate(order) if v.status != "valid" or not v.speedup]
     categories = sorted({failure(v)[0] or v.status for _, v in failed})
     marks = list(FAILED_MARK.values())
     for k, cat in enumerate(categories):  # one marker per failure category (the failing validator)
-        pts = [(i, floor) for i, v in failed if (failure(v)[0] or v.status) == cat]
-        ax.scatter(*zip(*pts, strict=True), marker=marks[k % len(marks)], color="tab:red" if cat != "timing" else "grey",
-                   label=f"failed: {cat}", s=28)
+        xs = [i for i, v in failed if (failure(v)[0] or v.status) == cat]
+        ax.scatter(xs, [floor] * len(xs), marker=marks[k % len(marks)], color="tab:red", s=28,
+                   label=f"did not pass: {cat}")
+    if failed:
+        ax.axhline(floor + 0.5 * (low - floor), color="lightgrey", linewidth=0.8)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+    count_axis(ax, [float(i) for i in range(1, len(order) + 1)] or [1.0])
+    lo_y = floor - 0.5 * (low - floor) if failed else None
+    ratio_axis(ax, lows + ([lo_y] if lo_y is not None else []), highs)
     ax.set_xlabel("design (creation order)")
-    ax.set_ylabel("speedup vs eager (paired)")
-    ax.legend(fontsize=7, ncol=4)
+    ax.set_ylabel("speedup vs eager (paired, 95% interval)")
+    ax.legend(fontsize=7, ncol=3)
     ax.grid(alpha=0.3)
-    return _png(fig)
+    return fig
 
 
-def lineage(views: Sequence[DesignView], best_id: str | None) -> bytes:
-    """The lineage tree: designs by iteration (x) with an edge to each parent; the best in gold."""
+def scores(views: Sequence[DesignView]) -> bytes:
+    """`scores_figure` as PNG bytes."""
+    return _png(scores_figure(views))
+
+
+def lineage_figure(views: Sequence[DesignView], best_id: str | None) -> Any:
+    """The lineage tree: designs by iteration (x, whole numbers) with an edge to each parent;
+    ranked in green, valid but not ranked in orange, did not pass in red, the best in gold."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(10, 3.8))
     by_iter: dict[int, list[DesignView]] = {}
@@ -105,13 +190,22 @@ def lineage(views: Sequence[DesignView], best_id: str | None) -> bytes:
         if v.id not in pos:
             continue
         x, y = pos[v.id]
-        color = "gold" if v.id == best_id else ("tab:green" if v.status == "valid" else "tab:red")
+        color = ("gold" if v.id == best_id else "tab:green" if is_ranked(v) else
+                 "tab:orange" if passed(v) else "tab:red")
         ax.scatter([x], [y], color=color, s=40 if v.id == best_id else 16, zorder=2, edgecolors="black",
                    linewidths=0.3)
+    count_axis(ax, [float(x) for x, _ in pos.values()])
+    half = max([abs(y) for _, y in pos.values()] or [0.0]) + 0.5
+    ax.set_ylim(-half, half)
     ax.set_xlabel("iteration")
     ax.set_yticks([])
-    ax.set_title("lineage (green: valid, red: not, gold: the best)")
-    return _png(fig)
+    ax.set_title("lineage (green: ranked, orange: valid, not ranked, red: did not pass, gold: the best)")
+    return fig
+
+
+def lineage(views: Sequence[DesignView], best_id: str | None) -> bytes:
+    """`lineage_figure` as PNG bytes."""
+    return _png(lineage_figure(views, best_id))
 
 
 def cluster_map(ids: Sequence[str], coords: Any, assignment: dict[str, str], speedups: dict[str, float | None]) -> bytes:

@@ -25,8 +25,16 @@ from typing import Any
 from stratagem.core.search import DesignView, ranked
 from stratagem.report import alignment as al
 from stratagem.report import figures
-from stratagem.report.leaderboard import FAILING, failure
+from stratagem.report.leaderboard import failure
 from stratagem.search import state as st
+from stratagem.search.numbers import (
+    compile_sentence,
+    compile_text,
+    counts,
+    did_not_pass,
+    not_ranked_because,
+    passed,
+)
 from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 
@@ -131,15 +139,16 @@ def _summary(data: RunData) -> str:
         ("tokens", f"{spend['tokens']:,}"),
         ("money", f"${spend['usd']:.4f}" + (f" ({spend['unpriced']} calls unpriced)" if spend["unpriced"] else "")),
         ("evaluations", f"{len(data.evaluations)} ({spend['gpu_seconds']:.0f} s of worker time)"),
-        ("iterations", str(len(data.iterations))), ("wall time", f"{wall / 60:.1f} min"),
+        ("iterations", str(len(data.iterations))), ("designs", counts(data.views).text()),
+        ("wall time", f"{wall / 60:.1f} min"),
         ("device", str(env.get("device_name") or env.get("device") or "-")),
         ("environment", ", ".join(f"{k} {v}" for k, v in env.items() if k in ("torch", "cuda", "triton", "python",
                                                                                  "capability", "threads"))),
     ]
     best = data.best
     if best is not None:
-        rows.insert(3, ("best", f"{best.speedup_text()} vs eager; {best.compile_text()} vs torch.compile"
-                               f" ({best.id[:12]})"))
+        rows.insert(3, ("best", f"{best.speedup_text()} vs eager ({best.id[:12]}); "
+                                f"{compile_sentence(best) or 'not measured against torch.compile'}"))
     conf = _pre(json.dumps(cfg, indent=2))
     return _table(["run", ""], rows) + f"<details><summary>configuration</summary>{conf}</details>"
 
@@ -157,21 +166,25 @@ def _strategies(data: RunData) -> str:
     total = sum(plans.values()) or 1
     rows = [(s, n, f"{100 * n / total:.0f}%") for s, n in plans.most_common()]
     made = Counter(v.strategy or "-" for v in data.views)
-    ok = Counter(v.strategy or "-" for v in data.views if v.status == "valid")
+    ok = Counter(v.strategy or "-" for v in data.views if passed(v))
     rows2 = [(s, n, ok[s]) for s, n in made.most_common()]
     return ("<p>Iterations by the strategy their plan chose:</p>" + _table(["strategy", "iterations", "share"], rows)
             + "<p>Designs by strategy (or role):</p>" + _table(["strategy", "designs", "valid"], rows2))
 
 
 def _failures(data: RunData) -> str:
-    bad = [v for v in data.views if v.status in FAILING]
+    bad = [v for v in data.views if did_not_pass(v)]
+    unranked = [v for v in data.views if not_ranked_because(v)]
+    held = ("<p>Valid but not ranked: " + "; ".join(
+        html.escape(f"{v.id[:12]} {v.speedup_text()} ({not_ranked_because(v)[:200]})") for v in unranked)
+        + "</p>") if unranked else ""
     if not bad:
-        return "<p>No design failed.</p>"
+        return "<p>No design failed.</p>" + held
     where = Counter(failure(v)[0] for v in bad)
     integrity = [v for v in bad if failure(v)[0] in ("integrity", "static_checks", "shapes", "provenance", "judge")
                  or "harness_tampering" in v.report or "rejected" in v.report.lower()]
     rows = [(v.id[:12], v.iteration, v.author, *failure(v)) for v in sorted(bad, key=lambda v: v.created_at)]
-    return (_table(["failed at", "designs"], where.most_common())
+    return (held + _table(["failed at", "designs"], where.most_common())
             + f"<p>{len(integrity)} integrity or static-check rejections.</p>"
             + _table(["design", "iter", "author", "failed at", "reason"], [(*r[:4], str(r[4])[:300]) for r in rows]))
 
@@ -179,11 +192,12 @@ def _failures(data: RunData) -> str:
 def _best(data: RunData) -> str:
     best = data.best
     if best is None:
-        return "<p>No valid, stably timed design yet.</p>"
+        return "<p>No ranked design yet (a valid design whose timing settled).</p>"
     views = {v.id: v for v in data.views}
     parent = next((views[p] for p in best.parents if p in views), None)
-    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape(best.speedup_text())} vs eager, "
-             f"{html.escape(best.compile_text())} vs torch.compile; by {html.escape(str(best.author))}, "
+    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape(best.speedup_text())} vs eager; "
+             f"{html.escape(compile_sentence(best) or 'not measured against torch.compile')}; "
+             f"by {html.escape(str(best.author))}, "
              f"strategy {html.escape(str(best.strategy))}, iteration {best.iteration}.</p>"]
     lines = best.measures.lines()
     if lines:
@@ -234,9 +248,10 @@ def _analyses(data: RunData, xis: Sequence[float]) -> str:
         else:
             sp = {v.id: v.speedup for v in views}
             parts.append(_img(figures.cluster_map(c.ids, c.map2d, c.assignment, sp), "t-SNE"))
-            parts.append(_table(["cluster", "designs", "best", "best speedup", "distinctive tokens"],
+            text = {v.id: v.speedup_text() for v in views}
+            parts.append(_table(["cluster", "designs", "best", "best vs eager [95% CI]", "distinctive tokens"],
                                 [(k.label, len(k.ids), (k.best_id or "-")[:12],
-                                  f"{k.best_speedup:.2f}x" if k.best_speedup else "-", " ".join(k.tokens))
+                                  text.get(k.best_id or "", "-") if k.best_speedup else "-", " ".join(k.tokens))
                                  for k in c.clusters]))
     except Exception as e:  # noqa: BLE001 - an analysis that fails does not take the report with it
         parts.append(f"<p class=bad>analysis failed: {html.escape(type(e).__name__)}: {html.escape(str(e))}</p>")
@@ -252,7 +267,7 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     best = data.best
     sections = [
         ("Summary", _summary(data)),
-        ("Best so far", _img(figures.best_so_far(views, queries_at(data)), "best so far")),
+        ("Best so far", _img(figures.best_so_far(views, queries_at(data), len(data.iterations)), "best so far")),
         ("Every design", _img(figures.scores(views), "scores") if views else "<p>No design yet.</p>"),
         ("Strategies", _strategies(data)),
         ("Failures and integrity rejections", _failures(data)),
@@ -261,8 +276,9 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     ]
     if analyses:
         sections.append(("Analyses", _analyses(data, xis)))
-    leader = _table(["#", "design", "speedup vs eager", "vs compile", "iter", "author", "strategy"],
-                    [(i + 1, v.id[:12], v.speedup_text(), v.compile_text(), v.iteration, v.author, v.strategy)
+    leader = _table(["#", "design", "vs eager [95% CI]", "vs compile [95% CI], chained via eager", "iter", "author",
+                     "strategy"],
+                    [(i + 1, v.id[:12], v.speedup_text(), compile_text(v), v.iteration, v.author, v.strategy)
                      for i, v in enumerate(ranked(views)[:20])])
     sections.insert(1, ("Leaderboard", leader))
     body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)
@@ -271,7 +287,8 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     title = f"stratagem · {data.problem} · {data.run.policy if data.run else ''}"
     return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
-            f'<p class=muted id="stamp">{len(views)} designs · generated {stamp}</p>{body}{live}</body></html>')
+            f'<p class=muted id="stamp">{html.escape(counts(views).text())} · generated {stamp}</p>'
+            f"{body}{live}</body></html>")
 
 
 def write_report(run_dir: str | Path, out: Path | None = None, **kw: Any) -> Path:

@@ -1,62 +1,199 @@
-"""Owns the terminal views of a run's results: the leaderboard, strategy counts and the
-spend line (rich renderables built from the store's records; nothing is computed that the
-store lacks beyond ranking and ratios)."""
+"""Owns the terminal views of a run's results: the leaderboard, the designs that did not pass,
+the iterations, strategy counts and the spend line (rich renderables built from the store's
+records; counts and ratios come from `search/numbers.py`, the one place every view reads).
+
+Tables fit the console they are printed on: each has one flexible text column (folded at
+spaces) and optional columns that drop out, least useful first, when the console is too narrow
+for them, so an 80-column terminal shows whole words, not a few letters a line.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
+from rich.text import Text
 
 from stratagem.core.objective import Objective
 from stratagem.core.search import DesignView, ranked
 from stratagem.search.budget import Spend
+from stratagem.search.numbers import (
+    CHAINED,
+    clip,
+    compile_text,
+    counts,
+    did_not_pass,
+    not_ranked_because,
+)
 from stratagem.store.records import IterationRecord
 
 RUNTIME = Objective("runtime", "ms", "minimize")
+
+EAGER = "vs eager [95% CI]"
+COMPILE = "vs compile [95% CI]"
+WHO = "author · strategy"
+
+FLEX_MIN = 24
+"""The least width the flexible column (author, reason, note) keeps before optional columns
+drop out."""
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a `FittedTable`."""
+
+    header: str
+    justify: str = "right"
+    flex: bool = False
+    """The one column that takes the width left and folds its text at spaces."""
+    stack: bool = False
+    """A `1.23x [1.20, 1.26]` column: in a stacked layout its interval goes on a second line."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The headers a `FittedTable` shows at one width, and whether its ratios are stacked."""
+
+    headers: tuple[str, ...]
+    stacked: bool = False
+
+
+class FittedTable:
+    """A table whose columns fit the console it is printed on: the first of its layouts (widest
+    first) whose fixed columns leave the flexible one `flex_min` cells; its notes printed under
+    it at the console's width."""
+
+    def __init__(self, title: str, cols: Sequence[Col], rows: Sequence[Sequence[str]], notes: str | None = None,
+                 layouts: Sequence[Layout] = (), flex_min: int = FLEX_MIN, empty: str = "none") -> None:
+        self.title = title
+        self.empty = empty
+        """What the table says instead of an empty table."""
+        self.cols = {c.header: c for c in cols}
+        self.rows = [dict(zip(self.cols, r, strict=True)) for r in rows]
+        self.notes = notes
+        self.layouts = tuple(layouts) or (Layout(tuple(self.cols)),)
+        self.flex_min = flex_min
+
+    def _cell(self, header: str, row: Mapping[str, str], stacked: bool) -> str:
+        text = row[header]
+        return _stacked(text) if stacked and self.cols[header].stack else text
+
+    def _header(self, header: str, stacked: bool) -> str:
+        return _stacked(header) if stacked and self.cols[header].stack else header
+
+    def _natural(self, lay: Layout) -> dict[str, int]:
+        """Each column's width unfolded (its widest cell or header)."""
+        return {h: max([_cells(self._header(h, lay.stacked))] + [_cells(self._cell(h, r, lay.stacked))
+                                                                  for r in self.rows])
+                for h in lay.headers}
+
+    def layout(self, width: int) -> Layout:
+        """The widest layout that fits `width` cells (the narrowest when none does)."""
+        for lay in self.layouts:
+            natural = self._natural(lay)
+            fixed = sum(n for h, n in natural.items() if not self.cols[h].flex) + 3 * len(lay.headers) + 1
+            flex = sum(min(n, self.flex_min) for h, n in natural.items() if self.cols[h].flex)
+            if fixed + flex <= width:
+                return lay
+        return self.layouts[-1]
+
+    def table(self, width: int) -> Table:
+        lay = self.layout(width)
+        natural = self._natural(lay)
+        t = Table(title=self.title, title_justify="left")
+        for h in lay.headers:
+            c = self.cols[h]
+            if c.flex:  # never wider than its text: the layout was chosen on that width
+                t.add_column(h, justify="left", overflow="fold", min_width=min(self.flex_min, natural[h]))
+            else:
+                t.add_column(self._header(h, lay.stacked), justify=c.justify, no_wrap=True)  # type: ignore[arg-type]
+        for r in self.rows:
+            t.add_row(*(self._cell(h, r, lay.stacked) for h in lay.headers))
+        return t
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.rows:
+            yield self.table(options.max_width)
+        else:
+            yield Text(f"{self.title}: {self.empty}", style="italic")
+        if self.notes:
+            yield Text(self.notes, style="dim")
+
+
+def _stacked(text: str) -> str:
+    return text.replace(" [", "\n[", 1)
+
+
+def _cells(text: str) -> int:
+    return max((Text.from_markup(line).cell_len for line in text.splitlines()), default=0)
+
+
+def who(v: DesignView) -> str:
+    """Author and strategy in words that fold at spaces (`recipe: compile + channels_last`),
+    the strategy left out when the author already names it."""
+    author = (v.author or "-").replace("+", " + ")
+    if author.startswith("recipe:"):
+        author = "recipe: " + author[len("recipe:"):]
+    strategy = v.strategy or "-"
+    if strategy in ("-", "recipe") or author == "-":
+        return author if author != "-" else strategy
+    return f"{author} · {strategy}"
 
 
 def leaderboard(
     views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10,
     objective: Objective = RUNTIME,
-) -> Table:
+) -> FittedTable:
     """Ranked designs by paired speedup (the improvement over the reference in the domain's
-    `objective`), with its interval and the speedup over torch.compile (the same numbers the
-    store, `show --json` and the agents' context hold)."""
-    t = Table(title="Leaderboard", title_justify="left")
-    for col in ("#", "design", f"{objective.name} {objective.unit}", "vs eager [95% CI]", "vs compile", "iter"):
-        t.add_column(col, justify="left" if col == "design" else "right", no_wrap=True)
-    t.add_column("author · strategy", overflow="fold")
-    for i, v in enumerate(ranked(views)[:top], 1):
-        mark = "" if v.beats_reference else " [dim](within noise of eager)[/]" if (v.speedup or 0) >= 1 else ""
-        t.add_row(str(i), v.id[:10], f"{v.runtime_ms or 0.0:.4f}", v.speedup_text() + mark,
-                  v.compile_text(),
-                  "-" if v.iteration is None else str(v.iteration), f"{v.author or '-'} · {v.strategy or '-'}")
+    `objective`), each ratio with its interval, against eager and (chained) against
+    torch.compile: the same numbers the store, `show --json` and the agents' context hold."""
+    board = ranked(views)[:top]
+    rows = []
+    for i, v in enumerate(board, 1):
+        noise = " ~" if not v.beats_reference and (v.speedup or 0) >= 1 else ""
+        unfair = " *" if v.compile_fails or v.compile_unstable else ""
+        rows.append((str(i), v.id[:10], v.speedup_text() + noise, compile_text(v, mark=False) + unfair,
+                     f"{v.runtime_ms or 0.0:.4g}", "-" if v.iteration is None else str(v.iteration), who(v)))
+    value = f"{objective.name} {objective.unit}"
+    cols = (Col("#"), Col("design", "left"), Col(EAGER, stack=True), Col(COMPILE, stack=True), Col(value),
+            Col("iter"), Col(WHO, flex=True))
+    core = ("#", "design", EAGER, COMPILE)
+    layouts = (Layout((*core, value, "iter", WHO)), Layout((*core, WHO)), Layout((*core, WHO), stacked=True),
+               Layout(core, stacked=True))
+    return FittedTable("Leaderboard", cols, rows, _leaderboard_notes(views, board, reference_ms), layouts,
+                       empty="no ranked design yet (a valid design whose timing settled)")
+
+
+def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
+                       reference_ms: Mapping[str, float | None]) -> str | None:
     notes = []
+    if board and any(v.speedup_compile is not None for v in board):
+        notes.append(f"vs compile: {CHAINED} (design/eager x eager/compile, timed in different workers), "
+                     "with the interval of both")
+    if any(not v.beats_reference and (v.speedup or 0) >= 1 for v in board):
+        notes.append("~ within noise of eager: the interval holds 1.00x")
     if any(reference_ms.values()):
         notes.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
-    waiting = [v for v in views if v.status == "unreviewed"]
-    if waiting:
-        notes.append("not ranked until reviewed (the Analyst's review failed): " + ", ".join(
-            f"{v.id[:10]} {v.speedup_text()}" for v in waiting[:5]))
+    c = counts(views)
+    if c.ranked < c.valid:
+        notes.append("valid, not ranked: " + "; ".join(
+            f"{v.id[:10]} {v.speedup_text()} ({clip(not_ranked_because(v), 100)})"
+            for v in [v for v in views if not_ranked_because(v)][:8]))
     failing = next((v.compile_fails for v in ranked(views) if v.compile_fails), "")
     if failing:
-        notes.append("the torch.compile baseline fails the correctness check every design must pass, so "
-                      f"speedups against it are not a fair comparison: {failing[:160]}")
+        notes.append("* the torch.compile baseline fails the correctness check every design must pass, so "
+                     f"speedups against it are not a fair comparison: {clip(failing, 160)}")
     shaky = next((v.compile_unstable for v in ranked(views) if v.compile_unstable), "")
-    if shaky:
-        notes.append("the torch.compile baseline's timing stayed unstable after re-timing, so speedups against "
-                     f"it carry its noise (`stratagem baseline --refresh` measures it again): {shaky[:160]}")
-    unstable = [v for v in views if v.status == "unstable"]
-    if unstable:
-        notes.append("not ranked, timing unstable: " + "; ".join(
-            f"{v.id[:10]} {v.speedup_text()} ({v.stability[:80]})" for v in unstable[:5]))
-    t.caption = "\n".join(notes) or None
-    return t
+    if shaky and not failing:
+        notes.append("* the torch.compile baseline's timing stayed unstable after re-timing, so speedups against "
+                     f"it carry its noise (`stratagem baseline --refresh` measures it again): {clip(shaky, 160)}")
+    return "\n".join(notes) or None
 
 
 def failure(v: DesignView) -> tuple[str, str]:
-    """(the first failing validator, its kind and reason) of a design that is not valid, from
+    """(the first failing validator, its kind and reason) of a design that did not pass, from
     its report (`[validator] kind: reason`); a review's or a stability reason otherwise."""
     first = (v.report or "").strip().splitlines()[0] if (v.report or "").strip() else ""
     if first.startswith("[") and "] " in first:
@@ -67,33 +204,32 @@ def failure(v: DesignView) -> tuple[str, str]:
     return v.status, first or "-"
 
 
-FAILING = ("invalid", "error", "flagged", "unstable", "unreviewed", "needs_gpu")
-
-
-def failures_table(views: Sequence[DesignView], last: int = 12) -> Table | None:
-    """Every design that is not valid (the latest `last`): which validator failed it and why."""
-    bad = [v for v in views if v.status in FAILING]
+def failures_table(views: Sequence[DesignView], last: int = 12) -> FittedTable | None:
+    """Every design that did not pass (the latest `last`): which validator failed it and why.
+    Valid designs whose timing is unstable are not here: they passed (the leaderboard names
+    them)."""
+    bad = [v for v in views if did_not_pass(v)]
     if not bad:
         return None
-    t = Table(title=f"Designs that did not pass ({len(bad)})", title_justify="left")
-    for col in ("design", "iter", "author", "failed at"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("reason", overflow="fold")
+    rows = []
     for v in sorted(bad, key=lambda v: v.created_at)[-last:]:
         where, why = failure(v)
-        t.add_row(v.id[:10], "-" if v.iteration is None else str(v.iteration), v.author or "-", where,
-                  why[:300])
-    if len(bad) > last:
-        t.caption = f"{len(bad) - last} earlier ones: `stratagem show --json RUN_DIR` lists all"
-    return t
+        rows.append((v.id[:10], "-" if v.iteration is None else str(v.iteration), who(v), where, clip(why, 300)))
+    cols = (Col("design", "left"), Col("iter"), Col("author", "left"), Col("failed at", "left"),
+            Col("reason", flex=True))
+    layouts = (Layout(("design", "iter", "author", "failed at", "reason")),
+               Layout(("design", "author", "failed at", "reason")), Layout(("design", "failed at", "reason")))
+    notes = f"{len(bad) - last} earlier ones: `stratagem show --json RUN_DIR` lists all" if len(bad) > last else None
+    return FittedTable(f"Designs that did not pass ({len(bad)})", cols, rows, notes, layouts)
 
 
-def strategy_table(counts: Mapping[str, Mapping[str, int]]) -> Table:
+def strategy_table(counts_by: Mapping[str, Mapping[str, int]]) -> Table:
+    """Strategy -> designs made and valid ones (valid as every view counts it)."""
     t = Table(title="Strategies", title_justify="left")
     t.add_column("strategy")
     t.add_column("designs", justify="right")
     t.add_column("valid", justify="right")
-    for name, c in sorted(counts.items()):
+    for name, c in sorted(counts_by.items()):
         t.add_row(name, str(c["designs"]), str(c["valid"]))
     return t
 
@@ -107,13 +243,11 @@ def spend_line(spend: Spend) -> str:
             f"{failed} · evaluations {spend.evaluations} · device {spend.gpu_seconds:.1f} s")
 
 
-def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView], last: int = 20) -> Table:
-    """Each iteration: status, strategy, designs made, ranked ones, the best speedup after it,
+def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView],
+                     last: int = 20) -> FittedTable:
+    """Each iteration: status, strategy, designs made, valid ones (as every view counts them), the
+    best speedup after it,
     and its note (why it ended as it did: failed agent calls, a stop, a review)."""
-    t = Table(title="Iterations", title_justify="left")
-    for col in ("#", "status", "strategy", "designs", "valid", "best after (vs eager)"):
-        t.add_column(col, justify="left" if col in ("status", "strategy") else "right")
-    t.add_column("note", overflow="fold")
     by_id = {v.id: v for v in views}
     best: DesignView | None = None
     rows = []
@@ -123,8 +257,14 @@ def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[Desi
         if ok and (best is None or (ok[0].speedup or 0) > (best.speedup or 0)):
             best = ok[0]
         strategy = str((it.plan or {}).get("strategy") or "-")
-        rows.append((str(it.n), it.status, strategy, str(len(made)), str(len(ok)),
-                     "-" if best is None else best.speedup_text(), (it.note or "")[:300]))
-    for row in rows[-last:]:
-        t.add_row(*row)
-    return t
+        rows.append((str(it.n), it.status, strategy, str(len(made)), str(counts(made).valid),
+                     "-" if best is None else best.speedup_text(), clip(it.note or "", 300)))
+    best_h = "best after: vs eager [95% CI]"
+    cols = (Col("#"), Col("status", "left"), Col("strategy", "left"), Col("made"), Col("valid"),
+            Col(best_h, stack=True), Col("note", flex=True))
+    layouts = (Layout(("#", "status", "strategy", "made", "valid", best_h, "note")),
+               Layout(("#", "status", "made", "valid", best_h, "note")),
+               Layout(("#", "status", "made", "valid", best_h, "note"), stacked=True),
+               Layout(("#", "made", "valid", best_h, "note"), stacked=True),
+               Layout(("#", best_h, "note"), stacked=True))
+    return FittedTable("Iterations", cols, rows[-last:], layouts=layouts)

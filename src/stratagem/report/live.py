@@ -1,6 +1,6 @@
 """Owns the live terminal view of a running search (rich): iteration, strategy, each agent's
-state, each running evaluation's stage, elapsed time and estimate, valid/invalid designs, best
-speedup, LLM queries, tokens, money and device time."""
+state, each running evaluation's stage, elapsed time and estimate, the designs counted as every
+view counts them (`search/numbers.py`), best speedup, LLM queries, tokens, money and device time."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -52,13 +53,11 @@ class LiveView:
         self._stages = {k: v for k, v in self._stages.items() if k in p.inflight}
 
     def render(self, p: Progress) -> Group:
-        head = Table.grid(padding=(0, 2))
         best = f"{p.best_text} vs eager ({(p.best_id or '')[:10]})" if p.best_id else "-"
-        head.add_row(f"[bold]{p.problem}[/] · policy {p.policy}",
-                     f"iteration {p.iteration}" + (f"/{p.iterations}" if p.iterations else ""), f"strategy {p.strategy or '-'}")
-        unstable = f" · [yellow]{p.unstable} unstable timing[/]" if p.unstable else ""
-        head.add_row(f"designs: [green]{p.valid} valid[/] · [red]{p.invalid} invalid[/]{unstable}",
-                     f"best {best}", "")
+        it = f"iteration {p.iteration}" + (f"/{p.iterations}" if p.iterations else "")
+        head = Text.from_markup(  # one fact a line, so an 80-column terminal folds none of them
+            f"[bold]{escape(p.problem)}[/] · policy {escape(p.policy)} · {it} · strategy {escape(p.strategy or '-')}\n"
+            f"{p.counts.text()}\nbest: {best}")
         workers = Table.grid(padding=(0, 2))
         for name, status in sorted(p.workers.items()):
             workers.add_row(name, status)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stratagem.report.html import CSS, _table, load_run, st_spend
+from stratagem.search.numbers import compile_text
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 
@@ -43,7 +44,7 @@ def rows_of(run_dirs: Sequence[Path]) -> list[ProblemRow]:
         spend = st_spend(data)
         out.append(ProblemRow(d, data.problem, data.run.policy if data.run else "?",
                               b.speedup if b else None, b.speedup_low if b else None, b.speedup_high if b else None,
-                              b.compile_text() if b else "-", bool(b and b.beats_reference), spend["queries"],
+                              compile_text(b) if b else "-", bool(b and b.beats_reference), spend["queries"],
                               spend["usd"]))
     return out
 
@@ -72,7 +73,8 @@ def summary(rows: Sequence[ProblemRow]) -> dict[str, float | None]:
 def build_suite(run_dirs: Sequence[Path]) -> str:
     rows = rows_of(run_dirs)
     s = summary(rows)
-    table = _table(["problem", "policy", "best vs eager", "vs compile", "beats eager", "queries", "USD", "run"],
+    table = _table(["problem", "policy", "best vs eager [95% CI]", "vs compile [95% CI], chained via eager",
+                    "beats eager", "queries", "USD", "run"],
                    [(r.problem, r.policy,
                      "-" if r.speedup is None else f"{r.speedup:.2f}x" + (
                          f" [{r.low:.2f}, {r.high:.2f}]" if r.low is not None and r.high is not None else ""),

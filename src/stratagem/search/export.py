@@ -3,9 +3,11 @@ the reference's weights into it.
 
 `stratagem export RUN_DIR [DESIGN]` and the run's `best/candidate.py` both write
 `exported_source`: a comment block saying which problem, run, design, speedups (the same
-paired numbers as everywhere else), device and stratagem version the file came from, then the
-design's source unchanged, then what the problem's domain appends (PyTorch:
-`load_reference_state_dict(model, state_dict)`, `domains/pytorch/weights.py`). A design's
+paired numbers as everywhere else, each with its interval; the one against torch.compile
+chained via eager and said in words: faster, on par, slower), device and stratagem version
+the file came from, then the design's source unchanged, then what the problem's domain
+appends (PyTorch: `load_reference_state_dict(model, state_dict)`,
+`domains/pytorch/weights.py`). A design's
 module layout often differs from the reference's (a `recipes` design holds the reference as
 `self.model`, so its keys are `model.weight` where the reference has `weight`); the helper
 places each of the reference's tensors by the rules the harness's randomised-parameters trial
@@ -22,6 +24,7 @@ import stratagem
 from stratagem.core.search import DesignView
 from stratagem.domains import get_domain
 from stratagem.errors import StoreError
+from stratagem.search.numbers import clip, compile_sentence, not_ranked_because, passed
 
 
 def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str | None,
@@ -31,15 +34,23 @@ def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str
         f"stratagem {stratagem.__version__}: design {view.id} of problem {problem}",
         f"run: {run_dir} · iteration {view.iteration if view.iteration is not None else '-'} · "
         f"author {view.author or '-'} · strategy {view.strategy or '-'}",
-        f"status: {view.status}" + ("" if view.status == "valid" else " (not a verified design)"),
-        f"speedup vs eager (paired, 95% interval): {view.speedup_text()} · vs torch.compile: "
-        f"{view.compile_text()}",
+        f"status: {_status(view)}",
+        f"speedup vs eager (paired, 95% interval): {view.speedup_text()}",
+        compile_sentence(view) or "vs torch.compile: not measured",
         f"device: {device or '-'} · runtime {view.runtime_ms:.4f} ms" if view.runtime_ms else f"device: {device or '-'}",
     ]
     if reference_ms:
         lines.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
     lines.append(f"exported {time.strftime('%Y-%m-%d %H:%M:%S')}" + (f"; {footer_note}" if footer_note else ""))
     return "".join(f"# {ln}\n" for ln in lines) + "\n"
+
+
+def _status(view: DesignView) -> str:
+    """The design's status as every view counts it (`search/numbers.py`)."""
+    if not passed(view):
+        return f"{view.status} (did not pass: not a verified design)"
+    why = not_ranked_because(view)
+    return f"valid, not ranked: {clip(why, 160)}" if why else "valid"
 
 
 def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,

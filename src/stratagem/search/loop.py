@@ -24,7 +24,6 @@ from stratagem.config import StratagemConfig
 from stratagem.core.design import MAIN_FILE, Design
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
-    MEASURED,
     AgentCall,
     DesignView,
     Feedback,
@@ -39,6 +38,8 @@ from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
 from stratagem.search.export import exported_source
+from stratagem.search.numbers import Counts
+from stratagem.search.numbers import counts as counts_of
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
@@ -89,14 +90,12 @@ class Progress:
     iterations: int = 0
     strategy: str = ""
     workers: dict[str, str] = field(default_factory=dict)
-    valid: int = 0
-    invalid: int = 0
+    counts: Counts = field(default_factory=lambda: counts_of(()))
+    """The designs by the one definition every view uses (`search/numbers.py`)."""
     best_speedup: float | None = None
     best_id: str | None = None
     best_text: str = "-"
     """The best design's paired speedup as everywhere else (`1.23x [1.20, 1.26]`)."""
-    unstable: int = 0
-    """Valid designs whose timing is unstable (not ranked until re-timed)."""
     spend: Spend = field(default_factory=Spend)
     events: list[str] = field(default_factory=list)
     inflight: dict[str, InFlight] = field(default_factory=dict)
@@ -216,12 +215,10 @@ class SearchLoop:
     def _refresh(self) -> None:
         views = self.views()
         p = self.progress
-        p.valid = sum(v.status in MEASURED for v in views)
-        p.invalid = len(views) - p.valid
+        p.counts = counts_of(views)
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
         p.best_text = best.speedup_text() + ("" if best.beats_reference else " (within noise)") if best else "-"
-        p.unstable = sum(v.status == "unstable" for v in views)
         if self.view is not None:
             self.view.update(p)
 

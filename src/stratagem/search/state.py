@@ -178,10 +178,11 @@ def stale_iterations(iterations: Sequence[IterationRecord], views: Sequence[Desi
 
 
 def strategy_counts(views: Sequence[DesignView]) -> dict[str, dict[str, int]]:
-    """Strategy -> {designs, valid}."""
+    """Strategy -> {designs, valid} (valid as every view counts it: passed and timed by the
+    harness, whether or not its timing settled; `search/numbers.py`)."""
     out: dict[str, dict[str, int]] = {}
     for v in views:
         c = out.setdefault(v.strategy or "-", {"designs": 0, "valid": 0})
         c["designs"] += 1
-        c["valid"] += int(v.status == "valid")
+        c["valid"] += int(v.status in MEASURED)
     return out

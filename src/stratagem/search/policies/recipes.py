@@ -11,7 +11,9 @@ recipe, `recipe:<a>+<b>` for a combination), which is still written for the view
 - Then: combine the helpful singles (valid, faster than the plain reference and faster than
   `inference_mode` alone), at most one per compatibility group, greedily by speedup, plus
   `inference_mode` itself when it helped. A combination of two or more recipes not yet tried
-  is evaluated, with the singles as parents. Then the policy is exhausted.
+  is evaluated, with the singles as parents. Then the policy is exhausted; when fewer than two
+  recipes are left to combine, the iteration's note says why (none helped, one did, or the ones
+  that did are alternatives of one group, or did not beat `inference_mode` alone).
 
 `SearchConfig.seed` is not used: recipes run in catalog order (cheap ones first, the slowest
 compile last), which is what matters when a budget cuts the batch short.
@@ -125,6 +127,38 @@ class RecipesPolicy:
             chosen.append(BY_NAME[BASE_RECIPE])
         return catalog_order(chosen)
 
+    def nothing_to_combine(self, state: SearchState) -> str:
+        """Why the combination has fewer than two recipes, as it happened: none helped, one
+        did, or several did but they are alternatives (one compatibility group: one of them at
+        a time) or did not beat `inference_mode` alone."""
+        singles = _singles(state.designs)
+        alone = [(r, d) for r in self.applicable(state) for d in [singles.get(r.name)] if d and _helped(d, 1.0)]
+        if not alone:
+            return ("every recipe tried; none was faster than eager by more than its interval, so there is "
+                    "nothing to combine")
+        named = ", ".join(f"{r.name} {d.speedup_text()}" for r, d in alone)
+        if len(alone) == 1:
+            return f"every recipe tried; only {named} helped, so there is nothing to combine"
+        base = singles.get(BASE_RECIPE)
+        floor = base.speedup if base is not None and base.speedup is not None and _helped(base, 1.0) else 1.0
+        why = []
+        behind = [r.name for r, d in alone if r.name != BASE_RECIPE and not _helped(d, floor)]
+        if behind:
+            its = "their intervals" if len(behind) > 1 else "its interval"
+            why.append(f"{_and(behind)} did not beat {BASE_RECIPE} alone by more than {its}")
+        groups: dict[str, list[str]] = {}
+        for r, d in alone:
+            if r.name != BASE_RECIPE and _helped(d, floor):
+                groups.setdefault(r.group, []).append(r.name)
+        for group, names in groups.items():
+            if len(names) > 1:
+                why.append(f"{_and(names)} are alternatives (all of the {group} group: a design takes one "
+                           "of them), so only the fastest can enter a combination")
+        left = _and([r.name for r in self.combination(state)]) or "none"
+        count = NUMBERS.get(len(alone), str(len(alone)))
+        return (f"every recipe tried; {count} helped alone ({named}), but {'; '.join(why)}: that leaves "
+                f"one ({left}), so there is nothing to combine")
+
     # -- the Policy protocol --------------------------------------------------------------
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
@@ -163,8 +197,7 @@ class RecipesPolicy:
     async def _combine(self, state: SearchState, session: Session) -> IterationResult:
         chosen = self.combination(state)
         if len(chosen) < 2:
-            return IterationResult(plan=None, exhausted=True, note=(
-                "every recipe tried; fewer than two helped, so there is nothing to combine"))
+            return IterationResult(plan=None, exhausted=True, note=self.nothing_to_combine(state))
         author = author_of(chosen)
         if author in _authors(state.designs):
             return IterationResult(plan=None, exhausted=True,
@@ -219,6 +252,14 @@ def _singles(designs: Sequence[DesignView]) -> dict[str, DesignView]:
         if len(names) == 1 and names[0] in BY_NAME:
             out[names[0]] = d
     return out
+
+
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+
+
+def _and(names: Sequence[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _helped(d: DesignView | None, floor: float) -> bool:

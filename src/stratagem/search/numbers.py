@@ -1,0 +1,173 @@
+"""Owns the numbers every view of a run shows, each defined once: how designs are counted, and
+how a ratio is written with its interval.
+
+The live view, `show`, `show --json`, the run's last lines, the export header (and
+`best/candidate.py`), the HTML report and its plots all read these, so they cannot disagree.
+
+Counting:
+
+- A design is **valid** when the harness passed and timed it (`core.search.MEASURED`). Two
+  flags may sit on a valid design: **unstable** (its timing did not settle after its
+  re-timings) and **unreviewed** (the review a very fast design needs failed). A flagged
+  design is still valid; it is **ranked** (on the leaderboard, eligible as the best) only
+  when neither flag is raised.
+- A design **did not pass** otherwise: invalid, error, needs_gpu, or judged cheating by a
+  review (`flagged`).
+
+Ratios: every speedup is written with its 95% interval (`DesignView.speedup_text`). The ratio
+against torch.compile is chained (design/eager, timed beside the design, times eager/compile,
+timed beside the compile baseline in another worker); it is written with the chained
+interval, or marked as chained where no interval exists, and never bare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from stratagem.core.search import MEASURED, DesignView, ranked, ratio_text
+
+UNSTABLE = "unstable"
+UNREVIEWED = "unreviewed"
+
+
+def passed(v: DesignView) -> bool:
+    """Valid: the harness passed and timed the design (whatever its flags)."""
+    return v.status in MEASURED
+
+
+def did_not_pass(v: DesignView) -> bool:
+    """The harness (or a review that found cheating) rejected the design."""
+    return not passed(v)
+
+
+def is_ranked(v: DesignView) -> bool:
+    """On the leaderboard: valid with no flag (the filter of `core.search.ranked`)."""
+    return bool(ranked([v]))
+
+
+def not_ranked_because(v: DesignView) -> str:
+    """Why a valid design is not ranked ('' when it is ranked, or not valid)."""
+    if v.status == UNSTABLE:
+        return f"timing unstable: {v.stability}" if v.stability else "timing unstable"
+    if v.status == UNREVIEWED:
+        return "awaiting review (the review of a very fast design failed; it is retried)"
+    return ""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many designs a run has, by the one definition above."""
+
+    designs: int
+    """Every evaluated design."""
+    valid: int
+    """Passed and timed by the harness: `ranked + unstable + unreviewed`."""
+    ranked: int
+    """Valid with no flag: on the leaderboard."""
+    unstable: int
+    """Valid, timing unstable (not ranked)."""
+    unreviewed: int
+    """Valid, review pending (not ranked)."""
+    failed: int
+    """Did not pass: `designs - valid`."""
+
+    def text(self) -> str:
+        """`4 designs: 3 valid (1 with unstable timing, not ranked), 1 did not pass`: the one
+        sentence every view prints."""
+        flags = [f"{n} {what}" for n, what in ((self.unstable, "with unstable timing"),
+                                                (self.unreviewed, "awaiting review")) if n]
+        flagged = f" ({', '.join(flags)}, not ranked)" if flags else ""
+        noun = "design" if self.designs == 1 else "designs"
+        return f"{self.designs} {noun}: {self.valid} valid{flagged}, {self.failed} did not pass"
+
+    def to_json(self) -> dict[str, int]:
+        return {"designs": self.designs, "valid": self.valid, "ranked": self.ranked, "unstable": self.unstable,
+                "unreviewed": self.unreviewed, "failed": self.failed}
+
+
+def counts(views: Sequence[DesignView]) -> Counts:
+    """The counts of `views` (every evaluated design of a run, or of one iteration)."""
+    valid = [v for v in views if passed(v)]
+    return Counts(designs=len(views), valid=len(valid), ranked=len(ranked(views)),
+                  unstable=sum(v.status == UNSTABLE for v in valid),
+                  unreviewed=sum(v.status == UNREVIEWED for v in valid),
+                  failed=len(views) - len(valid))
+
+
+def clip(text: str, n: int) -> str:
+    """`text` within `n` characters, cut at a word with `...` when longer (never mid-word)."""
+    if len(text) <= n:
+        return text
+    return text[: n - 3].rsplit(" ", 1)[0].rstrip(";,:") + "..."
+
+
+def interval_text(value: float, low: float | None, high: float | None) -> str:
+    """`1.23x [1.20, 1.26]`, as `DesignView.speedup_text` writes it (no interval: `1.23x`)."""
+    if low is None or high is None:
+        return f"{ratio_text(value)}x"
+    return f"{ratio_text(value)}x [{ratio_text(low)}, {ratio_text(high)}]"
+
+
+CHAINED = "chained via eager"
+"""How a ratio against torch.compile is marked: design/eager x eager/compile, two paired
+ratios timed in different workers."""
+
+
+def compile_text(v: DesignView, mark: bool = True) -> str:
+    """The chained speedup over torch.compile with its interval: `1.02x [0.97, 1.08]`
+    (`(chained via eager, no interval)` where none was recorded); `mark`: append why the
+    baseline is no fair comparison (it fails correctness, or its timing did not settle)."""
+    if v.speedup_compile is None:
+        return "-"
+    if v.compile_low is None or v.compile_high is None:
+        text = f"{ratio_text(v.speedup_compile)}x ({CHAINED}, no interval)"
+    else:
+        text = interval_text(v.speedup_compile, v.compile_low, v.compile_high)
+    if mark and v.compile_fails:
+        text += " (compile fails correctness)"
+    elif mark and v.compile_unstable:
+        text += " (compile baseline unstable)"
+    return text
+
+
+CompileVerdict = Literal["faster", "on par", "slower", "unknown", "unfair"]
+
+
+def vs_compile(v: DesignView) -> CompileVerdict | None:
+    """How a design stands against torch.compile: `on par` when the chained interval holds
+    1.00x, `faster` or `slower` beyond it, `unknown` when the compile baseline's timing did
+    not settle, `unfair` when the baseline fails the correctness rule; None: not measured."""
+    if v.speedup_compile is None:
+        return None
+    if v.compile_unstable:
+        return "unknown"
+    if v.compile_fails:
+        return "unfair"
+    if v.compile_low is not None and v.compile_high is not None and v.compile_low <= 1.0 <= v.compile_high:
+        return "on par"
+    return "faster" if v.speedup_compile >= 1.0 else "slower"
+
+
+def compile_sentence(v: DesignView) -> str:
+    """One plain sentence on the design against torch.compile, its number and interval
+    included ('' when not measured): what the run's last lines, the export header and the
+    report say."""
+    verdict = vs_compile(v)
+    if verdict is None or v.speedup_compile is None:
+        return ""
+    num = f"{compile_text(v, mark=False)}, {CHAINED}" if v.compile_low is not None else compile_text(v, mark=False)
+    if verdict == "unknown":
+        return (f"compared with torch.compile: unknown ({num}): the compile baseline's timing stayed unstable "
+                f"after re-timing ({clip(v.compile_unstable, 160)})")
+    if verdict == "unfair":
+        return (f"compared with torch.compile: no fair comparison ({num}): the compile baseline fails the "
+                f"correctness check every design must pass ({clip(v.compile_fails, 160)})")
+    if verdict == "on par":
+        return f"on par with torch.compile: {num}, an interval that holds 1.00x"
+    if verdict == "faster":
+        return f"faster than torch.compile too: {num}"
+    return (f"slower than torch.compile: {num}; torch.compile of the reference runs "
+            f"{1 / v.speedup_compile:.2f}x faster than this design here, so it is the better choice unless "
+            "you cannot compile")
