@@ -1,6 +1,7 @@
 """Owns the PyTorch domain's parent-side plan: its validator graph and its worker requests.
 
-Default graph: `static_checks -> load -> correctness -> {integrity, shapes} -> timing`.
+Default graph: `static_checks -> load -> correctness -> {integrity, shapes} -> timing`, and
+`provenance` after timing under the strict policy.
 `static_checks` runs in the parent; the rest run in the worker. A problem may narrow the graph
 with `STRATAGEM = {"validators": [...]}` and set or disable the shape variants with
 `STRATAGEM = {"shapes": [{"batch_size": 8}]}` or `{"shapes": False}`.
@@ -59,7 +60,9 @@ BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
 )
 
 
-STRICT_EXTRA = ValidatorSpec("provenance", ("correctness",), "worker")
+STRICT_EXTRA = ValidatorSpec("provenance", ("timing",), "worker")
+"""The strict policy's runtime check: after timing, so its measured calls come after the timed
+ones (a candidate honest only in its first calls fails it)."""
 
 
 def integrity_policy(problem: Problem, cfg: EvaluationConfig) -> IntegrityPolicy:
@@ -73,21 +76,14 @@ def validator_graph(problem: Problem, policy: IntegrityPolicy = "lenient") -> Va
     wanted = problem.settings.get("validators")
     specs = DEFAULT_GRAPH
     if policy == "strict":
-        specs = tuple(
-            ValidatorSpec(s.name, (*s.requires, "provenance"), s.placement) if s.name == "timing" else s
-            for s in DEFAULT_GRAPH
-        )
-        specs = (*specs[:3], STRICT_EXTRA, *specs[3:])
+        at = [s.name for s in DEFAULT_GRAPH].index("timing") + 1
+        specs = (*DEFAULT_GRAPH[:at], STRICT_EXTRA, *DEFAULT_GRAPH[at:])
     if wanted is not None:
         names = {s.name for s in DEFAULT_GRAPH}
         unknown = sorted(set(wanted) - names)
         if unknown:
             raise ProblemError(f"{problem.name}: unknown validators {unknown}; known: {sorted(names)}")
-        specs = tuple(
-            ValidatorSpec(s.name, tuple(r for r in s.requires if r != "provenance"), s.placement)
-            if s.name == "timing" and "provenance" not in wanted else s
-            for s in specs if s.name in wanted
-        )
+        specs = tuple(s for s in specs if s.name in wanted)
     try:
         return ValidatorGraph.of(specs)
     except GraphError as e:

@@ -36,6 +36,9 @@ REFERENCE_ACCESS = Rules(
         "inspect.getsource*", "inspect.getfile", "inspect.getclosurevars", "traceback.extract_stack",
         "traceback.walk_stack", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
         "__main__", "stratagem*", "reference", "problem",
+        # the harness's instrumentation (the strict policy's provenance hook and profiler)
+        "sys.getprofile", "sys.gettrace", "sys.monitoring", "torch.autograd.profiler._is_profiler_enabled",
+        "torch.autograd._profiler_enabled", "torch._C._autograd._profiler_enabled",
     ),
     attrs=("__subclasses__", "f_back", "f_globals", "f_locals", "f_builtins", "tb_frame",
            "tb_next", "gi_frame", "cr_frame", "ag_frame", "__self__"),

@@ -4,7 +4,8 @@ A kernel is a `__global__` function in the sources given to `load_inline` that t
 exported functions launch (directly or through functions they call), or a `@triton.jit`
 function. `ModelNew.forward`, or a function or method it reaches by name, must call an exported
 function or launch a Triton kernel (`kernel[grid](...)`). Reachability is by name and
-over-approximates; the runtime checks decide whether the kernel does the work.
+over-approximates; the runtime check (the `provenance` stage, after timing, on the GPU and the
+CPU) decides whether the kernel does the work.
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def cpp_exports(scan: Scan) -> tuple[set[str], set[str]]:
 def own_kernels_cpu(scan: Scan) -> list[Hit]:
     """`own_kernels` for the CPU device: a C++ function the candidate compiles itself with
     `load_inline`, which loops over the data and is called from `ModelNew.forward`, counts as
-    its own kernel, as do the GPU kinds. (On the CPU no profiler attribution backs this up:
-    the provenance stage is GPU-only.)"""
+    its own kernel, as do the GPU kinds. The `provenance` stage then checks at run time that
+    the timed calls spend their time in it (worker/provenance.py)."""
     if not own_kernels(scan):
         return []
     defined, exports = cpp_exports(scan)

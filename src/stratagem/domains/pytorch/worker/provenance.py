@@ -1,34 +1,69 @@
-"""Owns the strict policy's runtime provenance check in the worker (GPU only), and the per-kernel
-profile of a timed design that the agents are shown (`kernel_profile`).
+"""Owns the strict policy's runtime provenance check in the worker, and the per-kernel profile
+of a timed design that the agents are shown (`kernel_profile`).
 
-Worker-side only. Under `strict`, the heavy computation must run in kernels the candidate
-wrote. torch.profiler records the CUDA kernels one candidate call launches; kernels whose
-names contain one of the candidate's own kernel names (its `__global__` functions and Triton
-`@jit` functions, found statically by the parent) must account for at least half of the GPU
-time. Then the candidate's kernels are disabled (Triton launches become no-ops; functions
-exported by its compiled extensions have their tensor results zeroed) on NaN-poisoned memory:
-its output must change, or the kernels were not doing the work. On the CPU there are no
-kernels to attribute: the check is static only (`own_kernels`) and the stage says so.
+Worker-side only. Under `strict`, the timed calls must run code the candidate compiled itself.
+The `provenance` stage runs after timing, on calls made the way the timed ones are (the same
+model object, `model(*inputs)` under no_grad, each call on fresh inputs drawn from a keyed
+seed), and measures which share of them ran in the candidate's own code:
+
+- On a GPU, torch.profiler records the CUDA kernels of each measured call; kernels whose names
+  contain one of the candidate's own kernel names (its `__global__` functions and Triton `@jit`
+  functions, found statically by the parent) must take OWN_TIME_FRACTION of the device time.
+- On the CPU, a profile hook (`sys.setprofile`) times every call of a native function of the
+  candidate's own extensions (`own_functions`), recognised by identity whatever name it is
+  bound to; those calls must take OWN_TIME_FRACTION of the measured calls' wall time (less
+  the hook's own, calibrated cost, which timed calls do not pay).
+
+Every measured call must run own code, and the share is over all of them. Then the candidate's
+kernels are disabled on NaN-poisoned memory (Triton launches become no-ops; its native
+functions have their tensor results zeroed, wherever the candidate bound them): its output
+must change, or the kernels were not doing the work. A replay in which own code still ran by a
+path it could not disable decides nothing, and says so.
+
+Before timing, the untimed stages that call the candidate (correctness, integrity, shapes) run
+under a counting hook (`watching`), so a failure can say whether the candidate's own code never
+ran or ran only outside the measured calls (in its first calls, say, and a library op after).
+
+Not covered, said plainly: a candidate that notices the instrumentation by timing itself (its
+Python calls cost more under a profile hook) could run its kernel only then; the static checks
+forbid the direct probes (`sys.getprofile`/`gettrace`, the profiler's state). On the CPU, time
+inside the candidate's native function counts as its own even where that function hands the
+data back to torch (`at::` calls inside it; the static `own_kernels` check requires a loop of
+its own), and native code reached other than by a call from Python (an op registered with
+TORCH_LIBRARY and called through `torch.ops`) is not seen, so such a candidate fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib.machinery
+import sys
+import sysconfig
 import time
 import types
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import compare, integrity, runtime
+from stratagem.domains.pytorch.worker import builds, compare, integrity, record, runtime
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.stages import Worker
 
 OWN_TIME_FRACTION = 0.5
+"""The share of the measured calls' time (device time on a GPU, wall time on the CPU) that must
+run in the candidate's own code."""
 
+MEASURED_CALLS = {"cpu": 5, "cuda": 3}
+"""Calls measured after timing, each on fresh inputs (a GPU call is profiled on its own)."""
+
+WATCHED = frozenset({"correctness", "integrity", "shapes"})
+"""The untimed stages before timing in which calls of the candidate's own code are counted."""
 
 PROFILE_TOP = 10
 """Kernels kept in a design's per-kernel profile (the heaviest by device time)."""
@@ -71,82 +106,456 @@ def _kernel_times(prof: Any) -> list[tuple[str, float]]:
     return out
 
 
+# -- the candidate's own native code -------------------------------------------------------
+
+def _so_file(obj: Any) -> Path | None:
+    """The file of an extension module (a compiled .so), or None."""
+    if not issubclass(type(obj), types.ModuleType):  # type(), not isinstance: no __class__ lookup
+        return None
+    f = vars(obj).get("__file__")
+    if not isinstance(f, str) or not f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return None
+    with contextlib.suppress(OSError):
+        return Path(f).resolve()
+    return None
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _installation() -> list[Path]:
+    """Where the Python installation and its packages live (torch's libraries included)."""
+    out = []
+    for d in {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()}:
+        with contextlib.suppress(OSError):
+            out.append(Path(d).resolve())
+    return out
+
+
+def own_extensions(candidate_module: types.ModuleType | None,
+                   model: torch.nn.Module | None = None) -> list[types.ModuleType]:
+    """The candidate's own compiled extensions: every live extension module whose file lies in
+    the extension build root (the slot's TORCH_EXTENSIONS_DIR, where only the candidate builds;
+    `load_inline` does not put its modules in sys.modules, so they are found among all live
+    objects), and every one the candidate's module, its classes or its model hold whose file
+    lies outside the Python installation (built in a directory of its choosing). A library's
+    extension (torch's, numpy's) is never its own, nor is code torch generates (Inductor's and
+    Triton's, which the candidate does not hold)."""
+    root = builds.build_root()
+    with contextlib.suppress(OSError):
+        root = root.resolve()
+    found: dict[int, types.ModuleType] = {}
+    for obj in gc.get_objects():
+        f = _so_file(obj)
+        if f is not None and _under(f, root):
+            found[id(obj)] = obj
+    held: list[Any] = []
+    if candidate_module is not None:
+        held += list(vars(candidate_module).values())
+        held += [v for c in list(held) if isinstance(c, type) for v in list(vars(c).values())]
+    for sub in model.modules() if model is not None else ():
+        held += list(vars(sub).values())
+    if held:
+        elsewhere = _installation()
+        for value in held:
+            f = _so_file(value)
+            if f is not None and not any(_under(f, d) for d in elsewhere):
+                found[id(value)] = value
+    return list(found.values())
+
+
+def own_functions(modules: list[types.ModuleType]) -> dict[int, str]:
+    """The native functions of `modules` (module-level ones and the methods of the classes they
+    define), by identity: id -> a readable name. The modules keep the objects alive."""
+    out: dict[int, str] = {}
+    for mod in modules:
+        for name, value in list(vars(mod).items()):
+            if isinstance(value, types.BuiltinFunctionType):
+                out[id(value)] = f"{mod.__name__}.{name}"
+            elif isinstance(value, type):
+                for attr, member in list(vars(value).items()):
+                    fn = getattr(member, "__func__", member)
+                    if isinstance(fn, types.BuiltinFunctionType):
+                        out[id(fn)] = f"{mod.__name__}.{name}.{attr}"
+    return out
+
+
+def _native_name(fn: Any) -> str:
+    """A readable name of a native callable (`torch.relu`, `Tensor.clamp`)."""
+    name = str(getattr(fn, "__name__", None) or type(fn).__name__)
+    mod = getattr(fn, "__module__", None)
+    if isinstance(mod, str) and mod:
+        return f"{mod}.{name}"
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, types.ModuleType) and not type(owner).__name__.startswith("pybind11"):
+        return f"{type(owner).__name__}.{name}"
+    return name
+
+
+class _Meter:
+    """A profile hook (`sys.setprofile`) that times the calls of the candidate's own native
+    functions, by identity, and the outermost other native calls, and counts its events."""
+
+    def __init__(self, own: Mapping[int, str]) -> None:
+        self.own = own
+        self.reset()
+
+    def reset(self) -> None:
+        self.stack: list[tuple[int, float]] = []
+        self.open_own = 0
+        self.own_s = 0.0
+        self.own_calls = 0
+        self.escaped = 0
+        """Own calls made from anywhere but a disabled function's stand-in (`_zeroing`)."""
+        self.events = 0
+        self.native_events = 0
+        self.library: dict[str, float] = {}
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        self.events += 1
+        if event == "c_call":
+            self.native_events += 1
+            key = id(arg)
+            if key in self.own:
+                self.open_own += 1
+                self.own_calls += 1
+                if frame is None or frame.f_code is not _GHOST_CODE:
+                    self.escaped += 1
+            self.stack.append((key, time.perf_counter()))
+        elif (event == "c_return" or event == "c_exception") and self.stack:
+            self.native_events += 1
+            key, t0 = self.stack.pop()
+            took = time.perf_counter() - t0
+            if key in self.own:
+                self.open_own -= 1
+                if self.open_own == 0:
+                    self.own_s += took
+            elif not self.stack and self.open_own == 0:
+                name = _native_name(arg)
+                self.library[name] = self.library.get(name, 0.0) + took
+
+
 @contextlib.contextmanager
-def _ghosted(module: types.ModuleType) -> Iterator[int]:
-    """Disable the candidate's kernels for the duration; yields how many were disabled."""
-    patched: list[tuple[Any, str, Any]] = []
+def _hooked(meter: _Meter) -> Iterator[None]:
+    previous = sys.getprofile()
+    sys.setprofile(meter)
     try:
-        for value in list(vars(module).values()):
-            cls = type(value).__name__
-            if cls in ("JITFunction", "Autotuner", "Heuristics") and hasattr(value, "run"):
-                patched.append((value, "run", value.run))
-                value.run = lambda *a, **k: None
-            elif isinstance(value, types.ModuleType) and str(getattr(value, "__file__", "")).endswith(".so"):
-                for name, fn in list(vars(value).items()):
-                    if callable(fn) and not name.startswith("_"):
-                        patched.append((value, name, fn))
-                        setattr(value, name, _zeroing(fn))
-        yield len(patched)
+        yield
     finally:
-        for obj, name, orig in reversed(patched):
-            setattr(obj, name, orig)
+        sys.setprofile(previous)
 
 
-def _zeroing(fn: Any) -> Any:
-    def ghost(*args: Any, **kwargs: Any) -> Any:
-        out = fn(*args, **kwargs)
-        if isinstance(out, torch.Tensor):
-            return torch.zeros_like(out)
-        if isinstance(out, list | tuple):
-            return type(out)(torch.zeros_like(x) if isinstance(x, torch.Tensor) else x for x in out)
-        return out
+def _hook_cost(n: int = 2000, rounds: int = 3) -> tuple[float, float]:
+    """What the hook adds per Python event and per native event (seconds), the least of a few
+    rounds: removed from a measured call's wall time, never more than it cost."""
+    def py() -> None:
+        return None
 
-    return ghost
+    def py_loop() -> None:
+        for _ in range(n):
+            py()
+
+    def c_loop() -> None:
+        for _ in range(n):
+            abs(1)
+
+    meter = _Meter({})
+    costs = []
+    for loop in (py_loop, c_loop):
+        plain = hooked = float("inf")
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            loop()
+            plain = min(plain, time.perf_counter() - t0)
+            meter.reset()
+            t0 = time.perf_counter()
+            with _hooked(meter):
+                loop()
+            hooked = min(hooked, time.perf_counter() - t0)
+        costs.append(max(0.0, hooked - plain) / (2 * n))
+    return costs[0], costs[1]
+
+
+# -- counting own calls before timing ------------------------------------------------------
+
+_SEEN: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
+"""Per worker: calls of the candidate's own native functions in each watched stage."""
+
+
+def _strict(w: Worker) -> bool:
+    return any(str(s.get("name")) == "provenance" for s in w.req.get("stages") or ())
+
+
+@contextlib.contextmanager
+def watching(w: Worker, stage: str) -> Iterator[None]:
+    """Under the strict policy, count the calls of the candidate's own native functions during
+    an untimed stage before timing (`WATCHED`); a no-op otherwise. Timing is never watched."""
+    p = w.programs
+    if stage not in WATCHED or not _strict(w) or p is None or p.candidate_module is None:
+        yield
+        return
+    funcs = own_functions(own_extensions(p.candidate_module, p.candidate))
+    if not funcs:
+        yield
+        return
+    meter = _Meter(funcs)
+    try:
+        with _hooked(meter):
+            yield
+    finally:
+        _SEEN.setdefault(w, {})[stage] = meter.own_calls
+
+
+# -- the stage -----------------------------------------------------------------------------
+
+def _seed(w: Worker, *path: object) -> int:
+    return record.derived_seed(int(w.req["timing_seed"]), "provenance", *path)
 
 
 def run_provenance(w: Worker) -> dict[str, Any]:
-    if not w.device.startswith("cuda"):
-        return {"checked": False, "note": "kernel provenance is profiled on GPUs only; checked statically here"}
+    """The `provenance` stage (strict policy, after timing): the share of measured calls spent
+    in the candidate's own code, then the disabled-kernel replay."""
     p = w._programs(need_candidate=True)
     assert p.candidate is not None and p.candidate_module is not None
-    own = [str(n) for n in w.req.get("own_kernels", [])]
-    inputs = w._inputs(p, int(w.req["integrity_seeds"][0]) ^ 0x5EED)
+    funcs = own_functions(own_extensions(p.candidate_module, p.candidate))
+    before = dict(_SEEN.get(w, {}))
+    if w.device.startswith("cuda"):
+        details = _gpu_share(w, p, [str(n) for n in w.req.get("own_kernels", [])])
+    else:
+        details = _cpu_share(w, p, funcs)
+    details["before_timing"] = {"own_calls": before, "stages": sorted(k for k, v in before.items() if v)}
+    if not any(before.values()):
+        details["before_timing"]["note"] = "no call of an own native function was counted before timing"
+    _decide(details, sum(before.values()), w.device.startswith("cuda"))
+    details.update(_replay(w, p, funcs))
+    return details
+
+
+def _cpu_share(w: Worker, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
+    assert p.candidate is not None
+    cost_py, cost_native = _hook_cost()
+    meter = _Meter(funcs)
+    calls: list[dict[str, Any]] = []
+    library: dict[str, float] = {}
+    own_s = wall_s = instr_s = 0.0
+    with torch.no_grad():
+        for i in range(MEASURED_CALLS["cpu"]):
+            args = w._inputs(p, _seed(w, i))  # made before the call: only the call is measured
+            meter.reset()
+            t0 = time.perf_counter()
+            with _hooked(meter):
+                out = w._call_candidate(p.candidate, args)
+            wall = time.perf_counter() - t0
+            del out, args
+            instr = max(0.0, min(wall - meter.own_s, (meter.events - meter.native_events) * cost_py
+                                 + meter.native_events * cost_native))
+            calls.append({"wall_s": wall, "own_s": meter.own_s, "own_calls": meter.own_calls,
+                          "instrumentation_s": instr,
+                          "own_time_fraction": _fraction(meter.own_s, wall - instr)})
+            own_s, wall_s, instr_s = own_s + meter.own_s, wall_s + wall, instr_s + instr
+            for name, s in meter.library.items():
+                library[name] = library.get(name, 0.0) + s
+    return {
+        "checked": True,
+        "method": "cpu: wall time of each measured call, attributed to the candidate's own native "
+                  "functions by a profile hook (sys.setprofile), the hook's own cost removed",
+        "own_functions": sorted(set(funcs.values())),
+        "calls_measured": len(calls),
+        "calls_running_own_code": sum(1 for c in calls if c["own_calls"] > 0),
+        "own_time_fraction": _fraction(own_s, wall_s - instr_s),
+        "threshold": OWN_TIME_FRACTION,
+        "own_s": own_s, "wall_s": wall_s, "instrumentation_s": instr_s,
+        "library": [[name, s] for name, s in sorted(library.items(), key=lambda x: -x[1])[:8]],
+        "calls": calls,
+    }
+
+
+def _fraction(own: float, total: float) -> float:
+    return min(1.0, own / total) if total > 0 else 0.0
+
+
+def _gpu_share(w: Worker, p: runtime.Programs, own: list[str]) -> dict[str, Any]:
+    from torch.profiler import ProfilerActivity, profile
+
+    assert p.candidate is not None
+    calls: list[dict[str, Any]] = []
+    kernels: dict[str, float] = {}
+    with torch.no_grad():
+        for i in range(MEASURED_CALLS["cuda"]):
+            args = w._inputs(p, _seed(w, i))  # made outside the profile: only the call is attributed
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                w._call_candidate(p.candidate, args)
+                torch.cuda.synchronize()
+            del args
+            times = _kernel_times(prof)
+            mine = sum(t for name, t in times if any(k in name for k in own))
+            calls.append({"device_us": sum(t for _, t in times), "own_us": mine})
+            for name, t in times:
+                kernels[name] = kernels.get(name, 0.0) + t
+    total = sum(kernels.values())
+    mine = sum(t for name, t in kernels.items() if any(k in name for k in own))
+    n = max(1, len(calls))
+    ranked = sorted(kernels.items(), key=lambda x: -x[1])
+    return {
+        "checked": True,
+        "method": "cuda: device time of each measured call's kernels (torch.profiler), attributed "
+                  "to the candidate's own kernels by name",
+        "own_kernels": own,
+        "calls_measured": len(calls),
+        "calls_running_own_code": sum(1 for c in calls if c["own_us"] > 0),
+        "own_time_fraction": mine / total if total else 0.0,
+        "threshold": OWN_TIME_FRACTION,
+        "kernels": [(name, t / n) for name, t in ranked[:30]],
+        "library": [[name, t / n] for name, t in ranked if not any(k in name for k in own)][:8],
+        "calls": calls,
+    }
+
+
+def _decide(details: dict[str, Any], before: int, gpu: bool) -> None:
+    """Fail the stage, saying which case it is: the own code never ran, ran only outside the
+    measured calls, ran in only some of them, or did only a small share of their work."""
+    n, ran = int(details["calls_measured"]), int(details["calls_running_own_code"])
+    share = float(details["own_time_fraction"])
+    what = "kernels" if gpu else "compiled code"
+    names = details.get("own_kernels" if gpu else "own_functions") or []
+    own = f"the candidate's own {what} ({', '.join(names) if names else 'none found'})"
+    per_call = [(name, t if gpu else t / max(1, n) * 1e3) for name, t in details["library"]]
+    top = max((t for _, t in per_call), default=0.0)
+    lib = ", ".join(f"{name[:60]} {t:.3g} {'us' if gpu else 'ms'} a call"
+                    for name, t in per_call[:3] if t >= 0.01 * top) or (
+        "none seen" if gpu else "tensor operators and Python: no library function was called")
+    where = "library kernels" if gpu else "library calls"
+    after = f"the {n} calls measured after timing (fresh inputs, called as the timed calls are)"
+    if ran == 0:
+        details["case"] = "ran_only_outside" if before else "never_ran"
+        if before:
+            reason = (f"strict: {own} ran only outside the measured calls: {before} calls of it in the "
+                      f"untimed stages before timing ({', '.join(details['before_timing']['stages'])}), "
+                      f"none in {after}; there the work ran in {where} ({lib})")
+        elif gpu:  # before timing, only extension functions are counted, not Triton launches
+            reason = (f"strict: {own} never ran in the measured calls: none of {after} launched it; "
+                      f"the work ran in {where} ({lib})")
+        else:
+            reason = (f"strict: {own} never ran: compiled and referenced, but none of {after} called "
+                      f"it, nor did any call before timing; the work ran in {where} ({lib})")
+    elif ran < n:
+        details["case"] = "ran_in_some_calls"
+        reason = (f"strict: {own} ran in only {ran} of {after}; in the others the work ran in {where} "
+                  f"({lib})")
+    elif share < OWN_TIME_FRACTION:
+        details["case"] = "small_share"
+        reason = (f"strict: {own} ran on a small share of the work: {share:.1%} of the "
+                  f"{'GPU' if gpu else 'wall'} time of {after} (at least {OWN_TIME_FRACTION:.0%} "
+                  f"is required); the rest ran in {where} ({lib})")
+    else:
+        details["case"] = "own_code"
+        return
+    raise StageFailure("rejected", reason, details)
+
+
+def _replay(w: Worker, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
+    """The candidate called with its own kernels disabled, on NaN-poisoned memory: its output
+    must no longer match the reference's."""
+    assert p.candidate is not None and p.candidate_module is not None
+    inputs = w._inputs(p, _seed(w, "replay"))
     with torch.no_grad():
         ref = w._call_reference(p.reference, runtime.clone_inputs(inputs))
-        w._call_candidate(p.candidate, runtime.clone_inputs(inputs))  # warm: compiles, autotuning
-        from torch.profiler import ProfilerActivity, profile
-
-        args = runtime.clone_inputs(inputs)  # copied outside the profile: only the call is attributed
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            w._call_candidate(p.candidate, args)
-            torch.cuda.synchronize()
-        del args
-    kernels = _kernel_times(prof)
-    total = sum(t for _, t in kernels)
-    mine = sum(t for name, t in kernels if any(k in name for k in own))
-    details: dict[str, Any] = {
-        "checked": True, "own_kernels": own, "kernels": kernels[:30],
-        "own_time_fraction": mine / total if total else 0.0,
-    }
-    if not own or total <= 0 or mine / total < OWN_TIME_FRACTION:
-        others = ", ".join(name[:60] for name, _ in sorted(kernels, key=lambda x: -x[1])[:4]) or "none"
-        raise StageFailure(
-            "rejected",
-            f"strict: only {details['own_time_fraction']:.0%} of the GPU time ran in the candidate's own "
-            f"kernels {own or '(none found)'}; the rest ran in library kernels ({others})",
-            details,
-        )
-    with _ghosted(p.candidate_module) as n:
+    meter = _Meter(funcs)
+    with _ghosted(p.candidate_module, p.candidate, funcs) as ghost:
         integrity.poison_allocator(w.device, runtime.inputs_nbytes(inputs))
-        with torch.no_grad():
-            ghost_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
-    details["disabled"] = n
-    if n and compare.compare_outputs(ref, ghost_out, w.tolerances()).ok:
+        with torch.no_grad(), _hooked(meter):
+            out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+    details: dict[str, Any] = {"disabled": ghost.patched, "disabled_outputs": ghost.zeroed}
+    if not ghost.patched or (not ghost.triton and not ghost.zeroed):
+        details["replay"] = "nothing of the candidate's own was disabled (no tensor it returned)"
+        return details
+    if meter.escaped:
+        details["replay"] = (f"inconclusive: {meter.escaped} calls of own native functions reached them other "
+                             "than through the names that were disabled")
+        return details
+    if compare.compare_outputs(ref, out, w.tolerances()).ok:
         raise StageFailure(
             "rejected",
             "strict: with the candidate's own kernels disabled its output is still correct: "
             "the kernels are not doing the work",
             details,
         )
+    details["replay"] = "the output changed with the candidate's own kernels disabled"
     return details
+
+
+class _Ghost:
+    """What `_ghosted` disabled: names patched, Triton launchers among them, tensors zeroed."""
+
+    def __init__(self) -> None:
+        self.patched = 0
+        self.triton = 0
+        self.zeroed = 0
+
+
+def _disabled(module: types.ModuleType, model: torch.nn.Module | None, funcs: Mapping[int, str],
+              ghost: _Ghost) -> list[tuple[Any, str, Any]]:
+    """What `_ghosted` replaces: (owner, name, stand-in); an owner is an object or a dict."""
+    out: list[tuple[Any, str, Any]] = []
+    extensions = {id(m): m for m in own_extensions(module, model)}
+    for value in list(vars(module).values()):
+        if type(value).__name__ in ("JITFunction", "Autotuner", "Heuristics") and hasattr(value, "run"):
+            out.append((value, "run", lambda *a, **k: None))
+            ghost.triton += 1
+        elif isinstance(value, types.ModuleType) and str(getattr(value, "__file__", "")).endswith(".so"):
+            extensions[id(value)] = value
+    for ext in extensions.values():
+        out += [(ext, name, _zeroing(fn, ghost)) for name, fn in list(vars(ext).items())
+                if callable(fn) and not name.startswith("_") and not isinstance(fn, type)]
+    out += [(module, name, _zeroing(v, ghost)) for name, v in list(vars(module).items()) if id(v) in funcs]
+    for sub in model.modules() if model is not None else ():
+        out += [(vars(sub), name, _zeroing(v, ghost)) for name, v in list(vars(sub).items()) if id(v) in funcs]
+    return out
+
+
+@contextlib.contextmanager
+def _ghosted(module: types.ModuleType, model: torch.nn.Module | None = None,
+             funcs: Mapping[int, str] | None = None) -> Iterator[_Ghost]:
+    """Disable the candidate's kernels for the duration: Triton launches become no-ops, and the
+    functions of its extension modules (those its module holds, and its own ones, `funcs`,
+    wherever its module or its model binds them) zero their tensor results."""
+    ghost = _Ghost()
+    done: list[tuple[Any, str, Any]] = []
+    try:
+        for owner, name, stand_in in _disabled(module, model, funcs or {}, ghost):
+            if isinstance(owner, dict):
+                done.append((owner, name, owner[name]))
+                owner[name] = stand_in
+            else:
+                done.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, stand_in)
+        ghost.patched = len(done)
+        yield ghost
+    finally:
+        for owner, name, orig in reversed(done):
+            if isinstance(owner, dict):
+                owner[name] = orig
+            else:
+                setattr(owner, name, orig)
+
+
+def _zeroing(fn: Any, ghost: _Ghost | None = None) -> Any:
+    def ghost_call(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            if ghost is not None:
+                ghost.zeroed += 1
+            return torch.zeros_like(out)
+        if isinstance(out, list | tuple):
+            if ghost is not None:
+                ghost.zeroed += sum(1 for x in out if isinstance(x, torch.Tensor))
+            return type(out)(torch.zeros_like(x) if isinstance(x, torch.Tensor) else x for x in out)
+        return out
+
+    return ghost_call
+
+
+_GHOST_CODE = _zeroing(None).__code__
+"""The stand-in's code: an own call made from it is one the replay disabled."""

@@ -523,8 +523,8 @@ def _stage_context(worker: Worker, name: str) -> Iterator[None]:
             yield
     elif name in SELF_LOCKING:
         yield
-    else:
-        with worker.hold("shared"):
+    else:  # under strict, own-code calls are counted in the untimed stages (provenance.watching)
+        with worker.hold("shared"), provenance.watching(worker, name):
             yield
 
 
