@@ -9,6 +9,7 @@ import asyncio
 import textwrap
 import types
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -432,6 +433,17 @@ def test_the_note_says_why_nothing_was_combined(speedups: dict[str, float], says
     res = asyncio.run(policy.iterate(s.state(p, LOOSE, 2), s))
     assert res.exhausted and len(s.calls) == n
     assert says in res.note and "fewer than two" not in res.note
+
+
+def test_the_note_names_recipes_whose_timing_did_not_settle() -> None:
+    p = example("04_matmul")
+    s = FakeSession({"inference_mode": 1.15})
+    policy = RecipesPolicy(None, on_gpu=False)
+    asyncio.run(policy.iterate(s.state(p, LOOSE), s))
+    s.designs = [replace(d, status="unstable", speedup_low=1.0, speedup_high=1.51) if d.speedup else d
+                 for d in s.designs]
+    res = asyncio.run(policy.iterate(s.state(p, LOOSE, 2), s))
+    assert "(inference_mode 1.15x [1.00, 1.51]: timing unstable, so not counted)" in res.note
 
 
 def test_resume_skips_what_was_tried() -> None:

@@ -134,8 +134,11 @@ class RecipesPolicy:
         singles = _singles(state.designs)
         alone = [(r, d) for r in self.applicable(state) for d in [singles.get(r.name)] if d and _helped(d, 1.0)]
         if not alone:
-            return ("every recipe tried; none was faster than eager by more than its interval, so there is "
-                    "nothing to combine")
+            shaky = [f"{r.name} {d.speedup_text()}" for r in self.applicable(state)
+                     for d in [singles.get(r.name)] if d is not None and d.status == "unstable"]
+            unsettled = (f" ({_and(shaky)}: timing unstable, so not counted)" if shaky else "")
+            return (f"every recipe tried; none was faster than eager by more than its interval{unsettled}, so "
+                    "there is nothing to combine")
         named = ", ".join(f"{r.name} {d.speedup_text()}" for r, d in alone)
         if len(alone) == 1:
             return f"every recipe tried; only {named} helped, so there is nothing to combine"
