@@ -57,6 +57,10 @@ class StabilityConfig(BaseModel):
     """The reference's median may be at most this far from the run's own baseline of it."""
     one_sided_drift_max: float = Field(default=0.5, gt=0)
     """One program's samples drifting by more than this while the other's hold: unstable."""
+    spike_factor: float = Field(default=10.0, gt=1)
+    spike_share: float = Field(default=0.05, gt=0, le=1)
+    """At least this share of one program's calls taking over `spike_factor` times its median
+    (another process took whole calls): unstable."""
 
 
 class TimingConfig(BaseModel):
@@ -269,6 +273,12 @@ class SearchConfig(BaseModel):
     """Restrict the `recipes` policy to these recipe names (None: every one that applies)."""
     run_dir: Path | None = None
     """The run directory (None: `runs/<problem>-<timestamp>` under the current directory)."""
+    confirm_top: int = Field(default=5, ge=0)
+    """At the end of a run, re-time eager, torch.compile and this many of the best designs
+    (plus any whose interval overlaps the best's) together in fresh workers, and head the
+    run's results with that (`stratagem confirm`; 0: no confirmation round)."""
+    confirm_blocks: int = Field(default=3, ge=2)
+    """Independent worker processes of a confirmation round (the order rotated in each)."""
 
 
 class StratagemConfig(BaseModel):

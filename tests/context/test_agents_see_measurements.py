@@ -96,3 +96,24 @@ def test_the_first_strategist_prompt_has_the_reference_timings(tmp_path):
     prompt = first_prompt_of_a_run(tmp_path)
     assert "Reference timings (ms): eager 1, compile 0.8" in prompt
     assert "not measured yet" not in prompt
+
+
+def test_timing_notes_and_lock_waits_reach_the_agents_context() -> None:
+    """Issue 23: stability notes were stored but never shown to the agents; a long wait for
+    the timing lock is said as such (not charged to the design)."""
+    from stratagem.search.state import timing_notes_of
+
+    ev = record([
+        {"name": "load", "outcome": "passed", "duration_s": 3.0, "details": {"lock_wait_s": 40.2}},
+        {"name": "timing", "outcome": "passed", "duration_s": 5.0, "details": {"lock_wait_s": 146.4}},
+    ]).model_copy(update={"stability": {"verdict": "stable", "reasons": [],
+                                        "notes": ["the candidate samples fall into two clusters"]}})
+    notes = timing_notes_of(ev)
+    assert notes == ("the candidate samples fall into two clusters",
+                     "waited 187 s for the timing lock (not charged to the design)")
+    view = DesignView(id="d" * 64, source="x", status="valid", speedup=1.2, speedup_low=1.1, speedup_high=1.3,
+                      timing_notes=notes)
+    text = render.render_design(view)
+    assert "timing notes: the candidate samples fall into two clusters; waited 187 s" in text
+    quiet = record([{"name": "timing", "outcome": "passed", "details": {"lock_wait_s": 0.2}}])
+    assert timing_notes_of(quiet) == ()

@@ -76,6 +76,7 @@ class ToyDomain:
     objective = Objective("runtime", "ms", "minimize")
     peaks_version = 0
     baseline_graph: tuple[ValidatorSpec, ...] = ()
+    confirm_graph: tuple[ValidatorSpec, ...] = ()
     calibrate_graph: tuple[ValidatorSpec, ...] = ()
     audit_graph: tuple[ValidatorSpec, ...] = ()
     export_footer = ""

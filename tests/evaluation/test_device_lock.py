@@ -76,3 +76,46 @@ def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
             assert time.monotonic() - t0 < 5 and waited < 5
     finally:
         proc.kill()
+
+
+def test_an_exclusive_holder_says_who_it_is_while_it_holds(tmp_path: Path) -> None:
+    """A waiter can tell on whom it waits; the record goes with the hold, and a shared holder
+    (one of many) writes none."""
+    lock = DeviceLock(str(tmp_path / "dev.lock"))
+    assert lock.holder() is None
+    with lock.hold("exclusive", owner={"process": 7, "label": "abc"}):
+        h = lock.holder()
+        assert h is not None and h["process"] == 7 and h["label"] == "abc" and h["mode"] == "exclusive"
+    assert lock.holder() is None
+    with lock.hold("shared", owner={"process": 7, "label": "abc"}):
+        assert lock.holder() is None
+
+
+def test_a_waiter_is_told_on_whom_it_waits_and_a_free_lock_says_nothing(tmp_path: Path) -> None:
+    import contextlib
+
+    lock = DeviceLock(str(tmp_path / "dev.lock"))
+    told: list = []
+
+    @contextlib.contextmanager
+    def waiting(holder):  # type: ignore[no-untyped-def]
+        told.append(holder)
+        yield
+
+    with lock.hold("shared", waiting=waiting):
+        pass
+    assert told == []  # free: no wait, nothing said
+    inside = threading.Event()
+
+    def other() -> None:
+        with lock.hold("exclusive", owner={"process": 9, "label": "other"}):
+            inside.set()
+            time.sleep(0.5)
+
+    t = threading.Thread(target=other)
+    t.start()
+    inside.wait(5)
+    with lock.hold("shared", waiting=waiting) as waited:
+        assert waited > 0.2
+    t.join(5)
+    assert len(told) == 1 and told[0]["label"] == "other"

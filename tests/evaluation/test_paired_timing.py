@@ -52,10 +52,12 @@ def _config(cpu_config: Any, **timing: Any) -> Any:
     return cpu_config.model_copy(update={"timing": t, "correctness_trials": 2, "timeout_s": 120})
 
 
-def _evaluate(cfg: Any, name: str, problem: Path = PAIRED / "problem.py", source: str | None = None) -> Evaluation:
+def _evaluate(cfg: Any, name: str, problem: Path = PAIRED / "problem.py", source: str | None = None,
+              on_stage: Any = None) -> Evaluation:
     design = Design.from_source(source if source is not None else (PAIRED / name).read_text())
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
-    return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(problem), design, with_baseline=False))
+    return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(problem), design, with_baseline=False,
+                                                          on_stage=on_stage))
 
 
 def test_paired_ratios_are_right_under_cpu_load(cpu_config) -> None:
@@ -171,9 +173,9 @@ def test_waiting_for_the_lock_is_not_charged_to_the_candidate(cpu_config) -> Non
     candidate waits, then passes; its verdict records the wait."""
     # the limit leaves the candidate's own run room on a loaded 2-core machine (6 s was cut
     # short there); the other process holds the lock for longer than the limit all the same,
-    # counting from the test's start: 25 s, since the worker's start-up (torch's import beside
-    # the judge's) took over 3 s beside two CPU hogs, and the wait then measured 11.5 s of 15
-    cfg = _config(cpu_config, budget_ms=50).model_copy(update={"timeout_s": 12.0})
+    # counting from the moment the worker is seen waiting (counted from the test's start, the
+    # worker's start-up under load ate into it: 10.5 s of 25 waited, with two builds beside it)
+    cfg = _config(cpu_config, budget_ms=50).model_copy(update={"timeout_s": 20.0})
     lock_path = LocalExecutor.for_devices(["cpu"], cfg, {}).slots[0].lock_path
     assert lock_path is not None
     lock_path.parent.mkdir(parents=True, exist_ok=True)
@@ -181,21 +183,42 @@ def test_waiting_for_the_lock_is_not_charged_to_the_candidate(cpu_config) -> Non
     release = threading.Event()
 
     def other_timing() -> None:
-        with DeviceLock(str(lock_path)).hold("exclusive"):
+        with DeviceLock(str(lock_path)).hold("exclusive", owner={"process": 424242, "label": "design 0123456789"}):
             held.set()
             release.wait(60)
 
     t = threading.Thread(target=other_timing)
     t.start()
     held.wait(5)
-    threading.Timer(25.0, release.set).start()
+    threading.Timer(120.0, release.set).start()  # a bound, should the wait never be seen
+    stages: list[str] = []
+    timer: list[threading.Timer] = []
+
+    def on_stage(name: str) -> None:
+        stages.append(name)
+        if "waiting for the timing lock" in name and not timer:
+            # held for 25 s from the moment the worker waits: longer than its whole run limit,
+            # however long its start took on a loaded machine
+            timer.append(threading.Timer(25.0, release.set))
+            timer[0].start()
+
     try:
-        ev = _evaluate(cfg, "same.py")
+        ev = _evaluate(cfg, "same.py", on_stage=on_stage)
     finally:
         release.set()
         t.join(10)
     assert ev.verdict.status == "valid", ev.verdict.report()
-    assert max(w["waited_s"] for w in _windows(ev)) > 12.0
+    assert max(w["waited_s"] for w in _windows(ev)) > 20.0
+    # the wait is said as a wait, on whom, apart from the stage's own work (issue 23: a 186 s
+    # wait for another process's timing was shown as a load "longer than usual")
+    waits = [s for s in stages if "waiting for the timing lock" in s]
+    assert any("another process on this machine (pid 424242, design 0123456789)" in s for s in waits), stages
+    i = stages.index(waits[0])
+    assert stages[i + 1] == waits[0].split(": waiting")[0], stages  # back to the stage it was in
+    held_by = [w.get("holder") for w in _windows(ev) if w["waited_s"] > 20.0]
+    assert held_by and held_by[0]["process"] == 424242, _windows(ev)
+    waited = sum(float((r.details or {}).get("lock_wait_s", 0.0)) for r in ev.verdict.results)
+    assert waited > 20.0 and ev.sandbox["lock_wait_s"] > 20.0, (waited, ev.sandbox)
 
 
 SLOW_FIRST_CALL = '''
@@ -205,7 +228,7 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
-    """Its first call takes 7 s (as a lazy compile does); later calls are fast."""
+    """Its first call takes 7 s (as a lazy compile would, but nothing compiles); later calls are fast."""
 
     def __init__(self, dim):
         super().__init__()
@@ -220,7 +243,10 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_a_lazy_compile_in_the_first_call_gets_the_compile_budget(cpu_config, monkeypatch) -> None:
+def test_a_slow_first_call_that_compiles_nothing_is_running(cpu_config, monkeypatch) -> None:
+    """The compile budget pays for compiles (torch.compile's, compiler processes), not for the
+    first call as such: a first call that sleeps is cut at the run limit (issue 23); given room
+    by the run limit, it passes. (tests/evaluation/test_compile_timeout.py: a real compile.)"""
     from stratagem.core.verdict import ValidatorResult
     from stratagem.domains.pytorch import domain
 
@@ -228,8 +254,8 @@ def test_a_lazy_compile_in_the_first_call_gets_the_compile_budget(cpu_config, mo
     monkeypatch.setattr(domain, "run_static_checks", lambda *a, **k: ValidatorResult("static_checks", "passed"))
     cfg = _config(cpu_config, budget_ms=50).model_copy(update={"timeout_s": 5.0, "compile_timeout_s": 60.0})
     ev = _evaluate(cfg, "", source=SLOW_FIRST_CALL)
-    assert ev.verdict.result("correctness").outcome == "passed", ev.verdict.report()  # type: ignore[union-attr]
-    short = cfg.model_copy(update={"compile_timeout_s": 4.0})
-    ev = _evaluate(short, "", source=SLOW_FIRST_CALL)
     f = ev.verdict.failures[0]
-    assert f.kind == "timeout" and "compile limit" in (f.reason or ""), f.reason
+    assert f.kind == "timeout" and "5 s run limit" in (f.reason or ""), f.reason
+    roomy = cfg.model_copy(update={"timeout_s": 60.0})
+    ev = _evaluate(roomy, "", source=SLOW_FIRST_CALL)
+    assert ev.verdict.result("correctness").outcome == "passed", ev.verdict.report()  # type: ignore[union-attr]

@@ -129,8 +129,8 @@ def test_timeout_kills_children_grandchildren_and_setsid_escapees(evaluate, h, t
     )
     try:
         t0 = time.monotonic()
-        # The hang is in the first forward call, which the compile budget pays for (lazy
-        # compilation happens there): both limits are 12 s here.
+        # The hang is in the first forward call: running, not compiling (no compiler runs),
+        # so the run limit cuts it; both limits are 12 s here.
         ev = evaluate(source, timeout_s=12, cfg=cpu_config.model_copy(update={"compile_timeout_s": 12.0}))
         elapsed = time.monotonic() - t0
         assert report.exists(), "the candidate never reached forward before the timeout (machine too slow?)"
@@ -142,12 +142,14 @@ def test_timeout_kills_children_grandchildren_and_setsid_escapees(evaluate, h, t
         assert r["load"].outcome == "passed"
         assert r["correctness"].outcome == "failed"
         assert r["correctness"].kind == "timeout"
-        assert "12 s compile limit" in r["correctness"].reason and "during correctness" in r["correctness"].reason
+        assert "12 s run limit" in r["correctness"].reason and "during correctness" in r["correctness"].reason
         assert r["timing"].outcome == "skipped"
         assert ev.sandbox["timed_out"] is True
         # the session child and the setsid grandchild left the group: only the marker finds them
         assert ev.sandbox["strays_killed"] >= 2
-        assert elapsed < 12 + 10, f"the timeout was not enforced promptly ({elapsed:.1f} s)"
+        # the limit, plus the process's start (charged to compiling: torch's import, 8 s and more
+        # on a loaded 2-core machine) and the kill
+        assert elapsed < 12 + 20, f"the timeout was not enforced promptly ({elapsed:.1f} s)"
 
         survivors = {name: h.live_processes_with(tok) for name, tok in tokens.items()}
         assert survivors == {name: [] for name in tokens}

@@ -240,7 +240,7 @@ def _design_json(v: Any) -> dict[str, Any]:
             "compile_fails": v.compile_fails or None,
             "compile_unstable": v.compile_unstable or None, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
-            "stability": v.stability or "stable"}
+            "stability": v.stability or "stable", "timing_notes": list(v.timing_notes)}
 
 
 

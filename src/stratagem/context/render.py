@@ -148,6 +148,8 @@ def _performance(view: DesignView) -> str:
         parts.append(f"{view.runtime_ms:.4g} ms")
     if view.status == "unstable" and view.stability:
         parts.append(f"timing unstable: {view.stability}")
+    if view.timing_notes:
+        parts.append("timing notes: " + "; ".join(view.timing_notes))
     return (", " + ", ".join(parts)) if parts else ""
 
 

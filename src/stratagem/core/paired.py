@@ -141,6 +141,11 @@ class StabilityRules:
     """One program's raw samples drifting by more than this while the other's hold: the load
     changed for one program only (a longer call preempted more often than a short one), which
     pairing cannot cancel, so the ratio is biased: unstable."""
+    spike_factor: float = 10.0
+    spike_share: float = 0.05
+    """At least `spike_share` of one program's calls taking more than `spike_factor` times its
+    median: another process took the machine for whole calls (159 of 1,000 calls at 12-24 ms
+    against a 0.1 ms median was seen), which a median hides and pairing does not cancel."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,20 @@ def _iqr(xs: Sequence[float]) -> float:
     return q[2] - q[0]
 
 
+def spikes(values: Sequence[float], rules: StabilityRules = StabilityRules()) -> str | None:
+    """A description of calls far slower than the median (`spike_factor` times), when at least
+    `spike_share` of them are; or None."""
+    xs = [v for v in values if v > 0]
+    if len(xs) < MIN_JUDGED:
+        return None
+    med = statistics.median(xs)
+    slow = sorted(v for v in xs if v > rules.spike_factor * med)
+    if not slow or len(slow) < rules.spike_share * len(xs):
+        return None
+    return (f"{len(slow)} of {len(xs)} calls took {slow[0]:.4g}-{slow[-1]:.4g} ms, over "
+            f"{rules.spike_factor:g}x the median {med:.4g} ms (limit: {rules.spike_share:.0%} of the calls)")
+
+
 def sample_stability(samples: Sequence[float], rules: StabilityRules = StabilityRules()) -> list[str]:
     """Instabilities of one program's raw samples (time order kept): clusters, drift."""
     out = []
@@ -227,6 +246,23 @@ def sample_stability(samples: Sequence[float], rules: StabilityRules = Stability
     return out
 
 
+def _sample_verdict(who: str, samples: Sequence[float], rules: StabilityRules) -> tuple[list[str], list[str]]:
+    """(reasons, notes) from one program's raw samples: spikes and drift beyond `drift_max`
+    decide (a machine whose load changed under the timing, or took whole calls, is not one to
+    rank on, whatever pairing cancels); clusters are notes."""
+    reasons, notes = [], []
+    sp = spikes(samples, rules)
+    if sp:
+        reasons.append(f"spikes: {who} {sp}")
+    d = drift(samples, rules.drift_max)
+    if d:
+        reasons.append(f"{who} drift: {d} (limit {rules.drift_max:.0%})")
+    c = clusters(samples, rules)
+    if c:
+        notes.append(f"{who} {c}")
+    return reasons, notes
+
+
 def paired_stability(
     ratio: Ratio,
     ratios: Sequence[float],
@@ -237,9 +273,10 @@ def paired_stability(
 ) -> Stability:
     """The verdict of a paired measurement. It decides on the ratio: a wide interval, pair
     ratios that drift or cluster, a reference far from the invocation's own earlier
-    measurement, or one program's samples drifting far while the other's hold. Milder
-    clusters or drift in one program's raw samples are notes: pairing cancels what both
-    programs saw."""
+    measurement, one program's samples drifting far while the other's hold; and on what the
+    machine did: either program's samples drifting beyond `drift_max`, or spiking (a share of
+    calls an order of magnitude above the median). Clusters in one program's raw samples are
+    notes: pairing cancels what both programs saw."""
     reasons: list[str] = []
     if len(ratios) < MIN_JUDGED:
         reasons.append(_too_few(len(ratios), "pair ratios", "`timing.pairs`"))
@@ -264,8 +301,12 @@ def paired_stability(
         who, what = ("the reference", one_ref) if one_ref else ("the candidate", one_cand)
         reasons.append(f"one-sided drift: {who}'s samples drifted ({what}) while the other's held: the load "
                        "changed for one program only, which pairing cannot cancel")
-    notes = [f"reference {s}" for s in sample_stability(ref_samples, rules)]
-    notes += [f"candidate {s}" for s in sample_stability(cand_samples, rules)]
+    notes: list[str] = []
+    for who, samples in (("the reference", ref_samples), ("the candidate", cand_samples)):
+        r, n = _sample_verdict(who, samples, rules)
+        one_sided = any(x.startswith("one-sided drift: " + who) for x in reasons)
+        reasons += [x for x in r if not (one_sided and " drift: " in x)]  # said once, as one-sided
+        notes += n
     return Stability(not reasons, tuple(reasons), tuple(notes))
 
 
@@ -278,7 +319,7 @@ def single_stability(samples: Sequence[float], rules: StabilityRules = Stability
                      reference_expect_ms: float | None = None) -> Stability:
     """The verdict of one program timed alone: clusters or drift in its samples (too few
     samples to tell is unstable too)."""
-    reasons = sample_stability(samples, rules)
+    reasons, notes = _sample_verdict("the program", samples, rules)
     if len(samples) < MIN_JUDGED:
         reasons.insert(0, _too_few(len(samples), "timed calls", "`timing.min_reps` or `timing.budget_ms`"))
     if reference_expect_ms:
@@ -286,4 +327,4 @@ def single_stability(samples: Sequence[float], rules: StabilityRules = Stability
         off = max(med, reference_expect_ms) / max(min(med, reference_expect_ms), 1e-12) - 1
         if off > rules.reference_drift_max:
             reasons.append(f"reference drift: {med:.4g} ms now, {reference_expect_ms:.4g} ms earlier ({off:.0%} apart)")
-    return Stability(not reasons, tuple(reasons))
+    return Stability(not reasons, tuple(reasons), tuple(notes))

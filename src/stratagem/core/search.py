@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from stratagem.core.confirmed import ConfirmedDesign
 from stratagem.core.problem import Problem
 
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
@@ -127,6 +128,13 @@ class DesignView:
     stable): its `speedup_compile` then carries the baseline's noise, not a result."""
     measures: Measures = field(default_factory=Measures)
     """What else the harness measured (spread, compile time, errors, failures, kernels)."""
+    confirmed: ConfirmedDesign | None = None
+    """Its numbers from the run's latest confirmation round (`search/confirm.py`), when it was
+    in one: the run's headline from then on."""
+    timing_notes: tuple[str, ...] = ()
+    """What the timing saw that bears on trust without deciding the verdict (clusters in one
+    program's samples, say), and how long it waited for the timing lock; the agents and `show`
+    see them."""
 
     def compile_text(self) -> str:
         """`1.23x`, `1.23x (compile fails correctness)` or `1.23x (compile baseline unstable)`:
@@ -140,9 +148,22 @@ class DesignView:
 
     @property
     def beats_reference(self) -> bool:
-        """Faster than eager by more than the measurement's own interval."""
+        """Faster than eager by more than the measurement's own interval (the confirmed one,
+        when the design was confirmed)."""
+        c = self.confirmed.vs_eager if self.confirmed is not None else None
+        if c is not None:
+            return self.status == "valid" and c.low > 1.0
         low = self.speedup_low if self.speedup_low is not None else self.speedup
         return self.status == "valid" and low is not None and low > 1.0
+
+    def headline_text(self) -> str:
+        """The design's speedup over eager as the run's headline says it: the confirmed one with
+        the search-time figure beside it, or the search-time one alone."""
+        c = self.confirmed.vs_eager if self.confirmed is not None else None
+        if c is None:
+            return self.speedup_text()
+        return (f"{ratio_text(c.ratio)}x [{ratio_text(c.low)}, {ratio_text(c.high)}] confirmed "
+                f"(search time: {self.speedup_text()})")
 
     def speedup_text(self) -> str:
         """`1.23x [1.20, 1.26]`, the one way a speedup is written."""
@@ -192,11 +213,21 @@ def ratio_text(x: float) -> str:
 
 
 def ranked(designs: Sequence[DesignView]) -> list[DesignView]:
-    """Valid, stably timed designs by paired speedup, highest first (ties: oldest first).
-    Ranking uses the paired ratio, not the absolute time: times measured in different workers
-    under different load are not comparable; ratios measured side by side are."""
+    """Valid, stably timed designs by paired speedup, highest first (ties: oldest first), the
+    designs of a confirmation round first, by their confirmed ratio. Ranking uses the paired
+    ratio, not the absolute time: times measured in different workers under different load
+    are not comparable; ratios measured side by side are."""
     ok = [d for d in designs if d.status == "valid" and d.speedup is not None]
-    return sorted(ok, key=lambda d: (-(d.speedup or 0.0), d.created_at, d.id))
+
+    def key(d: DesignView) -> tuple[int, float, float, str]:
+        # confirmed designs (a confirmation round re-timed the contenders together) first, by
+        # their confirmed ratio; the rest were not contenders when it ran
+        c = d.confirmed.vs_eager if d.confirmed is not None else None
+        if c is not None:
+            return (0, -c.ratio, d.created_at, d.id)
+        return (1, -(d.speedup or 0.0), d.created_at, d.id)
+
+    return sorted(ok, key=key)
 
 
 @dataclass(frozen=True)

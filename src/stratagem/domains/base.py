@@ -34,6 +34,8 @@ class Domain(Protocol):
     baseline_graph: tuple[ValidatorSpec, ...]
     calibrate_graph: tuple[ValidatorSpec, ...]
     audit_graph: tuple[ValidatorSpec, ...]
+    confirm_graph: tuple[ValidatorSpec, ...]
+    """One block of a confirmation round (`Evaluator.confirm_block`); empty: the domain has none."""
     export_footer: str
     """Appended to a design taken away (`stratagem export`, `best/`)."""
     export_note: str

@@ -196,6 +196,15 @@ def _from_progress(
     return results
 
 
+def _split(sr: SandboxResult) -> str:
+    """`; it ran 121 s, compiled 4 s, waited 0 s`: where the worker's time went."""
+    t = sr.phase_s or {}
+    if not t:
+        return ""
+    return (f"; it ran {t.get('run', 0.0):.0f} s, compiled {t.get('compile', 0.0):.0f} s, "
+            f"waited for the device lock {t.get('wait', 0.0):.0f} s")
+
+
 def _death(sr: SandboxResult, problem: str | None, timeout_s: float, whole: bool = False) -> tuple[FailureKind, str]:
     """`whole`: one limit covered the whole evaluation, compiles included (a limit the user set)."""
     if sr.timed_out and whole and sr.limit_hit == "run":
@@ -204,16 +213,17 @@ def _death(sr: SandboxResult, problem: str | None, timeout_s: float, whole: bool
                            "limit with [evaluation] compile_timeout_s)")
     if sr.timed_out:
         if sr.limit_hit == "compile":
-            return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (imports, "
-                               "builds and the first calls that compile; raise it with [evaluation] "
-                               "compile_timeout_s)")
+            return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (time while "
+                               "compiler processes ran or torch.compile compiled; raise it with [evaluation] "
+                               f"compile_timeout_s){_split(sr)}")
         if sr.limit_hit == "lock_wait":
             return "harness_error", ("the worker was killed after waiting lock_wait_timeout_s for its "
                                      "device's lock (other workers held it: not the candidate's fault)")
         if sr.limit_hit == "run":
             return "timeout", (f"the worker was killed at the {timeout_s:g} s run limit (timeout_s; "
                                "compiles and lock waits not counted; raise it with --timeout S, "
-                               "[evaluation] timeout_s or the problem's STRATAGEM = {'timeout_s': S})")
+                               "[evaluation] timeout_s or the problem's STRATAGEM = {'timeout_s': S})"
+                               f"{_split(sr)}")
         return "timeout", f"the worker was killed after the {timeout_s:g} s timeout"
     if sr.signal_name in _CRASH_SIGNALS:
         return "crash", f"the worker died with {sr.signal_name}"

@@ -47,6 +47,9 @@ class EvalRequest(BaseModel):
     """The device as the worker sees it (`cpu` or `cuda`; pinned by CUDA_VISIBLE_DEVICES)."""
     timing_lock: str | None = None
     """The device's shared/exclusive lock file (`evaluation/device_lock.py`)."""
+    lock_owner: dict[str, Any] = Field(default_factory=dict)
+    """Who this worker is to a worker waiting on its exclusive hold (`process`: the pid of the
+    stratagem process that asked for the evaluation, `label`: the design or baseline)."""
     timing_cores: list[int] = Field(default_factory=list)
     """CPU cores the worker's timing thread runs on while it times (GPU slots)."""
     reserved_cores: list[int] = Field(default_factory=list)

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import stratagem
+from stratagem.evaluation.compilers import compilers_in_session
 
 MARKER_VAR = "STRATAGEM_SANDBOX_ID"
 TAIL_CHARS = 6000
@@ -89,11 +90,12 @@ class SandboxSettings:
     max_response_bytes: int = 8 * 1024 * 1024
     tmp_root: Path | None = None
     compile_stage: str | None = None
-    """A stage (e.g. `load`) charged to `compile_timeout_s`: the worker starts in the compile
-    phase, and the stage's end event starts the run phase."""
+    """The worker's build stage (e.g. `load`); set with `compile_timeout_s`, it gives compiles
+    their own limit (`PhaseClock`: what counts as compiling)."""
     compile_timeout_s: float | None = None
-    """The compile budget: process start, the compile stage, and every `compile` phase the
-    worker reports (the first calls of compiled code). None: compiles count as run time."""
+    """The compile budget: the process's start up to its first stage, every `compile` phase the
+    worker reports (torch.compile compiling), and all time a compiler process runs in its
+    session. None: compiles count as run time."""
     lock_wait_timeout_s: float = 3600.0
     """The limit on time spent in `wait` phases (waiting for the device lock), which count
     against neither other limit."""
@@ -393,7 +395,7 @@ async def _exec(args: list[str], settings: SandboxSettings, workdir: Path, marke
             start_new_session=True,
             preexec_fn=functools.partial(_preexec, settings.memory_limit_bytes),
         )
-        clock = PhaseClock(settings, prog)
+        clock = PhaseClock(settings, prog, session=proc.pid)
         try:
             timed_out = await _wait(proc, clock)
             clock.poll()  # the events written just before it ended (`done`)
@@ -439,29 +441,54 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
 
 
 class PhaseClock:
-    """Charges the worker's wall time to its phases, from its progress events.
+    """Charges the worker's wall time to its phases, by what the worker is doing.
 
-    Phases: `compile` (the start of the process, the compile stage, and the `compile` phases
-    the worker reports around the first calls of compiled code), `run` (everything else) and
-    `wait` (the worker waits for its device's lock). Each has its own limit; time spent
-    waiting for a lock is charged to no candidate limit. Events carry the worker's wall-clock
-    time, used when it is plausible (between the phase's start and now)."""
+    Phases: `compile` (the process's start up to its first stage, the `compile` phases the
+    worker reports while torch.compile compiles, and any time a compiler process runs in the
+    worker's session: `compilers.py`), `wait` (the worker waits for its device's lock) and
+    `run` (everything else: imports, `__init__`, every call; a call that sleeps, spins or
+    deadlocks runs, whichever call it is). Each has its own limit; time spent waiting for a
+    lock is charged to no candidate limit. Events carry the worker's wall-clock time, used
+    when it is plausible (between the phase's start and now)."""
 
-    def __init__(self, settings: SandboxSettings, progress: Path) -> None:
+    def __init__(self, settings: SandboxSettings, progress: Path, session: int | None = None) -> None:
         self.settings = settings
         self.progress = progress
+        self.session = session
+        """The worker's session id (its pid: it starts one), whose compiler processes are looked for."""
         self._offset = 0
         self._partial = b""
         phased = settings.compile_stage is not None and settings.compile_timeout_s is not None
-        self.phase = "compile" if phased else "run"
+        self.reported = "compile" if phased else "run"
+        """The phase the worker last reported (the process start counts as compile)."""
+        self.building: list[str] = []
+        """The compiler processes seen at the last look (their names)."""
+        self.phase = self.reported
         self.since = time.time()
         self.used: dict[str, float] = {"compile": 0.0, "run": 0.0, "wait": 0.0}
         self.limit_hit: str | None = None
+        self.compilers_seen: set[str] = set()
+        self._started = False
 
     def _switch(self, phase: str, at: float) -> None:
         at = min(max(at, self.since), time.time())
         self.used[self.phase] += at - self.since
         self.phase, self.since = phase, at
+
+    def _settle(self, at: float) -> None:
+        """Charge from `at` on to what the worker is doing: compile while a compiler runs
+        (unless it waits for a lock), else what it reported."""
+        phase = "compile" if self.building and self.reported == "run" else self.reported
+        if phase != self.phase:
+            self._switch(phase, at)
+
+    def look(self) -> None:
+        """Look for compiler processes in the worker's session (`compilers.py`)."""
+        if self.session is None:
+            return
+        self.building = compilers_in_session(self.session)
+        self.compilers_seen.update(self.building)
+        self._settle(time.time())
 
     def poll(self) -> None:
         try:
@@ -487,9 +514,14 @@ class PhaseClock:
                     self.settings.on_event(ev)
             t = ev.get("t") if isinstance(ev.get("t"), int | float) else time.time()
             if ev.get("event") == "phase" and ev.get("phase") in ("compile", "run", "wait"):
-                self._switch(str(ev["phase"]), float(t))
-            elif stage is not None and ev.get("stage") == stage and ev.get("event") in ("start", "end"):
-                self._switch("compile" if ev["event"] == "start" else "run", float(t))
+                self.reported = str(ev["phase"])
+                self._settle(float(t))
+            elif ev.get("event") == "start" and not self._started and stage not in (None, JUDGE_START):
+                # the first stage ends the process's start (the judge reports its own phases)
+                self._started = True
+                if self.reported == "compile":
+                    self.reported = "run"
+                    self._settle(float(t))
 
     def totals(self) -> dict[str, float]:
         now = time.time()
@@ -522,6 +554,7 @@ async def _wait(proc: asyncio.subprocess.Process, clock: PhaseClock) -> bool:
     """Wait for the worker; True if it ran past a limit (and must be killed)."""
     while True:
         clock.poll()
+        clock.look()
         remaining = clock.remaining_s()
         if remaining <= 0:
             return True

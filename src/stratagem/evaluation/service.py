@@ -318,15 +318,11 @@ class Evaluator:
             if limit is None:
                 baseline, pending, limit = self._run_limit(problem, baseline, with_baseline and baseline is None,
                                                            refresh_baseline, timeout_s)
-            req = domain.build_request(problem, design, step.specs, self.cfg)
+            req = _owned(domain.build_request(problem, design, step.specs, self.cfg), design.id[:10])
             if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
                 req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
             seeds = domain.request_seeds(req)
-            def on_event(ev: dict[str, Any]) -> None:
-                if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
-                    stage(ev["stage"])
-                elif ev.get("event") == "done":
-                    stage("judge")  # the worker is done; the judge confirms its outputs
+            on_event = _stage_events(stage)
 
             compile_limit = domain.compile_timeout_s(problem, self.cfg, timeout_s)
             slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
@@ -347,6 +343,7 @@ class Evaluator:
                 "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
                 "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,
                 "strays_killed": sr.strays_killed, "run_limit_s": limit,
+                "lock_wait_s": round((sr.phase_s or {}).get("wait", 0.0), 3),
             }
         if pending is not None:
             baseline = await pending
@@ -421,7 +418,7 @@ class Evaluator:
         fitted = domain.timeout_s(problem, self.cfg, timeout_s, baseline.median_ms("eager"))
         if fitted <= limit:
             return None
-        req = domain.build_request(problem, design, specs, self.cfg)
+        req = _owned(domain.build_request(problem, design, specs, self.cfg), design.id[:10])
         if baseline.median_ms("eager"):
             req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
         on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
@@ -526,6 +523,29 @@ class Evaluator:
         limit = domain.timeout_s(problem, self.cfg, timeout_s)
         return await self._run_reference_graph(problem, domain.audit_graph, limit)
 
+    async def confirm_block(self, problem: Problem, designs: Mapping[str, str], order: list[str],
+                            reference_ms: float | None = None) -> dict[str, Any]:
+        """One block of a confirmation round: eager, torch.compile (`compile` in `order`) and
+        `designs` (id -> `candidate.py` source) timed in one fresh worker, each paired with
+        eager, in `order`. Its details (per program: `fresh` and `warm` ratios, or `error`).
+
+        Raises:
+            HarnessError: the domain cannot confirm, or the worker did not finish the block.
+        """
+        domain = get_domain(problem.domain)
+        graph = getattr(domain, "confirm_graph", ())
+        if not graph:
+            raise HarnessError(f"the {problem.domain} domain has no confirmation round")
+        one = domain.timeout_s(problem, self.cfg, None, reference_ms)
+        limit = one * (1 + len(order) / 2)  # each program timed twice, beside eager
+        verdict, env = await self._run_reference_graph(
+            problem, graph, limit, confirm=[{"id": k, "source": v} for k, v in designs.items()],
+            confirm_order=list(order))
+        r = verdict.result("confirm")
+        if r is None or r.outcome != "passed":
+            raise HarnessError(f"the confirmation block did not finish: {verdict.report()[:600]}")
+        return {**dict(r.details), "environment": env}
+
     async def _run_reference_graph(
         self, problem: Problem, specs: Any, limit: float, device: str | None = None,
         compile_limit_s: float | None = None, **request: Any
@@ -535,7 +555,7 @@ class Evaluator:
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
         domain = get_domain(problem.domain)
-        req = domain.build_request(problem, None, graph.specs, self.cfg, **request)
+        req = _owned(domain.build_request(problem, None, graph.specs, self.cfg, **request), "baselines")
         if expect is not None:
             req = domain.with_reference_expectation(req, expect)
         compile_limit = compile_limit_s if compile_limit_s is not None else self.cfg.compile_timeout_s
@@ -575,3 +595,42 @@ def _unstable_modes(cached: Mapping[str, Any]) -> list[str]:
     """The modes of a cached baseline whose timing was judged unstable."""
     modes = cached.get("modes") if isinstance(cached.get("modes"), Mapping) else {}
     return [m for m, v in modes.items() if not Stability.from_json((v or {}).get("stability")).stable]
+
+
+def _owned(req: EvalRequest, label: str) -> EvalRequest:
+    """`req` with who asks for it: what a worker waiting on its timing tells its user."""
+    return req.model_copy(update={"lock_owner": {"process": os.getpid(), "label": label}})
+
+
+def waiting_on(holder: Mapping[str, Any] | None) -> str:
+    """On whom a worker waits for the timing lock, as the live view says it."""
+    if not holder:
+        return "other workers' loads and trials (shared holds)"
+    label = str(holder.get("label") or "an evaluation")
+    if holder.get("process") == os.getpid():
+        return f"this run's {label}"
+    return f"another process on this machine (pid {holder.get('process') or holder.get('pid')}, {label})"
+
+
+def _stage_events(stage: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
+    """A worker's progress events as stage names: each stage as it starts, a wait for the
+    timing lock as waiting (on whom) until the worker goes on with the stage it was in, and
+    the judge once the worker is done."""
+    current, waiting = ["starting"], [False]
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
+            current[0], waiting[0] = ev["stage"], False
+            stage(ev["stage"])
+        elif ev.get("event") == "phase" and ev.get("phase") == "wait" and "holder" in ev:
+            h = ev.get("holder")
+            waiting[0] = True
+            stage(f"{current[0]}: waiting for the timing lock, held by {waiting_on(h if isinstance(h, Mapping) else None)}")
+        elif ev.get("event") == "phase" and ev.get("phase") in ("run", "compile") and waiting[0]:
+            waiting[0] = False
+            stage(current[0])
+        elif ev.get("event") == "done":
+            current[0] = "judge"
+            stage("judge")  # the worker is done; the judge confirms its outputs
+
+    return on_event

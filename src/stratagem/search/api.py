@@ -102,6 +102,37 @@ async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: Ru
         await evaluator.executor.aclose()
 
 
+async def confirm_stored_run(run_dir: str | Path, top: int | None = None, blocks: int | None = None,
+                             on_progress: Any = None, device: str | None = None) -> dict[str, Any] | None:
+    """Run a confirmation round on a finished (or stopped) run, with the evaluation settings it
+    ran with (`device` overrides its device); the round's body, or None when it has no ranked
+    design.
+
+    Raises:
+        StoreError: `run_dir` holds no run.
+        HarnessError: a block of the round did not finish.
+    """
+    from stratagem.search.confirm import confirm_run
+
+    run_dir = _existing_run_dir(run_dir)
+    with RunStore.open(run_dir) as store:
+        run = store.run()
+        if run is None:
+            raise StoreError(f"{run_dir} holds evaluations but no search run")
+        try:
+            cfg = StratagemConfig.model_validate(apply_overrides(run.config, {"evaluation": {"device": device}}))
+        except Exception as e:  # noqa: BLE001 - a config written by another version
+            raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
+        problem = _stored_problem(store, run)
+        evaluator = make_evaluator(cfg.evaluation)
+        try:
+            return await confirm_run(store, problem, evaluator, top=cfg.search.confirm_top if top is None else top,
+                                     blocks=cfg.search.confirm_blocks if blocks is None else blocks,
+                                     on_progress=on_progress)
+        finally:
+            await evaluator.executor.aclose()
+
+
 def _own(evaluator: Evaluator, run_dir: Path) -> None:
     """A queue executor's requests belong to this run directory (a resumed run finds its own)."""
     own = getattr(evaluator.executor, "own", None)

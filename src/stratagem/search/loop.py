@@ -70,11 +70,15 @@ class InFlight:
     """time.time() at its start."""
     expect_s: float | None = None
     """How long one takes here (the median of this invocation's finished ones), when known."""
+    stage_since: float | None = None
+    """time.time() when `stage` began."""
 
     def line(self, now: float) -> str:
         elapsed = now - self.started
         eta = ""
-        if self.expect_s is not None:
+        if "waiting for the timing lock" in self.stage:  # a wait is not a slow load: said as such
+            eta = f", waiting for {now - (self.stage_since or self.started):.0f} s"
+        elif self.expect_s is not None:
             left = self.expect_s - elapsed
             eta = f", about {left:.0f} s left" if left > 0 else ", longer than usual"
         return f"{self.label}: {self.stage} ({elapsed:.0f} s{eta})"
@@ -301,7 +305,7 @@ class SearchLoop:
         self.progress.inflight[key] = entry
 
         def on_stage(name: str) -> None:
-            entry.stage = name
+            entry.stage, entry.stage_since = name, time.time()
             self._refresh()
 
         try:

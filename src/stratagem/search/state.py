@@ -94,6 +94,7 @@ def design_views(
             compile_unstable=str(comp.get("baseline_unstable") or ""),
             tags=dict((tags or {}).get(d.id) or {}),
             measures=measures_of(ev),
+            timing_notes=timing_notes_of(ev),
         ))
     return out
 
@@ -105,9 +106,22 @@ def stored_views(
 ) -> list[DesignView]:
     """`design_views` of a whole run store (`show`, reports, `compare`); `designs` and
     `evaluations` when the caller has read them already."""
-    return design_views(store.designs() if designs is None else designs,
-                        store.evaluations() if evaluations is None else evaluations, store.reviews(),
-                        lambda d: store.get_artifact(d.files["candidate.py"]), store.tags())
+    views = design_views(store.designs() if designs is None else designs,
+                         store.evaluations() if evaluations is None else evaluations, store.reviews(),
+                         lambda d: store.get_artifact(d.files["candidate.py"]), store.tags())
+    return with_confirmation(views, store.confirmations())
+
+
+def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str, Any]]) -> list[DesignView]:
+    """`views`, each design of the latest confirmation round carrying its confirmed numbers."""
+    import dataclasses
+
+    from stratagem.core.confirmed import ConfirmedDesign
+
+    if not rounds:
+        return list(views)
+    by_id = {str(d.get("design_id")): ConfirmedDesign.from_json(d) for d in rounds[-1].get("designs") or ()}
+    return [dataclasses.replace(v, confirmed=by_id[v.id]) if v.id in by_id else v for v in views]
 
 
 def measures_of(ev: EvaluationRecord) -> Measures:
@@ -138,6 +152,21 @@ def measures_of(ev: EvaluationRecord) -> Measures:
         max_rel_err=_num(corr.get("max_rel_err")) if corr else failure_info(ev).get("max_rel_err"),
         failures=failures, kernels=tuple(top),
     )
+
+
+def timing_notes_of(ev: EvaluationRecord) -> tuple[str, ...]:
+    """What the timing saw that bears on trust without deciding its verdict (its stability
+    notes), and a wait for the timing lock long enough to notice (waits are never charged to
+    the design, but a user watching the run saw them)."""
+    notes = [str(n) for n in ev.stability.get("notes") or ()]
+    waited = 0.0
+    for v in ev.validators:
+        d = v.get("details")
+        if isinstance(d, Mapping) and isinstance(d.get("lock_wait_s"), int | float):
+            waited += float(d["lock_wait_s"])
+    if waited >= 1.0:
+        notes.append(f"waited {waited:.0f} s for the timing lock (not charged to the design)")
+    return tuple(notes)
 
 
 def _num(x: object) -> float | None:

@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS design_tags (
     updated_at REAL NOT NULL, PRIMARY KEY (design_id, key));
 CREATE TABLE IF NOT EXISTS policy_state (
     key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS confirmations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, created_at REAL NOT NULL, body TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS evaluations_design ON evaluations(design_id);
 CREATE INDEX IF NOT EXISTS designs_problem ON designs(problem_id);
 """
@@ -412,6 +414,19 @@ class RunStore:
         """The value kept under `key`, or None."""
         row = self._conn.execute("SELECT value FROM policy_state WHERE key=?", (key,)).fetchone()
         return None if row is None else json.loads(row[0])
+
+
+    def add_confirmation(self, body: Mapping[str, Any]) -> int:
+        """Keep a confirmation round (`search/confirm.py`: its blocks, designs and ratios)."""
+        with self._tx() as c:
+            cur = c.execute("INSERT INTO confirmations (created_at, body) VALUES (?,?)",
+                            (time.time(), json.dumps(dict(body))))
+            return int(cur.lastrowid or 0)
+
+    def confirmations(self) -> list[dict[str, Any]]:
+        """Every confirmation round kept, oldest first (each with its `created_at`)."""
+        rows = self._conn.execute("SELECT created_at, body FROM confirmations ORDER BY id").fetchall()
+        return [{**json.loads(body), "created_at": float(at)} for at, body in rows]
 
 
 ADDED_COLUMNS = (

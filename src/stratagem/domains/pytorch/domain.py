@@ -59,6 +59,12 @@ BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("baseline", ("load",), "worker"),
 )
 
+CONFIRM_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("confirm", ("load",), "worker"),
+)
+"""One block of a confirmation round: eager, torch.compile and designs timed in one process."""
+
 
 STRICT_EXTRA = ValidatorSpec("provenance", ("timing",), "worker")
 """The strict policy's runtime check: after timing, so its measured calls come after the timed
@@ -259,6 +265,8 @@ def build_request(
     cfg: EvaluationConfig,
     baselines: Sequence[str] = (),
     seeds: Sequence[int] | None = None,
+    confirm: Sequence[Mapping[str, str]] = (),
+    confirm_order: Sequence[str] = (),
 ) -> EvalRequest:
     n = correctness_trials(problem, cfg)
     timing: Mapping[str, Any] = cfg.timing.model_dump()
@@ -276,6 +284,8 @@ def build_request(
         shape_seed=new_seed(),
         own_kernels=own_kernel_names(design.source) if design is not None else [],
         gpu_memory_fraction=cfg.gpu_memory_fraction,
+        confirm=[dict(d) for d in confirm],
+        confirm_order=list(confirm_order),
     )
     return EvalRequest(
         request_id=uuid.uuid4().hex,
@@ -318,6 +328,10 @@ class Payload(BaseModel):
     verdict's reference-drift check (None: no check)."""
     gpu_memory_fraction: float | None = None
     """The per-process cap on GPU memory (`[evaluation] gpu_memory_fraction`)."""
+    confirm: list[dict[str, str]] = Field(default_factory=list)
+    """A confirmation block's designs: `id` and `source` (`candidate.py`) each."""
+    confirm_order: list[str] = Field(default_factory=list)
+    """The order its programs are timed in (design ids, and `compile`)."""
 
 
 def with_reference_expectation(req: EvalRequest, ms: float | None) -> EvalRequest:
@@ -423,6 +437,7 @@ class PyTorchDomain:
     objective = Objective("runtime", "ms", "minimize")
     peaks_version = PEAKS_VERSION
     baseline_graph = BASELINE_GRAPH
+    confirm_graph = CONFIRM_GRAPH
     calibrate_graph = CALIBRATE_GRAPH
     audit_graph = AUDIT_GRAPH
 

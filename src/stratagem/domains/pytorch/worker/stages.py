@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from stratagem.domains.pytorch.worker import (
     audit,
     builds,
     compare,
+    confirm,
     environment,
     guard,
     integrity,
@@ -90,16 +92,18 @@ class Worker:
         error against the anchor plus the floor (if |c - a| <= f e and |r - a| <= e, then
         |c - r| <= (f + 1) e)."""
         self._base_cores: set[int] | None = None
+        self._compiles_watched = False
         self.cleared_builds: list[str] = []
         """Dead builds' batons removed from the build root (`claim_builds`)."""
 
     # -- device use -----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Report `name` (`compile`, `run`, `wait`) as the worker's phase while inside."""
+    def phase(self, name: str, **about: Any) -> Iterator[None]:
+        """Report `name` (`compile`, `run`, `wait`) as the worker's phase while inside (with
+        `about` it: on whom a `wait` waits)."""
         self._phases.append(name)
-        self._emit("phase", {"phase": name})
+        self._emit("phase", {"phase": name, **about})
         try:
             yield
         finally:
@@ -121,9 +125,16 @@ class Worker:
             return
         if self._held is not None:
             raise RuntimeError("exclusive device lock requested inside a shared hold")
-        cm = self._lock.hold(mode)
-        with self.phase("wait"):
-            waited = cm.__enter__()
+        seen: list[Any] = []
+
+        @contextlib.contextmanager
+        def waiting(holder: dict[str, Any] | None) -> Iterator[None]:
+            seen.append(holder)
+            with self.phase("wait", holder=holder):
+                yield
+
+        cm = self._lock.hold(mode, owner=dict(self.req.get("lock_owner") or {}), waiting=waiting)
+        waited = cm.__enter__()
         acquired = time.time()
         self._held = mode
         try:
@@ -136,7 +147,7 @@ class Worker:
             self._held = None
             released = time.time()  # before the lock goes: the window lies inside the hold
             cm.__exit__(None, None, None)
-            self.windows.append(LockWindow(mode, waited, acquired, released))
+            self.windows.append(LockWindow(mode, waited, acquired, released, seen[0] if seen else None))
 
     def _pin(self, timing: bool) -> None:
         """GPU timing runs on the reserved cores, everything else off them (Linux only)."""
@@ -153,10 +164,39 @@ class Worker:
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:
-        """A program's first calls, where torch.compile and Triton compile and autotune: the
-        compile budget pays for them, under the shared lock."""
-        with self.hold("shared"), self.phase("compile"):
+        """A program's first calls, where torch.compile and Triton compile and autotune, under
+        the shared lock. The compile budget pays only for what compiles: torch.compile's
+        compiles (reported as `compile` phases from dynamo's callbacks) and compiler processes
+        (the sandbox sees them); a first call that sleeps, spins or hangs is running."""
+        self._watch_compiles()
+        with self.hold("shared"):
             yield
+
+    def _watch_compiles(self) -> None:
+        """Report torch.compile's compiles as `compile` phases, once torch._dynamo is loaded
+        (whoever loaded it: a `torch.compile` call has by a program's first call)."""
+        if self._compiles_watched or "torch._dynamo" not in sys.modules:
+            return
+        from torch._dynamo.callback import on_compile_end, on_compile_start
+
+        depth = [0]
+
+        def start(_args: Any) -> None:
+            depth[0] += 1
+            if depth[0] == 1:
+                self._phases.append("compile")
+                self._emit("phase", {"phase": "compile"})
+
+        def end(_args: Any) -> None:
+            depth[0] = max(0, depth[0] - 1)
+            if depth[0] == 0 and "compile" in self._phases:
+                i = len(self._phases) - 1 - self._phases[::-1].index("compile")
+                del self._phases[i]
+                self._emit("phase", {"phase": self._phases[-1]})
+
+        on_compile_start(start)
+        on_compile_end(end)
+        self._compiles_watched = True
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -429,6 +469,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "shapes": integrity.run_shapes,
     "timing": timed.run_timing,
     "baseline": timed.run_baseline,
+    "confirm": confirm.run_confirm,
 }
 
 
@@ -504,7 +545,7 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
     return {"results": [r.to_json() for r in run.results], "environment": environment.describe(device)}
 
 
-SELF_LOCKING = frozenset({"load", "timing", "baseline"})
+SELF_LOCKING = frozenset({"load", "timing", "baseline", "confirm"})
 """Stages that take the device lock themselves (for parts of their work); every other stage
 holds it shared throughout, and `calibrate` (which measures the device's peaks) exclusive."""
 
@@ -512,12 +553,13 @@ holds it shared throughout, and `calibrate` (which measures the device's peaks) 
 @contextlib.contextmanager
 def _stage_context(worker: Worker, name: str) -> Iterator[None]:
     if name == "load":
-        with worker.phase("compile"):
-            if worker.device.startswith("cuda"):
-                yield  # imports and builds run on the CPU; instantiation holds the lock itself
-            else:
-                with worker.hold("shared"):  # on the CPU, a build competes with timing
-                    yield
+        # imports and __init__ run (a hang there is cut at the run limit); the builds they
+        # start are charged to the compile limit by the sandbox, which sees the compilers
+        if worker.device.startswith("cuda"):
+            yield  # imports and builds run on the CPU; instantiation holds the lock itself
+        else:
+            with worker.hold("shared"):  # on the CPU, a build competes with timing
+                yield
     elif name == "calibrate":
         with worker.hold("exclusive"):
             yield
@@ -548,7 +590,9 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
             details = STAGES[name](worker)
         locks = [w.to_json() for w in worker.windows[first_window:]]
         if locks and isinstance(details, dict):
-            details = {**details, "locks": locks}
+            # waiting for another's hold is not this stage's work: said apart from its duration
+            details = {**details, "locks": locks,
+                       "lock_wait_s": round(sum(w.waited_s for w in worker.windows[first_window:]), 4)}
         return ValidatorResult(name, "passed", details=details, duration_s=time.perf_counter() - t0)
     except StageFailure as f:
         return ValidatorResult(name, "failed", reason=f.reason, kind=f.kind,  # type: ignore[arg-type]

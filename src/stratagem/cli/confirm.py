@@ -1,0 +1,92 @@
+"""Owns `stratagem confirm`: a confirmation round on a run, and its table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from stratagem.cli.common import DeviceOpt, JsonOpt, app, fail, wide_console
+from stratagem.errors import ConfigError, StratagemError
+
+
+@app.command("confirm")
+def confirm_cmd(
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
+    top: Annotated[int | None, typer.Option("--top", metavar="K", min=1,
+                                            help="Re-time this many of the best designs (default: "
+                                                 "[search] confirm_top, 5), plus any whose interval "
+                                                 "overlaps the best's.")] = None,
+    blocks: Annotated[int | None, typer.Option("--blocks", metavar="B", min=2,
+                                               help="Independent worker processes (default 3).")] = None,
+    device: DeviceOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-time eager, torch.compile and the top designs of a run together, interleaved, in
+    several fresh workers; rank by ratios whose intervals hold the spread between them, and
+    make that the run's headline (`show`, `export`, `report`)."""
+    from stratagem.search.api import confirm_stored_run
+
+    console = wide_console(stderr=as_json)
+    try:
+        body = asyncio.run(confirm_stored_run(run_dir, top, blocks, on_progress=lambda t: console.print(t),
+                                              device=device))
+    except ConfigError as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+    if body is None:
+        fail(console, StratagemError(f"{run_dir} has no ranked design to confirm"), as_json, 1)
+    assert body is not None
+    if as_json:
+        print(json.dumps(body))
+        return
+    console.print(confirmed_table(body))
+    console.print(confirmed_summary(body), highlight=False)
+
+
+def _r(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    return f"{d['ratio']:.2f}x [{d['low']:.2f}, {d['high']:.2f}]"
+
+
+def confirmed_table(body: dict[str, Any]) -> Table:
+    """The round's designs: rank (tied with the best: =1), confirmed ratio over eager with its
+    interval, over torch.compile, a warm loop's ratio, and the search-time figure beside it."""
+    t = Table(title=f"confirmed: {body.get('blocks')} independent blocks, interleaved", title_justify="left")
+    for col in ("#", "design", "confirmed vs eager", "vs compile", "warm loop", "search time"):
+        t.add_column(col, no_wrap=col in ("#", "design"))
+    for d in body.get("designs") or ():
+        rank = d.get("rank")
+        mark = "-" if rank is None else ("=1" if d.get("tied_with_best") and len(body["designs"]) > 1 else str(rank))
+        held = d.get("search_holds")
+        search = _r(d.get("search")) + ("" if held is None else (" (holds)" if held else " (misses)"))
+        t.add_row(mark, str(d["design_id"])[:10], _r(d.get("vs_eager")) if not d.get("error") else d["error"][:40],
+                  _r(d.get("vs_compile")), _r(d.get("warm")), search)
+    return t
+
+
+def confirmed_summary(body: dict[str, Any]) -> str:
+    designs = [d for d in body.get("designs") or () if d.get("vs_eager")]
+    tied = [d for d in designs if d.get("tied_with_best")]
+    held = [d for d in designs if d.get("search_holds") is not None]
+    lines = []
+    if len(tied) > 1:
+        lines.append(f"{len(tied)} designs are tied with the best (their intervals overlap): not ranked apart.")
+    if held:
+        n = sum(bool(d["search_holds"]) for d in held)
+        lines.append(f"the search-time interval held the confirmed ratio for {n} of {len(held)} designs.")
+    lines.append("the confirmed ratios time every call on fresh inputs, as the search does; 'warm loop' "
+                 "reuses one input set, as a benchmark loop would.")
+    return "\n".join(lines)
+
+
+def print_confirmed(console: Console, body: dict[str, Any]) -> None:
+    console.print(confirmed_table(body))
+    console.print(confirmed_summary(body), highlight=False)

@@ -1,0 +1,137 @@
+"""Owns the confirmation round of a run: eager, torch.compile and the top designs re-timed
+together in several fresh workers, combined into ratios whose intervals hold the variance
+between independent timings, stored in the run database, and the run's headline from then on.
+
+Why: a design's search-time ratio is paired with the eager of its own evaluation only. An
+independent re-timing of a real run found every estimate outside the reported interval, two
+designs "clearly apart" tied, and eager's own time moving 22% between evaluations (issue 23).
+Here every program of the round is timed in the same processes, and the interval covers the
+spread between processes (`core/confirmed.py`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from stratagem.core.confirmed import ConfirmedDesign, between_blocks, per_block, ranked
+from stratagem.core.paired import Ratio
+from stratagem.core.problem import Problem
+from stratagem.core.search import DesignView
+from stratagem.core.search import ranked as ranked_views
+from stratagem.domains import get_domain
+from stratagem.evaluation.service import Evaluator
+from stratagem.search.state import stored_views
+from stratagem.store.sqlite import RunStore
+
+COMPILE = "compile"
+"""The name of torch.compile of the reference in a block's order (the worker's `confirm.COMPILE`)."""
+
+
+def chosen(views: Sequence[DesignView], top: int) -> list[DesignView]:
+    """The designs a round re-times: the `top` ranked ones, plus any other whose interval
+    overlaps the best's (it could be the best)."""
+    order = ranked_views(views)
+    if not order or top <= 0:
+        return []
+    best = order[0]
+    low = best.speedup_low if best.speedup_low is not None else best.speedup or 0.0
+    out = list(order[:top])
+    out += [v for v in order[top:] if (v.speedup_high if v.speedup_high is not None else v.speedup or 0.0) >= low]
+    return out
+
+
+def rotated(names: Sequence[str], block: int) -> list[str]:
+    """The order of block `block`: rotated by one per block, reversed every other block, so
+    each program is timed early and late, before and after every other."""
+    n = len(names)
+    k = block % n if n else 0
+    out = list(names[k:]) + list(names[:k])
+    return out[::-1] if block % 2 else out
+
+
+async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *, top: int = 5, blocks: int = 3,
+                      on_progress: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """Run a confirmation round on the run in `store` and keep it there; its body, or None when
+    the run has no ranked design.
+
+    Raises:
+        HarnessError: a block did not finish (nothing is kept).
+    """
+    say = on_progress or (lambda _t: None)
+    views = stored_views(store)
+    picked = chosen(views, top)
+    if not picked:
+        return None
+    sources = {v.id: v.source for v in picked}
+    names = [*sources, *([COMPILE] if _wants_compile(problem, evaluator) else [])]
+    eager_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
+    results: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    for b in range(blocks):
+        order = rotated(names, b)
+        say(f"confirming: block {b + 1} of {blocks} ({len(sources)} designs, eager"
+            f"{', torch.compile' if COMPILE in names else ''})")
+        results.append(await evaluator.confirm_block(problem, sources, order, eager_ms))
+    designs = combine(results, picked)
+    body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in designs],
+            "compile": _compile_json(results), "wall_s": round(time.monotonic() - t0, 3),
+            "environment": results[-1].get("environment", {}) if results else {}}
+    store.add_confirmation(body)
+    return body
+
+
+def _wants_compile(problem: Problem, evaluator: Evaluator) -> bool:
+    return COMPILE in get_domain(problem.domain).baselines(evaluator.cfg, evaluator.on_gpu)
+
+
+def _ratios(results: Sequence[dict[str, Any]], name: str, condition: str) -> list[list[float]]:
+    out = []
+    for r in results:
+        entry = (r.get("programs") or {}).get(name) or {}
+        xs = (entry.get(condition) or {}).get("pair_ratios") or []
+        out.append([float(x) for x in xs if isinstance(x, int | float) and x > 0])
+    return out
+
+
+def _medians(blocks: Sequence[Sequence[float]]) -> list[float]:
+    import statistics
+
+    return [statistics.median(b) for b in blocks if b]
+
+
+def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView]) -> list[ConfirmedDesign]:
+    """Every picked design's confirmed numbers from the blocks' results, ranked."""
+    comp = _medians(_ratios(results, COMPILE, "fresh"))
+    out = []
+    for v in picked:
+        fresh = _ratios(results, v.id, "fresh")
+        errors = [str(((r.get("programs") or {}).get(v.id) or {}).get("error") or "") for r in results]
+        meds = _medians(fresh)
+        vs_compile = None
+        if comp and len(comp) == len(meds):
+            vs_compile = per_block([m / c for m, c in zip(meds, comp, strict=True) if c > 0])
+        search = (Ratio(v.speedup, v.speedup_low, v.speedup_high) if v.speedup is not None
+                  and v.speedup_low is not None and v.speedup_high is not None else None)
+        out.append(ConfirmedDesign(
+            design_id=v.id, vs_eager=between_blocks(fresh) if all(fresh) else None,
+            warm=between_blocks(_ratios(results, v.id, "warm")), vs_compile=vs_compile,
+            block_medians=tuple(round(m, 6) for m in meds), search=search,
+            error=next((e for e in errors if e), "" if all(fresh) else "a block did not time it"),
+        ))
+    return ranked(out)
+
+
+def _compile_json(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    r = between_blocks(_ratios(results, COMPILE, "fresh"))
+    return {"vs_eager": r.to_json()} if r is not None else None
+
+
+def latest(store: RunStore) -> tuple[list[ConfirmedDesign], dict[str, Any]] | None:
+    """The run's latest confirmation round (its designs, ranked, and its body), or None."""
+    rounds = store.confirmations()
+    if not rounds:
+        return None
+    body = rounds[-1]
+    return [ConfirmedDesign.from_json(d) for d in body.get("designs") or ()], body
