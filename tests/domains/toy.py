@@ -139,7 +139,8 @@ class ToyDomain:
 
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
-                      seeds: Sequence[int] | None = None) -> EvalRequest:
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Any] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
         return EvalRequest(request_id=uuid.uuid4().hex, domain=self.name, device="cpu",
                            stages=[StageSpec(name=s.name) for s in stages],
                            problem=SourceFile(name=problem.name, source=problem.source),

@@ -145,12 +145,18 @@ def show_cmd(
             "leaderboard": [_design_json(v) for v in ranked(r.views)],
             "all_designs": [_design_entry(v) for v in sorted(r.views, key=lambda v: v.created_at)],
             "iteration_log": _iteration_log(r.iterations, r.views),
+            "confirmation": r.confirmation,
         }))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
     console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations",
                   highlight=False)
     console.print(counts(r.views).text(), highlight=False)
+    if r.confirmation is not None:
+        from stratagem.cli.confirm import print_confirmed
+
+        print_confirmed(console, r.confirmation)
+        console.print("the leaderboard below gives each design's search-time figures", highlight=False)
     console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
     failed = failures_table(r.views)
     if failed is not None:
@@ -240,7 +246,8 @@ def _design_json(v: Any) -> dict[str, Any]:
             "compile_fails": v.compile_fails or None,
             "compile_unstable": v.compile_unstable or None, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
-            "stability": v.stability or "stable", "timing_notes": list(v.timing_notes)}
+            "stability": v.stability or "stable", "timing_notes": list(v.timing_notes),
+            "confirmed": v.confirmed.to_json() if v.confirmed is not None else None}
 
 
 
@@ -295,9 +302,14 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
     console.print(strategy_table(st.strategy_counts(r.views)))
     console.print(spend_line(r.spend))
     console.print(counts(r.views).text(), highlight=False)
+    if r.confirmation is not None:
+        from stratagem.cli.confirm import print_confirmed
+
+        print_confirmed(console, r.confirmation)
     if best is not None:
-        console.print(f"best design: [bold]{outcome.best_path}[/]\n  {best.speedup_text()} vs eager (paired, "
-                      "95% interval)", highlight=False)
+        how = (best.headline_text() + " vs eager" if best.confirmed is not None
+               else f"{best.speedup_text()} vs eager (paired, 95% interval)")
+        console.print(f"best design: [bold]{outcome.best_path}[/]\n  {how}", highlight=False)
         said = compile_sentence(best)
         if said:
             style = {"slower": "yellow", "unknown": "yellow", "unfair": "yellow"}.get(vs_compile(best) or "")

@@ -77,8 +77,10 @@ class Domain(Protocol):
 
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
-                      seeds: Sequence[int] | None = None) -> EvalRequest:
-        """The worker's envelope, with this domain's payload."""
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        """The worker's envelope, with this domain's payload (`confirm`, `confirm_order`: a
+        confirmation block's designs, id and source each, and the order to time them in)."""
         ...
 
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:

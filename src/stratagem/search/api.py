@@ -166,6 +166,8 @@ class RunSummary:
     """The device of the latest evaluation (its name, e.g. `NVIDIA H200`, when known)."""
     domain: str = "pytorch"
     """The problem's domain."""
+    confirmation: dict[str, Any] | None = None
+    """The run's latest confirmation round (`search/confirm.py`), when it had one."""
 
     @property
     def best(self) -> DesignView | None:
@@ -194,7 +196,8 @@ def show_run(run_dir: str | Path) -> RunSummary:
         return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                           views=views, iterations=store.iterations(),
                           spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref,
-                          device=device, domain=problems[0].domain if problems else "pytorch")
+                          device=device, domain=problems[0].domain if problems else "pytorch",
+                          confirmation=(store.confirmations() or [None])[-1])
 
 
 def _existing_run_dir(run_dir: str | Path) -> Path:

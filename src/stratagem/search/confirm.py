@@ -52,16 +52,16 @@ def rotated(names: Sequence[str], block: int) -> list[str]:
 
 
 async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *, top: int = 5, blocks: int = 3,
-                      on_progress: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """Run a confirmation round on the run in `store` and keep it there; its body, or None when
-    the run has no ranked design.
+                      on_progress: Callable[[str], None] | None = None,
+                      designs: Sequence[DesignView] | None = None) -> dict[str, Any] | None:
+    """Run a confirmation round on the run in `store` (on `designs`, default `chosen`) and
+    keep it there; its body, or None when there is nothing to confirm.
 
     Raises:
         HarnessError: a block did not finish (nothing is kept).
     """
     say = on_progress or (lambda _t: None)
-    views = stored_views(store)
-    picked = chosen(views, top)
+    picked = list(designs) if designs is not None else chosen(stored_views(store), top)
     if not picked:
         return None
     sources = {v.id: v.source for v in picked}

@@ -35,7 +35,9 @@ def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str
         f"run: {run_dir} · iteration {view.iteration if view.iteration is not None else '-'} · "
         f"author {view.author or '-'} · strategy {view.strategy or '-'}",
         f"status: {_status(view)}",
-        f"speedup vs eager (paired, 95% interval): {view.speedup_text()}",
+        *confirmed_lines(view),
+        f"speedup vs eager (paired, 95% interval){' at search time' if view.confirmed else ''}: "
+        f"{view.speedup_text()}",
         compile_sentence(view) or "vs torch.compile: not measured",
         f"device: {device or '-'} · runtime {view.runtime_ms:.4f} ms" if view.runtime_ms else f"device: {device or '-'}",
     ]
@@ -43,6 +45,23 @@ def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str
         lines.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
     lines.append(f"exported {time.strftime('%Y-%m-%d %H:%M:%S')}" + (f"; {footer_note}" if footer_note else ""))
     return "".join(f"# {ln}\n" for ln in lines) + "\n"
+
+
+def confirmed_lines(view: DesignView) -> list[str]:
+    """The confirmation round's numbers of `view` (the headline when it was confirmed)."""
+    c = view.confirmed
+    if c is None or c.vs_eager is None:
+        return []
+    r = c.vs_eager
+    tie = ", tied with the best (intervals overlap)" if c.tied_with_best and c.rank == 1 else ""
+    out = [f"confirmed vs eager: {r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}] (re-timed with the other "
+           f"contenders in {len(c.block_medians)} independent workers, interval across them{tie})"]
+    if c.vs_compile is not None:
+        k = c.vs_compile
+        out.append(f"confirmed vs torch.compile: {k.ratio:.3g}x [{k.low:.3g}, {k.high:.3g}] (timed in the same workers)")
+    if c.warm is not None:
+        out.append(f"in a warm loop over one input set: {c.warm.ratio:.3g}x [{c.warm.low:.3g}, {c.warm.high:.3g}] vs eager")
+    return out
 
 
 def _status(view: DesignView) -> str:

@@ -523,6 +523,7 @@ class SearchLoop:
                     r = EXHAUSTED
                     break
             reason = r
+            await self.confirm()
             self.store.set_run_status("finished", reason)
         except (asyncio.CancelledError, KeyboardInterrupt):
             self._close_iteration("interrupted", "interrupted by the user")
@@ -560,11 +561,50 @@ class SearchLoop:
         self.store.finish_iteration(self._iteration, status, None, list(self._iteration_ids), note)
         self._iteration = None
 
+    async def confirm(self) -> None:
+        """The confirmation round at the end of a run (`search/confirm.py`): skipped when off
+        (`confirm_top = 0`), when the run has a device or wall budget (a limit the user set is a
+        limit, and a round's length is not known ahead), or when the run's latest round already
+        covers the designs it would pick; a round that fails is said, and the search-time
+        figures stay the headline."""
+        from stratagem.errors import StratagemError
+        from stratagem.search.confirm import chosen, confirm_run
+
+        top = self.cfg.search.confirm_top
+        if top <= 0:
+            return
+        s = self.cfg.search
+        if s.max_gpu_seconds is not None or s.max_wall_seconds is not None:
+            self.progress.event("not confirmed: the run has a device or wall budget, which a round would "
+                                f"exceed; `stratagem confirm {self.store.run_dir}` re-times the best designs")
+            return
+        picked = {v.id for v in chosen(self.views(), top)}
+        rounds = self.store.confirmations()
+        if not picked or (rounds and picked <= {str(d.get("design_id")) for d in rounds[-1].get("designs") or ()}):
+            return
+        entry = InFlight("confirmation", "starting", time.time())
+        self.progress.inflight["confirm"] = entry
+
+        def said(text: str) -> None:
+            entry.stage, entry.stage_since = text, time.time()
+            self.progress.event(text)
+            self._refresh()
+
+        try:
+            await confirm_run(self.store, self.problem, self.evaluator, top=top,
+                              blocks=self.cfg.search.confirm_blocks, on_progress=said)
+            self.progress.event("confirmed: the best designs re-timed together (`stratagem show` heads with them)")
+        except StratagemError as e:
+            self.progress.event(f"the confirmation round failed ({e}); the search-time figures stand")
+        finally:
+            self.progress.inflight.pop("confirm", None)
+            self._refresh()
+
     def outcome(self, reason: str) -> RunOutcome:
         """The run's result. `best/candidate.py` holds the best design only when it beats the
         eager reference by more than its measurement's interval; otherwise it holds the
         reference itself (as a `ModelNew`), and `best` is None with `no_gain` saying why."""
-        views = self.views()
+        views = st.with_confirmation(self.views(), self.store.confirmations())
         top = st.best_of(views)
         best = top if top is not None and top.beats_reference else None
         path = self.store.run_dir / "best" / "candidate.py"

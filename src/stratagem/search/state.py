@@ -121,7 +121,19 @@ def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str,
     if not rounds:
         return list(views)
     by_id = {str(d.get("design_id")): ConfirmedDesign.from_json(d) for d in rounds[-1].get("designs") or ()}
-    return [dataclasses.replace(v, confirmed=by_id[v.id]) if v.id in by_id else v for v in views]
+    out = []
+    for v in views:
+        c = by_id.get(v.id)
+        if c is None:
+            out.append(v)
+        elif v.status == "unstable" and c.vs_eager is not None:
+            # re-timed in independent workers, with an interval across them: ranked on that
+            note = f"search-time timing was unstable ({v.stability[:120]}); ranked on the confirmation round"
+            out.append(dataclasses.replace(v, confirmed=c, status="valid", stability="",
+                                           timing_notes=(*v.timing_notes, note)))
+        else:
+            out.append(dataclasses.replace(v, confirmed=c))
+    return out
 
 
 def measures_of(ev: EvaluationRecord) -> Measures:

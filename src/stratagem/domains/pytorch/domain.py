@@ -483,8 +483,9 @@ class PyTorchDomain:
 
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
-                      seeds: Sequence[int] | None = None) -> EvalRequest:
-        return build_request(problem, design, stages, cfg, baselines, seeds)
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        return build_request(problem, design, stages, cfg, baselines, seeds, confirm, confirm_order)
 
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
         return with_reference_expectation(req, value)

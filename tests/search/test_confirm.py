@@ -1,0 +1,108 @@
+"""The confirmation round (issue 23): the contenders re-timed together in independent workers,
+ratios whose intervals hold the spread between them, ties called ties, and the round as the
+run's headline (ranking, `show`, `export`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from stratagem.cli import main
+from stratagem.core.confirmed import ConfirmedDesign, between_blocks, per_block, ranked
+from stratagem.core.design import Design
+from stratagem.core.paired import Ratio
+from stratagem.core.search import ranked as ranked_views
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.evaluation.executors import LocalExecutor
+from stratagem.evaluation.service import Evaluator
+from stratagem.search.confirm import confirm_run, rotated
+from stratagem.search.export import exported_source
+from stratagem.search.state import stored_views
+from stratagem.store.sqlite import RunStore
+
+PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"
+
+
+def test_the_interval_holds_the_spread_between_blocks() -> None:
+    """Three processes that disagree (1.9, 2.2, 2.1): each one's pairs are tight, so a bootstrap
+    within one process would give a narrow interval; across them it must hold every block."""
+    blocks = [[1.9 + 0.001 * i for i in range(20)], [2.2 + 0.001 * i for i in range(20)],
+              [2.1 + 0.001 * i for i in range(20)]]
+    r = between_blocks(blocks)
+    medians = [1.9095, 2.2095, 2.1095]
+    assert r is not None and r.low <= min(medians) + 1e-9 and r.high >= max(medians) - 1e-9 and 2.0 < r.ratio < 2.2
+    within = between_blocks(blocks[:1])
+    assert within is not None and within.high - within.low < 0.05  # one process alone: narrow
+    assert between_blocks([[], []]) is None
+    c = per_block([1.0, 1.1, 0.95])
+    assert c is not None and (c.ratio, c.low, c.high) == (1.0, 0.95, 1.1)
+
+
+def test_overlapping_designs_are_tied_not_ranked_apart() -> None:
+    a = ConfirmedDesign("a", Ratio(2.1, 2.0, 2.2), None, None, (2.1,))
+    b = ConfirmedDesign("b", Ratio(2.05, 1.95, 2.15), None, None, (2.05,))
+    c = ConfirmedDesign("c", Ratio(1.5, 1.4, 1.6), None, None, (1.5,))
+    d = ConfirmedDesign("d", None, None, None, (), error="no longer agrees")
+    out = {x.design_id: x for x in ranked([c, d, b, a])}
+    assert out["a"].rank == 1 and out["b"].rank == 1 and out["b"].tied_with_best
+    assert out["c"].rank == 3 and not out["c"].tied_with_best
+    assert out["d"].rank is None
+    assert ConfirmedDesign.from_json(out["b"].to_json()) == out["b"]
+
+
+def test_each_block_times_the_programs_in_another_order() -> None:
+    names = ["a", "b", "c", "compile"]
+    orders = [rotated(names, b) for b in range(4)]
+    assert all(sorted(o) == sorted(names) for o in orders)
+    assert len({tuple(o) for o in orders}) == 4
+    assert {o[0] for o in orders} | {o[-1] for o in orders} >= {"a", "b"}
+
+
+def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp_path, capsys) -> None:
+    """Through real workers: the reference as its own candidate is 1.0x, twice the work 0.5x,
+    measured in two independent blocks; the round is kept, ranks the designs, and `show`, the
+    views and `export` lead with it, the search-time figure beside it."""
+    t = cpu_config.timing.model_copy(update={"budget_ms": 150, "warmup_ms": 20, "min_reps": 10, "max_reps": 500,
+                                             "pairs": 12, "max_retimes": 0})
+    cfg = cpu_config.model_copy(update={"timing": t, "correctness_trials": 2, "timeout_s": 120})
+    problem = load_problem(PAIRED / "problem.py")
+    evaluator = Evaluator(cfg, LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"}), "cpu")
+    run_dir = tmp_path / "run"
+    with RunStore.open(run_dir) as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, "recipes", {})
+        ids = {}
+        for name in ("same.py", "twice.py"):
+            design = Design.from_source((PAIRED / name).read_text())
+            store.add_design(problem.id, design)
+            ev = asyncio.run(evaluator.evaluate(problem, design, with_baseline=False))
+            assert ev.verdict.status == "valid", ev.verdict.report()
+            store.add_evaluation(ev.to_record())
+            ids[name] = design.id
+        views = stored_views(store)
+        body = asyncio.run(confirm_run(store, problem, evaluator, blocks=2, designs=views))
+        assert body is not None and body["blocks"] == 2
+        got = {d["design_id"]: d for d in body["designs"]}
+        same, twice = got[ids["same.py"]], got[ids["twice.py"]]
+        for d, truth in ((same, 1.0), (twice, 0.5)):
+            r = d["vs_eager"]
+            assert len(d["block_medians"]) == 2
+            assert r["low"] <= min(d["block_medians"]) and r["high"] >= max(d["block_medians"])
+            assert r["low"] * 0.85 <= truth <= r["high"] * 1.15, (d, truth)
+            assert d["warm"] is not None and d["search"] is not None
+        assert same["rank"] == 1 and twice["rank"] == 2 and not twice["tied_with_best"]
+        assert store.confirmations()[-1]["designs"] == body["designs"]
+        views = stored_views(store)
+        top = ranked_views(views)[0]
+        assert top.id == ids["same.py"] and top.confirmed is not None
+        assert "confirmed (search time:" in top.headline_text()
+        header = exported_source(top, problem.name, run_dir, "cpu")
+        assert "# confirmed vs eager: " in header and "at search time" in header
+    assert main(["show", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "confirmed" in out and ids["same.py"][:10] in out
+    assert main(["show", str(run_dir), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["confirmation"]["blocks"] == 2
+    assert data["best"]["confirmed"]["vs_eager"]["ratio"] == same["vs_eager"]["ratio"]
