@@ -39,10 +39,24 @@ REFERENCE_ACCESS = Rules(
         # the harness's instrumentation (the strict policy's provenance hook and profiler)
         "sys.getprofile", "sys.gettrace", "sys.monitoring", "torch.autograd.profiler._is_profiler_enabled",
         "torch.autograd._profiler_enabled", "torch._C._autograd._profiler_enabled",
+        # frames and locals under other names: `logging.currentframe()` is `sys._getframe(1)`,
+        # `bdb.Bdb().get_stack(frame, None)` walks `f_back`, `inspect.getargvalues(frame).locals`
+        # is `f_locals`; debuggers, tracers and profilers are handed every frame
+        "logging.currentframe", "inspect.getargvalues", "inspect.formatargvalues",
+        "inspect.getgeneratorlocals", "inspect.getcoroutinelocals", "inspect.getasyncgenlocals",
+        "traceback.walk_tb", "traceback.StackSummary", "traceback.TracebackException",
+        "sys.exception", "sys.last_exc", "sys.last_value", "sys.last_type",
+        "sys._getframemodulename", "sys.getobjects", "warnings._next_external_frame", "bdb", "pdb",
+        "trace", "profile", "cProfile", "_lsprof", "faulthandler",
+        # dotted names resolved through sys.modules, the problem's module among them
+        "pydoc", "logging.config", "torch.package", "torch._utils._import_dotted_name",
     ),
     attrs=("__subclasses__", "f_back", "f_globals", "f_locals", "f_builtins", "tb_frame",
            "tb_next", "gi_frame", "cr_frame", "ag_frame", "__self__"),
     attrs_on_self=True,
+    # the modules the worker loads the problem and the candidate into, named in a string (for
+    # `pydoc.locate`, pickle's `find_class` and the like)
+    text=(r"\bstratagem_(?:reference|candidate)\b", r"\bstratagem\.\w", r"\b__main__\b"),
 )
 REFERENCE_NAMES = frozenset({"Model", "get_inputs", "get_init_inputs"})
 
@@ -55,6 +69,9 @@ DYNAMIC_CODE = Rules(
         "types.FunctionType", "types.CodeType", "types.LambdaType", "types.MethodType",
         "types.ModuleType", "types.new_class", "ctypes", "_ctypes", "cffi",
         "operator.attrgetter", "operator.methodcaller",
+        # TorchScript compiled from a string runs code no check reads (a fork among it)
+        "torch.jit.CompilationUnit", "torch.jit._script.CompilationUnit", "torch._C.CompilationUnit",
+        "torch._C._jit_script_compile*",
     ),
     attrs=("__code__", "__globals__", "__closure__", "__builtins__", "__getattribute__",
            "func_globals", "gi_code", "f_code", "co_code", "__loader__", "__spec__"),
@@ -83,7 +100,8 @@ THREADS = Rules(
         "os.popen", "os.spawn*", "os.exec*", "os.posix_spawn*", "os.register_at_fork", "os.wait*",
         "torch.multiprocessing", "torch.jit.fork", "torch.jit._fork", "torch.jit.wait",
         "torch.futures", "torch.distributed", "torch._C._jit_fork*", "torch._C.Future",
-        "torch.utils.data.DataLoader",
+        "torch.utils.data.DataLoader", "torch.utils.data.dataloader", "torch.utils.data._utils",
+        "torch.jit._async", "torch._C.fork", "torch._C.wait",
     ),
     text=(r"\bstd::(?:thread|jthread|async)\b", r"\bpthread_\w+", r"\bposix_spawn\w*"),
     code=(r"\bj?thread\s+\w+\s*[({]", r"\bv?fork\s*\(", r"\bpopen\s*\(", r"\bsystem\s*\(", r"\bexec[lv]p?e?\s*\("),

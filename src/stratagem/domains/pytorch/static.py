@@ -163,11 +163,13 @@ REGISTRY: tuple[StaticCheck, ...] = (
         _check_signatures,
     ),
     _integrity("reference_access", "reject",
-               "No use of `Model`, `get_inputs`, the reference or harness modules, stack frames, "
-               "sys.modules, gc object walks or `__subclasses__`.", ic.reference_access),
+               "No use of `Model`, `get_inputs`, the reference or harness modules (by name or in a "
+               "string), stack frames, debuggers, tracers or profilers, sys.modules or dotted-name "
+               "resolvers, gc object walks or `__subclasses__`.", ic.reference_access),
     _integrity("dynamic_code", "reject",
                "No exec/eval/compile/__import__/importlib, computed getattr/setattr, globals()/"
-               "vars()/locals()/__dict__, code objects, ctypes/cffi, dlopen or Python C-API calls.",
+               "vars()/locals()/__dict__, code objects, TorchScript source strings, ctypes/cffi, "
+               "dlopen or Python C-API calls.",
                ic.dynamic_code),
     _integrity("monkey_patch", "reject",
                "No assignment, del or setattr into imported modules, classes or builtins, and no "

@@ -10,16 +10,19 @@ calls the candidate in the ways cheating candidates do not survive:
   after (stale memory, outputs not fully written, results left behind by the reference);
 - a second run on the same inputs must agree with the first (races, nondeterminism);
 - every output a plain tensor with real storage of its own size;
-- no new threads after a call; no harness function rebound and no global flag changed, after
-  import and after every call.
+- no new threads and no new child processes (alive or exited) after a call; no harness
+  function rebound and no global flag changed, after import and after every call.
 
 `shapes` re-checks correctness with the problem's size constants changed, so code hard-wired
-to the visible shapes fails.
+to the visible shapes fails: the request's variants (every constant shrunk at once), then,
+where they change several, each constant alone, grown (so neither a path chosen by one size
+nor a launch grid sized for the visible one can hide).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -81,6 +84,44 @@ def _span(t: torch.Tensor) -> int:
     return 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
 
 
+def child_processes() -> set[int]:
+    """The pids of this process's children, running or exited and not yet reaped (Linux's
+    `/proc`; an empty set elsewhere)."""
+    pid = os.getpid()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return set()
+    out: set[int] = set()
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                out.update(int(c) for c in f.read().split())
+        except FileNotFoundError:  # a thread that ended, or a kernel without the file
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue
+            return _children_by_parent(pid)
+        except OSError:
+            return _children_by_parent(pid)
+    return out
+
+
+def _children_by_parent(pid: int) -> set[int]:
+    """Children found by reading every process's parent pid (kernels without `children`)."""
+    out: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            out.add(int(name))
+    return out
+
+
 class Checker:
     """Runs the candidate under watch: threads, tampering, storage, agreement."""
 
@@ -89,6 +130,7 @@ class Checker:
         self.p = w._programs(need_candidate=True)
         self.tol = w.tolerances()
         self.threads = guard.count_threads()
+        self.children = child_processes()
         self.log: list[dict[str, Any]] = []
 
     def fail(self, kind: str, check: str, reason: str) -> None:
@@ -105,6 +147,10 @@ class Checker:
         if py > self.threads[0] or native > self.threads[1]:
             self.fail("rejected", "threads", f"the candidate left threads running after a call "
                       f"(python {self.threads[0]} -> {py}, native {self.threads[1]} -> {native})")
+        started = sorted(child_processes() - self.children)
+        if started:
+            self.fail("rejected", "processes", f"the candidate started {len(started)} child process(es) during "
+                      f"a call that outlived it (pids {started[:4]}): work can finish after `forward` returns")
         bad = check_storage(out)
         if bad:
             self.fail("malformed", check, bad)
@@ -173,12 +219,13 @@ def run_shapes(w: Worker) -> dict[str, Any]:
     p = w._programs(need_candidate=True)
     mod = p.reference_module
     original = {k: getattr(mod, k) for v in variants for k in v if hasattr(mod, k)}
+    variants = [*variants, *each_alone_grown(variants, original)]
     cand_cls = type(p.candidate)
     tol = w.tolerances()
     done: list[dict[str, Any]] = []
     try:
         for variant in variants:
-            for k, val in variant.items():
+            for k, val in {**original, **variant}.items():  # a constant no variant names keeps its value
                 setattr(mod, k, val)
             seed = int(w.req["init_seed"])
             t0 = time.perf_counter()
@@ -223,6 +270,26 @@ def run_shapes(w: Worker) -> dict[str, Any]:
         w.compiled_state_reset = True
         reset_s = time.perf_counter() - t3
     return {"variants": done, "reset_compiled_s": round(reset_s, 4)}
+
+
+def each_alone_grown(variants: Sequence[Mapping[str, Any]], visible: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Where a variant changes several size constants: each of them alone, grown by one step of
+    its alignment (at most 16 and a quarter of it), the others at their visible values. A
+    candidate that recognises the visible configuration by one size (`dim == 64`, from its
+    constructor's arguments) and takes a path wired to another (the batch) passes when every
+    size changes at once; one whose launch grid covers the visible size and masks the rest
+    passes every smaller size. Both fail here."""
+    keys = next((list(v) for v in variants if len(v) > 1), [])
+    out: list[dict[str, Any]] = []
+    for k in keys:
+        v = visible.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            continue
+        align = 1
+        while align < 16 and v % (align * 2) == 0:
+            align *= 2
+        out.append({k: v + max(1, min(align, v // 4))})
+    return out
 
 
 def _fail(kind: str, reason: str, details: Mapping[str, Any]) -> None:
