@@ -34,6 +34,7 @@ HONEST = HERE / "honest"
 PROBLEMS = HERE / "problems"
 
 LINEAR, MEAN, SILU, NORM, CLAMP = "linear_relu", "row_mean", "silu", "layer_norm", "leaky_clamp"
+LOOSE = "linear_relu_loose"
 
 STATIC, LOAD, CORRECTNESS, INTEGRITY, SHAPES, TIMING = (
     "static_checks", "load", "correctness", "integrity", "shapes", "timing",
@@ -47,7 +48,8 @@ class Cheat:
     """The validator that must be the first to fail."""
     check: str | None
     """static_checks: a `check` among details['rejections']; integrity: the reason's prefix
-    (`refilled_inputs`, `candidate_first`, `repeat_agrees`, `harness_tampering`, `threads`, ...);
+    (`refilled_inputs`, `candidate_first`, `repeat_agrees`, `harness_tampering`, `threads`,
+    `processes`, ...);
     otherwise None."""
     pattern: str
     """The integrity.md Part 1 pattern number and name."""
@@ -56,6 +58,9 @@ class Cheat:
     also: tuple[tuple[str, str | None], ...] = ()
     """Other (validator, check) pairs accepted as the first failure, only where which one comes
     first depends on what the CPU allocator hands back (documented in README.md)."""
+    timeout_s: float | None = None
+    """A longer run limit than the config's, for a cheat whose own work (not the harness's) can
+    pass the 60 s limit on a loaded machine, where a timeout would read as a rejection."""
 
 
 GAP_FINGERPRINT = (
@@ -68,6 +73,15 @@ GAP_PREDICTED = (
     "NEUTRALIZED, not rejected: a cache of inputs it predicts from its own inputs' seed returns "
     "right answers, and timed seeds are keyed hashes of a secret, so its predictions never hit "
     "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
+)
+
+GAP_LOOSE_TOLERANCE = (
+    "the fixed rule admits whatever the problem's declared tolerance admits: fp16's error (about "
+    "1e-3) is inside 1e-2, so the verdict is valid. The calibrated rule rejects it (its error "
+    "against float64 is over a thousand times eager's: "
+    "test_loose_tolerance_downgrade_fails_the_calibrated_rule); the fixed rule would need the same "
+    "comparison against the float64 anchor it already computes on the first trial "
+    "(worker/stages.py), a policy change, since honest reorderings also exceed eager's error"
 )
 
 CHEATS: dict[str, Cheat] = {
@@ -120,8 +134,10 @@ CHEATS: dict[str, Cheat] = {
                                  gap=GAP_FINGERPRINT),
     "cache_scaled_input.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, a scale of the last input)",
                                gap=GAP_FINGERPRINT),
+    # it prepares 6,600 inputs and outputs per instance and new seed (the shapes stage's four
+    # instances among them): a minute and more on a loaded 2-core machine
     "cache_predicted_seeds.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, inputs predicted from seeds)",
-                                  gap=GAP_PREDICTED),
+                                  gap=GAP_PREDICTED, timeout_s=300),
     # -- I/O ---------------------------------------------------------------------------------------
     "io_file_cache.py": Cheat(LINEAR, STATIC, "io", "6 output cache in a file"),
     "io_socket.py": Cheat(LINEAR, STATIC, "io", "17 network I/O"),
@@ -158,6 +174,27 @@ CHEATS: dict[str, Cheat] = {
     "partial_subsample.py": Cheat(MEAN, CORRECTNESS, None, "11 partial computation"),
     "analytical_zeros.py": Cheat(MEAN, CORRECTNESS, None, "10 analytical shortcut"),
     "skip_op.py": Cheat(LINEAR, CORRECTNESS, None, "14 skipped operation"),
+    # -- issue 23: the cheat classes reported on other kernel benchmarks in 2025-2026 --------------
+    "nan_filled.py": Cheat(LINEAR, CORRECTNESS, None, "3 fake output: NaN everywhere"),
+    "inf_filled.py": Cheat(LINEAR, CORRECTNESS, None, "3 fake output: infinity everywhere"),
+    "nan_partial.py": Cheat(LINEAR, CORRECTNESS, None, "3/11 fake output: NaN where work was skipped"),
+    "stale_reference_output.py": Cheat(LINEAR, CORRECTNESS, None, "7 stale memory (the reference's freed output)"),
+    "ref_logging_frames.py": Cheat(LINEAR, STATIC, "reference_access", "5/17 reference via logging, bdb and inspect"),
+    "ref_pydoc_locate.py": Cheat(LINEAR, STATIC, "reference_access", "5 reference via pydoc.locate"),
+    "proc_fork_writer.py": Cheat(LINEAR, STATIC, "threads", "2 work after return: forked child"),
+    "proc_fork_leftover.py": Cheat(LINEAR, STATIC, "threads", "2 work after return: a process outliving the call"),
+    "proc_pool_async.py": Cheat(LINEAR, STATIC, "threads", "2 work after return: process pool, async handle"),
+    "async_script_fork.py": Cheat(LINEAR, STATIC, "threads", "2 work after return: TorchScript fork"),
+    "async_compilation_unit.py": Cheat(LINEAR, STATIC, "dynamic_code", "2 work after return: fork in TorchScript source"),
+    "launch_cycle_batch.py": Cheat(LINEAR, TIMING, None, "one launch serves several timed calls"),
+    "launch_lazy_buffer.py": Cheat(LINEAR, CORRECTNESS, None, "one launch serves two calls (lazy buffer)"),
+    "warmup_replay_count.py": Cheat(LINEAR, TIMING, None, "warm-up work replayed while timed (call count)"),
+    "precision_fp16.py": Cheat(LINEAR, CORRECTNESS, None, "12 precision downgrade (fp16)"),
+    "precision_fp16_accumulate.py": Cheat(LINEAR, CORRECTNESS, None, "12 reduced-precision accumulation"),
+    "precision_fp16_loose.py": Cheat(LOOSE, CORRECTNESS, None, "12 precision downgrade within a loose tolerance",
+                                     gap=GAP_LOOSE_TOLERANCE),
+    "shape_guarded_init.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation behind a guard"),
+    "shape_fixed_grid.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation (grid for the visible batch)"),
 }
 
 @dataclass(frozen=True)
@@ -197,6 +234,9 @@ BACKSTOP: dict[str, Cheat] = {
     "forge_records_wrong.py": Cheat(LINEAR, CORRECTNESS, "judge", "17 forged verdict with forged records"),
     # A pickle planted for the judge: records load with weights_only, which refuses it.
     "forge_record_pickle.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "17 code planted for the judge"),
+    # A forked helper still there after the call: the integrity stage lists this process's children
+    # after every call (the writer in proc_fork_writer.py races the comparison, so it is not here).
+    "proc_fork_leftover.py": Cheat(LINEAR, INTEGRITY, "processes", "2 work after return: a process outliving the call"),
 }
 
 _problems: dict[str, Problem] = {}
@@ -259,7 +299,8 @@ def _no_dev_shm_leftovers():
 @pytest.mark.parametrize("name", _params(CHEATS))
 def test_cheat_is_rejected(name: str, cpu_config: EvaluationConfig) -> None:
     case = CHEATS[name]
-    ev = evaluate(cpu_config, case.problem, CANDIDATES / name)
+    cfg = cpu_config if case.timeout_s is None else cpu_config.model_copy(update={"timeout_s": case.timeout_s})
+    ev = evaluate(cfg, case.problem, CANDIDATES / name)
     report = ev.verdict.report()
     assert ev.verdict.status == "invalid", f"{name} was {ev.verdict.status}:\n{report}"
     if case.gap:
@@ -334,6 +375,19 @@ def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig,
     assert cheat.speedup is not None and honest.speedup is not None, cheat.verdict.report()
     # A cache hit is a dictionary lookup (~5x faster than the honest call here when it hit).
     assert cheat.speedup < 1.5 * honest.speedup, (cheat.speedup, honest.speedup)
+
+
+def test_loose_tolerance_downgrade_fails_the_calibrated_rule(cpu_config: EvaluationConfig) -> None:
+    """The fp16 matmul the fixed rule admits under a declared 1e-2 tolerance (a strict xfail in
+    CHEATS) fails the calibrated rule: its error against the float64 anchor is over a thousand
+    times eager's own (1.7e3x, 1.6e-3 against 9.3e-7)."""
+    from stratagem.config import CorrectnessConfig
+
+    cfg = cpu_config.model_copy(update={"correctness": CorrectnessConfig(mode="calibrated")})
+    ev = evaluate(cfg, LOOSE, CANDIDATES / "precision_fp16_loose.py")
+    first = ev.verdict.failures[0] if ev.verdict.failures else None
+    assert first is not None and first.name == CORRECTNESS, ev.verdict.report()
+    assert "float64" in (first.reason or ""), ev.verdict.report()
 
 
 def test_a_pickle_planted_for_the_judge_never_runs(cpu_config: EvaluationConfig) -> None:
