@@ -66,6 +66,8 @@ class FakeEvaluator:
         """`refresh_baseline` of each call: a refreshed baseline comes back as not cached."""
         self.delay_s = delay_s
         self.seconds_per_eval = seconds_per_eval
+        self.confirm_blocks: list[list[str]] = []
+        """The order of each confirmation block asked for."""
 
     async def baseline(self, problem: Problem, *, refresh: bool = False, **_: object) -> Baseline:
         self.baselines.append(refresh)
@@ -106,6 +108,34 @@ class FakeEvaluator:
             baseline = baseline or fake_baseline(problem.id, not refresh_baseline, self.compile_fails, self.compile_unstable)
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
                           environment={}, seeds=(1,), baseline=baseline)
+
+    @property
+    def cfg(self) -> object:
+        from stratagem.config import EvaluationConfig
+
+        return EvaluationConfig(baselines=["eager", "compile"])
+
+    async def confirm_block(self, problem: Problem, designs: dict[str, str], order: list[str],
+                            reference_ms: float | None = None) -> dict[str, object]:
+        """A block of a confirmation round: each design at its `# runtime_ms` (`# confirmed_ms`
+        when given: what an independent re-timing measures), torch.compile at COMPILE_MS."""
+        self.confirm_blocks.append(list(order))
+        programs: dict[str, object] = {}
+        for name in order:
+            ci = 0.01
+            if name == "compile":
+                ms = COMPILE_MS
+            else:
+                src = designs[name]
+                m = re.search(r"# confirmed_ms=([0-9.]+)", src) or re.search(r"# runtime_ms=([0-9.]+)", src)
+                ms = float(m.group(1)) if m else EAGER_MS
+                ci = float(c.group(1)) if (c := re.search(r"# ci=([0-9.]+)", src)) else ci
+            r = EAGER_MS / ms
+            ratios = [r * (1 + ci * ((k % 5) - 2) / 2) for k in range(12)]  # as noisy as its search timing
+            cond = {"speedup": {"ratio": r, "low": r, "high": r}, "pair_ratios": ratios, "pairs": 12,
+                    "median_ms": ms, "reference_ms": EAGER_MS}
+            programs[name] = {"fresh": cond, "warm": cond}
+        return {"order": list(order), "programs": programs, "environment": {}}
 
 
 @dataclass

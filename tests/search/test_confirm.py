@@ -106,3 +106,42 @@ def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp
     data = json.loads(capsys.readouterr().out)
     assert data["confirmation"]["blocks"] == 2
     assert data["best"]["confirmed"]["vs_eager"]["ratio"] == same["vs_eager"]["ratio"]
+
+
+def test_a_run_ends_with_a_round_whose_best_heads_it(tmp_path) -> None:
+    """The search timed a at 2.0x and b at 1.67x; re-timed together, b is 1.82x and a 1.25x:
+    the run's best (best/, its outcome, `show`) is b, with the search-time figure beside it."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    a = src("a", 0.5) + "# confirmed_ms=0.8\n"
+    b = src("b", 0.6) + "# confirmed_ms=0.55\n"
+    ev = FakeEvaluator()
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[a, b]]), ev, iterations=1)
+    out = asyncio.run(loop.run())
+    assert len(ev.confirm_blocks) == 3 and len({tuple(o) for o in ev.confirm_blocks}) == 3  # rotated
+    assert "compile" in ev.confirm_blocks[0]
+    assert out.best is not None and out.best.source == b and out.best.confirmed is not None
+    assert out.best.confirmed.vs_eager is not None and abs(out.best.confirmed.vs_eager.ratio - 1 / 0.55) < 0.01
+    written = out.best_path.read_text() if out.best_path is not None else ""
+    assert "# confirmed vs eager: 1.8" in written and "rank 1 of the round" in written and b.rstrip("\n") in written
+    assert "confirmed vs torch.compile: 1.45x" in written  # 1.82 / 1.25, timed in the same blocks
+    store.close()
+
+
+def test_a_run_with_a_wall_budget_is_not_confirmed_beyond_it(tmp_path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    ev = FakeEvaluator()
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1, max_wall_seconds=3600)
+    asyncio.run(loop.run())
+    assert ev.confirm_blocks == [] and store.confirmations() == []
+    assert any("not confirmed" in e and "stratagem confirm" in e for e in loop.progress.events)
+    store.close()

@@ -67,6 +67,7 @@ class ConfirmedDesign:
     """The search-time ratio over eager, for comparison."""
     error: str = ""
     tied_with_best: bool = False
+    """Its interval and the best's overlap (the best itself, when another is tied with it)."""
     rank: int | None = None
     """1-based; designs tied with the best share rank 1."""
 
@@ -104,11 +105,12 @@ def ranked(designs: Sequence[ConfirmedDesign]) -> list[ConfirmedDesign]:
     out: list[ConfirmedDesign] = []
     best = timed[0].vs_eager if timed else None
     rank = 1
+    ties = [i > 0 and d.vs_eager.high >= best.low for i, d in enumerate(timed)]  # type: ignore[union-attr]
     for i, d in enumerate(timed):
         assert d.vs_eager is not None and best is not None
-        tied = i == 0 or d.vs_eager.high >= best.low
-        if not tied:
+        tied = ties[i] or (i == 0 and any(ties))
+        if not (i == 0 or ties[i]):
             rank = max(rank, i + 1)
-        out.append(replace(d, tied_with_best=tied, rank=1 if tied else rank))
+        out.append(replace(d, tied_with_best=tied, rank=1 if (i == 0 or ties[i]) else rank))
     out += [replace(d, rank=None) for d in designs if d.vs_eager is None]
     return out

@@ -76,7 +76,8 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
         results.append(await evaluator.confirm_block(problem, sources, order, eager_ms))
     designs = combine(results, picked)
     body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in designs],
-            "compile": _compile_json(results), "wall_s": round(time.monotonic() - t0, 3),
+            "compile": _compile_json(results), "eager_ms": _eager_ms(results),
+            "wall_s": round(time.monotonic() - t0, 3),
             "environment": results[-1].get("environment", {}) if results else {}}
     store.add_confirmation(body)
     return body
@@ -121,6 +122,21 @@ def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView]) -> 
             error=next((e for e in errors if e), "" if all(fresh) else "a block did not time it"),
         ))
     return ranked(out)
+
+
+def _eager_ms(results: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """Eager's median time in each block under each condition (the median over the pairings
+    of that block): what the two conditions cost the reference itself."""
+    import statistics
+
+    out: dict[str, list[float]] = {"fresh": [], "warm": []}
+    for r in results:
+        for cond in out:
+            xs = [float(e[cond]["reference_ms"]) for e in (r.get("programs") or {}).values()
+                  if isinstance(e, dict) and isinstance((e.get(cond) or {}).get("reference_ms"), int | float)]
+            if xs:
+                out[cond].append(round(statistics.median(xs), 6))
+    return out
 
 
 def _compile_json(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:

@@ -53,9 +53,9 @@ def confirmed_lines(view: DesignView) -> list[str]:
     if c is None or c.vs_eager is None:
         return []
     r = c.vs_eager
-    tie = ", tied with the best (intervals overlap)" if c.tied_with_best and c.rank == 1 else ""
     out = [f"confirmed vs eager: {r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}] (re-timed with the other "
-           f"contenders in {len(c.block_medians)} independent workers, interval across them{tie})"]
+           f"contenders in {len(c.block_medians)} independent workers, interval across them; "
+           f"rank {c.rank if c.rank is not None else '-'} of the round{', tied' if c.tied_with_best else ''})"]
     if c.vs_compile is not None:
         k = c.vs_compile
         out.append(f"confirmed vs torch.compile: {k.ratio:.3g}x [{k.low:.3g}, {k.high:.3g}] (timed in the same workers)")
