@@ -54,12 +54,20 @@ class Script:
     calls: list[tuple[str, str]] = field(default_factory=list)
     """(role, prompt) of every request."""
     no_code: Callable[[int], bool] = lambda n: False
+    answer: Callable[[str, str, int], str | None] | None = None
+    """(role, prompt, n) -> the answer's text, or None for the scripted default; it may raise
+    (a failed request)."""
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+    """(role, system prompt) of every request."""
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         prompt = prompt_of(messages)
         role = role_of(prompt)
         self.calls.append((role, prompt))
+        self.instructions.append((role, str(getattr(messages[-1], "instructions", None) or "")))
         n = len(self.calls)
+        if self.answer is not None and (text := self.answer(role, prompt, n)) is not None:
+            return ModelResponse(parts=[TextPart(text)])
         if role == "brainstorm":
             return ModelResponse(parts=[TextPart("\n".join(f"- idea number {i}" for i in range(self.ideas)))])
         if self.no_code(n):

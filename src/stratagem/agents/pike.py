@@ -1,4 +1,5 @@
-"""Owns PIKE's agents: one plain-text query per call, no tools, no conversation.
+"""Owns PIKE's agents: one plain-text query per call, no tools, no conversation, each role
+with its own system prompt (`context/pike.py`: the brainstorm is not told to write code).
 
 The Initial Brainstorming Agent (role `brainstorm`) answers with a bullet list of ideas; the
 Code Optimization Agent (`optimize`; PIKE-O's `mutate` and `crossover`) and the Error-Fixing
@@ -81,21 +82,24 @@ def parse_ideas(text: str, n: int) -> list[str]:
 
 @dataclass
 class PikeAgents:
-    """The one-shot text agent every PIKE role runs on."""
+    """The one-shot text agents of the PIKE roles, each with its own system prompt."""
 
     runtime: AgentRuntime
-    agent: Agent[None, str] = field(init=False)
+    agents: dict[str, Agent[None, str]] = field(default_factory=dict, init=False)
 
-    def __post_init__(self) -> None:
-        self.agent = Agent(None, output_type=str, name="pike", instructions=prompts.instructions(),
-                           retries={"output": 0})
+    def agent(self, role: str) -> Agent[None, str]:
+        """The agent of `role` (`brainstorm`, `optimize`, `fix`, `mutate`, `crossover`)."""
+        if role not in self.agents:
+            self.agents[role] = Agent(None, output_type=str, name=f"pike-{role}",
+                                      instructions=prompts.instructions(role), retries={"output": 0})
+        return self.agents[role]
 
     async def ask(self, role: str, prompt: str, tickets: Tickets) -> Answer:
         """One query as `role`, if a ticket is left (else an `budget` answer, nothing asked)."""
         if not tickets.take():
             return Answer(None, error_kind="budget", error="the phase's query budget is spent")
         runtime = replace(self.runtime, may_retry=tickets.take)
-        outcome = await run_agent(self.agent, prompt, role=role, runtime=runtime,
+        outcome = await run_agent(self.agent(role), prompt, role=role, runtime=runtime,
                                   usage_limits=UsageLimits(request_limit=1), model_key=role)
         if not outcome.ok or outcome.output is None:
             return Answer(None, outcome.total_tokens, outcome.error_kind, outcome.error)

@@ -1,7 +1,10 @@
-"""Owns the PIKE prompts (`prompts/pike.md`): the Initial Brainstorming Agent's, the Code
-Optimization Agent's (one idea; improve a working solution), the Error-Fixing Agent's two
-(compile and runtime errors with the output's tail; wrong results with the max difference),
-and PIKE-O's mutation and crossover prompts, filled from typed inputs.
+"""Owns the PIKE prompts (`prompts/pike.md`): each role's system prompt (the brainstorm's asks
+for ideas, not code; the Code Optimization Agent's and the Error-Fixing Agent's share the code
+contract), the Initial Brainstorming Agent's request, the Code Optimization Agent's (one idea;
+improve a working solution, with a direction when other attempts improve it at once), the
+Error-Fixing Agent's two (compile and runtime errors with the output's tail; wrong results with
+the max difference; both with the device and the rules), the generic directions, and PIKE-O's
+mutation and crossover prompts, filled from typed inputs.
 
 The text follows the authors' prompts (`pike-project/pike:src/prompt_constructor.py` and the
 OpenEvolve fork's templates), with the device, tolerances and integrity rules stratagem
@@ -22,8 +25,29 @@ WRONG_KINDS = frozenset({"wrong_output"})
 """Failure kinds the correctness-fix prompt serves; every other failure gets the error prompt."""
 
 
-def instructions() -> str:
-    return fill("pike", "instructions")
+CODE_ROLES = frozenset({"optimize", "mutate", "crossover"})
+"""Roles that write a candidate from an idea or a working program (the Code Optimization Agent)."""
+
+
+def instructions(role: str) -> str:
+    """The system prompt of one PIKE role: the brainstorm proposes ideas and writes no code;
+    the Code Optimization Agent (`optimize`, `mutate`, `crossover`) and the Error-Fixing Agent
+    (`fix`) each have their own, with the code contract they share."""
+    if role == "brainstorm":
+        return fill("pike", "instructions_brainstorm")
+    contract = fill("pike", "code_contract")
+    if role == "fix":
+        return fill("pike", "instructions_fix", code_contract=contract)
+    if role in CODE_ROLES:
+        return fill("pike", "instructions_optimize", code_contract=contract)
+    raise KeyError(f"no PIKE role {role!r}")
+
+
+def directions(brief: ProblemBrief) -> list[str]:
+    """The generic directions (`prompts/pike.md`) for the device: what slots of one seed are
+    told to focus on when the brainstorm's ideas run out."""
+    text = fill("pike", "directions_cpu" if brief.device.startswith("cpu") else "directions_gpu")
+    return [line.strip()[2:].strip() for line in text.splitlines() if line.strip().startswith("- ")]
 
 
 def _common(brief: ProblemBrief) -> dict[str, str]:
@@ -53,10 +77,12 @@ def optimize(brief: ProblemBrief, idea: str) -> str:
     return fill("pike", "optimize", idea=idea.strip() or "make it faster", **_common(brief))
 
 
-def improve(brief: ProblemBrief, seed: DesignView | None) -> str:
-    """Improve a working solution; `None`: the original program is the seed."""
+def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None) -> str:
+    """Improve a working solution; `None`: the original program is the seed. `direction`: what
+    this attempt focuses on, when other attempts improve the same seed at once."""
     source = seed.source if seed is not None else brief.source
-    return fill("pike", "improve", seed_source=source.strip(),
+    focus = "\n\n" + fill("pike", "direction", direction=direction.strip()) if direction and direction.strip() else ""
+    return fill("pike", "improve", seed_source=source.strip(), direction=focus,
                 performance=performance(seed) if seed is not None else "the original program", **_common(brief))
 
 
@@ -101,4 +127,4 @@ def fix(brief: ProblemBrief, failed_source: str, fb: Feedback) -> str:
     c = _common(brief)
     return fill("pike", "fix_error", failed_source=failed_source.strip(), what=what, error_tail=tail or "(none)",
                 timed_out="yes" if fb.kind == "timeout" else "no", problem_name=c["problem_name"],
-                problem_source=c["problem_source"])
+                problem_source=c["problem_source"], problem_statement=c["problem_statement"])

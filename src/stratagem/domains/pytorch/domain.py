@@ -534,11 +534,14 @@ class PyTorchDomain:
                 "integrity": integrity_policy(problem, cfg)}
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
-        """The candidate's Python with comments, docstrings, whitespace and local names
-        normalized (`core.pysyntax.normal_form`); None for a design of several files."""
+        """The candidate's Python with comments, docstrings, whitespace, local names, the
+        names of its extensions and of its module-level functions, classes and extension
+        modules normalized (all but `ModelNew`, which the harness looks up), and its C++/CUDA
+        strings reduced to their tokens (`core.pysyntax.normal_form`); None for a design of
+        several files."""
         if set(files) != {"candidate.py"}:
             return None
-        return pysyntax.normal_form(files["candidate.py"])
+        return pysyntax.normal_form(files["candidate.py"], keep=("ModelNew",))
 
 
 DOMAIN = PyTorchDomain()

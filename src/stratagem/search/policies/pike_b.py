@@ -2,20 +2,25 @@
 (`pike-project/pike:scripts/parallel_tree_search.py`), over stratagem's Session.
 
 One loop iteration is one phase. Before phase 0 the Initial Brainstorming Agent proposes up
-to `num_branches` ideas (resized to exactly that many); phase 0 asks one optimization query per
-idea, each the start of a branch. Every later phase takes the previous phase's valid solutions
-(the best of each branch first, then the rest, fastest first, with the original program last as
-a fallback), draws `top_k` seeds and splits `queries_per_phase` improvement queries over them
-(`np.array_split`: 10 over 4 is 3/3/2/2); each asks for a full rewrite. Every failing candidate
-gets up to `max_fix_attempts` Error-Fixing rounds inside its phase. Every query (brainstorm,
-optimize, fix) is charged to the run's query budget; a phase reserves what it may use, so the
-budget is never exceeded. A phase's plan is saved before its first query, so a killed run
-resumes inside the phase without asking any query twice (pike_slots.py).
+to `num_branches` ideas; phase 0 asks one optimization query per task (the distinct ideas, then
+generic directions when the ideas are fewer than the branches), each the start of a branch.
+Every later phase takes the previous phase's valid solutions (the best of each branch first,
+then the rest, fastest first, with the original program last as a fallback), draws `top_k`
+seeds and splits `queries_per_phase` improvement queries over them (`np.array_split`: 10 over
+4 is 3/3/2/2); each asks for a full rewrite, and the slots of one seed each get a distinct
+direction. Slots start one per seed first, so a short budget still reaches every seed. Every
+failing candidate gets up to `max_fix_attempts` Error-Fixing rounds inside its phase. Every
+query (brainstorm, optimize, fix) is charged to the run's query budget; a phase reserves what
+it may use and a slot starts only when its whole allowance (1 + fixes) is free, so the budget
+is never exceeded and no failing candidate loses its fixes to other slots' first queries. A
+phase's plan is saved before its first query, so a killed run resumes inside the phase without
+asking any query twice (pike_slots.py).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +39,7 @@ from stratagem.core.search import (
     Session,
     ranked,
 )
+from stratagem.search.numbers import clip
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
 from stratagem.search.policies.pike_slots import SlotSpec, run_slots
@@ -91,6 +97,47 @@ def select_seeds(lib: Sequence[DesignView | None], n: int, s: PikeBSettings,
     return rng.choices(everyone, weights=weights, k=n)
 
 
+def phase0_tasks(ideas: Sequence[str], n: int, generic: Sequence[str] | None) -> list[str]:
+    """Phase 0's `n` tasks: the brainstorm's distinct ideas, then (`generic` given: distinct
+    directions on) the generic directions it did not name, then the list again; without
+    `generic`, the ideas repeated (the authors' `resize_list`)."""
+    distinct = list(dict.fromkeys(i for i in ideas if i.strip()))
+    if generic is not None:
+        distinct += [g for g in generic if g not in distinct]
+    if not distinct or n <= 0:
+        return []
+    return [distinct[i % len(distinct)] for i in range(n)]
+
+
+def slot_directions(seeds: Sequence[tuple[int, object]], pool: Sequence[str], phase: int,
+                    per_phase: int) -> list[str | None]:
+    """A direction for each slot whose seed has other slots in the phase (None for a seed's
+    only slot: the paper's open prompt). The slots of one seed get consecutive entries of
+    `pool`, so they differ while the pool lasts; the start rotates with the phase."""
+    per_seed = Counter(rank for rank, _ in seeds)
+    out: list[str | None] = []
+    k = 0
+    for rank, _ in seeds:
+        if per_seed[rank] < 2 or not pool:
+            out.append(None)
+            continue
+        out.append(pool[((phase - 1) * per_phase + k) % len(pool)])
+        k += 1
+    return out
+
+
+def start_order(seeds: Sequence[tuple[int, object]]) -> list[int]:
+    """Slot indexes in the order they start: one slot of each seed in rank order, then a second
+    of each, and so on, so a budget that runs out mid-phase still reaches every seed (the
+    original program too)."""
+    seen: Counter[int] = Counter()
+    keyed = []
+    for i, (rank, _) in enumerate(seeds):
+        keyed.append((seen[rank], i))
+        seen[rank] += 1
+    return [i for _, i in sorted(keyed)]
+
+
 class PikeBPolicy(PikeBase):
     """PIKE-B (see the module docstring)."""
 
@@ -113,23 +160,38 @@ class PikeBPolicy(PikeBase):
             session.set_status("brainstorm", "proposing ideas")
             with session.reserve(1) as r:
                 answer = await self.agents(session).ask("brainstorm", prompts.brainstorm(brief, n), Tickets.of(r))
+                asked = r.used
             ideas = parse_ideas(answer.text or "", n)
             if not ideas:
                 why = answer.error or "no bullet list in the answer"
-                note = f"brainstorm gave no ideas ({why[:160]}); phase 0 uses a generic task"
+                note = (f"brainstorm: {asked} {'query' if asked == 1 else 'queries'}, no ideas ({clip(why, 160)}); "
+                        "phase 0 uses " + ("the generic directions" if self.s.distinct_directions else "a generic task"))
                 ideas = [GENERIC_IDEA] * n
+            else:
+                k = len(set(ideas))
+                note = f"brainstorm: {asked} {'query' if asked == 1 else 'queries'}, {k} distinct {'idea' if k == 1 else 'ideas'}"
             session.set_status("brainstorm", f"{len(set(ideas))} ideas")
         session.save_state("ideas", {"ideas": ideas, "note": note})
         return ideas, note
 
-    def _plan_phase(self, phase: int, state: SearchState, ideas: Sequence[str]) -> list[dict[str, object]]:
+    def _plan_phase(self, phase: int, state: SearchState, ideas: Sequence[str],
+                    brief: ProblemBrief) -> list[dict[str, object]]:
+        generic = prompts.directions(brief) if self.s.distinct_directions else None
+        brainstormed = [i for i in ideas if i != GENERIC_IDEA]
         if phase == 0:
-            return [{"slot": i, "branch": i, "idea": idea, "parent": None} for i, idea in enumerate(ideas)]
+            if not brainstormed and not self.s.brainstorm:  # the "no IBA" ablation: one generic task
+                tasks = [GENERIC_IDEA] * self.s.num_branches
+            else:
+                tasks = phase0_tasks(brainstormed, self.s.num_branches, generic) or [GENERIC_IDEA] * self.s.num_branches
+            return [{"slot": i, "branch": i, "idea": task, "parent": None} for i, task in enumerate(tasks)]
         lib = library(state.designs, phase - 1, self.s.library)
         rng = random.Random(f"{self.cfg.search.seed}:pike-b:{phase}")
         seeds = select_seeds([*lib, None], self.s.queries_per_phase, self.s, rng)
-        return [{"slot": i, "branch": rank, "idea": None, "parent": seed.id if seed is not None else None}
-                for i, (rank, seed) in enumerate(seeds)]
+        pool = list(dict.fromkeys([*brainstormed, *(generic or ())])) if generic is not None else []
+        dirs = slot_directions(seeds, pool, phase, self.s.queries_per_phase)
+        return [{"slot": i, "branch": rank, "idea": None, "parent": seed.id if seed is not None else None,
+                 "direction": d}
+                for i, ((rank, seed), d) in enumerate(zip(seeds, dirs, strict=True))]
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
         if (exhausted := session.budget_left()) is not None:
@@ -142,31 +204,33 @@ class PikeBPolicy(PikeBase):
         if isinstance(plan, dict) and plan.get("done"):
             phase, plan = phase + 1, None
         if not isinstance(plan, dict):
-            plan = {"slots": self._plan_phase(phase, state, ideas), "done": False}
+            plan = {"slots": self._plan_phase(phase, state, ideas, brief), "done": False}
             session.save_state(f"phase/{phase}", plan)
             session.save_state("current", {"phase": phase})
         views = {v.id: v for v in state.designs}
+        slots = plan["slots"]
+        order = start_order([(int(sl["branch"]), sl.get("parent")) for sl in slots]) if phase else range(len(slots))
         specs = []
-        for slot in plan["slots"]:
+        for slot in (slots[i] for i in order):
             key = f"p{phase}/s{slot['slot']}"
             parent = views.get(str(slot["parent"])) if slot.get("parent") else None
             prompt = (prompts.optimize(brief, str(slot["idea"])) if phase == 0
-                      else prompts.improve(brief, parent))
+                      else prompts.improve(brief, parent, slot.get("direction")))
             specs.append(SlotSpec(key, "optimize", prompt, (parent.id,) if parent else (),
                                   {"phase": phase, "branch": slot["branch"]}))
-        results = await run_slots(session, self.agents(session), brief, specs, max_fix=self.s.max_fix_attempts,
+        outcome = await run_slots(session, self.agents(session), brief, specs, max_fix=self.s.max_fix_attempts,
                                   designs=state.designs)
+        results = outcome.results
         # One pass closes the phase, even one a budget or a failing model cut short (only a
         # killed run leaves a phase open, and the resumed run finishes it).
         session.save_state(f"phase/{phase}", {**plan, "done": True})
-        ok = sum(r.ok for r in results)
-        fixes = sum(r.fixes for r in results)
         parents = tuple(dict.fromkeys(p for s in specs for p in s.parents))
         ids = tuple(dict.fromkeys(i for r in results if r.design_id for i in [r.design_id]))
         notes = [note] if note else []
-        notes.append(f"phase {phase}: {len(specs)} queries, {ok} valid, {fixes} fix rounds")
-        strategy = "phase-0 ideas" if phase == 0 else f"improve top {min(self.s.top_k, len(parents) or 1)}"
-        more = [f"{r.key}: {r.reason}" for r in results if not r.ok][:4]
+        notes.append(f"phase {phase}: {outcome.text()}")
+        seeds = len({sl.get("parent") for sl in slots})
+        strategy = "phase-0 ideas" if phase == 0 else f"improve top {seeds}"
+        more = [f"{r.key}: {clip(r.reason, 120)}" for r in results if not r.ok and not r.not_asked][:4]
         stop = unanswered(results)
         if stop:
             notes.append(stop)
@@ -175,4 +239,3 @@ class PikeBPolicy(PikeBase):
 
     async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
         return None
-

@@ -85,8 +85,9 @@ class PikeOPolicy(PikeBase):
         specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, views, state),
                           (str(ch["parent"]),) if ch.get("parent") else (),
                           {"batch": batch, "island": ch["island"]}) for ch in plan["children"]]
-        results = await run_slots(session, self.agents(session), self.brief(state), specs,
+        outcome = await run_slots(session, self.agents(session), self.brief(state), specs,
                                   max_fix=self.s.max_fix_attempts, designs=state.designs)
+        results = outcome.results
         added = 0
         for ch, r in zip(plan["children"], results, strict=True):
             fb = session.feedback(r.design_id) if r.design_id else None
@@ -96,7 +97,7 @@ class PikeOPolicy(PikeBase):
         moves = db.migrate_due()
         session.save_state("db", {"db": db.to_json(), "batches_done": batch + 1})
         sizes = "/".join(str(len(i.members)) for i in db.islands)
-        note = (f"batch {batch}: {len(specs)} children, {added} valid, {sum(r.fixes for r in results)} fix rounds; "
+        note = (f"batch {batch}: {len(specs)} children, {outcome.text()}; {added} joined the islands; "
                 f"islands {sizes}, archive {len(db.archive)}" + (f", {len(moves)} migrated" if moves else ""))
         stop = unanswered(results)
         parents = tuple(dict.fromkeys(p for s in specs for p in s.parents))

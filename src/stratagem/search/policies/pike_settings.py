@@ -52,6 +52,11 @@ class PikeBSettings(PikeCommon):
     elite_fraction: float = Field(default=0.3, ge=0.0, le=1.0)
     """`elite-diverse`: the share of queries seeded from the top `top_k`, the rest at random."""
     tournament_size: int = Field(default=3, ge=1)
+    distinct_directions: bool = True
+    """Slots that improve one seed in one phase each get a distinct direction (the brainstorm's
+    ideas, then generic ones), and phase 0 fills branches the brainstorm left without an idea
+    with generic directions. False: the paper's identical prompts (and ideas repeated to fill
+    the branches), which relies on sampling temperature for variety."""
 
 
 Preset = Literal["paper", "mut", "mut-npar", "mut-npar-1isl", "mut-npar-1isl-eo", "mut-npar-1isl-eo-sl"]

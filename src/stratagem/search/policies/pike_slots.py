@@ -49,7 +49,8 @@ class SlotResult:
     """The slot's last design (None: no design, e.g. the budget ran out before its query)."""
     ok: bool
     queries: int
-    """Queries this invocation asked for the slot (a resumed slot counts only its new ones)."""
+    """Queries this invocation sent for the slot (a resumed slot counts only its new ones; a
+    query the budget refused before it was sent is not one)."""
     fixes: int
     """Fix rounds the slot used in all (stored ones included)."""
     reason: str
@@ -59,6 +60,53 @@ class SlotResult:
     """False when no query of this invocation got an answer (a resumed, finished slot: True)."""
     source: str = ""
     """The last design's source."""
+    restated: bool = False
+    """The slot's last design only restated one evaluated before (the run linked it to that
+    design's verdict)."""
+
+    @property
+    def writer_failed(self) -> bool:
+        """A query was sent and brought no answer (a transport error, a refusal, a limit)."""
+        return any(k != "budget" for k in self.error_kinds)
+
+    @property
+    def not_asked(self) -> bool:
+        """No query was sent for the slot and it has no design: a budget left it nothing."""
+        return self.queries == 0 and self.design_id is None and not self.ok
+
+
+@dataclass(frozen=True)
+class PhaseOutcome:
+    """What running a phase's (or batch's) slots did."""
+
+    results: list[SlotResult]
+    queries: int
+    """Queries the phase was charged (every request sent, transport retries included)."""
+    granted: int
+    """Queries its reservation held."""
+
+    def counts(self) -> dict[str, int]:
+        """What the notes say: queries, first queries and fixes sent, valid designs (distinct;
+        those that only restated an earlier one apart), writer failures, slots the budget left
+        unasked."""
+        r = self.results
+        valid = {x.design_id for x in r if x.ok and x.design_id and not x.restated}
+        return {"queries": self.queries, "slots": len(r), "valid": len(valid),
+                "restated": sum(x.ok and x.restated for x in r), "writer_failures": sum(x.writer_failed for x in r),
+                "not_asked": sum(x.not_asked for x in r), "fixes": sum(x.fixes for x in r)}
+
+    def text(self) -> str:
+        """`10 queries (6 first, 4 fixes): 3 valid designs, 1 restating an earlier design, ...`."""
+        c = self.counts()
+        parts = [f"{c['queries']} {'query' if c['queries'] == 1 else 'queries'}",
+                 f"{c['valid']} valid {'design' if c['valid'] == 1 else 'designs'}"]
+        if c["restated"]:
+            parts.append(f"{c['restated']} restating an earlier design")
+        parts.append(f"{c['fixes']} fix {'round' if c['fixes'] == 1 else 'rounds'}")
+        parts.append(f"{c['writer_failures']} writer {'failure' if c['writer_failures'] == 1 else 'failures'}")
+        if c["not_asked"]:
+            parts.append(f"{c['not_asked']} of {c['slots']} slots not asked (no budget left)")
+        return ", ".join(parts)
 
 
 def slot_history(designs: Sequence[DesignView], key: str) -> list[DesignView]:
@@ -91,12 +139,15 @@ async def run_slot(
             fb = Feedback(history[-1].id, history[-1].status, history[-1].report)
         prompt = prompts.fix(brief, last_source, fb)
     asked = 0
+    turns = 0
 
     async def write(text: str, _tokens_left: int | None) -> Written:
-        nonlocal last_source, asked
-        role = spec.role if first_round + asked == 0 else "fix"
-        asked += 1
+        nonlocal last_source, asked, turns
+        role = spec.role if first_round + turns == 0 else "fix"
+        turns += 1
         w = await agents.write(role, text, tickets)
+        if w.error_kind != "budget":
+            asked += 1
         if w.source is not None:
             last_source = w.source
         return w
@@ -118,24 +169,79 @@ async def run_slot(
     last = res.design_ids[-1] if res.design_ids else (history[-1].id if history else None)
     fixes = max(0, first_round + res.attempts - 1)
     answered = res.attempts > 0 or asked == 0
-    return SlotResult(spec.key, last, res.ok, asked, fixes, res.reason, res.error_kinds, answered, last_source)
+    restated = res.feedback is not None and res.feedback.duplicate_of is not None
+    return SlotResult(spec.key, last, res.ok, asked, fixes, res.reason, res.error_kinds, answered, last_source,
+                      restated)
+
+
+class TicketPool:
+    """A phase's reserved queries, handed to its slots in turn: a slot starts once the pool
+    can give it its whole allowance (its first query and every fix round it may need), so a
+    failing candidate is never left without its fixes because other slots' first queries took
+    them; unused tickets come back when a slot ends. When nothing runs and less than a whole
+    allowance is left, the next slot gets what there is (the run's last queries)."""
+
+    def __init__(self, granted: int) -> None:
+        self.free = granted
+        self.running = 0
+        self.turn = 0
+        self.cond = asyncio.Condition()
+
+    async def claim(self, position: int, need: int) -> Tickets:
+        async with self.cond:
+            await self.cond.wait_for(lambda: self.turn == position and (
+                self.free >= need or self.running == 0))
+            got = min(need, self.free)
+            self.free -= got
+            self.turn += 1
+            if got:
+                self.running += 1
+            self.cond.notify_all()
+            return Tickets(got)
+
+    async def release(self, tickets: Tickets) -> None:
+        async with self.cond:
+            if tickets.granted:
+                self.running -= 1
+            self.free += tickets.left
+            self.cond.notify_all()
 
 
 async def run_slots(
     session: Session, agents: PikeAgents, brief: ProblemBrief, specs: Sequence[SlotSpec], *,
     max_fix: int, designs: Sequence[DesignView], worker_prefix: str = "",
-) -> list[SlotResult]:
-    """Run every slot at once under one reservation of (1 + max_fix) queries per slot: the
-    phase never takes the run past its query budget, however its queries interleave."""
+) -> PhaseOutcome:
+    """Run the slots under one reservation of (1 + max_fix) queries per slot, started in the
+    order given: at once while the reservation covers each slot's whole allowance, then as
+    earlier slots end and return what they did not use (`TicketPool`). The phase never takes
+    the run past its query budget, however its queries interleave, and a failing candidate
+    keeps the fix rounds the docs promise (docs/pike.md)."""
     todo = [(s, slot_history(designs, s.key)) for s in specs]
-    need = sum(max(0, 1 + max_fix - len(h)) for s, h in todo
-               if not (h and h[-1].status in ACCEPTED))
-    with session.reserve(need) as r:
-        tickets = Tickets.of(r)
+    needs = [0 if (h and h[-1].status in ACCEPTED) else max(0, 1 + max_fix - len(h)) for s, h in todo]
+    with session.reserve(sum(needs)) as r:
+        pool = TicketPool(r.granted)
+        order = [i for i, n in enumerate(needs) if n > 0]
+        position = {i: k for k, i in enumerate(order)}
+
+        async def one(i: int) -> SlotResult:
+            s, h = todo[i]
+            if needs[i] == 0:
+                return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=Tickets(0), history=h,
+                                      worker=f"{worker_prefix}{s.key}")
+            tickets = await pool.claim(position[i], needs[i])
+            if not tickets.granted:
+                return SlotResult(s.key, h[-1].id if h else None, False, 0, max(0, len(h) - 1),
+                                  "not asked: the phase's queries were used", ("budget",), True,
+                                  h[-1].source if h else "")
+            try:
+                return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=tickets, history=h,
+                                      worker=f"{worker_prefix}{s.key}")
+            finally:
+                await pool.release(tickets)
+
         try:
             async with asyncio.TaskGroup() as tg:  # broken infrastructure in one cancels the others
-                tasks = [tg.create_task(run_slot(session, agents, brief, s, max_fix=max_fix, tickets=tickets,
-                                                 history=h, worker=f"{worker_prefix}{s.key}")) for s, h in todo]
+                tasks = [tg.create_task(one(i)) for i in range(len(todo))]
         except BaseExceptionGroup as eg:
             raise eg.exceptions[0] from None
-        return [t.result() for t in tasks]
+        return PhaseOutcome([t.result() for t in tasks], r.used, r.granted)
