@@ -25,7 +25,7 @@ from stratagem.agents.calls import AgentRuntime
 from stratagem.agents.models import RoleModels
 from stratagem.config import AgentsConfig, load_config
 from stratagem.core.design import Design
-from stratagem.core.search import AgentCall, DesignView, Feedback, SearchState
+from stratagem.core.search import AgentCall, DesignView, Feedback, Remaining, SearchState
 from stratagem.domains.pytorch.problem import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +52,7 @@ class FakeSession:
     calls: list[AgentCall] = field(default_factory=list)
     statuses: list[tuple[str, str]] = field(default_factory=list)
     exhausted: str | None = None
+    remaining: Remaining = field(default_factory=Remaining)
 
     async def evaluate(
         self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
@@ -70,6 +71,9 @@ class FakeSession:
 
     def budget_left(self) -> str | None:
         return self.exhausted
+
+    def budget_remaining(self) -> Remaining:
+        return self.remaining
 
     def set_status(self, worker: str, status: str) -> None:
         self.statuses.append((worker, status))

@@ -70,16 +70,15 @@ def test_analyst_tools_read_diff_and_search(tmp_path: Path) -> None:
     results: dict[str, list[str]] = {}
 
     def final(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
-        for name in ("read_design", "diff_designs", "search_docs", "write_file", "read_file"):
+        for name in ("read_design", "diff_designs", "search_docs"):
             results[name] = tool_returns(m, name)
+        results["offered"] = sorted(t.name for t in i.function_tools)
         return text("A differs from B in y")
 
     model = scripted(
         lambda m, i: call_tool("read_design", {"design_id": "b1b2c3"}),
         lambda m, i: call_tool("diff_designs", {"a": "a1b2c3d4", "b": "b1b2c3d4"}),
         lambda m, i: call_tool("search_docs", {"query": "coalesced warp loads"}),
-        lambda m, i: call_tool("write_file", {"path": "../escape.txt", "content": "x"}),
-        lambda m, i: call_tool("read_file", {"path": "/etc/passwd"}),
         final,
     )
     rt = runtime({"analyst": model})
@@ -88,8 +87,8 @@ def test_analyst_tools_read_diff_and_search(tmp_path: Path) -> None:
     assert "[load] boom" in results["read_design"][0] and "y = 3" in results["read_design"][0]
     assert "-y = 2" in results["diff_designs"][0] and "+y = 3" in results["diff_designs"][0]
     assert results["search_docs"][0].startswith("[1] guide/memory.md")
-    assert results["write_file"][0].startswith("error:") and not (tmp_path / "escape.txt").exists()
-    assert results["read_file"][0].startswith("error:")
+    # only the tools it has a use for (issue 24): no work directory or scratchpad
+    assert results["offered"] == ["compare_designs", "diff_designs", "read_design", "search_docs"]
 
 
 def test_analyst_failure_is_an_answer_not_an_exception(tmp_path: Path) -> None:

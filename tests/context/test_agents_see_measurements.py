@@ -74,7 +74,8 @@ def test_the_context_and_read_design_show_what_the_harness_measured():
     assert (m.runtime_q1_ms, m.runtime_q3_ms, m.reference_ms, m.pairs, m.compile_s) == (0.24, 0.27, 1.0, 12, 82.5)
     for text in (render.render_design(v), describe_design(v)):
         assert "4.00x [3.90, 4.10] vs eager" in text
-        assert "timed: quartiles 0.24-0.27 ms over 12 block pairs; eager beside it 1 ms" in text
+        assert ("its own evaluation: design 0.25 ms, eager 1 ms timed beside it (medians; quartiles "
+                "0.24-0.27 ms, 12 block pairs)") in text
         assert "load and compile: 82.5 s" in text
         assert "error vs reference: max abs 3e-06, max rel 1e-05" in text
         assert "relu_fused_kernel 210 us" in text
@@ -94,7 +95,7 @@ def test_the_first_strategist_prompt_has_the_reference_timings(tmp_path):
     from agent_fakes_path import first_prompt_of_a_run
 
     prompt = first_prompt_of_a_run(tmp_path)
-    assert "Reference timings (ms): eager 1, compile 0.8" in prompt
+    assert "Reference timings (ms, this invocation's baseline, timed before its first iteration): eager 1, compile 0.8" in prompt
     assert "not measured yet" not in prompt
 
 

@@ -55,28 +55,68 @@ def test_groups_counts_and_disjointness() -> None:
     assert set(c.ids_by_group()) == {"best", "worst", "recent", "failed"}
 
 
-def test_a_best_design_is_not_repeated_as_recent() -> None:
-    # the newest design is also the fastest: it is shown once, as a best
+def ids(views) -> list[str]:
+    return [d.id[:3] for d in views]
+
+
+def test_the_newest_design_is_a_best_and_the_recent_section_names_it() -> None:
+    # the newest design is also the fastest: shown in full once, as a best, and named first in
+    # the most recent section, which then shows the next newest (issue 24: "most recent" listed
+    # the first iteration's designs while the newest were under "best", unsaid)
     designs = [valid(1, 5.0), valid(2, 4.0), valid(3, 1.0)]
-    c = curate(run_state(designs), ContextConfig(best=1, worst=0, recent=2, failed=0),
-               random.Random(0))
-    assert [d.id[:3] for d in c.best] == ["v03"]
-    assert [d.id[:3] for d in c.recent] == ["v02", "v01"]
+    c = curate(run_state(designs), ContextConfig(best=1, worst=0, recent=2, failed=0), random.Random(0))
+    assert ids(c.best) == ["v03"]
+    assert ids(c.recent) == ["v02", "v01"]
+    assert [i[:3] for i in c.newest] == ["v03", "v02", "v01"]
 
 
-def test_small_runs_fill_what_they_can_and_the_best_do_not_empty_the_recent() -> None:
-    # two valid designs and P=3: only the faster half is shown as best, the other as recent
-    c = curate(run_state([valid(1, 2.0), valid(2, 1.0)]),
-               ContextConfig(best=3, worst=2, recent=2, failed=2), random.Random(0))
-    assert [d.id[:3] for d in c.best] == ["v02"] and [d.id[:3] for d in c.recent] == ["v01"]
-    assert not c.worst and not c.failed
-    # with more designs than P+R, recent is filled before worst, never emptied by best
-    many = [valid(i, 1.0 + i) for i in range(1, 9)]
-    c = curate(run_state(many), ContextConfig(best=5, worst=5, recent=2, failed=0), random.Random(0))
-    assert len(c.best) == 4 and len(c.recent) == 2 and len(c.worst) == 2
-    assert not set(c.ids_by_group()["best"]) & set(c.ids_by_group()["recent"])
+def test_a_slow_design_is_a_worst_not_swallowed_by_the_recent_section() -> None:
+    # issue 24: "0 worst" was shown while a design slower than eager existed; the recent section
+    # had taken it. Worst is chosen before recent now.
+    designs = [valid(1, 2.0), valid(2, 12.0), valid(3, 1.0)]  # v02 slower than eager (10/12)
+    c = curate(run_state(designs), ContextConfig(best=3, worst=2, recent=2, failed=2), random.Random(0))
+    assert ids(c.best) == ["v03", "v01"]  # the better half (of 3: 2)
+    assert ids(c.worst) == ["v02"]
+    assert c.recent == () and [i[:3] for i in c.newest] == ["v03", "v02", "v01"]  # all named, none new
+    assert c.worst[0].speedup is not None and c.worst[0].speedup < 1
+
+
+def test_worst_takes_the_lowest_valid_then_the_oldest_failures() -> None:
+    designs = [valid(1, 1.0), failed(2), valid(3, 2.0), failed(4, "error"), failed(5), valid(6, 4.0)]
+    cfg = ContextConfig(best=1, worst=4, recent=1, failed=1)
+    c = curate(run_state(designs), cfg, random.Random(0))
+    assert ids(c.best) == ["v01"]
+    assert ids(c.worst) == ["v06", "v03", "f02", "f04"]  # lowest ratio first, then failures, oldest first
+    assert ids(c.recent) == ["f05"] and [i[:3] for i in c.newest] == ["v06", "f05"]
+    assert c.failed == ()  # no failure left to draw
+
+
+def test_unstable_designs_are_valid_and_rank_among_the_worst() -> None:
+    shaky = DesignView("u07" + "0" * 61, "# shaky", "unstable", 7, runtime_ms=20.0, speedup=0.5,
+                       speedup_low=0.2, speedup_high=1.4, created_at=7.0)
+    designs = [valid(1, 1.0), valid(2, 2.0), shaky, failed(8)]
+    c = curate(run_state(designs), ContextConfig(best=1, worst=1, recent=1, failed=1), random.Random(0))
+    assert ids(c.best) == ["v01"] and ids(c.worst) == ["u07"]  # not ranked, but valid and the slowest
+    assert ids(c.recent) == ["f08"] and ids(c.failed) == []
+
+
+def test_every_section_on_a_known_store() -> None:
+    # ten valid designs (v01 slowest ... v10 fastest, created in that order), seven failures
+    # after them: each section's contents are known
+    c = curate(run_state(mixed()), ContextConfig(best=3, worst=2, recent=3, failed=2), random.Random(7))
+    assert ids(c.best) == ["v10", "v09", "v08"]
+    assert ids(c.worst) == ["v01", "v02"]
+    assert ids(c.recent) == ["f17", "f16", "f15"] and [i[:3] for i in c.newest] == ["f17", "f16", "f15"]
+    assert len(c.failed) == 2 and {d.id[:3] for d in c.failed} <= {"f11", "f12", "f13", "f14"}
+    shown = [d.id for d in c.designs]
+    assert len(shown) == len(set(shown)) == 10  # one section each
+    # a run whose newest designs are the best: the recent section names them, then shows older ones
+    late = [valid(i, 20.0 - i) for i in range(1, 6)] + [failed(6)] + [valid(i, 1.0 / i) for i in range(7, 9)]
+    c = curate(run_state(late), ContextConfig(best=2, worst=1, recent=2, failed=1), random.Random(0))
+    assert ids(c.best) == ["v08", "v07"] and ids(c.worst) == ["v01"]
+    assert [i[:3] for i in c.newest] == ["v08", "v07", "f06", "v05"] and ids(c.recent) == ["f06", "v05"]
     empty = curate(run_state([]), ContextConfig(), random.Random(0))
-    assert empty.designs == () and empty.total == 0
+    assert empty.designs == () and empty.total == 0 and empty.newest == ()
 
 
 def test_failed_sample_is_deterministic_per_seed() -> None:

@@ -1,9 +1,9 @@
 """Owns the Analyst: the Strategist's child agent that reads, diffs and searches docs, and the
 reviewer of designs that look too good to be true.
 
-Tools (besides the base work-directory and scratchpad tools): `read_design(design_id)`,
-`diff_designs(a, b)` (a unified diff), `compare_designs(a, b)` (their measurements side by side)
-and `search_docs(query)`. Design ids may be given by any
+Tools: `read_design(design_id)`, `diff_designs(a, b)` (a unified diff), `compare_designs(a, b)`
+(their measurements side by side) and `search_docs(query)`; no file or scratchpad tools (it
+answers one question from the designs, and nothing reads a file it would write). Design ids may be given by any
 unique prefix. `ask_analyst` answers one question (text); `review_design` returns a `Review`.
 Failures come back as data: an unanswered question as a sentence saying why, a failed review
 as a non-cheating `Review` whose reason says the review could not be made.
@@ -21,7 +21,7 @@ from pydantic_ai.models import Model
 
 from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.docs import DocIndex, format_hits
-from stratagem.agents.tools import BaseDeps, base_toolset
+from stratagem.agents.tools import BaseDeps
 from stratagem.context import render
 from stratagem.context.curate import compress_report
 from stratagem.core.search import DesignView, Review
@@ -134,7 +134,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
 
     @ts.tool
     def read_design(ctx: RunContext[AnalystDeps], design_id: str) -> str:
-        """Show one design: its verdict, lineage, full source and failure report.
+        """Show one design in full: its verdict, lineage, measurements, source and failure report.
 
         Args:
             design_id: the id shown, or a unique prefix of at least 6 characters.
@@ -144,7 +144,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
 
     @ts.tool
     def diff_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
-        """Show a unified diff from design `a` to design `b`.
+        """Show what changed from design `a` to design `b` (a unified diff of their sources).
 
         Args:
             a: the first design's id (or unique prefix).
@@ -166,7 +166,8 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
 
     @ts.tool
     def search_docs(ctx: RunContext[AnalystDeps], query: str) -> str:
-        """Search the documentation (keyword and similarity ranking); returns the best snippets.
+        """Search the problem's documentation (keyword and similarity ranking) for facts about an
+        API, a device or a technique; returns the best snippets.
 
         Args:
             query: a few words describing what you look for.
@@ -183,7 +184,7 @@ def build_analyst(*, output_retries: int = 2, model: Model | None = None) -> Age
     return Agent(
         model, output_type=str, deps_type=AnalystDeps, name="analyst",
         instructions=render.instructions("analyst"),
-        toolsets=[base_toolset(), analyst_toolset()],
+        toolsets=[analyst_toolset()],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
@@ -195,7 +196,7 @@ def build_reviewer(
     return Agent(
         model, output_type=ReviewOutput, deps_type=AnalystDeps, name="reviewer",
         instructions=render.instructions("review"),
-        toolsets=[base_toolset(), analyst_toolset()],
+        toolsets=[analyst_toolset()],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 

@@ -3,8 +3,10 @@
 Its output is a `PlanOutput` (strategy, evidence ids, rationale, shared instructions, and one
 distinct variant per Implementor). An output
 validator resolves the cited ids (full or unique prefixes) against the curated context and
-checks the evidence fits the strategy; anything wrong is sent back as a retry. With the Analyst
-enabled it has an `ask_analyst(question)` tool that runs the Analyst as a child agent.
+checks the evidence fits the strategy; anything wrong is sent back as a retry. Its only tool,
+with the Analyst enabled, is `ask_analyst(question)`, which runs the Analyst as a child agent;
+it gets no file or scratchpad tools (its work directory would be new and empty each iteration,
+and nothing reads what it writes there).
 `plan_iteration` returns the plan, or None with the reason (a failure is data).
 """
 
@@ -19,7 +21,7 @@ from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.models import Model
 
 from stratagem.agents.calls import AgentRuntime, CallOutcome, run_agent
-from stratagem.agents.tools import BaseDeps, base_toolset
+from stratagem.agents.tools import BaseDeps
 from stratagem.context import render
 from stratagem.context.curate import Curated
 from stratagem.core.search import Plan
@@ -100,11 +102,10 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
 def build_strategist(
     *, analyst: bool, output_retries: int = 2, model: Model | None = None
 ) -> Agent[StrategistDeps, PlanOutput]:
-    """A fresh Strategist; with `analyst`, it gets the `ask_analyst` tool."""
+    """A fresh Strategist; with `analyst`, it gets the `ask_analyst` tool (and no other)."""
     agent: Agent[StrategistDeps, PlanOutput] = Agent(
         model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
         instructions=render.instructions("strategist", analyst=analyst),
-        toolsets=[base_toolset()],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
@@ -116,10 +117,12 @@ def build_strategist(
 
         @agent.tool
         async def ask_analyst(ctx: RunContext[StrategistDeps], question: str) -> str:
-            """Ask the Analyst, who can read designs in full, diff them and search the docs.
+            """Ask the Analyst a question before you decide: it reads any design in full, diffs
+            two designs, compares what the harness measured of them and searches the
+            documentation, and answers in a few paragraphs.
 
             Args:
-                question: a specific question.
+                question: a specific question (name the designs by id).
             """
             if ctx.deps.ask is None:
                 return "the Analyst is not available"
@@ -149,13 +152,16 @@ async def plan_iteration(
     *,
     iteration: int,
     implementors: int = 1,
+    budget: render.BudgetBrief | None = None,
 ) -> StrategistResult:
-    """Run the Strategist once on the curated context, for `implementors` Implementors."""
+    """Run the Strategist once on the curated context, for `implementors` Implementors, told
+    the run's `budget` (what is spent and left, and whether this is the last iteration)."""
     deps.known_ids = curated.ids
     deps.implementors = implementors
     deps.failed_ids = tuple(d.id for d in curated.designs if d.status != "valid")
     agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries)
-    prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors)
+    prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors,
+                                      budget=budget)
     outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)
     out = outcome.output
     if not outcome.ok or out is None:

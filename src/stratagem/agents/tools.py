@@ -1,9 +1,12 @@
-"""Owns the base tools every agent gets: a sandboxed work directory and a planning scratchpad.
+"""Owns the base tools of an agent that works over several turns (the Implementor): a sandboxed
+work directory and a planning scratchpad. Roles with no use for them (the Strategist, the
+Analyst, PIKE's one-shot agents) are not offered them.
 
 The work directory confines `read_file`, `write_file` and `list_files` to one folder: absolute
 paths, `..` components and symlinks leading outside are refused. The scratchpad keeps short notes
-for the length of one agent's life. Tool failures come back to the model as text (it can correct
-itself); they never raise out of a run.
+for the length of one agent's life. Each tool's description says what it is for (a version
+kept before a risky change survives the conversation being summarized). Tool failures come
+back to the model as text (it can correct itself); they never raise out of a run.
 """
 
 from __future__ import annotations
@@ -101,7 +104,8 @@ def base_toolset() -> FunctionToolset[Any]:
 
     @ts.tool
     def read_file(ctx: RunContext[BaseDeps], path: str) -> str:
-        """Read a text file from your work directory.
+        """Read back a file you wrote to your private work directory (a version of your code you
+        kept, say). Nothing there is evaluated: only your answer is.
 
         Args:
             path: a path relative to the work directory.
@@ -113,7 +117,9 @@ def base_toolset() -> FunctionToolset[Any]:
 
     @ts.tool
     def write_file(ctx: RunContext[BaseDeps], path: str, content: str) -> str:
-        """Write a text file in your work directory (replacing it if it exists).
+        """Keep a file in your private work directory (replacing it if it exists): for example a
+        version that passed before you try a risky change, since a long conversation is
+        summarized and older code in it may be dropped. Nothing there is evaluated.
 
         Args:
             path: a path relative to the work directory.
@@ -127,7 +133,7 @@ def base_toolset() -> FunctionToolset[Any]:
 
     @ts.tool
     def list_files(ctx: RunContext[BaseDeps], path: str = ".") -> str:
-        """List the files in your work directory (or a folder in it).
+        """List the files you kept in your private work directory (or a folder in it).
 
         Args:
             path: a folder relative to the work directory.
@@ -140,7 +146,8 @@ def base_toolset() -> FunctionToolset[Any]:
 
     @ts.tool
     def note(ctx: RunContext[BaseDeps], text: str) -> str:
-        """Add a note to your planning scratchpad.
+        """Add a note to your planning scratchpad: what you tried, what failed and why, what to
+        try next; it lasts for this conversation, across attempts and summaries.
 
         Args:
             text: the note.
@@ -152,7 +159,7 @@ def base_toolset() -> FunctionToolset[Any]:
 
     @ts.tool
     def read_notes(ctx: RunContext[BaseDeps]) -> str:
-        """Read your planning scratchpad."""
+        """Read your planning scratchpad (the notes you added in this conversation)."""
         notes = ctx.deps.notes
         return "\n".join(f"{i}. {n}" for i, n in enumerate(notes, 1)) if notes else "(no notes)"
 

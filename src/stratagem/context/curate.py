@@ -1,11 +1,20 @@
 """Owns AUTO's context curation: which earlier designs the Strategist sees, and in how much text.
 
-From every evaluated design it picks P best (highest paired speedup, at most the faster half of
-the valid designs), R most recent, F random failed designs (`invalid`, `error` or `flagged`) and
-Q worst (lowest); the groups are disjoint and chosen in that order, so a design shown as a best
-is not shown again as recent, and the best cannot empty the recent set. Failure reports
-are compressed, and the whole selection is fitted to a token budget (about 4 characters per
-token) by shortening sources and then dropping the lowest-priority designs.
+Four sections, each what its name says, and a design is shown in full in one of them only:
+
+- **best**: the P highest paired ratios among the ranked designs (valid, stably timed), at most
+  the better half of them, so a slow design is never shown as a best one;
+- **worst**: the Q lowest paired ratios among the other valid designs (unstable ones included:
+  they are valid), then, when fewer than Q remain, the oldest designs that did not pass;
+- **most recent**: the newest designs, newest first, until R not shown elsewhere are in it;
+  a newer design already shown as a best or a worst is named there (`Curated.newest`), so
+  the section never passes over the newest designs;
+- **failed**: F designs drawn at random from the other failures (`invalid`, `error`,
+  `flagged`, `needs_gpu`).
+
+Failure reports are compressed, and the whole selection is fitted to a token budget (about 4
+characters per token) by shortening sources and then dropping the lowest-priority designs
+(worst, then failed, then recent; the best last).
 
 Pure functions over records; the randomness comes from an explicit `random.Random`.
 """
@@ -19,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from stratagem.config import ContextConfig
-from stratagem.core.search import DesignView, SearchState, ranked
+from stratagem.core.search import MEASURED, DesignView, SearchState, ranked
 
 Group = Literal["best", "worst", "recent", "failed"]
 GROUPS: tuple[Group, ...] = ("best", "worst", "recent", "failed")
@@ -53,13 +62,16 @@ class Curated:
     """The designs chosen for one Strategist prompt, per group, in display order."""
 
     best: tuple[DesignView, ...] = ()
-    """Fastest valid first."""
+    """Highest paired ratio first."""
     worst: tuple[DesignView, ...] = ()
-    """Slowest valid first."""
+    """Lowest paired ratio first, then failures, oldest first."""
     recent: tuple[DesignView, ...] = ()
-    """Newest first."""
+    """Newest first: the designs the most recent section shows in full."""
     failed: tuple[DesignView, ...] = ()
     """In the random order they were drawn."""
+    newest: tuple[str, ...] = ()
+    """The most recent section in order, newest first: the ids of `recent` and of the newer
+    designs shown in full in another section, which it names (every id is in a group)."""
     total: int = 0
     """How many designs the run had to choose from."""
     dropped_ids: tuple[str, ...] = ()
@@ -117,10 +129,10 @@ def curate(
         cfg: counts (P, Q, R, F), token budget and failure-report size.
         rng: the only source of randomness (which failed designs are drawn).
         reserved_chars: characters of the budget taken by the rest of the prompt; default: the
-            problem's source plus `TEMPLATE_OVERHEAD_CHARS`.
+            problem's source and its rules plus `TEMPLATE_OVERHEAD_CHARS`.
     """
     designs = list(state.designs)
-    by_speed = ranked(designs)  # highest paired speedup first
+    order = {id(d): i for i, d in enumerate(designs)}
     chosen: set[str] = set()
 
     def take(pool: Sequence[DesignView], n: int) -> list[DesignView]:
@@ -133,16 +145,28 @@ def curate(
                 chosen.add(d.id)
         return out
 
-    # "Best" is at most the faster half of the valid designs, so a slow design is never shown
-    # as a best one; the recent set is chosen next, so P cannot empty it (the R most recent
-    # designs not already shown), then the failed and the worst.
+    def age(d: DesignView) -> tuple[float, int]:
+        return (d.created_at, order[id(d)])
+
+    by_speed = ranked(designs)  # highest paired ratio first
     best = take(by_speed, min(cfg.best, (len(by_speed) + 1) // 2))
-    order = {id(d): i for i, d in enumerate(designs)}
-    newest_first = sorted(designs, key=lambda d: (d.created_at, order[id(d)]), reverse=True)
-    recent = take(newest_first, cfg.recent)
+    timed = [d for d in designs if d.status in MEASURED and d.speedup is not None]
+    lowest = sorted(timed, key=lambda d: (d.speedup or 0.0, age(d)))
+    failures = sorted((d for d in designs if d.status in FAILED_STATUSES), key=age)
+    worst = take(lowest, cfg.worst)
+    worst += take(failures, cfg.worst - len(worst))
+    newest_first = sorted(designs, key=age, reverse=True)
+    recent: list[DesignView] = []
+    newest: list[str] = []
+    for d in newest_first:
+        if len(recent) >= cfg.recent:
+            break
+        if d.id not in chosen:
+            recent.append(d)
+            chosen.add(d.id)
+        newest.append(d.id)
     failed_pool = [d for d in designs if d.status in FAILED_STATUSES and d.id not in chosen]
     failed = take(rng.sample(failed_pool, min(cfg.failed, len(failed_pool))), cfg.failed)
-    worst = take(list(reversed(by_speed)), cfg.worst)
 
     picks = [
         *(_Pick("best", d) for d in best),
@@ -155,7 +179,7 @@ def curate(
     reserved = (
         reserved_chars
         if reserved_chars is not None
-        else len(state.problem.source) + TEMPLATE_OVERHEAD_CHARS
+        else len(state.problem.source) + sum(len(r) + 3 for r in state.rules) + TEMPLATE_OVERHEAD_CHARS
     )
     budget = max(cfg.token_budget * CHARS_PER_TOKEN - reserved, 0)
     _fit(picks, budget)
@@ -173,6 +197,7 @@ def curate(
         worst=group("worst"),
         recent=group("recent"),
         failed=group("failed"),
+        newest=tuple(i for i in newest if i in {p.view.id for p in kept}),
         total=len(designs),
         dropped_ids=tuple(p.view.id for p in picks if p.dropped),
         truncated_ids=tuple(p.view.id for p in kept if p.truncated),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stratagem.context.render import ProblemBrief, fill, short_id
+from stratagem.context.render import ProblemBrief, design_summary, fill, short_id, timing_lines
 from stratagem.core.search import DesignView, Feedback
 
 ERROR_TAIL_CHARS = 10_000
@@ -53,18 +53,20 @@ def directions(brief: ProblemBrief) -> list[str]:
 def _common(brief: ProblemBrief) -> dict[str, str]:
     v = brief.values()
     statement = fill("pike", "problem_statement", environment=v["environment"], integrity=v["integrity"],
-                     reference_ms=v["reference_ms"], tolerances=v["tolerances"])
+                     reference_ms=v["reference_ms"], tolerances=v["tolerances"], rules=v["rules"])
     example = fill("pike", "example_cpu" if brief.device.startswith("cpu") else "example_gpu")
     return {"problem_statement": statement, "example": example, "problem_name": v["problem_name"],
-            "problem_source": v["problem_source"]}
+            "problem_source": v["problem_source"], "numbers": v["numbers"]}
 
 
 def performance(view: DesignView | None) -> str:
-    """A design's measured numbers, as the prompts show them."""
+    """A design's measured numbers, as every prompt shows them (`render.design_summary`): its
+    paired ratio over eager with the interval and where it stands, its time beside the eager
+    time of its own evaluation, and the chained ratio against torch.compile marked as such."""
     if view is None or view.speedup is None:
         return "not measured"
-    ms = f", {view.runtime_ms:.4g} ms" if view.runtime_ms is not None else ""
-    return f"{view.speedup_text()} vs eager, paired{ms}"
+    compile_line = next((line for line in timing_lines(view) if line.startswith("vs torch.compile")), "")
+    return design_summary(view).removeprefix(f"{view.status}, ") + (f"; {compile_line}" if compile_line else "")
 
 
 def brainstorm(brief: ProblemBrief, n_ideas: int) -> str:

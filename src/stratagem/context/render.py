@@ -14,13 +14,22 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from string import Template
-from typing import Any
+from typing import Any, Literal
 
-from stratagem.context.curate import Curated, compress_report
-from stratagem.core.search import DesignView, Feedback, Plan, SearchState
+from stratagem.config import SearchConfig
+from stratagem.context.curate import Curated, Group, compress_report
+from stratagem.core.search import (
+    DesignView,
+    Feedback,
+    Plan,
+    Remaining,
+    SearchState,
+    ratio_text,
+    standing,
+)
 
 ROLES = ("strategist", "analyst", "implementor", "implementor_feedback", "review", "summarizer")
 """One template file per role (plus `design`, the block every design is shown in)."""
@@ -65,6 +74,12 @@ class ProblemBrief:
     """What the harness reported about the machine (device name, versions, ISA...)."""
     dtypes: tuple[str, ...] = ()
     """The problem's input dtypes, when known."""
+    correctness: str = "fixed"
+    """The correctness mode in force (`fixed`: the tolerances; `calibrated`: measured against a
+    float64 anchor, so the tolerances above are not what decides)."""
+    rules: tuple[str, ...] = ()
+    """Every rule the harness enforces, one line each (`SearchState.rules`, from the domain's
+    tables): every prompt of a role that plans or writes code states them."""
 
     @classmethod
     def from_state(cls, state: SearchState, integrity: str = "lenient") -> ProblemBrief:
@@ -76,6 +91,8 @@ class ProblemBrief:
             tolerances=dict(state.tolerances),
             integrity=integrity,
             environment=dict(state.environment),
+            correctness=state.correctness_mode,
+            rules=tuple(state.rules),
         )
 
     def values(self) -> dict[str, str]:
@@ -86,8 +103,18 @@ class ProblemBrief:
             "environment": environment_text(self.device, self.environment),
             "integrity": self.integrity,
             "reference_ms": _timings(self.reference_ms),
-            "tolerances": _tolerances(self.tolerances),
+            "tolerances": _tolerances(self.tolerances, self.correctness),
+            "rules": rules_text(self),
+            "numbers": fill("design", "numbers"),
         }
+
+
+def rules_text(problem: ProblemBrief) -> str:
+    """The rules block every prompt of a role that plans or writes code carries: each rule the
+    harness enforces, generated from the tables the checks run from (the domain's)."""
+    if not problem.rules:
+        return fill("design", "rules_none", integrity=problem.integrity)
+    return fill("design", "rules", rules="\n".join(f"- {r}" for r in problem.rules))
 
 
 def environment_text(device: str, env: Mapping[str, Any]) -> str:
@@ -124,7 +151,9 @@ def _timings(ref: Mapping[str, float | None]) -> str:
     return ", ".join(f"{k} {v:.4g}" if v is not None else f"{k} n/a" for k, v in ref.items())
 
 
-def _tolerances(tol: Mapping[str, Mapping[str, float]]) -> str:
+def _tolerances(tol: Mapping[str, Mapping[str, float]], mode: str = "fixed") -> str:
+    if mode == "calibrated":
+        return "none fixed: the `calibrated` correctness rule below measures the admitted error"
     if not tol:
         return "the harness defaults"
     return "; ".join(
@@ -133,24 +162,83 @@ def _tolerances(tol: Mapping[str, Mapping[str, float]]) -> str:
     )
 
 
+STANDING_WORDS = {"faster": "faster than eager", "within noise": "within noise of eager (its interval holds 1.00x)",
+                  "slower": "slower than eager"}
+"""How a design's standing against eager (`core.search.standing`: the one rule) is written."""
+
+
 def _performance(view: DesignView) -> str:
-    """The design's numbers as the leaderboard shows them: the paired speedup over eager with
-    its 95% interval, over torch.compile, the absolute time, and an unstable timing's reason."""
-    parts = []
-    if view.speedup is not None:
-        ci = " (paired, 95% interval)" if view.speedup_low is not None else ""
-        parts.append(f"{view.speedup_text()} vs eager{ci}")
-    if view.speedup_compile is not None:
-        fails = (" (a baseline that fails the correctness check)" if view.compile_fails else
-                 " (its timing unstable: the ratio carries that noise)" if view.compile_unstable else "")
-        parts.append(f"{view.speedup_compile:.3g}x vs torch.compile{fails}")
+    """The design's headline number: its paired ratio over eager with its 95% interval, and
+    where that stands against 1.00x (the one rule: within noise when the interval holds it)."""
+    if view.speedup is None:
+        return ""
+    ci = "" if view.speedup_low is not None else " (no interval)"
+    where = standing(view.speedup_low, view.speedup_high)
+    return f", {view.speedup_text()} vs eager{ci}" + (f": {STANDING_WORDS[where]}" if where else "")
+
+
+def _compile_line(view: DesignView) -> str:
+    """The ratio against torch.compile, marked as chained through eager (it is not paired)."""
+    if view.speedup_compile is None:
+        return ""
+    low, high = view.compile_low, view.compile_high
+    num = (f"{ratio_text(view.speedup_compile)}x [{ratio_text(low)}, {ratio_text(high)}]"
+           if low is not None and high is not None else f"{ratio_text(view.speedup_compile)}x (no interval)")
+    if view.compile_fails:
+        verdict = f"; a baseline that fails the correctness check, so no fair comparison ({view.compile_fails})"
+    elif view.compile_unstable:
+        verdict = (f"; the torch.compile baseline's timing unstable: the ratio carries that noise "
+                   f"({view.compile_unstable})")
+    else:
+        where = standing(low, high)
+        verdict = {"faster": ": faster", "slower": ": slower", "within noise": ": on par (its interval holds 1.00x)",
+                   None: ""}[where]
+    return f"vs torch.compile: {num}, chained through eager, not paired{verdict}"
+
+
+def timing_lines(view: DesignView) -> list[str]:
+    """What the harness timed of a design, one fact a line: its own time beside the eager time
+    of its own evaluation, the chained ratio against torch.compile, the confirmed numbers,
+    unstable timing and the timing notes (`DesignView.timing_notes`)."""
+    out = []
+    m = view.measures
     if view.runtime_ms is not None:
-        parts.append(f"{view.runtime_ms:.4g} ms")
-    if view.status == "unstable" and view.stability:
-        parts.append(f"timing unstable: {view.stability}")
+        eager = f", eager {m.reference_ms:.4g} ms timed beside it" if m.reference_ms is not None else ""
+        spread = []
+        if m.runtime_q1_ms is not None and m.runtime_q3_ms is not None:
+            spread.append(f"quartiles {m.runtime_q1_ms:.4g}-{m.runtime_q3_ms:.4g} ms")
+        if m.pairs:
+            spread.append(f"{m.pairs} block pairs")
+        more = f"; {', '.join(spread)}" if spread else ""
+        out.append(f"its own evaluation: design {view.runtime_ms:.4g} ms{eager} (medians{more})")
+    if line := _compile_line(view):
+        out.append(line)
+    c = view.confirmed
+    if c is not None and c.vs_eager is not None:
+        v = c.vs_eager
+        comp = ""
+        if c.vs_compile is not None:
+            comp = (f", {ratio_text(c.vs_compile.ratio)}x [{ratio_text(c.vs_compile.low)}, "
+                    f"{ratio_text(c.vs_compile.high)}] vs torch.compile timed in the same processes")
+        out.append(f"confirmed: {ratio_text(v.ratio)}x [{ratio_text(v.low)}, {ratio_text(v.high)}] vs eager"
+                   f": {STANDING_WORDS[standing(v.low, v.high) or 'within noise']}{comp} (re-timed with the "
+                   "other contenders in fresh processes; the design is ranked on this)")
+    if view.status == "unstable":
+        out.append("timing unstable" + (f": {view.stability}" if view.stability else "")
+                   + " (not ranked until a stable re-timing)")
     if view.timing_notes:
-        parts.append("timing notes: " + "; ".join(view.timing_notes))
-    return (", " + ", ".join(parts)) if parts else ""
+        out.append("timing notes: " + "; ".join(view.timing_notes))
+    return out
+
+
+def design_summary(view: DesignView) -> str:
+    """A design on one line: status, paired ratio and standing, its time beside eager's."""
+    m = view.measures
+    beside = ""
+    if view.runtime_ms is not None:
+        eager = f" beside eager {m.reference_ms:.4g} ms" if m.reference_ms is not None else ""
+        beside = f"; design {view.runtime_ms:.4g} ms{eager}"
+    return f"{view.status}{_performance(view)}{beside}"
 
 
 def _lineage(view: DesignView) -> str:
@@ -175,13 +263,14 @@ def render_design(view: DesignView, *, report_chars: int | None = None) -> str:
         report_block = ""
     else:
         report_block = "Failure report:\n```\n" + report + "\n```" if report else ""
+    others = replace(view.measures, runtime_q1_ms=None, runtime_q3_ms=None).lines()  # timing: timing_lines
     return fill(
         "design",
         "design",
         short_id=short_id(view.id),
         status=view.status,
         performance=_performance(view),
-        lineage="\n".join([_lineage(view), *(f"- {line}" for line in view.measures.lines())]).strip("\n"),
+        lineage="\n".join([_lineage(view), *(f"- {line}" for line in (*timing_lines(view), *others))]).strip("\n"),
         source=view.source.strip(),
         report=report_block,
     )
@@ -203,12 +292,125 @@ def instructions(role: str, **values: object) -> str:
     return fill(role, "instructions", **values)
 
 
-def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int, implementors: int = 1) -> str:
-    """The Strategist's prompt: the problem and the curated designs, by group."""
+@dataclass(frozen=True)
+class BudgetLine:
+    """One limited budget: its limit and what is left of it."""
+
+    name: Literal["queries", "tokens", "money", "evaluation time", "wall time"]
+    limit: float
+    left: float
+    """Net of queries reserved by phases in flight (`Remaining`)."""
+
+    @property
+    def used(self) -> float:
+        return max(0.0, self.limit - self.left)
+
+    def amount(self, x: float) -> str:
+        if self.name == "money":
+            return f"${x:.2f}"
+        if self.name in ("evaluation time", "wall time"):
+            return f"{x / 60:.1f} min" if self.limit >= 120 else f"{x:.0f} s"
+        return f"{x:,.0f}"
+
+
+@dataclass(frozen=True)
+class BudgetBrief:
+    """What a prompt says about the run's budget: the step (iteration, phase) it is in, and
+    every limited budget with what has been spent and what is left. Build it with `of`."""
+
+    step: int
+    """This iteration (or phase), from 1."""
+    steps: int | None = None
+    """The run's last step (None: the budgets alone end the run)."""
+    step_name: str = "iteration"
+    lines: tuple[BudgetLine, ...] = ()
+    patience: int | None = None
+    """The run stops after this many steps in a row without a new best (None: never)."""
+
+    @classmethod
+    def of(cls, search: SearchConfig, remaining: Remaining, step: int, *, steps: int | None = None,
+           step_name: str = "iteration", patience: int | None = None) -> BudgetBrief:
+        """From the run's limits (`SearchConfig`) and `Session.budget_remaining()`; `steps`
+        defaults to the configured iterations, `patience` to none (the caller knows whether its
+        loop applies it)."""
+        pairs = (("queries", search.max_queries, remaining.queries), ("tokens", search.max_tokens, remaining.tokens),
+                 ("money", search.max_usd, remaining.usd),
+                 ("evaluation time", search.max_gpu_seconds, remaining.gpu_seconds),
+                 ("wall time", search.max_wall_seconds, remaining.wall_seconds))
+        lines = tuple(BudgetLine(name, float(limit), float(left if left is not None else limit))  # type: ignore[arg-type]
+                      for name, limit, left in pairs if limit is not None)
+        return cls(step, search.iterations if steps is None else steps, step_name, lines, patience)
+
+    def last(self) -> tuple[bool, str] | None:
+        """(certain, why) when this step is the last one, else None: certain at the step limit;
+        probable when a budget left holds less than two steps' spend at the rate so far (wall
+        time excepted: a resumed run's clock counts only this invocation)."""
+        if self.steps is not None and self.step >= self.steps:
+            return True, f"the run ends after {self.step_name} {self.steps}"
+        done = self.step - 1
+        for b in self.lines:
+            if b.name != "wall time" and done > 0 and b.used > 0 and b.left < 2 * b.used / done:
+                return False, (f"{b.amount(b.left)} of {b.name} left, less than two {self.step_name}s' spend at "
+                               "the rate so far")
+        return None
+
+
+def render_budget(budget: BudgetBrief | None) -> str:
+    """The budget block of a prompt: the step, each limited budget (spent, limit, left, the
+    spend per finished step) and, on the last step, that it is the last."""
+    if budget is None:
+        return fill("design", "budget_unknown")
+    b = budget
+    head = (f"This is {b.step_name} {b.step} of {b.steps}." if b.steps is not None
+            else f"This is {b.step_name} {b.step}; the budgets below end the run.")
+    done = b.step - 1
+    lines = []
+    for x in b.lines:
+        rate = (f", about {x.amount(x.used / done)} per {b.step_name}" if done > 0 and x.name != "wall time" else "")
+        lines.append(f"- {x.name}: {x.amount(x.used)} of {x.amount(x.limit)} used, {x.amount(x.left)} left{rate}")
+    limited = {x.name for x in b.lines}
+    free = [n for n in ("queries", "tokens", "money", "evaluation time", "wall time") if n not in limited]
+    if free:
+        lines.append(f"- no limit on {', '.join(free)}")
+    if b.patience is not None:
+        lines.append(f"- the run also stops after {b.patience} {b.step_name}s in a row without a new best design")
+    end = b.last()
+    last = fill("design", "budget_last" if end[0] else "budget_likely_last", step_name=b.step_name,
+                why=end[1]) if end else ""
+    return "\n".join([head, *lines, *([last] if last else [])])
+
+
+GROUP_TITLES: dict[Group, str] = {"best": "Best", "worst": "Worst", "recent": "Most recent", "failed": "Failed"}
+
+
+def render_recent(curated: Curated) -> str:
+    """The most recent section: the newest designs, newest first; one shown in full in another
+    section is named here with its numbers and where it is, so the section is what it says."""
+    if not curated.newest:
+        return fill("design", "empty")
+    where = {i: g for g, ids in curated.ids_by_group().items() for i in ids}
+    out = []
+    for design_id in curated.newest:
+        view = curated.find(design_id)
+        if view is None:
+            continue
+        if where.get(design_id) == "recent":
+            out.append(render_design(view))
+        else:
+            it = f"iteration {view.iteration}, " if view.iteration is not None else ""
+            out.append(fill("design", "elsewhere", short_id=short_id(view.id), summary=it + design_summary(view),
+                            group=GROUP_TITLES[where[design_id]]))
+    return "\n\n".join(out)
+
+
+def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int, implementors: int = 1,
+                      budget: BudgetBrief | None = None) -> str:
+    """The Strategist's prompt: the problem and its rules, the budget, the curated designs by
+    section (best, worst, most recent, failed)."""
     shown = len(curated.designs)
     summary = (
-        f"{len(curated.best)} best, {len(curated.recent)} most recent, "
-        f"{len(curated.failed)} failed, {len(curated.worst)} worst ({shown} in all)"
+        f"{len(curated.best)} best, {len(curated.worst)} worst, {len(curated.recent)} most recent, "
+        f"{len(curated.failed)} failed ({shown} in all)"
     )
     budget_note = ""
     if curated.dropped_ids or curated.truncated_ids:
@@ -224,11 +426,12 @@ def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int
         total=curated.total,
         shown_summary=summary,
         budget_note=budget_note,
+        budget=render_budget(budget),
         best=render_designs(curated.best),
-        recent=render_designs(curated.recent),
+        recent=render_recent(curated),
         failed=render_designs(curated.failed),
         worst=render_designs(curated.worst),
-        **problem.values(),
+        **{**problem.values(), "numbers": fill("design", "numbers") if curated.designs else ""},
     )
 
 
@@ -249,10 +452,11 @@ def fallback_plan_text(kind: str, reason: str) -> tuple[str, str]:
 def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str) -> str:
     """The Analyst's prompt: the Strategist's question and the designs it can read."""
     listing = "\n".join(
-        f"- `{short_id(d.id)}`: {d.status}{_performance(d)} {_lineage(d)}".rstrip()
+        f"- `{short_id(d.id)}`: {design_summary(d)} {_lineage(d)}".rstrip()
         for d in designs
     ) or "(none yet)"
-    return fill("analyst", "prompt", question=question.strip(), designs=listing, docs=docs)
+    return fill("analyst", "prompt", question=question.strip(), designs=listing, docs=docs,
+                numbers=fill("design", "numbers"))
 
 
 def render_implementor(
@@ -277,7 +481,7 @@ def render_implementor(
         instructions=plan.instructions.strip() or "(none given)",
         evidence=render_designs(evidence, report_chars=report_chars),
         max_attempts=max_attempts,
-        **problem.values(),
+        **{**problem.values(), "numbers": fill("design", "numbers") if evidence else ""},
     )
 
 
@@ -319,8 +523,7 @@ def render_review(
         "review",
         "prompt",
         short_id=short_id(design.id),
-        runtime_ms=f"{design.runtime_ms:.4g}" if design.runtime_ms is not None else "n/a",
-        speedup=f"{design.speedup:.3g}" if design.speedup is not None else "n/a",
+        measured=design_summary(design),
         best_note=best_note,
         source=design.source.strip(),
         **problem.values(),

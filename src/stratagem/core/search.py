@@ -146,6 +146,17 @@ class DesignView:
                 " (compile baseline unstable)" if self.compile_unstable else "")
         return f"{ratio_text(self.speedup_compile)}x{mark}"
 
+    def vs_eager(self) -> Standing | None:
+        """Where the design stands against eager by the one rule every view uses (`standing`):
+        on its confirmed interval when it was confirmed, else on its paired one; None when not
+        timed, or timed without an interval."""
+        c = self.confirmed.vs_eager if self.confirmed is not None else None
+        if c is not None:
+            return standing(c.low, c.high)
+        if self.speedup is None:
+            return None
+        return standing(self.speedup_low, self.speedup_high)
+
     @property
     def beats_reference(self) -> bool:
         """Faster than eager by more than the measurement's own interval (the confirmed one,
@@ -195,6 +206,10 @@ class SearchState:
     environment: dict[str, Any] = field(default_factory=dict)
     """What the harness measured about the machine (device name, versions, instruction sets):
     the reference baseline's, else the latest evaluation's; empty before any."""
+    rules: tuple[str, ...] = ()
+    """Every rule the harness enforces on a design, one line each, as the agents are told them
+    (the domain's `agent_facts`: what a design may contain, the integrity policy, the
+    correctness rule, the static checks, each validator); empty when the domain gives none."""
 
     @property
     def valid(self) -> list[DesignView]:
@@ -205,6 +220,22 @@ class SearchState:
     def best(self) -> DesignView | None:
         v = self.valid
         return v[0] if v else None
+
+
+Standing = Literal["faster", "within noise", "slower"]
+
+
+def standing(low: float | None, high: float | None) -> Standing | None:
+    """Where a ratio stands against 1.00x, by the one rule every view and prompt uses: `within
+    noise` when its 95% interval holds 1.00x (low <= 1 <= high), `faster` above it, `slower`
+    below it; None without an interval."""
+    if low is None or high is None:
+        return None
+    if low > 1.0:
+        return "faster"
+    if high < 1.0:
+        return "slower"
+    return "within noise"
 
 
 def ratio_text(x: float) -> str:

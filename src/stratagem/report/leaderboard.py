@@ -152,7 +152,7 @@ def leaderboard(
     board = ranked(views)[:top]
     rows = []
     for i, v in enumerate(board, 1):
-        noise = " ~" if not v.beats_reference and (v.speedup or 0) >= 1 else ""
+        noise = " ~" if v.vs_eager() == "within noise" else ""  # the one rule: the interval holds 1.00x
         unfair = " *" if v.compile_fails or v.compile_unstable else ""
         rows.append((str(i), v.id[:10], v.speedup_text() + noise, compile_text(v, mark=False) + unfair,
                      f"{v.runtime_ms or 0.0:.4g}", "-" if v.iteration is None else str(v.iteration), who(v)))
@@ -172,7 +172,7 @@ def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
     if board and any(v.speedup_compile is not None for v in board):
         notes.append(f"vs compile: {CHAINED} (design/eager x eager/compile, timed in different workers), "
                      "with the interval of both")
-    if any(not v.beats_reference and (v.speedup or 0) >= 1 for v in board):
+    if any(v.vs_eager() == "within noise" for v in board):
         notes.append("~ within noise of eager: the interval holds 1.00x")
     if any(reference_ms.values()):
         notes.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))

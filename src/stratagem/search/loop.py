@@ -222,7 +222,8 @@ class SearchLoop:
         p.counts = counts_of(views)
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
-        p.best_text = best.speedup_text() + ("" if best.beats_reference else " (within noise)") if best else "-"
+        noise = {"within noise": " (within noise)", "slower": " (slower than eager)"}.get(best.vs_eager() or "", "") if best else ""
+        p.best_text = best.speedup_text() + noise if best else "-"
         if self.view is not None:
             self.view.update(p)
 

@@ -21,6 +21,7 @@ from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import FailureKind, ValidatorResult
 from stratagem.domains.pytorch import integrity_checks as ic
+from stratagem.domains.pytorch import integrity_rules as R
 from stratagem.domains.pytorch.ast_scan import Scan
 from stratagem.domains.pytorch.kernel_use import own_kernels, own_kernels_cpu
 from stratagem.domains.pytorch.state_scan import mutable_state
@@ -67,6 +68,14 @@ class StaticCheck:
     """The failure kind reported when a `reject` check finds something."""
     doc: str
     fn: CheckFn
+    why: str = ""
+    """Why the rule exists and what to do instead: with `doc`, what the agents are told before
+    they write (`agent_rules`). Every check has one (tests/context/test_rules_in_prompts.py)."""
+
+    def prompt_text(self) -> str:
+        """The rule as the agents' prompts state it: name, what it forbids, why."""
+        head = f"static check `{self.name}`" + (" (a warning, never a rejection)" if self.severity == "warn" else "")
+        return f"{head}: {self.doc}" + (f" Why: {self.why}." if self.why else "")
 
 
 def _top_class(tree: ast.Module, name: str) -> ast.ClassDef | None:
@@ -140,11 +149,12 @@ def _params(fn: ast.FunctionDef) -> str:
     return ", ".join(names)
 
 
-def _integrity(name: str, severity: Severity, doc: str, fn: Callable[[Scan], list[ic.Hit]]) -> StaticCheck:
+def _integrity(name: str, severity: Severity, doc: str, fn: Callable[[Scan], list[ic.Hit]],
+               why: str = "") -> StaticCheck:
     def run(ci: CheckInput) -> list[Finding]:
         return [Finding(name, msg, line) for line, msg in fn(ci.scan)]
 
-    return StaticCheck(name, severity, "rejected", doc, run)
+    return StaticCheck(name, severity, "rejected", doc, run, why)
 
 
 REGISTRY: tuple[StaticCheck, ...] = (
@@ -154,6 +164,7 @@ REGISTRY: tuple[StaticCheck, ...] = (
         "malformed",
         "The candidate defines a top-level `class ModelNew` with a `forward` method.",
         _check_model_new,
+        "the harness builds and calls `ModelNew` in place of the reference `Model`",
     ),
     StaticCheck(
         "signatures",
@@ -161,54 +172,66 @@ REGISTRY: tuple[StaticCheck, ...] = (
         "malformed",
         "`ModelNew.__init__` and `forward` accept the same arguments as `Model`'s.",
         _check_signatures,
+        "the harness calls `ModelNew(*get_init_inputs())` and `forward(*get_inputs())` as it calls "
+        "`Model`; keep every argument, even one the design does not need",
     ),
     _integrity("reference_access", "reject",
                "No use of `Model`, `get_inputs`, the reference or harness modules (by name or in a "
                "string), stack frames, debuggers, tracers or profilers, sys.modules or dotted-name "
-               "resolvers, gc object walks or `__subclasses__`.", ic.reference_access),
+               "resolvers, gc object walks or `__subclasses__`.", ic.reference_access,
+               R.REFERENCE_ACCESS.why),
     _integrity("dynamic_code", "reject",
                "No exec/eval/compile/__import__/importlib, computed getattr/setattr, globals()/"
                "vars()/locals()/__dict__, code objects, TorchScript source strings, ctypes/cffi, "
                "dlopen or Python C-API calls.",
-               ic.dynamic_code),
+               ic.dynamic_code, R.DYNAMIC_CODE.why),
     _integrity("monkey_patch", "reject",
                "No assignment, del or setattr into imported modules, classes or builtins, and no "
-               "global hooks (settrace, module hooks, aten overrides).", ic.monkey_patch),
+               "global hooks (settrace, module hooks, aten overrides).", ic.monkey_patch,
+               R.MONKEY_PATCH.why),
     _integrity("threads", "reject",
-               "No threads, processes, async tasks or signals (Python or C++).", ic.threads),
+               "No threads, processes, async tasks or signals (Python or C++).", ic.threads,
+               R.THREADS.why),
     _integrity("streams", "reject",
                "No side streams or CUDA graphs (Python or C++); the current stream is fine.",
-               ic.streams),
+               ic.streams, R.STREAMS.why),
     _integrity("mutable_state", "reject",
                "No state kept between calls: mutated module/class containers, global rebinding, "
                "caches, id()/data_ptr()/_version, non-const static or global C++ variables.",
-               mutable_state),
+               mutable_state, R.MUTABLE_STATE.why),
     _integrity("fake_tensor", "reject",
                "No Tensor subclasses, __torch_function__/__torch_dispatch__, custom __eq__/__bool__ "
-               "or __class__ assignment.", ic.fake_tensor),
+               "or __class__ assignment.", ic.fake_tensor, R.FAKE_TENSOR.why),
     _integrity("io", "reject",
                "No files, sockets, shared memory, serialization or /dev/shm and /proc paths.",
-               ic.io),
+               ic.io, R.IO.why),
     _integrity("global_flags", "reject",
                "No changes to torch.backends, default dtypes/devices, thread counts, RNG seeds, "
-               "grad mode, compiler configs or the environment.", ic.global_flags),
+               "grad mode, compiler configs or the environment.", ic.global_flags,
+               R.GLOBAL_FLAGS.why),
     _integrity("exception_fallback", "reject",
                "No except handlers, contextlib.suppress or suppressing __exit__ (try/finally is "
-               "fine).", ic.exception_fallback),
+               "fine).", ic.exception_fallback,
+               R.EXCEPTION_FALLBACK.why),
     _integrity("process_exit", "reject",
                "No sys.exit/os._exit/exit()/quit(), SystemExit, kill, abort or atexit.",
-               ic.process_exit),
+               ic.process_exit, R.PROCESS_EXIT.why),
     _integrity("precision", "warn",
-               "Warns on fp16/bf16/fp8/TF32/fast-math; the tolerance decides.", ic.precision),
+               "Warns on fp16/bf16/fp8/TF32/fast-math; the tolerance decides.", ic.precision,
+               R.PRECISION.why),
     _integrity("own_kernels", "reject",
                "Strict policy only: the candidate launches a CUDA `__global__` or Triton kernel of "
-               "its own from `ModelNew.forward`.", own_kernels),
+               "its own from `ModelNew.forward`.", own_kernels,
+               "the strict policy credits only work done in kernels the design wrote; wrapping torch "
+               "or library calls is rejected"),
 )
 
 OWN_KERNELS_CPU = _integrity(
     "own_kernels", "reject",
     "Strict policy on the CPU: the candidate calls a C++ function of its own (a load_inline source "
-    "that loops over the data), or a CUDA/Triton kernel, from `ModelNew.forward`.", own_kernels_cpu)
+    "that loops over the data), or a CUDA/Triton kernel, from `ModelNew.forward`.", own_kernels_cpu,
+    "the strict policy credits only work done in code the design wrote; wrapping torch or library "
+    "calls is rejected")
 """The CPU device's `own_kernels`: there, code the candidate compiles itself is its kernel."""
 
 STRICT_ONLY = frozenset({"own_kernels"})
@@ -251,6 +274,26 @@ def checks_for_policy(policy: IntegrityPolicy, device: str = "cuda") -> tuple[St
             return tuple(OWN_KERNELS_CPU if c.name == "own_kernels" else c for c in REGISTRY)
         return REGISTRY
     raise ConfigError(f"unknown integrity policy {policy!r}; known: ['lenient', 'strict']")
+
+
+def agent_rules(policy: IntegrityPolicy, device: str | None = None) -> tuple[str, ...]:
+    """Every check `policy` runs, as the agents' prompts state it (`StaticCheck.prompt_text`),
+    in registry order: the same table the checks run from, so the two cannot drift apart. With
+    no `device`, a rule that differs by device (the strict policy's `own_kernels`) is stated
+    for each.
+
+    Raises:
+        ConfigError: an unknown policy.
+    """
+    if device is not None:
+        return tuple(c.prompt_text() for c in checks_for_policy(policy, "cpu" if device == "cpu" else "cuda"))
+    out: list[str] = []
+    for c in checks_for_policy(policy, "cuda"):
+        if c.name == OWN_KERNELS_CPU.name:
+            out += [f"(on a GPU) {c.prompt_text()}", f"(on the CPU) {OWN_KERNELS_CPU.prompt_text()}"]
+        else:
+            out.append(c.prompt_text())
+    return tuple(out)
 
 
 def run_static_checks(
