@@ -145,3 +145,22 @@ def test_a_run_with_a_wall_budget_is_not_confirmed_beyond_it(tmp_path) -> None:
     assert ev.confirm_blocks == [] and store.confirmations() == []
     assert any("not confirmed" in e and "stratagem confirm" in e for e in loop.progress.events)
     store.close()
+
+
+def test_a_run_whose_designs_all_stayed_unstable_is_ranked_on_its_round(tmp_path) -> None:
+    """On a loaded machine every search-time timing can stay unstable: nothing would be
+    ranked. The round re-times them in independent workers and ranks them on that."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    a = src("a", 0.5) + "# unstable\n"
+    ev = FakeEvaluator()
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[a]]), ev, iterations=1)
+    out = asyncio.run(loop.run())
+    assert len(ev.confirm_blocks) == 3
+    assert out.best is not None and out.best.source == a and out.best.status == "valid"
+    assert any("ranked on the confirmation round" in n for n in out.best.timing_notes)
+    store.close()

@@ -30,15 +30,19 @@ COMPILE = "compile"
 
 
 def chosen(views: Sequence[DesignView], top: int) -> list[DesignView]:
-    """The designs a round re-times: the `top` ranked ones, plus any other whose interval
-    overlaps the best's (it could be the best)."""
+    """The designs a round re-times: the `top` valid ones by search-time ratio, plus any other
+    whose interval overlaps the best's (it could be the best). Designs whose search-time
+    timing stayed unstable are contenders too: a round is the re-timing they lacked (on a
+    loaded machine it may be the only way any design gets ranked)."""
     order = ranked_views(views)
-    if not order or top <= 0:
+    unstable = [v for v in views if v.status == "unstable" and v.speedup is not None]
+    pool = sorted([*order, *unstable], key=lambda v: (-(v.speedup or 0.0), v.created_at, v.id))
+    if not pool or top <= 0:
         return []
-    best = order[0]
+    best = order[0] if order else pool[0]
     low = best.speedup_low if best.speedup_low is not None else best.speedup or 0.0
-    out = list(order[:top])
-    out += [v for v in order[top:] if (v.speedup_high if v.speedup_high is not None else v.speedup or 0.0) >= low]
+    out = list(pool[:top])
+    out += [v for v in pool[top:] if (v.speedup_high if v.speedup_high is not None else v.speedup or 0.0) >= low]
     return out
 
 
