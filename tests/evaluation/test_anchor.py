@@ -146,7 +146,8 @@ def test_a_failing_compile_baseline_is_flagged_in_show_and_the_context(tmp_path,
     asyncio.run(loop.run())
     assert main(["show", str(store.run_dir)]) == 0
     text = capsys.readouterr().out
-    assert "(compile fails correctness)" in text and "fails the correctness check" in text
+    # the leaderboard marks the ratio (`*`) and says why under it
+    assert "1.60x [1.58, 1.62] *" in text and "* the torch.compile baseline fails the correctness check" in text
     assert main(["show", str(store.run_dir), "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["compile_fails"].startswith("trial seed 1")

@@ -73,7 +73,8 @@ def test_an_unstable_compile_baseline_is_flagged_in_show_and_the_context(tmp_pat
     asyncio.run(loop.run())
     assert main(["show", str(store.run_dir)]) == 0
     text = capsys.readouterr().out
-    assert "(compile baseline unstable)" in text and "carry its noise" in text
+    # the leaderboard marks the ratio (`*`) and says why under it
+    assert "1.60x [1.58, 1.62] *" in text and "stayed unstable after re-timing" in text and "carry its noise" in text
     assert main(["show", str(store.run_dir), "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["compile_unstable"].startswith("ratio drift")
