@@ -205,8 +205,23 @@ def _design_entry(v: Any) -> dict[str, Any]:
            "parents": list(v.parents), "created_at": v.created_at, "measures": dataclasses.asdict(v.measures)}
     if did_not_pass(v):
         where, why = failure(v)
-        out.update(failed_at=where, reason=why, report=v.report)
+        out.update(failed_at=where, reason=_whole_reason(v.report, why), report=v.report)
     return out
+
+
+def _whole_reason(report: str, first_line: str) -> str:
+    """The whole reason of the first failure in a report (`[validator] kind: reason`, which may
+    go on over several lines until the next validator's), where the tables show its first
+    line clipped at a word."""
+    lines = (report or "").strip().splitlines()
+    if not lines or not lines[0].startswith("[") or "] " not in lines[0]:
+        return first_line
+    block = [first_line]
+    for line in lines[1:]:
+        if line.startswith("[") or line.startswith("Skipped: "):
+            break
+        block.append(line)
+    return "\n".join(block)
 
 
 def _iteration_log(iterations: Any, views: Any) -> list[dict[str, Any]]:
@@ -350,8 +365,10 @@ def compare_cmd(
     plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Where the plot goes (default: compare.png beside the first run).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Compare runs of one problem at equal budgets: the best paired speedup against LLM queries
-    and money, the mean best speedup over the budget every run reached, and a PNG plot."""
+    """Compare runs of one problem (matched by the problem's source, not its file's name) at
+    equal budgets: the best paired speedup so far against LLM queries and money, the mean best
+    speedup over the budget every run reached, and a PNG plot of the curves --json lists. The
+    runs are only read: nothing is written into them."""
     from stratagem.report.compare import compare_runs, dumps, plot, table
 
     console = wide_console()
@@ -368,3 +385,5 @@ def compare_cmd(
     console.print(table(cmp))
     console.print(f"areas: the mean best speedup over the first {cmp.query_budget} queries (the budget every run "
                   f"reached; 1.00x until a run's first valid design) · plot: {png}")
+    if cmp.money_note():
+        console.print(f"money: {cmp.money_note()}", highlight=False)

@@ -1,18 +1,23 @@
 """Owns `stratagem compare`: several runs of one problem side by side, at equal budgets.
 
-For each run, the best paired speedup over eager found so far (as `show` gives it: valid,
-stably timed designs only) is followed against the LLM queries spent and against money. Before
-its first valid design a run stands at 1.00x (no design falls back to eager, as PIKE's
-scoring does). The area under each curve is taken over the budget every run reached (the
-smallest total), divided by that budget: the mean best speedup over it, so policies and models
-compare at equal budgets, whatever each run was given. Money is compared only when every
-run's calls were priced. The table is a rich Table; the plot a PNG (matplotlib, imported only
-when a plot is asked for).
+Runs are of one problem when their problems have the same content (the source's hash), whatever
+their folders or files are called. For each run, the best paired speedup over eager found so
+far (as `show` gives it: valid, stably timed designs only) is followed against the LLM queries
+spent and against money: one step curve (`RunCurve.curve`) that the JSON lists and the plot
+draws, each design's own ratio kept apart (`designs` in the JSON). Before its first valid
+design a run stands at 1.00x (no design falls back to eager, as PIKE's scoring does). The area
+under each curve is taken over the budget every run reached (the smallest total), divided by
+that budget: the mean best speedup over it, so policies and models compare at equal budgets,
+whatever each run was given. Money is compared only when every run's calls were priced; the
+money panel says when they were not. Runs are read without writing into them
+(`RunStore.read`). The table is a rich Table; the plot a PNG (matplotlib, imported only when a
+plot is asked for).
 """
 
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +36,16 @@ class Point:
     queries: int
     usd: float
     speedup: float
-    """The best speedup once this many queries (and dollars) were spent."""
+    """One design's own paired speedup, once this many queries (and dollars) were spent."""
+    design_id: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    queries: int
+    usd: float
+    best: float
+    """The best speedup so far, from this point of the spend on (1.00x before any design)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +59,24 @@ class RunCurve:
     priced: bool
     """Every call of the run had a known price."""
     points: tuple[Point, ...]
+    """Each ranked design at its own speedup, in the order they were made."""
     best: DesignView | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    problem_id: str = ""
+    """The content hash of the problem's source: runs compare when theirs agree."""
+    any_priced: bool = False
+    """Some call of the run had a known price."""
+
+    def curve(self) -> list[Step]:
+        """The best-so-far step curve the JSON lists and the plot draws: 1.00x at no spend, a
+        step where a design beat the best so far, and the run's whole spend at the end."""
+        steps = [Step(0, 0.0, 1.0)]
+        for p in self.points:
+            if p.speedup > steps[-1].best:
+                steps.append(Step(p.queries, p.usd, p.speedup))
+        end = max(self.queries, steps[-1].queries)
+        steps.append(Step(end, max(self.usd, steps[-1].usd), steps[-1].best))
+        return steps
 
     def best_at(self, x: float, axis: str) -> float:
         """The best speedup once `x` queries (`axis="queries"`) or dollars were spent."""
@@ -75,7 +105,7 @@ def load_curve(run_dir: str | Path) -> RunCurve:
     d = Path(run_dir)
     if not (d / RunStore.DB_NAME).is_file():
         raise ConfigError(f"{d}: not a run directory (no {RunStore.DB_NAME}); pass directories made by `stratagem run`")
-    with RunStore.open(d) as store:
+    with RunStore.read(d) as store:
         run = store.run()
         problems = store.problems()
         calls = sorted(store.agent_calls(), key=lambda c: c.created_at)
@@ -88,12 +118,16 @@ def load_curve(run_dir: str | Path) -> RunCurve:
     for v in sorted(ranked(views), key=lambda v: created.get(v.id, 0.0)):
         t = created.get(v.id, 0.0)
         spent = [c for c in calls if c.created_at <= t]
-        points.append(Point(sum(c.requests for c in spent), sum(c.cost_usd or 0.0 for c in spent), float(v.speedup or 1.0)))
+        points.append(Point(sum(c.requests for c in spent), sum(c.cost_usd or 0.0 for c in spent),
+                            float(v.speedup or 1.0), v.id))
+    problem = next((p for p in problems if run is not None and p.id == run.problem_id), problems[0] if problems else None)
+    billed = [c for c in calls if c.requests]
     return RunCurve(
-        run_dir=d, problem=problems[0].name if problems else "?", policy=run.policy if run else "?", model=model,
+        run_dir=d, problem=problem.name if problem else "?", policy=run.policy if run else "?", model=model,
         queries=sum(c.requests for c in calls), usd=sum(c.cost_usd or 0.0 for c in calls),
-        priced=all(c.cost_usd is not None for c in calls if c.requests), points=tuple(points),
-        best=st.best_of(views),
+        priced=all(c.cost_usd is not None for c in billed), points=tuple(points),
+        best=st.best_of(views), problem_id=problem.id if problem else "",
+        any_priced=any(c.cost_usd is not None for c in billed),
     )
 
 
@@ -109,16 +143,39 @@ class Comparison:
         budget = self.query_budget if axis == "queries" else self.usd_budget
         return c.area(float(budget), axis) if budget else None
 
+    @property
+    def problem(self) -> str:
+        """The problem's name; its other names when the runs' files were named differently."""
+        names = list(dict.fromkeys(c.problem for c in self.curves))
+        return names[0] + (f" (also named {', '.join(names[1:])})" if len(names) > 1 else "") if names else "?"
+
+    def money_note(self) -> str:
+        """Why money is not compared ('' when it is)."""
+        if self.usd_budget:
+            return ""
+        if not any(c.queries for c in self.curves):
+            return "no LLM queries: nothing was spent"
+        if not any(c.any_priced for c in self.curves):
+            return "unpriced: no call has a known price, so money cannot be compared"
+        if not all(c.priced for c in self.curves):
+            return "not every call was priced, so money is not compared"
+        return "no money was spent"
+
     def to_json(self) -> dict[str, Any]:
         return {"problem": self.curves[0].problem if self.curves else None,
+                "problem_names": list(dict.fromkeys(c.problem for c in self.curves)),
+                "problem_id": self.curves[0].problem_id if self.curves else None,
                 "query_budget": self.query_budget, "usd_budget": self.usd_budget,
-                "runs": [{"run_dir": str(c.run_dir), "policy": c.policy, "model": c.model, "queries": c.queries,
-                          "usd": c.usd, "priced": c.priced,
+                "money_note": self.money_note() or None,
+                "runs": [{"run_dir": str(c.run_dir), "problem": c.problem, "policy": c.policy, "model": c.model,
+                          "queries": c.queries, "usd": c.usd, "priced": c.priced,
                           "best_speedup": c.best.speedup if c.best else None,
                           "best_low": c.best.speedup_low if c.best else None,
                           "best_high": c.best.speedup_high if c.best else None,
                           "area_queries": self.area(c, "queries"), "area_usd": self.area(c, "usd"),
-                          "curve": [{"queries": p.queries, "usd": p.usd, "speedup": p.speedup} for p in c.points]}
+                          "curve": [{"queries": p.queries, "usd": p.usd, "best_speedup": p.best} for p in c.curve()],
+                          "designs": [{"design_id": p.design_id, "queries": p.queries, "usd": p.usd,
+                                       "speedup": p.speedup} for p in c.points]}
                          for c in self.curves]}
 
 
@@ -131,9 +188,9 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
     if not run_dirs:
         raise ConfigError("compare: pass at least one RUN_DIR")
     curves = tuple(load_curve(d) for d in run_dirs)
-    names = sorted({c.problem for c in curves})
-    if len(names) > 1:
-        raise ConfigError(f"compare: the runs are of different problems ({', '.join(names)}); "
+    if len({c.problem_id for c in curves}) > 1:
+        which = ", ".join(f"{c.run_dir}: {c.problem} ({c.problem_id[:12]})" for c in curves)
+        raise ConfigError(f"compare: the runs are of different problems (their sources differ: {which}); "
                           "compare runs of one problem")
     qb = min(c.queries for c in curves)
     usd = min(c.usd for c in curves) if all(c.priced for c in curves) else None
@@ -141,7 +198,7 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
 
 
 def table(cmp: Comparison) -> Table:
-    t = Table(title=f"{cmp.curves[0].problem}: best paired speedup vs eager at equal budgets")
+    t = Table(title=f"{cmp.problem}: best paired speedup vs eager at equal budgets")
     for col in ("run", "policy", "model", "queries", "USD", "best", f"mean best @ {cmp.query_budget} queries",
                 f"mean best @ ${cmp.usd_budget:.3g}" if cmp.usd_budget else "mean best @ $ (not all priced)"):
         t.add_column(col, justify="right" if col not in ("run", "policy", "model") else "left")
@@ -153,8 +210,9 @@ def table(cmp: Comparison) -> Table:
     return t
 
 
-def plot(cmp: Comparison, path: Path) -> Path:
-    """The best-so-far curves against queries and against money, as a PNG."""
+def figure(cmp: Comparison) -> Any:
+    """The best-so-far curves (`RunCurve.curve`, as the JSON lists them) against queries and
+    against money; the money panel says why it is empty when money is not compared."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,12 +224,12 @@ def plot(cmp: Comparison, path: Path) -> Path:
     for axis, ax in zip(("queries", "usd"), axes, strict=True):
         every: list[float] = []
         for c in cmp.curves:
-            xs = [0.0] + [float(p.queries if axis == "queries" else p.usd) for p in c.points]
-            end = float(c.queries if axis == "queries" else c.usd)
-            xs.append(max(end, xs[-1]))
+            if axis == "usd" and not c.priced:
+                continue  # an unpriced run has no money curve (its $0 would be a lie)
+            steps = c.curve()
+            xs = [float(p.queries if axis == "queries" else p.usd) for p in steps]
             every += xs
-            ys = [c.best_at(x, axis) for x in xs]
-            ax.step(xs, ys, where="post", label=f"{c.policy} ({c.model}) {c.run_dir.name}")
+            ax.step(xs, [p.best for p in steps], where="post", label=f"{c.policy} ({c.model}) {c.run_dir.name}")
         budget = cmp.query_budget if axis == "queries" else cmp.usd_budget
         if budget:
             ax.axvline(budget, color="grey", linestyle=":", linewidth=1)
@@ -182,10 +240,22 @@ def plot(cmp: Comparison, path: Path) -> Path:
         ax.set_xlabel("LLM queries" if axis == "queries" else "USD")
         ax.set_ylabel("best speedup vs eager (paired)")
         ax.grid(alpha=0.3)
-    axes[1].set_title("" if cmp.usd_budget else "(not every call was priced)")
+    note = cmp.money_note()
+    if note:
+        axes[1].set_title(f"money: {note.split(',')[0]}", fontsize=9)
+        axes[1].text(0.5, 0.5, textwrap.fill(note, 40), transform=axes[1].transAxes, ha="center", va="center",
+                     fontsize=10, color="dimgrey")
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"{cmp.curves[0].problem}: best speedup at equal budgets")
+    fig.suptitle(f"{cmp.problem}: best speedup at equal budgets")
     fig.tight_layout()
+    return fig
+
+
+def plot(cmp: Comparison, path: Path) -> Path:
+    """`figure` as a PNG at `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(cmp)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -28,6 +28,7 @@ from stratagem.report import figures
 from stratagem.report.leaderboard import failure
 from stratagem.search import state as st
 from stratagem.search.numbers import (
+    clip,
     compile_sentence,
     compile_text,
     counts,
@@ -75,9 +76,10 @@ class RunData:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory (works while the run goes on)."""
+    """Read a run directory, writing nothing into it (`RunStore.read`; works while the run
+    goes on)."""
     d = Path(run_dir)
-    with RunStore.open(d) as store:
+    with RunStore.read(d) as store:
         designs = store.designs()
         evaluations = store.evaluations()
         views = st.stored_views(store, designs, evaluations)
@@ -91,7 +93,7 @@ def load_run(run_dir: str | Path) -> RunData:
 def version(run_dir: str | Path) -> str:
     """A cheap fingerprint of a run's progress (the live page reloads when it changes)."""
     d = Path(run_dir)
-    with RunStore.open(d) as store:
+    with RunStore.read(d) as store:
         run = store.run()
         return f"{len(store.designs())}:{len(store.evaluations())}:{len(store.iterations())}:" \
                f"{run.status if run else '-'}:{run.updated_at if run else 0}"
@@ -176,7 +178,7 @@ def _failures(data: RunData) -> str:
     bad = [v for v in data.views if did_not_pass(v)]
     unranked = [v for v in data.views if not_ranked_because(v)]
     held = ("<p>Valid but not ranked: " + "; ".join(
-        html.escape(f"{v.id[:12]} {v.speedup_text()} ({not_ranked_because(v)[:200]})") for v in unranked)
+        html.escape(f"{v.id[:12]} {v.speedup_text()} ({clip(not_ranked_because(v), 200)})") for v in unranked)
         + "</p>") if unranked else ""
     if not bad:
         return "<p>No design failed.</p>" + held
@@ -186,7 +188,7 @@ def _failures(data: RunData) -> str:
     rows = [(v.id[:12], v.iteration, v.author, *failure(v)) for v in sorted(bad, key=lambda v: v.created_at)]
     return (held + _table(["failed at", "designs"], where.most_common())
             + f"<p>{len(integrity)} integrity or static-check rejections.</p>"
-            + _table(["design", "iter", "author", "failed at", "reason"], [(*r[:4], str(r[4])[:300]) for r in rows]))
+            + _table(["design", "iter", "author", "failed at", "reason"], [(*r[:4], clip(str(r[4]), 300)) for r in rows]))
 
 
 def _best(data: RunData) -> str:

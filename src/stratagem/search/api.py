@@ -179,9 +179,10 @@ class RunSummary:
 
 
 def show_run(run_dir: str | Path) -> RunSummary:
-    """Read a run directory (read-only use; works while the run is going on)."""
+    """Read a run directory, writing nothing into it (`RunStore.read`; works while the run is
+    going on)."""
     run_dir = _existing_run_dir(run_dir)
-    with RunStore.open(run_dir) as store:
+    with RunStore.read(run_dir) as store:
         problems = store.problems()
         run = store.run()
         evaluations = store.evaluations()

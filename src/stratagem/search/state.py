@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.search.numbers import clip
 from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str,
             out.append(v)
         elif v.status == "unstable" and c.vs_eager is not None:
             # re-timed in independent workers, with an interval across them: ranked on that
-            note = f"search-time timing was unstable ({v.stability[:120]}); ranked on the confirmation round"
+            note = f"search-time timing was unstable ({clip(v.stability, 120)}); ranked on the confirmation round"
             out.append(dataclasses.replace(v, confirmed=c, status="valid", stability="",
                                            timing_notes=(*v.timing_notes, note)))
         else:
@@ -151,7 +152,7 @@ def measures_of(ev: EvaluationRecord) -> Measures:
     load = by.get("load") or {}
     profile = timing.get("profile") if isinstance(timing.get("profile"), Mapping) else {}
     kernels = profile.get("kernels") or details("provenance").get("kernels") or ()
-    failures = tuple(f"{v.get('name')} ({v.get('kind') or 'failed'}): {str(v.get('reason') or '')[:300]}"
+    failures = tuple(f"{v.get('name')} ({v.get('kind') or 'failed'}): {clip(str(v.get('reason') or ''), 300)}"
                      for v in ev.validators if v.get("outcome") == "failed")
     top = sorted(((str(k[0]), float(k[1])) for k in kernels
                   if isinstance(k, list | tuple) and len(k) == 2 and isinstance(k[1], int | float)),

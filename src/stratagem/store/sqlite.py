@@ -1,4 +1,5 @@
-"""Owns the SQLite run database (WAL) in a run directory, and its artifact directory.
+"""Owns the SQLite run database (WAL) in a run directory, and its artifact directory; opening
+it to read only (`RunStore.read`), which writes nothing into the run directory.
 
 Layout: `<run_dir>/run.db` and `<run_dir>/artifacts/<hash[:2]>/<hash>` (sources, logs) by
 sha256 of their content. Inserts are append-only; re-adding a problem or design with the same
@@ -10,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -87,9 +90,14 @@ class RunStore:
 
     DB_NAME = "run.db"
 
-    def __init__(self, run_dir: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, read_only: bool = False,
+                 scratch: Path | None = None) -> None:
         self.run_dir = run_dir
         self._conn = conn
+        self.read_only = read_only
+        """Opened by `read`: every write raises StoreError and nothing is written in `run_dir`."""
+        self._scratch = scratch
+        """A private copy of the database a read works on (removed on close), when it needs one."""
 
     @classmethod
     def open(cls, run_dir: str | Path) -> RunStore:
@@ -125,8 +133,65 @@ class RunStore:
             raise StoreError(f"cannot open run database in {d}: {e}") from e
         return cls(d, conn)
 
+    @classmethod
+    def read(cls, run_dir: str | Path) -> RunStore:
+        """Open an existing run database to read it, writing nothing into `run_dir` (no
+        `-wal` or `-shm` file left behind, no schema change): `show`, `compare`, `report` and
+        the live page use this. A run in progress (or killed) has its `-wal` and `-shm`: the
+        database is opened read-only (`mode=ro`) and reads what the run has committed, through
+        its WAL. A finished run has neither: it is opened `immutable` (no locks, no files).
+        A WAL without its index, or a database of an older schema, is read from a private
+        copy in a temporary directory, migrated there.
+
+        Raises:
+            StoreError: no run database in `run_dir`, or it is unreadable or from a newer schema.
+        """
+        d = Path(run_dir)
+        db = d / cls.DB_NAME
+        if not db.is_file():
+            raise StoreError(f"{d} holds no run database ({cls.DB_NAME})")
+        wal, shm = Path(f"{db}-wal"), Path(f"{db}-shm")
+        scratch: Path | None = None
+        conn: sqlite3.Connection | None = None
+        try:
+            if wal.exists() and shm.exists():
+                conn = _connect_uri(db, "mode=ro")
+            elif wal.exists() and wal.stat().st_size > 0:  # committed pages only in the WAL
+                scratch = Path(tempfile.mkdtemp(prefix="stratagem-read-"))
+                shutil.copyfile(db, scratch / cls.DB_NAME)
+                shutil.copyfile(wal, scratch / f"{cls.DB_NAME}-wal")
+                conn = _connect_uri(scratch / cls.DB_NAME, "mode=ro")
+            else:
+                conn = _connect_uri(db, "immutable=1")
+            conn.execute("PRAGMA query_only=ON")
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            version = int(row[0]) if row is not None else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"{db} has schema {version}; this stratagem reads up to {SCHEMA_VERSION}")
+            if version < SCHEMA_VERSION:  # an older run: migrate a private copy, not the run
+                scratch = scratch or Path(tempfile.mkdtemp(prefix="stratagem-read-"))
+                copy = sqlite3.connect(scratch / "migrated.db", isolation_level=None)
+                conn.backup(copy)
+                conn.close()
+                conn = copy
+                conn.executescript(_SCHEMA)
+                _add_missing_columns(conn)
+                conn.execute("PRAGMA query_only=ON")
+        except (sqlite3.DatabaseError, StoreError, OSError) as e:
+            if conn is not None:
+                conn.close()
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            if isinstance(e, StoreError):
+                raise
+            raise StoreError(f"cannot read the run database in {d}: {e}") from e
+        return cls(d, conn, read_only=True, scratch=scratch)
+
     def close(self) -> None:
         self._conn.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def __enter__(self) -> RunStore:
         return self
@@ -136,6 +201,8 @@ class RunStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise StoreError(f"{self.run_dir} was opened to read it: nothing is written")
         try:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -155,6 +222,8 @@ class RunStore:
     # -- artifacts ------------------------------------------------------------------------
 
     def put_artifact(self, text: str) -> str:
+        if self.read_only:
+            raise StoreError(f"{self.run_dir} was opened to read it: nothing is written")
         h = content_hash(text)
         path = self.run_dir / "artifacts" / h[:2] / h
         if not path.exists():
@@ -435,6 +504,11 @@ ADDED_COLUMNS = (
     ("evaluations", "stability", "TEXT NOT NULL DEFAULT '{}'"),
 )
 """Columns later schemas added to tables an older database already has: (table, column, type)."""
+
+
+def _connect_uri(db: Path, params: str) -> sqlite3.Connection:
+    """A connection to `db` opened by URI with `params` (`mode=ro`, `immutable=1`)."""
+    return sqlite3.connect(f"{db.resolve().as_uri()}?{params}", uri=True, timeout=30, isolation_level=None)
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
