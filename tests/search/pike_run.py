@@ -11,8 +11,11 @@ from fakes import FakeEvaluator
 from pike_fakes import Script, make_pike_loop
 from pydantic_ai import models
 
-SETTINGS = {"pike-b": {"num_branches": 6, "queries_per_phase": 6},
-            "pike-o": {"parallel_evaluations": 6, "migration_interval": 2}}
+SETTINGS = {"pike-b": {"num_branches": 6, "queries_per_phase": 6, "max_fix_attempts": 3},
+            "pike-o": {"parallel_evaluations": 6, "migration_interval": 2, "max_fix_attempts": 3}}
+"""Phase (batch) 0 reserves 6 x (1 + 3) = 24 of the 30 queries, so its six first queries are
+asked at once and the test's kill (after six designs) falls after them, not between a later
+slot's answer and its stored design (the one thing a kill can still cost: docs/pike.md)."""
 MAX_QUERIES = 30
 
 
