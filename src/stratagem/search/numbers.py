@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stratagem.core.search import MEASURED, DesignView, ranked, ratio_text
+from stratagem.core.text import clip
 
 UNSTABLE = "unstable"
 UNREVIEWED = "unreviewed"
@@ -94,31 +95,6 @@ def counts(views: Sequence[DesignView]) -> Counts:
                   unstable=sum(v.status == UNSTABLE for v in valid),
                   unreviewed=sum(v.status == UNREVIEWED for v in valid),
                   failed=len(views) - len(valid))
-
-
-_SEPARATORS = "/\\,;:=)]}>|"
-"""Where a single long token (a path, a URL, a dotted name) may be cut when no space is near."""
-
-
-def clip(text: str, n: int) -> str:
-    """`text` within `n` characters, cut at a word boundary with `...` when longer: at the last
-    space (or line break) of the first n - 3 characters, or, in one long token with no space in
-    the second half, after its last separator (`/`, `,`, `:`, ...); only a token with neither
-    is cut inside. Views that clip a reason give the whole of it in their `--json`."""
-    if len(text) <= n:
-        return text
-    limit = max(0, n - 3)
-    head = text[:limit]
-    if limit < len(text) and not text[limit].isspace():  # the cut falls inside a word
-        space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
-        sep = max(head.rfind(c) for c in _SEPARATORS)
-        if space >= limit // 2:
-            head = head[:space]
-        elif sep >= limit // 2:
-            head = head[: sep + 1]
-        elif space > 0:
-            head = head[:space]
-    return head.rstrip().rstrip(";,:") + "..."
 
 
 def interval_text(value: float, low: float | None, high: float | None) -> str:

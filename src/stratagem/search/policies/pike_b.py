@@ -39,7 +39,7 @@ from stratagem.core.search import (
     Session,
     ranked,
 )
-from stratagem.search.numbers import clip
+from stratagem.core.text import clip
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
 from stratagem.search.policies.pike_slots import SlotSpec, run_slots
