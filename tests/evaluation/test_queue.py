@@ -271,3 +271,20 @@ def test_the_worker_loads_without_pydantic_or_an_llm_library():
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_blocks_of_a_confirmation_round_are_distinct_requests():
+    """A request's key ignores its random parts (seeds), so a resumed run finds what it had
+    asked; the blocks of one round differ only in their programs' order, which the key keeps."""
+    from stratagem.domains.pytorch.domain import CONFIRM_GRAPH, build_request
+    from stratagem.evaluation.queue_executor import request_key
+
+    cfg = load_config(None, {}).evaluation
+    problem = load_problem(PROBLEM)
+    designs = [{"id": "a", "source": "x"}, {"id": "b", "source": "y"}]
+    one = build_request(problem, None, CONFIRM_GRAPH, cfg, confirm=designs, confirm_order=["a", "b"])
+    again = build_request(problem, None, CONFIRM_GRAPH, cfg, confirm=designs, confirm_order=["a", "b"])
+    other = build_request(problem, None, CONFIRM_GRAPH, cfg, confirm=designs, confirm_order=["b", "a"])
+    assert one.payload["timing_seed"] != again.payload["timing_seed"]  # new seeds each time
+    assert request_key(one, "cpu") == request_key(again, "cpu")
+    assert request_key(one, "cpu") != request_key(other, "cpu")

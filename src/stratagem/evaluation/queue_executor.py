@@ -30,10 +30,13 @@ from stratagem.evaluation.slots import Slot
 
 def request_key(request: EvalRequest, device: str | None) -> str:
     """What a request asks, whatever its random parts: the domain, the problem, the design's
-    files, the stages, the device it is pinned to."""
+    files, the stages, the device it is pinned to, and a confirmation block's programs in
+    their order (the blocks of one round differ only there)."""
     body = {"domain": request.domain, "problem": request.problem.model_dump(mode="json"), "files": request.files,
             "stages": [s.model_dump(mode="json") for s in request.stages], "device": device,
             "kind": "judge" if request.judge else "plain"}
+    if request.payload.get("confirm_order"):
+        body["confirm_order"] = list(request.payload["confirm_order"])
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
