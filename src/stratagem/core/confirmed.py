@@ -12,7 +12,7 @@ import math
 import random
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stratagem.core.paired import BOOTSTRAP_RESAMPLES, CONFIDENCE, Ratio
@@ -99,8 +99,6 @@ def ranked(designs: Sequence[ConfirmedDesign]) -> list[ConfirmedDesign]:
     """Designs by confirmed ratio, best first, each with its rank; a design whose interval
     overlaps the best's is tied with it (rank 1), never ranked apart from it. Designs without a
     confirmed ratio come last, unranked."""
-    from dataclasses import replace
-
     timed = sorted((d for d in designs if d.vs_eager is not None), key=lambda d: -d.vs_eager.ratio)  # type: ignore[union-attr]
     out: list[ConfirmedDesign] = []
     best = timed[0].vs_eager if timed else None

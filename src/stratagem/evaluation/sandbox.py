@@ -467,7 +467,6 @@ class PhaseClock:
         self.since = time.time()
         self.used: dict[str, float] = {"compile": 0.0, "run": 0.0, "wait": 0.0}
         self.limit_hit: str | None = None
-        self.compilers_seen: set[str] = set()
         self._started = False
 
     def _switch(self, phase: str, at: float) -> None:
@@ -487,7 +486,6 @@ class PhaseClock:
         if self.session is None:
             return
         self.building = compilers_in_session(self.session)
-        self.compilers_seen.update(self.building)
         self._settle(time.time())
 
     def poll(self) -> None:

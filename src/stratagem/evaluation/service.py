@@ -35,6 +35,7 @@ from stratagem.errors import HarnessError
 from stratagem.evaluation.baselines import BaselineCache, baseline_key, slot_key
 from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.outcome import interpret
+from stratagem.evaluation.progress import owned, stage_events
 from stratagem.evaluation.protocol import EvalRequest
 from stratagem.store.records import EvaluationRecord, MeasurementRecord
 
@@ -318,11 +319,11 @@ class Evaluator:
             if limit is None:
                 baseline, pending, limit = self._run_limit(problem, baseline, with_baseline and baseline is None,
                                                            refresh_baseline, timeout_s)
-            req = _owned(domain.build_request(problem, design, step.specs, self.cfg), design.id[:10])
+            req = owned(domain.build_request(problem, design, step.specs, self.cfg), design.id[:10])
             if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
                 req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
             seeds = domain.request_seeds(req)
-            on_event = _stage_events(stage)
+            on_event = stage_events(stage)
 
             compile_limit = domain.compile_timeout_s(problem, self.cfg, timeout_s)
             slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
@@ -418,7 +419,7 @@ class Evaluator:
         fitted = domain.timeout_s(problem, self.cfg, timeout_s, baseline.median_ms("eager"))
         if fitted <= limit:
             return None
-        req = _owned(domain.build_request(problem, design, specs, self.cfg), design.id[:10])
+        req = owned(domain.build_request(problem, design, specs, self.cfg), design.id[:10])
         if baseline.median_ms("eager"):
             req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
         on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
@@ -555,7 +556,7 @@ class Evaluator:
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
         domain = get_domain(problem.domain)
-        req = _owned(domain.build_request(problem, None, graph.specs, self.cfg, **request), "baselines")
+        req = owned(domain.build_request(problem, None, graph.specs, self.cfg, **request), "baselines")
         if expect is not None:
             req = domain.with_reference_expectation(req, expect)
         compile_limit = compile_limit_s if compile_limit_s is not None else self.cfg.compile_timeout_s
@@ -596,41 +597,3 @@ def _unstable_modes(cached: Mapping[str, Any]) -> list[str]:
     modes = cached.get("modes") if isinstance(cached.get("modes"), Mapping) else {}
     return [m for m, v in modes.items() if not Stability.from_json((v or {}).get("stability")).stable]
 
-
-def _owned(req: EvalRequest, label: str) -> EvalRequest:
-    """`req` with who asks for it: what a worker waiting on its timing tells its user."""
-    return req.model_copy(update={"lock_owner": {"process": os.getpid(), "label": label}})
-
-
-def waiting_on(holder: Mapping[str, Any] | None) -> str:
-    """On whom a worker waits for the timing lock, as the live view says it."""
-    if not holder:
-        return "other workers' loads and trials (shared holds)"
-    label = str(holder.get("label") or "an evaluation")
-    if holder.get("process") == os.getpid():
-        return f"this run's {label}"
-    return f"another process on this machine (pid {holder.get('process') or holder.get('pid')}, {label})"
-
-
-def _stage_events(stage: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
-    """A worker's progress events as stage names: each stage as it starts, a wait for the
-    timing lock as waiting (on whom) until the worker goes on with the stage it was in, and
-    the judge once the worker is done."""
-    current, waiting = ["starting"], [False]
-
-    def on_event(ev: dict[str, Any]) -> None:
-        if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
-            current[0], waiting[0] = ev["stage"], False
-            stage(ev["stage"])
-        elif ev.get("event") == "phase" and ev.get("phase") == "wait" and "holder" in ev:
-            h = ev.get("holder")
-            waiting[0] = True
-            stage(f"{current[0]}: waiting for the timing lock, held by {waiting_on(h if isinstance(h, Mapping) else None)}")
-        elif ev.get("event") == "phase" and ev.get("phase") in ("run", "compile") and waiting[0]:
-            waiting[0] = False
-            stage(current[0])
-        elif ev.get("event") == "done":
-            current[0] = "judge"
-            stage("judge")  # the worker is done; the judge confirms its outputs
-
-    return on_event

@@ -11,6 +11,7 @@ spread between processes (`core/confirmed.py`).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -101,8 +102,6 @@ def _ratios(results: Sequence[dict[str, Any]], name: str, condition: str) -> lis
 
 
 def _medians(blocks: Sequence[Sequence[float]]) -> list[float]:
-    import statistics
-
     return [statistics.median(b) for b in blocks if b]
 
 
@@ -131,8 +130,6 @@ def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView]) -> 
 def _eager_ms(results: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     """Eager's median time in each block under each condition (the median over the pairings
     of that block): what the two conditions cost the reference itself."""
-    import statistics
-
     out: dict[str, list[float]] = {"fresh": [], "warm": []}
     for r in results:
         for cond in out:

@@ -6,9 +6,11 @@ Pure functions over records; the loop reads the store and calls these.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from stratagem.core.confirmed import ConfirmedDesign
 from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.search.numbers import clip
@@ -115,10 +117,6 @@ def stored_views(
 
 def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str, Any]]) -> list[DesignView]:
     """`views`, each design of the latest confirmation round carrying its confirmed numbers."""
-    import dataclasses
-
-    from stratagem.core.confirmed import ConfirmedDesign
-
     if not rounds:
         return list(views)
     by_id = {str(d.get("design_id")): ConfirmedDesign.from_json(d) for d in rounds[-1].get("designs") or ()}

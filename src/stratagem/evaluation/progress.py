@@ -1,0 +1,51 @@
+"""Owns what the parent makes of a worker's progress: who asks for an evaluation (what a
+worker waiting on its timing lock is told), and its progress events as stage names, a wait for
+the timing lock said as a wait and on whom.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from stratagem.evaluation.protocol import EvalRequest
+
+
+def owned(req: EvalRequest, label: str) -> EvalRequest:
+    """`req` with who asks for it: what a worker waiting on its timing tells its user."""
+    return req.model_copy(update={"lock_owner": {"process": os.getpid(), "label": label}})
+
+
+def waiting_on(holder: Mapping[str, Any] | None) -> str:
+    """On whom a worker waits for the timing lock, as the live view says it."""
+    if not holder:
+        return "other workers' loads and trials (shared holds)"
+    label = str(holder.get("label") or "an evaluation")
+    if holder.get("process") == os.getpid():
+        return f"this run's {label}"
+    return f"another process on this machine (pid {holder.get('process') or holder.get('pid')}, {label})"
+
+
+def stage_events(stage: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
+    """A worker's progress events as stage names: each stage as it starts, a wait for the
+    timing lock as waiting (on whom) until the worker goes on with the stage it was in, and
+    the judge once the worker is done."""
+    current, waiting = ["starting"], [False]
+
+    def on_event(ev: dict[str, Any]) -> None:
+        if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
+            current[0], waiting[0] = ev["stage"], False
+            stage(ev["stage"])
+        elif ev.get("event") == "phase" and ev.get("phase") == "wait" and "holder" in ev:
+            h = ev.get("holder")
+            waiting[0] = True
+            stage(f"{current[0]}: waiting for the timing lock, held by {waiting_on(h if isinstance(h, Mapping) else None)}")
+        elif ev.get("event") == "phase" and ev.get("phase") in ("run", "compile") and waiting[0]:
+            waiting[0] = False
+            stage(current[0])
+        elif ev.get("event") == "done":
+            current[0] = "judge"
+            stage("judge")  # the worker is done; the judge confirms its outputs
+
+    return on_event
