@@ -217,19 +217,20 @@ def run_shapes(w: Worker) -> dict[str, Any]:
     if not variants:
         return {"variants": [], "note": "no size constants to vary"}
     p = w._programs(need_candidate=True)
-    mod = p.reference_module
-    original = {k: getattr(mod, k) for v in variants for k in v if hasattr(mod, k)}
+    original = {k: getattr(p.reference_module, k) for v in variants for k in v if hasattr(p.reference_module, k)}
     variants = [*variants, *each_alone_grown(variants, original)]
     cand_cls = type(p.candidate)
     tol = w.tolerances()
     done: list[dict[str, Any]] = []
     try:
-        for variant in variants:
-            for k, val in {**original, **variant}.items():  # a constant no variant names keeps its value
-                setattr(mod, k, val)
+        for i, variant in enumerate(variants):
+            label = ", ".join(f"{k}={v}" for k, v in variant.items())
             seed = int(w.req["init_seed"])
             t0 = time.perf_counter()
-            try:
+            try:  # the reference module imported again at these sizes: what it derives follows
+                mod = runtime.load_module(f"{runtime.REFERENCE_MODULE}_sizes_{i}",
+                                          runtime.with_constants(w.req["problem"]["source"], variant),
+                                          w.workdir, f"reference_sizes_{i}.py")
                 init = runtime.init_inputs(mod, seed, w.device)
                 ref_model = runtime.instantiate(mod.Model, init, seed, w.device)
                 inputs = runtime.make_inputs(mod, int(w.req["shape_seed"]), w.device)
@@ -237,9 +238,17 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                     ref = ref_model(*runtime.clone_inputs(inputs))
                 runtime.synchronize(w.device)
             except Exception as e:  # noqa: BLE001 - the problem does not support these sizes
+                w._note_cuda(e)
+                if w.poisoned:  # a device-side assert: nothing more can run in this process
+                    raise StageFailure(
+                        "problem_error",
+                        f"the reference itself failed with size constants {label}, with an error that leaves "
+                        f"the GPU unusable ({runtime.one_line(e)}): the problem does not support the sizes the "
+                        "shapes stage tried. Declare the sizes it supports in the problem's settings "
+                        "(`STRATAGEM = {\"shapes\": [{...}]}`) or turn the stage off (`\"shapes\": False`)",
+                        {"variants": done}) from e
                 done.append({"sizes": dict(variant), "skipped": f"the reference fails: {runtime.one_line(e)}"})
                 continue
-            label = ", ".join(f"{k}={v}" for k, v in variant.items())
             t1 = time.perf_counter()
             try:
                 cand = runtime.instantiate(cand_cls, init, seed, w.device)
@@ -259,8 +268,6 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                          "candidate_s": round(t2 - t1, 4), "compare_s": round(time.perf_counter() - t2, 4)})
             del ref, out, inputs, ref_model, cand
     finally:
-        for k, v in original.items():
-            setattr(mod, k, v)
         # Calls at other sizes made dynamo recompile any torch.compile'd code with symbolic
         # shapes, and later calls at the problem's sizes would run those shape-generic kernels
         # (0.216 ms instead of 0.130 ms for 03_softmax on an H200). The timed program must

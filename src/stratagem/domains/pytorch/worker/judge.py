@@ -280,7 +280,11 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
         go = _await_go(go_path, w)
         return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
                        [], notes)
-    j = Judging(w, record_dir, notes, count_early=on_gpu)
+    # The work is counted after the worker's end, not at the first poll: counting waits for
+    # torch._dynamo's import (4-5 s), and every IPC record the worker sent meanwhile waited
+    # with it (a KernelBench ReLU's correctness stage went from 1.9 s to 7.5 s on an H200).
+    # By the worker's end the import on the thread above is long done.
+    j = Judging(w, record_dir, notes, count_early=False)
     go = _await_go(go_path, w, j.poll)
     t_go = time.perf_counter()
     before_go_s = j.work_s

@@ -6,6 +6,7 @@ modules: the candidate never sees the reference's namespace.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gc
 import importlib.util
@@ -83,6 +84,25 @@ def load_module(name: str, source: str, directory: Path, filename: str) -> types
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def with_constants(source: str, values: Mapping[str, Any]) -> str:
+    """`source` with the top-level assignments of the names in `values` set to those values,
+    so that what the module derives from them at import follows (KernelBench's
+    `input_shape = (num_classes,)` after `num_classes = 4096`): setting the attribute on an
+    imported module changes the name but not what was computed from it. A name the source
+    never assigns at the top level is appended (set after import, as before)."""
+    tree = ast.parse(source)
+    seen: set[str] = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
+        names = [t.id for t in targets if isinstance(t, ast.Name) and t.id in values]
+        if names and len(targets) == 1:
+            node.value = ast.copy_location(ast.Constant(values[names[0]]), node.value)  # type: ignore[union-attr]
+            seen.add(names[0])
+    tree.body.extend(ast.parse(f"{k} = {v!r}").body[0] for k, v in values.items() if k not in seen)
+    return ast.unparse(ast.fix_missing_locations(tree))
 
 
 def device_context(device: str) -> Any:
