@@ -149,6 +149,16 @@ class ToyDomain:
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
         return req
 
+    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+        return None
+
+    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
+        return req
+
+    def apply_reference_facts(self, results: Sequence[ValidatorResult],
+                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
+        return list(results)
+
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
         return ()
 

@@ -87,6 +87,21 @@ class Domain(Protocol):
         """The request told what the reference measured in this invocation's baseline."""
         ...
 
+    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+        """What a worker's results say about the reference alone (a property of the problem,
+        not of the design; PyTorch: its FLOPs and bytes), to be kept and not measured again."""
+        ...
+
+    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
+        """The request told that the reference's facts are known (the worker and judge skip
+        measuring them)."""
+        ...
+
+    def apply_reference_facts(self, results: Sequence[ValidatorResult],
+                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
+        """The worker's results with the known facts where the parent validators read them."""
+        ...
+
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]: ...
 
     def new_seed(self) -> int: ...

@@ -395,6 +395,8 @@ class Payload(BaseModel):
     """What the PyTorch worker needs besides the envelope (`EvalRequest.payload`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    count_work: bool = True
+    """Whether the judge counts the reference's work (False: an earlier evaluation did)."""
     init_seed: int
     seeds: list[int]
     """Correctness trial seeds, drawn from OS entropy by the parent."""
@@ -422,6 +424,27 @@ class Payload(BaseModel):
     """A confirmation block's designs: `id` and `source` (`candidate.py`) each."""
     confirm_order: list[str] = Field(default_factory=list)
     """The order its programs are timed in (design ids, and `compile`)."""
+
+
+def reference_work(results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+    """The reference's counted work (FLOPs, minimum bytes, dtype) in the timing stage's
+    details, where the judge put it: the same for every design of a problem."""
+    timing = next((r for r in results if r.name == "timing"), None)
+    work = (timing.details if timing is not None else {}).get("work")
+    return dict(work) if isinstance(work, Mapping) and "flops" in work else None
+
+
+def with_work(results: Sequence[ValidatorResult], work: Mapping[str, Any]) -> list[ValidatorResult]:
+    """The timing result given the reference's work counted by an earlier evaluation (the
+    roofline's input), where this one did not count it."""
+    out = []
+    for r in results:
+        if r.name == "timing" and r.outcome == "passed" and reference_work([r]) is None:
+            r = ValidatorResult(r.name, r.outcome, r.reason, r.kind,
+                                {**r.details, "work": {**work, "counted": "by an earlier evaluation (cached)"}},
+                                r.duration_s)
+        out.append(r)
+    return out
 
 
 def with_reference_expectation(req: EvalRequest, ms: float | None) -> EvalRequest:
@@ -579,6 +602,17 @@ class PyTorchDomain:
 
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
         return with_reference_expectation(req, value)
+
+    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+        return reference_work(results)
+
+    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
+        payload = Payload.model_validate({**req.payload, "count_work": False})
+        return req.model_copy(update={"payload": payload.model_dump()})
+
+    def apply_reference_facts(self, results: Sequence[ValidatorResult],
+                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
+        return with_work(results, facts)
 
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
         return tuple(int(s) for s in req.payload.get("seeds", ()))

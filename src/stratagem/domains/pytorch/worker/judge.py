@@ -63,7 +63,7 @@ def _stage_of(key: str) -> str:
 class Judging:
     """The judge's state: which calls it samples, what it has checked, what it found."""
 
-    def __init__(self, w: Worker, record_dir: Path, notes: list[str], count_early: bool = True) -> None:
+    def __init__(self, w: Worker, record_dir: Path, notes: list[str]) -> None:
         self.w, self.dir, self.notes = w, record_dir, notes
         self.seeds = [int(s) for s in w.req["seeds"]]
         self.sampled_trial = record.trial_key(secrets.SystemRandom().choice(self.seeds))
@@ -78,7 +78,6 @@ class Judging:
         self._visible: float | None = None
         self.work: dict[str, Any] | None = None
         """The reference's FLOPs and minimum bytes (the roofline's input), once counted."""
-        self.count_early = count_early
         """Count the work while the worker runs (on a GPU machine, whose cores are idle then);
         on the CPU it would compete with the worker for the cores, so it waits for its end."""
         self.work_s = 0.0
@@ -99,12 +98,9 @@ class Judging:
 
     def poll(self) -> None:
         """Check what has arrived: every IPC record (then answer it), and the sampled file
-        records (under the shared lock: the worker does not wait for these). The first call
-        counts the reference's work."""
+        records (under the shared lock: the worker does not wait for these)."""
         t0 = time.perf_counter()
         try:
-            if self.work is None and self.count_early:
-                self.count_work()
             for key in record.ipc_keys(self.dir):
                 if key in self.checked or key in self.refused or not self.known(key):
                     continue
@@ -269,7 +265,8 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     Returns {nonce, ok, failures, checked, notes, timings_s}."""
     request = prepare_device(request)
     on_gpu = str(request["device"]).startswith("cuda")
-    if on_gpu:  # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
+    count = bool(request.get("count_work", True))  # False: an earlier evaluation counted it
+    if on_gpu and count:  # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
         threading.Thread(target=timed.preload_work_counter, daemon=True).start()
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
     notes: list[str] = []
@@ -284,7 +281,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     # torch._dynamo's import (4-5 s), and every IPC record the worker sent meanwhile waited
     # with it (a KernelBench ReLU's correctness stage went from 1.9 s to 7.5 s on an H200).
     # By the worker's end the import on the thread above is long done.
-    j = Judging(w, record_dir, notes, count_early=False)
+    j = Judging(w, record_dir, notes)
     go = _await_go(go_path, w, j.poll)
     t_go = time.perf_counter()
     before_go_s = j.work_s
@@ -309,7 +306,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
                 j.correctness(details if isinstance(details, Mapping) else {})
             if "timing" in passed:
                 j.timing()
-                if j.work is None:
+                if j.work is None and count:
                     j.count_work()
     except Finding as f:
         missing = f
