@@ -10,7 +10,7 @@ first) and warm (the same evaluation again: caches filled). Prints a table per m
   3. the judge: its work before and after the worker's end, and how records travelled.
 
 Usage: python benchmarks/kernelbench_scale.py --kernelbench DIR [--problems level1/19_ReLU,...]
-       [--device cuda] [--out results.json] [--memory-fraction F]
+       [--device cuda] [--out results.json] [--memory-fraction F] [--baselines eager,compile]
 """
 
 from __future__ import annotations
@@ -94,6 +94,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     ev_cfg: dict[str, Any] = {"device": args.device, "workers_per_gpu": 1, "cache_dir": str(cache)}
     if args.memory_fraction:
         ev_cfg["gpu_memory_fraction"] = args.memory_fraction
+    if args.baselines:
+        ev_cfg["baselines"] = args.baselines.split(",")
     cfg = load_config(None, {"evaluation": ev_cfg}).evaluation
     evaluator = make_evaluator(cfg)
     out: dict[str, Any] = {}
@@ -146,6 +148,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--repeats", type=int, default=2, choices=(1, 2))
     ap.add_argument("--memory-fraction", type=float, default=None)
+    ap.add_argument("--baselines", default="", help="comma-separated modes (default: the device's)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     print(report(asyncio.run(run(args))))
