@@ -39,15 +39,17 @@ POISON_BYTES_MAX = 4 * 2**30
 SMALL_POISON_BLOCKS = 64
 
 
-def poison_allocator(device: str, nbytes_hint: int) -> None:
-    """Fill memory the allocator will hand out next with NaN (best effort on the CPU)."""
+def poison_allocator(device: str, nbytes_hint: int, fraction: float | None = None) -> None:
+    """Fill memory the allocator will hand out next with NaN (best effort on the CPU), within
+    what this process may still allocate (`fraction`: its `gpu_memory_fraction` cap; the
+    device's free memory is not what a capped process can take)."""
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         # Release every cached block first: a freed block of exactly the output's size (holding
         # an earlier call's right answer) would otherwise be a better fit than the poison.
         torch.cuda.empty_cache()
-        free, _ = torch.cuda.mem_get_info()
+        free = runtime.free_bytes(device, fraction)
         n = int(min(POISON_BYTES_MAX, max(4 * nbytes_hint, 64 * 2**20), free * 0.5)) // 4
         big = torch.full((n,), float("nan"), device=device)
         small = [torch.full((131072,), float("nan"), device=device) for _ in range(SMALL_POISON_BLOCKS)]
@@ -174,7 +176,7 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     seeds = [int(s) for s in w.req["integrity_seeds"]]
     changed = w.snapshot.changes()
     # Poisoning may start torch's CPU thread pool: do it once before the thread baseline.
-    poison_allocator(w.device, 1 << 20)
+    poison_allocator(w.device, 1 << 20, w.req.get("gpu_memory_fraction"))
     c = Checker(w)
     if changed:
         c.fail("rejected", "harness_tampering", "after import: " + "; ".join(changed[:6]))
@@ -197,7 +199,7 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     first = c.inputs(seeds[3])
     kept = runtime.clone_inputs(first)
     runtime.synchronize(w.device)
-    poison_allocator(w.device, runtime.inputs_nbytes(first))
+    poison_allocator(w.device, runtime.inputs_nbytes(first), w.req.get("gpu_memory_fraction"))
     out1 = runtime.detach_copy(c.call("candidate_first", first))
     del first
     ref = c.reference(kept)
@@ -205,7 +207,7 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     del ref
     runtime.free_memory()
     # A second run on the same inputs agrees with the first.
-    poison_allocator(w.device, runtime.inputs_nbytes(kept))
+    poison_allocator(w.device, runtime.inputs_nbytes(kept), w.req.get("gpu_memory_fraction"))
     out2 = c.call("repeat_agrees", runtime.clone_inputs(kept))
     c.expect("repeat_agrees", out1, out2, "a second run on the same inputs")
     return {"checks": [e["check"] for e in c.log], "details": c.log, "seeds": seeds}

@@ -470,7 +470,7 @@ def _replay(w: Worker, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[st
         ref = w._call_reference(p.reference, runtime.clone_inputs(inputs))
     meter = _Meter(funcs)
     with _ghosted(p.candidate_module, p.candidate, funcs) as ghost:
-        integrity.poison_allocator(w.device, runtime.inputs_nbytes(inputs))
+        integrity.poison_allocator(w.device, runtime.inputs_nbytes(inputs), w.req.get("gpu_memory_fraction"))
         with torch.no_grad(), _hooked(meter):
             out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
     details: dict[str, Any] = {"disabled": ghost.patched, "disabled_outputs": ghost.zeroed}
