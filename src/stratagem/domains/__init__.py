@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from stratagem.core.problem import Problem
     from stratagem.domains.base import Domain
 
-BUILTIN = {"pytorch": "stratagem.domains.pytorch.domain"}
+BUILTIN = {"pytorch": "stratagem.domains.pytorch.domain", "command": "stratagem.domains.command.domain"}
 """Domain name -> the module whose `DOMAIN` implements it."""
 DEFAULT = "pytorch"
 
@@ -64,7 +64,8 @@ def load_problem(path: str | Path) -> Problem:
         if d.claims(p):
             return d.load_problem(p)
     raise ProblemError(f"{p}: no domain reads this kind of file (domains: {', '.join(names())}); "
-                       "a PyTorch problem is a KernelBench-format .py file")
+                       "a PyTorch problem is a KernelBench-format .py file, a command problem a directory "
+                       "with problem.toml (docs/command.md)")
 
 
 def parse_problem(source: str, *, name: str, path: str | None = None, domain: str = DEFAULT) -> Problem:

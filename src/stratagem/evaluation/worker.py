@@ -21,7 +21,8 @@ from typing import Any
 PROTOCOL_VERSION = 2
 """Of the request (an envelope since 2); the response is still protocol 1."""
 RESPONSE_PROTOCOL = 1
-WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.stages"}
+WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.stages", "command": "stratagem.domains.command.worker"}
+"""Domain name -> its worker module (`run_request`); a domain without a judge never asks for one."""
 
 
 def progress_emitter(path: Path) -> tuple[Callable[[str, dict[str, Any]], None], Callable[[], None]]:

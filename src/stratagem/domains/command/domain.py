@@ -1,0 +1,267 @@
+"""Owns the command domain's parent side: `CommandDomain` (the Domain protocol for problems
+that are directories with `problem.toml`): its validator graph, the hidden inputs drawn per
+evaluation (a secret seed and sizes from the declared ranges), the worker payload and request,
+the run limits, the typed measurement and the rules the agents are told.
+
+Graph: `static_checks` (parent: the design's files are editable ones, no forbidden source or
+link line) -> `build` -> `correctness` -> `timing` (worker: `domains/command/worker.py`)."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stratagem.config import EvaluationConfig
+from stratagem.core.design import Design
+from stratagem.core.graph import ValidatorGraph, ValidatorSpec
+from stratagem.core.objective import Measured, Objective
+from stratagem.core.paired import Ratio, Stability
+from stratagem.core.problem import Problem
+from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.domains.command import problem as problems
+from stratagem.domains.command.forbid import link_findings, source_findings
+from stratagem.domains.command.spec import SizeRange, Spec
+from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
+
+NAME = "command"
+
+GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("static_checks", (), "parent"),
+    ValidatorSpec("build", ("static_checks",), "worker"),
+    ValidatorSpec("correctness", ("build",), "worker"),
+    ValidatorSpec("timing", ("correctness",), "worker"),
+)
+
+STAGE_RULES: dict[str, str] = {
+    "static_checks": "stage `static_checks`: the design holds only editable files; no forbidden source "
+                     "pattern, no forbidden library on a link line",
+    "build": "stage `build`: the reference and the design are built by the build command in separate "
+             "directories; the fixed files are copied in after the design's and their hashes checked after the "
+             "build (a design may not change them); every binary the build makes is checked for forbidden "
+             "libraries (direct and transitive), symbols and dlopen",
+    "correctness": "stage `correctness`: the reference and the design run on the same hidden inputs (a secret "
+                   "seed and sizes drawn per evaluation from the declared ranges: hard-coded answers fail) and "
+                   "their outputs are compared",
+    "timing": "stage `timing`: reference and design run alternately in blocks on one hidden input (the paired "
+              "ratio and its 95% interval); each reported time must fit inside the wall time the harness "
+              "measured around its run, and the time a run spends outside its reported time may not exceed "
+              "the reference's by more than the declared slack; timed outputs are compared too",
+}
+
+RUN_LIMIT_MAX_S = 3600.0
+
+
+def spec_of(problem: Problem) -> Spec:
+    return problems.bundle_of(problem.source, problem.path or problem.name).spec
+
+
+def draw_size(size: SizeRange, rng: secrets.SystemRandom) -> int:
+    lo = -(-size.low // size.multiple_of)
+    return rng.randint(lo, size.high // size.multiple_of) * size.multiple_of
+
+
+def draw_inputs(spec: Spec, rng: secrets.SystemRandom | None = None) -> dict[str, Any]:
+    """One hidden input: a secret seed and every size drawn from its range."""
+    r = rng or secrets.SystemRandom()
+    return {"seed": r.randrange(1, 2**31), "sizes": {s.name: draw_size(s, r) for s in spec.sizes}}
+
+
+class Payload(BaseModel):
+    """What the command worker needs besides the envelope (`EvalRequest.payload`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    trials: list[dict[str, Any]] = Field(default_factory=list)
+    """Hidden inputs of the correctness trials: `seed` and `sizes` each, drawn by the parent."""
+    timing_input: dict[str, Any]
+    """The hidden input every timed run uses (reference and design alike)."""
+    reference_expect_ms: float | None = None
+    """The reference's median earlier in this invocation (the reference-drift check)."""
+
+
+def agent_rules(spec: Spec) -> tuple[str, ...]:
+    cmp = spec.compare
+    how = {"json": f"the numbers under the key {cmp.key!r} of a JSON line on stdout",
+           "file": f"the numbers in the output file {cmp.file}", "check": "the problem's check command"}[cmp.mode]
+    tol = f" within atol={cmp.atol:g} + rtol={cmp.rtol:g} x |reference|" if cmp.mode != "check" else ""
+    rules = [
+        f"files: a design is a set of the editable files ({', '.join(spec.editable)}); the fixed files "
+        f"({', '.join(spec.fixed) or 'none'}) belong to the harness",
+        f"commands: build `{spec.build.command}` ({spec.build.timeout_s:g} s), run `{spec.run.command}` "
+        f"({spec.run.timeout_s:g} s)" + (f", check `{spec.check.command}`" if spec.check else ""),
+        f"correctness: {how}{tol}, against the reference's on the same hidden inputs, over {spec.trials} trials",
+        f"objective: the run's time, read from {spec.objective.source} ({spec.objective.unit}), lower is better",
+    ]
+    fb = spec.forbid
+    if fb.libraries or fb.symbols or fb.sources or not fb.allow_dlopen:
+        rules.append("forbidden: " + "; ".join(x for x in (
+            f"libraries {', '.join(fb.libraries)}" if fb.libraries else "",
+            f"symbols {', '.join(fb.symbols)}" if fb.symbols else "",
+            f"source patterns {', '.join(fb.sources)}" if fb.sources else "",
+            "dlopen" if not fb.allow_dlopen else "") if x))
+    return (*rules, *(STAGE_RULES[s.name] for s in GRAPH))
+
+
+def static_checks(spec: Spec, files: Mapping[str, str]) -> ValidatorResult:
+    """The design's files against the problem's rules, before anything runs."""
+    if not files:
+        return ValidatorResult("static_checks", "failed", "the design holds no files", "malformed")
+    unknown = sorted(set(files) - set(spec.editable))
+    if unknown:
+        return ValidatorResult("static_checks", "failed", f"the design has files the problem does not let it "
+                               f"change: {unknown} (editable: {list(spec.editable)})", "rejected",
+                               {"unknown_files": unknown})
+    findings = source_findings(files, spec.forbid) + link_findings(spec.build.command, spec.forbid, "the build command")
+    if findings:
+        return ValidatorResult("static_checks", "failed", findings[0], "rejected", {"findings": findings})
+    return ValidatorResult("static_checks", "passed", details={"files": sorted(files)})
+
+
+class CommandDomain:
+    """The command domain behind the `Domain` protocol (`domains/base.py`)."""
+
+    name = NAME
+    objective = Objective("runtime", "ms", "minimize")
+    peaks_version = 0
+    baseline_graph: tuple[ValidatorSpec, ...] = ()
+    calibrate_graph: tuple[ValidatorSpec, ...] = ()
+    audit_graph: tuple[ValidatorSpec, ...] = ()
+    confirm_graph: tuple[ValidatorSpec, ...] = ()
+    export_footer = ""
+    export_note = ""
+
+    def reference_design(self, reference_source: str, why: str) -> str:
+        b = problems.bundle_of(reference_source)
+        parts = [f"# stratagem: the reference's editable files, not a design: {why}."]
+        parts += [f"# ---- {name}\n{text}" for name, text in b.reference_files().items()]
+        return "\n".join(parts)
+
+    def claims(self, path: Path) -> bool:
+        return problems.claims(path)
+
+    def load_problem(self, path: str | Path) -> Problem:
+        return problems.load_problem(path)
+
+    def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem:
+        return problems.parse_problem(source, name=name, path=path)
+
+    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
+        return ValidatorGraph.of(GRAPH)
+
+    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
+                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
+                             device: str) -> ValidatorResult:
+        if name == "static_checks":
+            return static_checks(spec_of(problem), design.files)
+        raise KeyError(f"no parent validator {name!r}")
+
+    def needs_peaks(self, name: str) -> bool:
+        return False
+
+    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
+        return None
+
+    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+        return None
+
+    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
+                      cfg: EvaluationConfig, baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        spec = spec_of(problem)
+        rng = secrets.SystemRandom()
+        trials = [draw_inputs(spec, rng) for _ in range(spec.trials)]
+        if seeds is not None:  # a caller's seeds replace the drawn ones (sizes stay drawn)
+            trials = [{**t, "seed": int(s)} for t, s in zip(trials, seeds, strict=False)]
+        payload = Payload(trials=trials, timing_input=draw_inputs(spec, rng))
+        names = {s.name for s in stages}
+        return EvalRequest(
+            request_id=uuid.uuid4().hex, domain=NAME,
+            stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
+            problem=SourceFile(name=problem.name, source=problem.source),
+            files=dict(design.files) if design is not None else {},
+            device="cpu", compile_stage="build" if "build" in names else None, judge=False,
+            payload=payload.model_dump(),
+        )
+
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        payload = Payload.model_validate({**req.payload, "reference_expect_ms": value})
+        return req.model_copy(update={"payload": payload.model_dump()})
+
+    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+        return None
+
+    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
+        return req
+
+    def apply_reference_facts(self, results: Sequence[ValidatorResult],
+                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
+        return list(results)
+
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        p = req.payload
+        draws = [*(p.get("trials") or ()), p.get("timing_input") or {}]
+        return tuple(int(d["seed"]) for d in draws if "seed" in d)
+
+    def new_seed(self) -> int:
+        return secrets.randbelow(2**31 - 1) + 1
+
+    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
+                  reference_ms: float | None = None) -> float:
+        """The user's limit, the problem's `timeout_s`, else the sum of every command's own
+        limit over the runs an evaluation makes (at least `[evaluation] timeout_s`)."""
+        if override is not None:
+            return override
+        spec = spec_of(problem)
+        if spec.timeout_s is not None:
+            return spec.timeout_s
+        t = spec.timing
+        runs = 2 * spec.trials + 1 + 2 * t.warmup + 2 * t.pairs * t.runs
+        checks = spec.trials * spec.check.timeout_s if spec.check is not None else 0.0
+        return min(RUN_LIMIT_MAX_S, max(cfg.timeout_s, runs * spec.run.timeout_s + checks))
+
+    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
+        """Two builds (the reference's and the design's), each under its own limit."""
+        return max(cfg.compile_timeout_s, 2 * spec_of(problem).build.timeout_s + 30.0)
+
+    def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+        return []  # the reference is timed beside each design, in its worker
+
+    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        return {}
+
+    def measure(self, verdict: Verdict) -> Measured | None:
+        r = verdict.result("timing")
+        if r is None or r.outcome != "passed":
+            return None
+        d = r.details
+        rt, ref = d.get("runtime"), d.get("reference")
+        if not isinstance(rt, Mapping) or not isinstance(rt.get("median_ms"), int | float):
+            return None
+        ref_ms = ref.get("median_ms") if isinstance(ref, Mapping) else None
+        return Measured(float(rt["median_ms"]), float(ref_ms) if isinstance(ref_ms, int | float) else None,
+                        Ratio.from_json(d.get("speedup")), Stability.from_json(d.get("stability")),
+                        dict(rt), dict(ref) if isinstance(ref, Mapping) else None)
+
+    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
+        spec = spec_of(problem)
+        main = spec.editable[0]
+        return lambda source: static_checks(spec, {main: source})
+
+    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        spec = spec_of(problem)
+        b = problems.bundle_of(problem.source, problem.name)
+        return {"rules": agent_rules(spec), "editable": list(spec.editable), "fixed": list(spec.fixed),
+                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs())}
+
+    def normal_form(self, files: Mapping[str, str]) -> str | None:
+        return None  # every distinct file set is evaluated
+
+
+DOMAIN = CommandDomain()
+"""The instance the registry (`domains/__init__.py`) hands out for `command` problems."""

@@ -1,0 +1,125 @@
+"""Owns a command problem as a Problem: the directory read into one bundle of files (its
+`problem.toml`, the fixed files, the reference's editable files, the docs folder), kept as the
+Problem's source so that a stored run holds the whole problem and its id changes with any file
+of it. Standard library only (the worker unpacks the same bundle)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stratagem.core.problem import Problem
+from stratagem.domains.command.spec import PROBLEM_FILE, Spec, parse_spec
+from stratagem.errors import ProblemError
+
+BUNDLE_FORMAT = "stratagem-command/1"
+DOCS_MAX_BYTES = 256 * 1024
+"""Docs beyond this (all files together) are left out of the bundle."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A command problem's files (relative path -> text) and its parsed spec."""
+
+    files: Mapping[str, str]
+    spec: Spec
+
+    def reference_file(self, name: str) -> str:
+        return self.files[f"{self.spec.reference}/{name}"]
+
+    def reference_files(self) -> dict[str, str]:
+        """The reference design: its versions of the editable files."""
+        return {name: self.reference_file(name) for name in self.spec.editable}
+
+    def fixed_files(self) -> dict[str, str]:
+        return {name: self.files[name] for name in self.spec.fixed}
+
+    def docs(self) -> dict[str, str]:
+        prefix = f"{self.spec.docs}/" if self.spec.docs else None
+        return {k: v for k, v in self.files.items() if prefix and k.startswith(prefix)}
+
+
+def claims(path: Path) -> bool:
+    """A directory holding `problem.toml`, or that file itself."""
+    p = Path(path)
+    return (p.is_dir() and (p / PROBLEM_FILE).is_file()) or p.name == PROBLEM_FILE
+
+
+def _read(root: Path, rel: str, key: str, where: str) -> str:
+    p = root / rel
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProblemError(f"{where}: key `{key}`: {rel} is not in {root}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProblemError(f"{where}: key `{key}`: {rel} cannot be read as UTF-8 text: {e}") from None
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Read a command problem directory (or its `problem.toml`).
+
+    Raises:
+        ProblemError: no `problem.toml`, a malformed one, or a file it names missing.
+    """
+    p = Path(path)
+    root = p.parent if p.name == PROBLEM_FILE else p
+    toml = root / PROBLEM_FILE
+    where = str(toml)
+    try:
+        text = toml.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProblemError(f"{where}: cannot read the problem file: {e}") from None
+    spec = parse_spec(text, where, root.resolve().name)
+    files = {PROBLEM_FILE: text}
+    for rel in spec.fixed:
+        files[rel] = _read(root, rel, "files.fixed", where)
+    for rel in spec.editable:
+        files[f"{spec.reference}/{rel}"] = _read(root, f"{spec.reference}/{rel}", "files.reference", where)
+    if spec.docs:
+        folder = root / spec.docs
+        if not folder.is_dir():
+            raise ProblemError(f"{where}: key `docs`: {spec.docs} is not a folder in {root}")
+        total = 0
+        for f in sorted(x for x in folder.rglob("*") if x.is_file()):
+            try:
+                body = f.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue  # binary docs are not for the agents
+            total += len(body)
+            if total > DOCS_MAX_BYTES:
+                break
+            files[f.relative_to(root).as_posix()] = body
+    return Problem(name=spec.name, domain="command", source=to_source(files), path=str(root),
+                   size_constants={s.name: s.low for s in spec.sizes}, settings={})
+
+
+def to_source(files: Mapping[str, str]) -> str:
+    return json.dumps({"format": BUNDLE_FORMAT, "files": dict(sorted(files.items()))}, indent=1, ensure_ascii=False)
+
+
+def bundle_of(source: str, where: str = "problem") -> Bundle:
+    """The bundle a Problem's source holds, its spec parsed.
+
+    Raises:
+        ProblemError: not a command problem's bundle, or its `problem.toml` is malformed.
+    """
+    try:
+        data = json.loads(source)
+    except json.JSONDecodeError as e:
+        raise ProblemError(f"{where}: not a command problem's bundle: {e}") from None
+    if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT or not isinstance(data.get("files"), dict):
+        raise ProblemError(f"{where}: not a command problem's bundle (format {BUNDLE_FORMAT})")
+    files = {str(k): str(v) for k, v in data["files"].items()}
+    if PROBLEM_FILE not in files:
+        raise ProblemError(f"{where}: the bundle holds no {PROBLEM_FILE}")
+    spec = parse_spec(files[PROBLEM_FILE], f"{where}/{PROBLEM_FILE}", where)
+    return Bundle(files, spec)
+
+
+def parse_problem(source: str, *, name: str, path: str | None = None) -> Problem:
+    """A stored command problem read back (the bundle checked again)."""
+    b = bundle_of(source, path or name)
+    return Problem(name=name, domain="command", source=source, path=path,
+                   size_constants={s.name: s.low for s in b.spec.sizes}, settings={})

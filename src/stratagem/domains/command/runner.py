@@ -1,0 +1,104 @@
+"""Owns running one command of a command problem inside the worker: `/bin/sh -c` in its own
+process group (killed whole at its time limit and after it ends, so nothing it started outlives
+it), the wall time measured around it, its output captured; placeholders filled with shell-quoted
+values; the fixed files written and verified by hash. Standard library only."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_OUTPUT_CHARS = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One command's end: exit code (negative: the signal), output, wall time, time-out."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_ms: float
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def why(self, what: str, limit_s: float) -> str:
+        """One line on how a failed run ended, with its stderr's last line."""
+        if self.timed_out:
+            head = f"{what} ran past its {limit_s:g} s limit"
+        elif self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            head = f"{what} died with {name}"
+        else:
+            head = f"{what} exited with code {self.returncode}"
+        tail = [x for x in self.stderr.strip().splitlines() if x.strip()][-1:]
+        return head + (f": {tail[0][:300]}" if tail else "")
+
+
+def fill(command: str, values: Mapping[str, object]) -> str:
+    """`command` with its placeholders replaced by the shell-quoted `values`."""
+    return command.format_map({k: shlex.quote(str(v)) for k, v in values.items()})
+
+
+def execute(command: str, cwd: Path, timeout_s: float) -> Ran:
+    """Run `command` in `cwd` under `timeout_s`; never raises for what the command does."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill(proc.pid)
+        out, err = proc.communicate()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    _kill(proc.pid)  # whatever it left running in its group
+    return Ran(proc.returncode, out[:MAX_OUTPUT_CHARS].decode("utf-8", "replace"),
+               err[-MAX_OUTPUT_CHARS:].decode("utf-8", "replace"), wall_ms, timed_out)
+
+
+def _kill(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_files(root: Path, files: Mapping[str, str]) -> None:
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.is_symlink():
+            p.unlink()
+        p.write_text(text, encoding="utf-8")
+
+
+def changed_files(root: Path, files: Mapping[str, str]) -> list[str]:
+    """The fixed files under `root` whose content no longer hashes as given (or are gone, or links)."""
+    out = []
+    for name, text in files.items():
+        p = root / name
+        try:
+            same = not p.is_symlink() and hashlib.sha256(p.read_bytes()).hexdigest() == sha256(text)
+        except OSError:
+            same = False
+        if not same:
+            out.append(name)
+    return out

@@ -1,0 +1,331 @@
+"""Owns the command domain's worker stages (`python -m stratagem.evaluation.worker` finds this
+module by the request's domain): `build` (the reference and the design built in separate
+directories, fixed files verified by hash, the design's binaries checked for forbidden
+dependencies), `correctness` (both run on the same hidden inputs, outputs compared) and
+`timing` (reference and design alternating in blocks, the paired ratio and stability verdict of
+`core/paired.py`, each reported time checked against the wall time measured around its run).
+Standard library only."""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
+from stratagem.core.paired import pair_ratios, paired_ratio, paired_stability
+from stratagem.core.verdict import FailureKind, ValidatorResult
+from stratagem.domains.command import forbid, outputs
+from stratagem.domains.command.problem import Bundle, bundle_of
+from stratagem.domains.command.runner import Ran, changed_files, execute, fill, write_files
+from stratagem.evaluation.device_lock import DeviceLock
+
+Emit = Callable[[str, dict[str, Any]], None]
+WHO = ("reference", "design")
+CLOCK_TOLERANCE_MS = 0.5
+"""A reported time may exceed the wall time measured around its run by this much (clock
+granularity); more is a time line the harness did not see happen."""
+
+
+class StageFailure(Exception):
+    """A stage's end as a failed result (raised inside the worker, caught by the stage driver)."""
+
+    def __init__(self, kind: FailureKind, reason: str, **details: Any) -> None:
+        super().__init__(reason)
+        self.kind, self.reason, self.details = kind, reason, details
+
+
+class Context:
+    """What the stages share: the request, the bundle, the build directories, the lock, the
+    progress emitter (a narrow view of the worker, not the worker itself)."""
+
+    def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit) -> None:
+        self.request = request
+        self.payload: Mapping[str, Any] = request.get("payload") or {}
+        self.bundle: Bundle = bundle_of(request["problem"]["source"], request["problem"]["name"])
+        self.design_files: dict[str, str] = dict(request.get("files") or {})
+        self.dirs = {who: workdir / "build" / who for who in WHO}
+        self.emit = emit
+        lock = request.get("timing_lock")
+        self.lock = DeviceLock(str(lock)) if lock else None
+        self._phases = ["run"]
+
+    @property
+    def spec(self) -> Any:
+        return self.bundle.spec
+
+    def files_of(self, who: str) -> dict[str, str]:
+        """The editable files of `who`: the reference's, or the design's over them."""
+        files = self.bundle.reference_files()
+        if who == "design":
+            files.update({k: v for k, v in self.design_files.items() if k in files})
+        return files
+
+    @contextlib.contextmanager
+    def phase(self, name: str, **about: Any) -> Iterator[None]:
+        self._phases.append(name)
+        self.emit("phase", {"phase": name, **about})
+        try:
+            yield
+        finally:
+            self._phases.pop()
+            self.emit("phase", {"phase": self._phases[-1]})
+
+    @contextlib.contextmanager
+    def hold(self, mode: str) -> Iterator[None]:
+        """The device lock in `mode` (shared while building and checking, exclusive while timing)."""
+        if self.lock is None:
+            yield
+            return
+
+        @contextlib.contextmanager
+        def waiting(holder: dict[str, Any] | None) -> Iterator[None]:
+            with self.phase("wait", holder=holder):
+                yield
+
+        with self.lock.hold(mode, owner=dict(self.request.get("lock_owner") or {}), waiting=waiting):  # type: ignore[arg-type]
+            yield
+
+    def inputs(self, draw: Mapping[str, Any]) -> dict[str, Any]:
+        """A hidden input draw as placeholder values: the seed and the sizes."""
+        return {"seed": int(draw["seed"]), **{str(k): int(v) for k, v in dict(draw.get("sizes") or {}).items()}}
+
+    def verify_fixed(self, who: str, when: str) -> None:
+        changed = changed_files(self.dirs[who], self.bundle.fixed_files())
+        if changed:
+            kind: FailureKind = "problem_error" if who == "reference" else "rejected"
+            raise StageFailure(kind, f"the {who}'s {when} changed the fixed file {changed[0]} (fixed files "
+                               "belong to the harness: their hashes are checked after every build and run)",
+                               changed=changed)
+
+    def run_once(self, who: str, values: Mapping[str, Any]) -> Ran:
+        """One run of `who` on the inputs `values` (a stale output file removed first)."""
+        d = self.dirs[who]
+        if self.spec.compare.file:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                (d / self.spec.compare.file).unlink()
+        ran = execute(fill(self.spec.run.command, values), d, self.spec.run.timeout_s)
+        if not ran.ok:
+            limit = self.spec.run.timeout_s
+            if who == "reference":
+                raise StageFailure("problem_error", ran.why("the reference's run", limit), stderr=ran.stderr[-2000:])
+            kind: FailureKind = "timeout" if ran.timed_out else ("crash" if ran.returncode < 0 else "exception")
+            raise StageFailure(kind, ran.why("the design's run", limit), stderr=ran.stderr[-2000:],
+                               stdout=ran.stdout[-1000:])
+        return ran
+
+    def output_numbers(self, who: str, ran: Ran) -> list[float]:
+        cmp = self.spec.compare
+        kind: FailureKind = "problem_error" if who == "reference" else "malformed"
+        try:
+            if cmp.mode == "json":
+                v = outputs.json_value(ran.stdout, cmp.key)
+                if v is None:
+                    raise ValueError(f"no JSON line on stdout holds the key {cmp.key!r}")
+                return outputs.flatten(v)
+            path = self.dirs[who] / cmp.file
+            if path.is_symlink():
+                raise ValueError(f"the output file {cmp.file} is a link")
+            return outputs.text_numbers(path.read_text(encoding="utf-8", errors="replace"))
+        except FileNotFoundError:
+            raise StageFailure(kind, f"the {who}'s run wrote no output file {cmp.file}") from None
+        except (OSError, ValueError) as e:
+            raise StageFailure(kind, f"the {who}'s output cannot be read: {e}") from None
+
+    def agree(self, ref: Ran, des: Ran, values: Mapping[str, Any]) -> outputs.Agreement:
+        """Whether the design's output on `values` agrees with the reference's."""
+        if self.spec.compare.mode == "check":
+            self.verify_fixed("design", "run")
+            check = self.spec.check
+            cmd = fill(check.command, {**values, "reference": self.dirs["reference"], "design": self.dirs["design"]})
+            ran = execute(cmd, self.dirs["reference"], check.timeout_s)
+            if ran.timed_out:
+                raise StageFailure("problem_error", ran.why("the check command", check.timeout_s))
+            if not ran.ok:
+                return outputs.Agreement(False, ran.why("the check command", check.timeout_s).replace(
+                    "exited with code", "rejected the output (exit code"), {"check_stdout": ran.stdout[-500:]})
+            return outputs.Agreement(True, None, {})
+        return outputs.agree(self.output_numbers("reference", ref), self.output_numbers("design", des), self.spec.compare)
+
+
+# -- stages -----------------------------------------------------------------------------
+
+
+def build(ctx: Context) -> dict[str, Any]:
+    spec = ctx.spec
+    findings = forbid.source_findings({k: v for k, v in ctx.design_files.items()}, spec.forbid)
+    findings += forbid.link_findings(spec.build.command, spec.forbid, "the build command")
+    unknown = sorted(set(ctx.design_files) - set(spec.editable))
+    if unknown:
+        raise StageFailure("rejected", f"the design has files the problem does not let it change: {unknown}")
+    if findings:
+        raise StageFailure("rejected", findings[0], findings=findings)
+    out: dict[str, Any] = {}
+    for who in WHO:
+        d = ctx.dirs[who]
+        d.mkdir(parents=True)
+        write_files(d, ctx.files_of(who))
+        write_files(d, ctx.bundle.fixed_files())  # after the editable ones: the harness's versions win
+        with ctx.phase("compile"):
+            ran = execute(spec.build.command, d, spec.build.timeout_s)
+        out[f"{who}_build_s"] = round(ran.wall_ms / 1e3, 3)
+        if not ran.ok:
+            why = ran.why(f"the {who}'s build", spec.build.timeout_s)
+            if who == "reference":
+                raise StageFailure("problem_error", why, stderr=ran.stderr[-3000:])
+            raise StageFailure("timeout" if ran.timed_out else "compile_error", why, stderr=ran.stderr[-3000:],
+                               stdout=ran.stdout[-1000:])
+        ctx.verify_fixed(who, "build")
+    binaries = forbid.elf_files(ctx.dirs["design"])
+    try:
+        found = [f for b in binaries for f in forbid.binary_findings(b, spec.forbid, b.relative_to(ctx.dirs["design"]).as_posix())]
+    except FileNotFoundError as e:
+        raise StageFailure("harness_error", str(e)) from None
+    if found:
+        raise StageFailure("rejected", found[0], findings=found)
+    out["binaries"] = [b.relative_to(ctx.dirs["design"]).as_posix() for b in binaries]
+    return out
+
+
+def correctness(ctx: Context) -> dict[str, Any]:
+    trials = []
+    for i, draw in enumerate(ctx.payload.get("trials") or ()):
+        values = ctx.inputs(draw)
+        ref = ctx.run_once("reference", values)
+        des = ctx.run_once("design", values)
+        ctx.verify_fixed("design", "run")
+        a = ctx.agree(ref, des, values)
+        sizes = {k: v for k, v in values.items() if k != "seed"}
+        trials.append({"trial": i, "sizes": sizes, "ok": a.ok, **a.details})
+        if not a.ok:
+            raise StageFailure("wrong_output", f"trial {i} (hidden seed, sizes {sizes or 'none'}): {a.reason}",
+                               trials=trials)
+    if not trials:
+        raise StageFailure("harness_error", "the request holds no correctness trials")
+    return {"trials": trials, "mode": ctx.spec.compare.mode}
+
+
+def _stats(samples: list[float]) -> dict[str, Any]:
+    if len(samples) >= 2:
+        q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    else:
+        q1 = med = q3 = samples[0]
+    return {"median_ms": med, "q1_ms": q1, "q3_ms": q3, "iqr_ms": q3 - q1, "n": len(samples),
+            "min_ms": min(samples), "samples_ms": samples}
+
+
+def _timed(ctx: Context, who: str, values: Mapping[str, Any], ref_out: Ran | None) -> tuple[float, float]:
+    """(reported ms, wall ms) of one timed run, its reported time checked against its wall time."""
+    ran = ctx.run_once(who, values)
+    objective = ctx.spec.objective
+    if objective.source == "clock":
+        return ran.wall_ms, ran.wall_ms
+    got = outputs.reported_ms(ran.stdout, objective)
+    where = f"a JSON line's {objective.key!r}" if objective.source == "json" else f"the regex {objective.regex!r}"
+    if got is None:
+        kind: FailureKind = "problem_error" if who == "reference" else "malformed"
+        raise StageFailure(kind, f"the {who}'s timed run reported no time ({where} on stdout)")
+    if got > ran.wall_ms + CLOCK_TOLERANCE_MS:
+        raise StageFailure("problem_error" if who == "reference" else "rejected",
+                           f"the {who} reported {got:.4g} ms, but the harness measured {ran.wall_ms:.4g} ms around "
+                           "the whole run: the time line is not what happened")
+    if ref_out is not None and ctx.spec.compare.mode != "check":
+        a = ctx.agree(ref_out, ran, values)
+        if not a.ok:
+            raise StageFailure("wrong_output", f"a timed run's output differs from the reference's: {a.reason}")
+    return got, ran.wall_ms
+
+
+def timing(ctx: Context) -> dict[str, Any]:
+    spec = ctx.spec
+    values = ctx.inputs(ctx.payload["timing_input"])
+    ref_out = ctx.run_once("reference", values)  # the outputs every timed run of the design must match
+    for _ in range(spec.timing.warmup):
+        for who in WHO:
+            ctx.run_once(who, values)
+    blocks: dict[str, list[list[float]]] = {w: [] for w in WHO}
+    walls: dict[str, list[float]] = {w: [] for w in WHO}
+    overhead: dict[str, list[float]] = {w: [] for w in WHO}
+    with ctx.hold("exclusive"):
+        for p in range(spec.timing.pairs):
+            for who in (WHO if p % 2 == 0 else WHO[::-1]):
+                block = []
+                for _ in range(spec.timing.runs):
+                    got, wall = _timed(ctx, who, values, ref_out if who == "design" else None)
+                    block.append(got)
+                    walls[who].append(wall)
+                    overhead[who].append(wall - got)
+                blocks[who].append(block)
+    ctx.verify_fixed("design", "timed runs")
+    clock = {}
+    if spec.objective.source != "clock":
+        ref_over, des_over = statistics.median(overhead["reference"]), statistics.median(overhead["design"])
+        allowed = ref_over + spec.objective.clock_slack * statistics.median(walls["reference"]) + spec.objective.clock_slack_ms
+        clock = {"reference_outside_ms": ref_over, "design_outside_ms": des_over, "allowed_outside_ms": allowed}
+        if des_over > allowed:
+            raise StageFailure("rejected", f"the design's runs took {des_over:.4g} ms (median) beyond the time they "
+                               f"reported, the reference's {ref_over:.4g} ms (allowed: {allowed:.4g} ms): its time line "
+                               "leaves out work the harness's clock saw", clock=clock)
+    ref_flat = [x for b in blocks["reference"] for x in b]
+    des_flat = [x for b in blocks["design"] for x in b]
+    try:
+        ratio = paired_ratio(blocks["reference"], blocks["design"], seed=int(values["seed"]) & 0xFFFF)
+    except ValueError as e:
+        raise StageFailure("malformed", f"no usable timing: {e}") from None
+    expect = ctx.payload.get("reference_expect_ms")
+    stability = paired_stability(ratio, pair_ratios(blocks["reference"], blocks["design"]), ref_flat, des_flat,
+                                 reference_expect_ms=float(expect) if expect else None)
+    sizes = {k: v for k, v in values.items() if k != "seed"}
+    return {"runtime": _stats(des_flat), "reference": _stats(ref_flat), "speedup": ratio.to_json(),
+            "stability": stability.to_json(), "pairs": spec.timing.pairs, "runs_per_block": spec.timing.runs,
+            "objective_source": spec.objective.source, "sizes": sizes, "clock": clock,
+            "wall": {"reference": _stats(walls["reference"]), "design": _stats(walls["design"])}}
+
+
+STAGES: dict[str, Callable[[Context], dict[str, Any]]] = {"build": build, "correctness": correctness, "timing": timing}
+
+
+def _run_stage(ctx: Context, name: str) -> ValidatorResult:
+    t0 = time.monotonic()
+    try:
+        with ctx.hold("shared") if name != "timing" else contextlib.nullcontext():
+            details = STAGES[name](ctx)
+    except StageFailure as f:
+        return ValidatorResult(name, "failed", f.reason, f.kind, f.details, time.monotonic() - t0)
+    except Exception as e:  # noqa: BLE001 - the harness's own fault, said as data
+        return ValidatorResult(name, "failed", f"harness: {type(e).__name__}: {e}", "harness_error", {},
+                               time.monotonic() - t0)
+    return ValidatorResult(name, "passed", None, None, details, time.monotonic() - t0)
+
+
+def describe() -> dict[str, Any]:
+    """Where the worker ran: host, the CPU's model name, the machine."""
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return {"device": "cpu", "device_name": name, "host_name": platform.node(), "machine": platform.machine(),
+            "python": platform.python_version()}
+
+
+def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
+    """Run the requested stages; return the response body (results and environment)."""
+    specs = [ValidatorSpec(s["name"], tuple(s.get("requires", ())), "worker") for s in request["stages"]]
+    unknown = [s.name for s in specs if s.name not in STAGES]
+    if unknown:
+        raise ValueError(f"unknown command-domain worker stages: {unknown}")
+    ctx = Context(request, workdir, emit)
+    run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
+    while (step := run.next_step()) is not None:
+        spec = step.specs[0]
+        emit("start", {"stage": spec.name})
+        result = _run_stage(ctx, spec.name)
+        run.record([result])
+        emit("end", {"stage": spec.name, "result": result.to_json()})
+    return {"results": [r.to_json() for r in run.results], "environment": describe()}
