@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ from stratagem.cli.common import (
     config_for,
     fail,
 )
-from stratagem.config import DEFAULT_TIMEOUT_S
+from stratagem.config import DEFAULT_TIMEOUT_S, EvaluationConfig
 from stratagem.errors import CandidateError, ConfigError, ProblemError, StratagemError
 from stratagem.report.evaluation import (
     audit_json,
@@ -31,11 +31,14 @@ from stratagem.report.evaluation import (
     print_eval,
 )
 
+if TYPE_CHECKING:
+    from stratagem.evaluation.service import Evaluation
+
 
 @app.command("eval")
 def eval_cmd(
-    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
-    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining ModelNew.")],
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml: docs/command.md).")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining ModelNew, or a directory holding a command design's files.")],
     device: DeviceOpt = None,
     timeout: Annotated[float | None, typer.Option("--timeout", metavar="TIMEOUT", help=f"Limit in seconds on the whole evaluation of the design, compiles included unless [evaluation] compile_timeout_s is set too (default: {DEFAULT_TIMEOUT_S:g} s for correctness, integrity, shapes and timing, raised to fit a slow reference, and compile_timeout_s for builds; a problem may set its own)."),
     ] = None,
@@ -55,7 +58,10 @@ def eval_cmd(
     console = Console(stderr=as_json)
     try:
         cfg = config_for(config, device, timeout, integrity, correctness, executor, queue)
-        ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
+        if candidate.is_dir():
+            ev = _evaluate_design_dir(problem, candidate, cfg.evaluation, run_dir)
+        else:
+            ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
     except (ConfigError, ProblemError, CandidateError) as e:
         fail(console, e, as_json, 2)
     except StratagemError as e:
@@ -66,6 +72,48 @@ def eval_cmd(
     else:
         print_eval(console, summary)
     raise typer.Exit(1 if summary["status"] == "error" else 0)
+
+
+DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024
+
+
+def read_design_dir(path: Path) -> dict[str, str]:
+    """A design given as a directory: its regular files (relative path -> text), hidden ones left out.
+
+    Raises:
+        CandidateError: no file, a file that is not UTF-8 text, or one over the size limit.
+    """
+    files = {}
+    for p in sorted(path.rglob("*")):
+        rel = p.relative_to(path)
+        if not p.is_file() or p.is_symlink() or any(part.startswith(".") for part in rel.parts):
+            continue
+        if p.stat().st_size > DESIGN_FILE_MAX_BYTES:
+            raise CandidateError(f"{p}: over {DESIGN_FILE_MAX_BYTES} bytes: a design's files are sources")
+        try:
+            files[rel.as_posix()] = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise CandidateError(f"cannot read the design file {p}: {e}") from e
+    if not files:
+        raise CandidateError(f"the design directory {path} holds no file")
+    return files
+
+
+def _evaluate_design_dir(problem_path: Path, design_dir: Path, cfg: EvaluationConfig,
+                         run_dir: Path | None) -> Evaluation:
+    """`eval PROBLEM DESIGN_DIR`: a design that is a set of files (a command problem's)."""
+    import asyncio
+
+    from stratagem.core.design import Design
+    from stratagem.domains import load_problem
+    from stratagem.evaluation.api import make_evaluator, record
+
+    problem = load_problem(problem_path)
+    design = Design(files=read_design_dir(design_dir), provenance={"source": "file", "path": str(design_dir)})
+    ev = asyncio.run(make_evaluator(cfg).evaluate(problem, design))
+    if run_dir is not None:
+        record(run_dir, ev)
+    return ev
 
 
 @app.command("baseline")

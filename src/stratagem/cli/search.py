@@ -29,7 +29,7 @@ from stratagem.errors import ConfigError, ProblemError, StratagemError
 
 @app.command("run")
 def run_cmd(
-    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
+    problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml).")],
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
     endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), or recipes (no LLM). Default: auto with a model, else recipes.")] = None,
@@ -73,9 +73,16 @@ def run_cmd(
     from stratagem.search.api import default_run_dir, start_run
 
     try:
-        where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(load_problem(problem))
+        loaded = load_problem(problem)
+        where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(loaded)
     except ProblemError as e:
         fail(console, e, as_json, 2)
+    if loaded.domain == "command" and cfg.policy == "recipes":
+        fail(console, ConfigError(
+            f"{problem} is a command problem (problem.toml), and no policy searches one without a model yet: "
+            "the recipes policy (the default without --model) rewrites PyTorch modules only. What you can do: "
+            f"write a design (a directory of the editable files) and evaluate it with `stratagem eval {problem} "
+            "DESIGN_DIR`; docs/command.md says how"), as_json, 2)
     server = None
     if serve:
         from stratagem.report.serve import serve_in_background

@@ -1,0 +1,49 @@
+"""`stratagem eval PROBLEM_DIR DESIGN_DIR` on a command problem, and `stratagem run` without a
+model saying what can be done instead."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import EXAMPLE, example_design
+
+from stratagem.cli import main
+from stratagem.store.sqlite import RunStore
+
+
+def test_eval_takes_a_problem_directory_and_a_design_directory(small_problem, tmp_path, capsys) -> None:
+    design = tmp_path / "fast"
+    design.mkdir()
+    for name, text in example_design("fast").items():
+        (design / name).write_text(text)
+    (design / ".notes").write_text("hidden files are not part of a design")
+    run_dir = tmp_path / "run"
+    code = main(["eval", str(small_problem), str(design), "--device", "cpu", "--json", "--run-dir", str(run_dir)])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "valid", out["failures"]
+    assert list(out["validators"]) == ["static_checks", "build", "correctness", "timing"]
+    assert out["speedup"] > 1 and out["speedup_ci"][0] <= out["speedup"] <= out["speedup_ci"][1]
+    assert out["sandbox"]["network_isolated"] in (True, False)
+    with RunStore.read(run_dir) as store:
+        assert [e.status for e in store.evaluations()] == ["valid"]
+
+
+def test_eval_reports_a_problem_file_error_naming_the_key(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "problem.toml").write_text('[files]\neditable = "kernel.c"\n')
+    design = tmp_path / "d"
+    design.mkdir()
+    (design / "kernel.c").write_text("")
+    assert main(["eval", str(bad), str(design), "--device", "cpu"]) == 2
+    err = capsys.readouterr()
+    text = " ".join((err.out + err.err).split())
+    assert "problem.toml" in text and "files.editable" in text
+
+
+def test_run_without_a_model_says_what_to_do_instead(capsys) -> None:
+    code = main(["run", str(EXAMPLE), "--device", "cpu", "--iterations", "1"])
+    err = capsys.readouterr()
+    text = " ".join((err.out + err.err).split())
+    assert code == 2
+    assert "command problem" in text and "stratagem eval" in text
