@@ -118,7 +118,7 @@ def agree(reference: list[float], design: list[float], cmp: Comparison) -> Agree
     if len(reference) != len(design):
         return Agreement(False, f"the output has {len(design)} numbers, the reference's {len(reference)}",
                          {"numbers": len(design), "reference_numbers": len(reference)})
-    worst, at, bad = 0.0, -1, 0
+    worst, worst_rel, at, bad = 0.0, 0.0, -1, 0
     first: int | None = None
     for i, (a, b) in enumerate(zip(reference, design, strict=True)):
         if math.isnan(a) or math.isnan(b) or math.isinf(a) or math.isinf(b):
@@ -132,7 +132,9 @@ def agree(reference: list[float], design: list[float], cmp: Comparison) -> Agree
             first = i if first is None else first
         if err > worst:
             worst, at = err, i
-    details = {"numbers": len(design), "max_abs_err": worst if math.isfinite(worst) else "inf",
+        if err > 0:
+            worst_rel = max(worst_rel, err / abs(a) if a not in (0.0,) and math.isfinite(a) else math.inf)
+    details = {"numbers": len(design), "max_abs_err": worst, "max_rel_err": worst_rel,
                "mismatched": bad, "atol": cmp.atol, "rtol": cmp.rtol}
     if bad:
         i = first if first is not None else at
