@@ -195,3 +195,35 @@ def test_the_problems_own_check_and_the_harness_clock(tmp_path, evaluate) -> Non
     ev = evaluate(problem, {"kernel.c": wrong})
     r = failure(ev, "correctness")
     assert r.kind == "wrong_output" and "check command rejected" in r.reason
+
+
+def test_a_design_finds_no_reference_output_to_copy(small_problem, evaluate) -> None:
+    # copies the reference's out.txt for the same inputs when it can find it: the design runs
+    # before the reference on each correctness input, and the reference's file is gone after it
+    kernel = (
+        "#include <stdio.h>\n"
+        "void window_sums(const double *x, long n, long w, double *y) {\n"
+        "    FILE *f = fopen(\"../reference/out.txt\", \"r\");\n"
+        "    for (long i = 0; i + w <= n; i++) y[i] = 0.0;\n"
+        "    if (!f) return;\n"
+        "    for (long i = 0; i + w <= n && fscanf(f, \"%lf\", &y[i]) == 1; i++) {}\n"
+        "    fclose(f);\n"
+        "}\n"
+    )
+    ev = evaluate(small_problem, {"kernel.c": kernel})
+    r = failure(ev, "correctness")
+    assert r.kind == "wrong_output"
+
+
+def test_a_design_that_touches_the_references_build_is_rejected(small_problem, evaluate) -> None:
+    # slows the reference down by replacing its program with one that sleeps first
+    kernel = (
+        "#include <stdio.h>\n#include <stdlib.h>\n"
+        "__attribute__((constructor)) static void swap(void) {\n"
+        "    FILE *f = fopen(\"../reference/prog\", \"ab\");\n"
+        "    if (f) { fputc(0, f); fclose(f); }\n"
+        "}\n" + REFERENCE_KERNEL
+    )
+    ev = evaluate(small_problem, {"kernel.c": kernel})
+    r = failure(ev, "correctness")
+    assert r.kind == "rejected" and "reference's file prog" in r.reason

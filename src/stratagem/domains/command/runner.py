@@ -6,6 +6,7 @@ values; the fixed files written and verified by hash. Standard library only."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import shlex
@@ -68,6 +69,7 @@ def execute(command: str, cwd: Path, timeout_s: float) -> Ran:
         out, err = proc.communicate()
     wall_ms = (time.perf_counter() - t0) * 1e3
     _kill(proc.pid)  # whatever it left running in its group
+    kill_orphans()  # and whatever left the group (setsid, a double fork) and fell to this process
     return Ran(proc.returncode, out[:MAX_OUTPUT_CHARS].decode("utf-8", "replace"),
                err[-MAX_OUTPUT_CHARS:].decode("utf-8", "replace"), wall_ms, timed_out)
 
@@ -75,6 +77,64 @@ def execute(command: str, cwd: Path, timeout_s: float) -> Ran:
 def _kill(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Linux: processes a command orphans (a daemon that left its group) are re-parented to this
+    process rather than to init, so `kill_orphans` finds them. Elsewhere: nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def kill_orphans() -> int:
+    """Kill every child of this process (between commands it has none of its own) and reap them;
+    how many were killed."""
+    me, killed = os.getpid(), 0
+    for _ in range(3):
+        found = 0
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()
+            if len(fields) > 1 and fields[1] == str(me):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry), signal.SIGKILL)
+                    found += 1
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # reap them (a killed child stays a zombie until then)
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break  # no child left
+            if pid == 0:
+                time.sleep(0.005)
+        killed += found
+        if not found:
+            break
+    return killed
+
+
+def tree_hashes(root: Path, skip: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Relative path -> SHA-256 of every regular file under `root` (links as their target's name)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if rel in skip:
+            continue
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_file():
+            with contextlib.suppress(OSError):
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
 
 
 def sha256(text: str) -> str:

@@ -21,7 +21,15 @@ from stratagem.core.paired import pair_ratios, paired_ratio, paired_stability
 from stratagem.core.verdict import FailureKind, ValidatorResult
 from stratagem.domains.command import forbid, outputs
 from stratagem.domains.command.problem import Bundle, bundle_of
-from stratagem.domains.command.runner import Ran, changed_files, execute, fill, write_files
+from stratagem.domains.command.runner import (
+    Ran,
+    become_subreaper,
+    changed_files,
+    execute,
+    fill,
+    tree_hashes,
+    write_files,
+)
 from stratagem.evaluation.device_lock import DeviceLock
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -53,6 +61,8 @@ class Context:
         lock = request.get("timing_lock")
         self.lock = DeviceLock(str(lock)) if lock else None
         self._phases = ["run"]
+        self._reference_files: dict[str, str] = {}
+        """The reference directory's files as its last run left them (a design's run may not touch them)."""
 
     @property
     def spec(self) -> Any:
@@ -103,7 +113,8 @@ class Context:
                                changed=changed)
 
     def run_once(self, who: str, values: Mapping[str, Any]) -> Ran:
-        """One run of `who` on the inputs `values` (a stale output file removed first)."""
+        """One run of `who` on the inputs `values` (a stale output file removed first). After a
+        design's run, the reference's directory and the design's fixed files must be as they were."""
         d = self.dirs[who]
         if self.spec.compare.file:
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
@@ -116,7 +127,34 @@ class Context:
             kind: FailureKind = "timeout" if ran.timed_out else ("crash" if ran.returncode < 0 else "exception")
             raise StageFailure(kind, ran.why("the design's run", limit), stderr=ran.stderr[-2000:],
                                stdout=ran.stdout[-1000:])
+        if who == "reference":
+            self.snapshot_reference()
+        else:
+            self.verify_reference()
+            self.verify_fixed("design", "run")
         return ran
+
+    def snapshot_reference(self) -> None:
+        self._reference_files = tree_hashes(self.dirs["reference"])
+
+    def verify_reference(self) -> None:
+        now = tree_hashes(self.dirs["reference"])
+        touched = sorted(k for k, v in self._reference_files.items() if now.get(k) != v)
+        if touched:
+            raise StageFailure("rejected", f"the design changed the reference's file {touched[0]} (a design "
+                               "may not touch the reference's build)", changed=touched)
+
+    def capture(self, who: str, ran: Ran) -> list[float] | None:
+        """The output's numbers, read at once (None under a check command, which reads the run
+        directories itself); the reference's output file is removed after, so no design run finds it."""
+        if self.spec.compare.mode == "check":
+            return None
+        numbers = self.output_numbers(who, ran)
+        if who == "reference" and self.spec.compare.file:
+            with contextlib.suppress(OSError):
+                (self.dirs[who] / self.spec.compare.file).unlink()
+            self.snapshot_reference()
+        return numbers
 
     def output_numbers(self, who: str, ran: Ran) -> list[float]:
         cmp = self.spec.compare
@@ -136,20 +174,21 @@ class Context:
         except (OSError, ValueError) as e:
             raise StageFailure(kind, f"the {who}'s output cannot be read: {e}") from None
 
-    def agree(self, ref: Ran, des: Ran, values: Mapping[str, Any]) -> outputs.Agreement:
-        """Whether the design's output on `values` agrees with the reference's."""
-        if self.spec.compare.mode == "check":
-            self.verify_fixed("design", "run")
-            check = self.spec.check
-            cmd = fill(check.command, {**values, "reference": self.dirs["reference"], "design": self.dirs["design"]})
-            ran = execute(cmd, self.dirs["reference"], check.timeout_s)
-            if ran.timed_out:
-                raise StageFailure("problem_error", ran.why("the check command", check.timeout_s))
-            if not ran.ok:
-                return outputs.Agreement(False, ran.why("the check command", check.timeout_s).replace(
-                    "exited with code", "rejected the output (exit code"), {"check_stdout": ran.stdout[-500:]})
-            return outputs.Agreement(True, None, {})
-        return outputs.agree(self.output_numbers("reference", ref), self.output_numbers("design", des), self.spec.compare)
+    def agree(self, ref: list[float] | None, des: list[float] | None, values: Mapping[str, Any]) -> outputs.Agreement:
+        """Whether the design's output on `values` agrees with the reference's: the numbers
+        captured from each, or the check command on the two run directories."""
+        if ref is not None and des is not None:
+            return outputs.agree(ref, des, self.spec.compare)
+        check = self.spec.check
+        cmd = fill(check.command, {**values, "reference": self.dirs["reference"], "design": self.dirs["design"]})
+        ran = execute(cmd, self.dirs["reference"], check.timeout_s)
+        self.snapshot_reference()  # the check may write there
+        if ran.timed_out:
+            raise StageFailure("problem_error", ran.why("the check command", check.timeout_s))
+        if not ran.ok:
+            return outputs.Agreement(False, ran.why("the check command", check.timeout_s).replace(
+                "exited with code", "rejected the output (exit code"), {"check_stdout": ran.stdout[-500:]})
+        return outputs.Agreement(True, None, {})
 
 
 # -- stages -----------------------------------------------------------------------------
@@ -180,6 +219,10 @@ def build(ctx: Context) -> dict[str, Any]:
             raise StageFailure("timeout" if ran.timed_out else "compile_error", why, stderr=ran.stderr[-3000:],
                                stdout=ran.stdout[-1000:])
         ctx.verify_fixed(who, "build")
+        if who == "reference":
+            ctx.snapshot_reference()
+        else:
+            ctx.verify_reference()
     binaries = forbid.elf_files(ctx.dirs["design"])
     try:
         found = [f for b in binaries for f in forbid.binary_findings(b, spec.forbid, b.relative_to(ctx.dirs["design"]).as_posix())]
@@ -195,9 +238,9 @@ def correctness(ctx: Context) -> dict[str, Any]:
     trials = []
     for i, draw in enumerate(ctx.payload.get("trials") or ()):
         values = ctx.inputs(draw)
-        ref = ctx.run_once("reference", values)
-        des = ctx.run_once("design", values)
-        ctx.verify_fixed("design", "run")
+        # the design first: the reference's output on these inputs does not exist while it runs
+        des = ctx.capture("design", ctx.run_once("design", values))
+        ref = ctx.capture("reference", ctx.run_once("reference", values))
         a = ctx.agree(ref, des, values)
         sizes = {k: v for k, v in values.items() if k != "seed"}
         trials.append({"trial": i, "sizes": sizes, "ok": a.ok, **a.details})
@@ -221,23 +264,26 @@ def _stats(samples: list[float]) -> dict[str, Any]:
             "min_ms": min(samples), "samples_ms": samples}
 
 
-def _timed(ctx: Context, who: str, values: Mapping[str, Any], ref_out: Ran | None) -> tuple[float, float]:
-    """(reported ms, wall ms) of one timed run, its reported time checked against its wall time."""
+def _timed(ctx: Context, who: str, values: Mapping[str, Any], expected: list[float] | None) -> tuple[float, float]:
+    """(reported ms, wall ms) of one timed run, its reported time checked against its wall time
+    and a design's output against the reference's (`expected`; under a check command, after its block)."""
     ran = ctx.run_once(who, values)
+    got = ran.wall_ms
     objective = ctx.spec.objective
-    if objective.source == "clock":
-        return ran.wall_ms, ran.wall_ms
-    got = outputs.reported_ms(ran.stdout, objective)
-    where = f"a JSON line's {objective.key!r}" if objective.source == "json" else f"the regex {objective.regex!r}"
-    if got is None:
-        kind: FailureKind = "problem_error" if who == "reference" else "malformed"
-        raise StageFailure(kind, f"the {who}'s timed run reported no time ({where} on stdout)")
-    if got > ran.wall_ms + CLOCK_TOLERANCE_MS:
-        raise StageFailure("problem_error" if who == "reference" else "rejected",
-                           f"the {who} reported {got:.4g} ms, but the harness measured {ran.wall_ms:.4g} ms around "
-                           "the whole run: the time line is not what happened")
-    if ref_out is not None and ctx.spec.compare.mode != "check":
-        a = ctx.agree(ref_out, ran, values)
+    if objective.source != "clock":
+        reported = outputs.reported_ms(ran.stdout, objective)
+        where = f"a JSON line's {objective.key!r}" if objective.source == "json" else f"the regex {objective.regex!r}"
+        if reported is None:
+            kind: FailureKind = "problem_error" if who == "reference" else "malformed"
+            raise StageFailure(kind, f"the {who}'s timed run reported no time ({where} on stdout)")
+        if reported > ran.wall_ms + CLOCK_TOLERANCE_MS:
+            raise StageFailure("problem_error" if who == "reference" else "rejected",
+                               f"the {who} reported {reported:.4g} ms, but the harness measured {ran.wall_ms:.4g} ms "
+                               "around the whole run: the time line is not what happened")
+        got = reported
+    numbers = ctx.capture(who, ran)
+    if who == "design" and expected is not None and numbers is not None:
+        a = outputs.agree(expected, numbers, ctx.spec.compare)
         if not a.ok:
             raise StageFailure("wrong_output", f"a timed run's output differs from the reference's: {a.reason}")
     return got, ran.wall_ms
@@ -247,7 +293,7 @@ RETIMES = 2
 """Timings after the first while the paired verdict is unstable (the last one is kept)."""
 
 
-def _pairs(ctx: Context, values: Mapping[str, Any], ref_out: Ran) -> dict[str, dict[str, list[Any]]]:
+def _pairs(ctx: Context, values: Mapping[str, Any], expected: list[float] | None) -> dict[str, dict[str, list[Any]]]:
     """One paired timing: block pairs of reference and design alternating, under the exclusive lock."""
     spec = ctx.spec
     out: dict[str, dict[str, list[Any]]] = {k: {w: [] for w in WHO} for k in ("blocks", "walls", "outside")}
@@ -256,11 +302,15 @@ def _pairs(ctx: Context, values: Mapping[str, Any], ref_out: Ran) -> dict[str, d
             for who in (WHO if p % 2 == 0 else WHO[::-1]):
                 block = []
                 for _ in range(spec.timing.runs):
-                    got, wall = _timed(ctx, who, values, ref_out if who == "design" else None)
+                    got, wall = _timed(ctx, who, values, expected)
                     block.append(got)
                     out["walls"][who].append(wall)
                     out["outside"][who].append(wall - got)
                 out["blocks"][who].append(block)
+                if who == "design" and spec.compare.mode == "check":
+                    a = ctx.agree(None, None, values)  # the block's last output, by the problem's check
+                    if not a.ok:
+                        raise StageFailure("wrong_output", f"a timed run's output fails the check: {a.reason}")
     return out
 
 
@@ -282,14 +332,15 @@ def _clock_check(ctx: Context, t: Mapping[str, Mapping[str, list[float]]]) -> di
 def timing(ctx: Context) -> dict[str, Any]:
     spec = ctx.spec
     values = ctx.inputs(ctx.payload["timing_input"])
-    ref_out = ctx.run_once("reference", values)  # the outputs every timed run of the design must match
+    # the outputs every timed run of the design must match
+    expected = ctx.capture("reference", ctx.run_once("reference", values))
     for _ in range(spec.timing.warmup):
         for who in WHO:
-            ctx.run_once(who, values)
+            ctx.capture(who, ctx.run_once(who, values))
     expect = ctx.payload.get("reference_expect_ms")
     attempts = []
     for attempt in range(1 + RETIMES):
-        t = _pairs(ctx, values, ref_out)
+        t = _pairs(ctx, values, expected)
         ctx.verify_fixed("design", "timed runs")
         clock = _clock_check(ctx, t)
         blocks = t["blocks"]
@@ -341,6 +392,7 @@ def describe() -> dict[str, Any]:
 
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
     """Run the requested stages; return the response body (results and environment)."""
+    become_subreaper()
     specs = [ValidatorSpec(s["name"], tuple(s.get("requires", ())), "worker") for s in request["stages"]]
     unknown = [s.name for s in specs if s.name not in STAGES]
     if unknown:
