@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -77,7 +77,7 @@ CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CO
 ]
 
 
-def fail(console: Console, e: StratagemError, as_json: bool, code: int) -> None:
+def fail(console: Console, e: StratagemError, as_json: bool, code: int) -> NoReturn:
     if as_json:
         print(json.dumps({"status": "error", "error": str(e), "error_type": type(e).__name__}))
     else:

@@ -399,7 +399,7 @@ def render_recent(curated: Curated) -> str:
         else:
             it = f"iteration {view.iteration}, " if view.iteration is not None else ""
             out.append(fill("design", "elsewhere", short_id=short_id(view.id), summary=it + design_summary(view),
-                            group=GROUP_TITLES[where[design_id]]))
+                            group=GROUP_TITLES[where[design_id]]))  # pyright: ignore[reportArgumentType]
     return "\n\n".join(out)
 
 

@@ -242,7 +242,7 @@ def normal_form(source: str, keep: Collection[str] | None = None) -> str | None:
     except (SyntaxError, ValueError):
         return None
     ext_names = [c.value for n in ast.walk(tree) if isinstance(n, ast.Call) and (c := _loader_name(n)) is not None]
-    extensions = {name: f"__ext{i}__" for i, name in enumerate(dict.fromkeys(ext_names)) if name}
+    extensions = {str(name): f"__ext{i}__" for i, name in enumerate(dict.fromkeys(ext_names)) if name}
     globals_ = _module_names(tree, keep) if keep is not None else {}
     tree = _Normalize(extensions).visit(tree)
     if globals_:

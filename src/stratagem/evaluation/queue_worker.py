@@ -114,7 +114,7 @@ def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="stratagem worker", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="stratagem worker", description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--queue", required=True, help="the queue directory the run writes to")
     ap.add_argument("--device", default="cuda", help="cpu, cuda or cuda:N (default cuda)")
     ap.add_argument("--once", action="store_true", help="exit when the queue is empty")

@@ -510,7 +510,8 @@ class PhaseClock:
             if self.settings.on_event is not None:
                 with contextlib.suppress(Exception):  # a view's failure never stops a worker
                     self.settings.on_event(ev)
-            t = ev.get("t") if isinstance(ev.get("t"), int | float) else time.time()
+            t_ev = ev.get("t")
+            t = float(t_ev) if isinstance(t_ev, int | float) else time.time()
             if ev.get("event") == "phase" and ev.get("phase") in ("compile", "run", "wait"):
                 self.reported = str(ev["phase"])
                 self._settle(float(t))

@@ -26,6 +26,7 @@ from typing import Any
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.core.design import Design
 from stratagem.core.graph import GraphRun, ValidatorGraph
+from stratagem.core.jsonish import mapping
 from stratagem.core.objective import Measured
 from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.problem import Problem
@@ -606,6 +607,6 @@ def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:
 
 def _unstable_modes(cached: Mapping[str, Any]) -> list[str]:
     """The modes of a cached baseline whose timing was judged unstable."""
-    modes = cached.get("modes") if isinstance(cached.get("modes"), Mapping) else {}
+    modes = mapping(cached.get("modes"))
     return [m for m, v in modes.items() if not Stability.from_json((v or {}).get("stability")).stable]
 

@@ -172,7 +172,7 @@ def _gp(x: np.ndarray, y: np.ndarray) -> Any:
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(length_scale=np.ones(x.shape[1]) * 3.0,
+    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(length_scale=np.ones(x.shape[1]) * 3.0,  # pyright: ignore[reportArgumentType]
                                                       length_scale_bounds=(1e-2, 1e3), nu=2.5) \
         + WhiteKernel(1e-2, (1e-6, 1.0))
     gp = GaussianProcessRegressor(kernel=kernel, normalize_y=True, n_restarts_optimizer=2, random_state=0)

@@ -79,8 +79,8 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
         say(f"confirming: block {b + 1} of {blocks} ({len(sources)} designs, eager"
             f"{', torch.compile' if COMPILE in names else ''})")
         results.append(await evaluator.confirm_block(problem, sources, order, eager_ms))
-    designs = combine(results, picked)
-    body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in designs],
+    confirmed = combine(results, picked)
+    body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in confirmed],
             "compile": _compile_json(results), "eager_ms": _eager_ms(results),
             "wall_s": round(time.monotonic() - t0, 3),
             "environment": results[-1].get("environment", {}) if results else {}}

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stratagem.core.confirmed import ConfirmedDesign
+from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.search.numbers import clip
@@ -30,8 +31,8 @@ def failure_info(ev: EvaluationRecord) -> dict[str, Any]:
     failed = next((v for v in ev.validators if v.get("outcome") == "failed"), None)
     if failed is None:
         return {}
-    d = failed.get("details") if isinstance(failed.get("details"), Mapping) else {}
-    tail = d.get("traceback") or (d.get("sandbox") or {}).get("stderr_tail") or d.get("stderr_tail") or ""
+    d = mapping(failed.get("details"))
+    tail = d.get("traceback") or mapping(d.get("sandbox")).get("stderr_tail") or d.get("stderr_tail") or ""
     cmp: Mapping[str, Any] = d
     trials = d.get("trials")
     if "max_abs_err" not in d and isinstance(trials, list) and trials:
@@ -144,11 +145,11 @@ def measures_of(ev: EvaluationRecord) -> Measures:
         return d if isinstance(d, Mapping) else {}
 
     timing = details("timing")
-    run = timing.get("runtime") if isinstance(timing.get("runtime"), Mapping) else {}
-    ref = timing.get("reference") if isinstance(timing.get("reference"), Mapping) else {}
+    run = mapping(timing.get("runtime"))
+    ref = mapping(timing.get("reference"))
     corr = details("correctness")
     load = by.get("load") or {}
-    profile = timing.get("profile") if isinstance(timing.get("profile"), Mapping) else {}
+    profile = mapping(timing.get("profile"))
     kernels = profile.get("kernels") or details("provenance").get("kernels") or ()
     failures = tuple(f"{v.get('name')} ({v.get('kind') or 'failed'}): {clip(str(v.get('reason') or ''), 300)}"
                      for v in ev.validators if v.get("outcome") == "failed")

@@ -416,7 +416,7 @@ class Scan:
                 self.too_large = True
                 break
             seen.add(text)
-            out.append(StringText(text, node.lineno, native or bool(_NATIVE_HINT.search(text))))
+            out.append(StringText(text, getattr(node, "lineno", 0), native or bool(_NATIVE_HINT.search(text))))
         return out
 
     def _compound(self, node: ast.AST) -> bool:

@@ -24,6 +24,7 @@ from stratagem.config import EvaluationConfig
 from stratagem.core import pysyntax
 from stratagem.core.design import Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
+from stratagem.core.jsonish import mapping
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
@@ -207,8 +208,8 @@ def run_parent_validator(
     if name == "roofline":
         timing = earlier.get("timing")
         d = timing.details if timing is not None else {}
-        runtime = d.get("runtime") if isinstance(d.get("runtime"), Mapping) else {}
-        work = d.get("work") if isinstance(d.get("work"), Mapping) and "flops" in d.get("work", {}) else None
+        runtime = mapping(d.get("runtime"))
+        work = reference_work([timing]) if timing is not None else None
         tol = tolerances(problem, cfg).get(str((work or {}).get("dtype") or "float32"))
         correct = earlier.get("correctness")
         if correct is not None and correct.details.get("mode") == "calibrated":
@@ -537,7 +538,7 @@ def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
 
 def default_baselines(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
     if cfg.baselines is not None:
-        modes = list(cfg.baselines)
+        modes = [str(m) for m in cfg.baselines]
         return modes if "eager" in modes else ["eager", *modes]
     return ["eager", "compile", "max-autotune"] if on_gpu else ["eager", "compile"]
 

@@ -179,7 +179,7 @@ def dynamic_code(scan: Scan) -> list[Hit]:
                  "folded)")
     attr_fns = {"builtins.getattr", "builtins.setattr", "builtins.delattr"}
     for node, names in _uncalled(scan, attr_fns):
-        hits.add(node.lineno, f"`{min(names)[9:]}` passed as a value")  # type: ignore[attr-defined]
+        hits.add(getattr(node, "lineno", 0), f"`{min(names)[9:]}` passed as a value")
     return hits.items()
 
 
@@ -209,7 +209,7 @@ def monkey_patch(scan: Scan) -> list[Hit]:
         if isinstance(node, ast.Call):
             _monkey_call(scan, node, hits)
     for node, names in _uncalled(scan, _SETATTRS):
-        hits.add(node.lineno, f"`{min(names)[9:]}` passed as a value: what it modifies cannot be checked")
+        hits.add(getattr(node, "lineno", 0), f"`{min(names)[9:]}` passed as a value: what it modifies cannot be checked")
     return hits.items()
 
 

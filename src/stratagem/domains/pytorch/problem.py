@@ -124,7 +124,7 @@ def size_constants(tree: ast.Module) -> dict[str, int | float]:
 
 
 def _eval_number(node: ast.expr, env: Mapping[str, int | float]) -> int | float | None:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.Name):
         return env.get(node.id)

@@ -175,19 +175,21 @@ class AutoPolicy:
         runtime: AgentRuntime,
         session: Session,
     ) -> StrategistResult:
-        ask = None
+        ask: Callable[[str], Awaitable[str]] | None = None
         if self.cfg.agents.analyst:
             analyst_deps = AnalystDeps(
                 workdir=self._dir(state.iteration, "analyst"),
                 designs=designs_by_id(state.designs), docs=self.docs(),
             )
 
-            async def ask(question: str) -> str:
+            async def ask_the_analyst(question: str) -> str:
                 session.set_status("analyst", "answering the strategist")
                 try:
                     return await ask_analyst(question, analyst_deps, runtime, shown=curated.designs)
                 finally:
                     session.set_status("analyst", "idle")
+
+            ask = ask_the_analyst
 
         deps = StrategistDeps(workdir=self._dir(state.iteration, "strategist"), ask=ask)
         session.set_status("strategist", "planning")

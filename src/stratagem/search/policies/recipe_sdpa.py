@@ -198,8 +198,10 @@ def _dropout(node: ast.AST, modules: frozenset[str]) -> tuple[ast.expr, ast.expr
         active = ast.Attribute(ast.Name(f.value.id, ast.Load()), "training", ast.Load())
         return node.args[0], ast.IfExp(active, ast.Attribute(copy.deepcopy(f), "p", ast.Load()), ast.Constant(0.0))
     if _dotted(f) in ("F.dropout", "torch.nn.functional.dropout", "nn.functional.dropout", "torch.dropout"):
-        kw = {k.arg: k.value for k in node.keywords}
-        if None in kw or set(kw) - {"p", "training", "train", "inplace"} or not node.args:
+        if any(k.arg is None for k in node.keywords):
+            return None
+        kw = {str(k.arg): k.value for k in node.keywords}
+        if set(kw) - {"p", "training", "train", "inplace"} or not node.args:
             return None
         pos = ["p", "training"] if _dotted(f) != "torch.dropout" else ["p", "train"]
         args = dict(zip(pos, node.args[1:], strict=False))

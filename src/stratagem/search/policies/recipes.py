@@ -116,7 +116,7 @@ class RecipesPolicy:
             (r, d) for r in self.applicable(state) if r.name != BASE_RECIPE
             for d in [singles.get(r.name)] if _helped(d, floor)
         ]
-        helpful.sort(key=lambda rd: -(rd[1].speedup or 0.0))
+        helpful.sort(key=lambda rd: -((rd[1].speedup if rd[1] is not None else None) or 0.0))
         chosen: list[Recipe] = []
         groups: set[str] = set()
         for r, _ in helpful:

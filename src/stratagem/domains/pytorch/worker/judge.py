@@ -285,7 +285,8 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     go = _await_go(go_path, w, j.poll)
     t_go = time.perf_counter()
     before_go_s = j.work_s
-    claims = go.get("claims") if isinstance(go.get("claims"), Mapping) else {}
+    claims = go.get("claims")
+    claims = claims if isinstance(claims, Mapping) else {}
     results = {r.get("name"): r for r in claims.get("results") or [] if isinstance(r, Mapping)}
     passed = {n for n, r in results.items() if r.get("outcome") == "passed"}
     judged = {"correctness", "timing"} & passed
