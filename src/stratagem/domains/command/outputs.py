@@ -85,11 +85,9 @@ def flatten(value: Any) -> list[float]:
     return out
 
 
-_NUMBER_SPLIT = re.compile(r"[\s,;]+")
-
-
 def text_numbers(text: str) -> list[float]:
-    """The numbers of an output file: a JSON value, or numbers separated by spaces, commas or newlines.
+    """The numbers of an output file: a JSON value, or numbers separated by spaces, commas,
+    semicolons or newlines.
 
     Raises:
         ValueError: a token that is not a number.
@@ -100,7 +98,7 @@ def text_numbers(text: str) -> list[float]:
             return flatten(json.loads(s))
         except json.JSONDecodeError:
             pass
-    return [float(t) for t in _NUMBER_SPLIT.split(s) if t]
+    return list(map(float, s.replace(",", " ").replace(";", " ").split()))
 
 
 @dataclass(frozen=True)
@@ -118,26 +116,28 @@ def agree(reference: list[float], design: list[float], cmp: Comparison) -> Agree
     if len(reference) != len(design):
         return Agreement(False, f"the output has {len(design)} numbers, the reference's {len(reference)}",
                          {"numbers": len(design), "reference_numbers": len(reference)})
-    worst, worst_rel, at, bad = 0.0, 0.0, -1, 0
+    atol, rtol = cmp.atol, cmp.rtol
+    worst, worst_rel, bad = 0.0, 0.0, 0
     first: int | None = None
     for i, (a, b) in enumerate(zip(reference, design, strict=True)):
-        if math.isnan(a) or math.isnan(b) or math.isinf(a) or math.isinf(b):
-            same = (math.isnan(a) and math.isnan(b)) or a == b
-            err = 0.0 if same else math.inf
-        else:
-            err = abs(a - b)
-            same = err <= cmp.atol + cmp.rtol * abs(a)
-        if not same:
-            bad += 1
-            first = i if first is None else first
-        if err > worst:
-            worst, at = err, i
-        if err > 0:
-            worst_rel = max(worst_rel, err / abs(a) if a not in (0.0,) and math.isfinite(a) else math.inf)
+        err = a - b if a >= b else b - a  # NaN on either side (or inf - inf) makes it NaN
+        size = a if a >= 0 else -a
+        if err <= atol + rtol * size:  # the common case: finite and close (False for NaN)
+            if err > worst:
+                worst = err
+            if err and size and err / size > worst_rel:
+                worst_rel = err / size
+            continue
+        if (math.isnan(a) and math.isnan(b)) or (math.isinf(a) and a == b):
+            continue  # NaN where the reference's NaN is, the same infinity
+        bad += 1
+        first = i if first is None else first
+        worst = math.inf if math.isnan(err) else max(worst, err)
+        worst_rel = math.inf if not size or math.isnan(err) else max(worst_rel, err / size)
     details = {"numbers": len(design), "max_abs_err": worst, "max_rel_err": worst_rel,
-               "mismatched": bad, "atol": cmp.atol, "rtol": cmp.rtol}
-    if bad:
-        i = first if first is not None else at
+               "mismatched": bad, "atol": atol, "rtol": rtol}
+    if bad and first is not None:
+        i = first
         return Agreement(False, f"{bad} of {len(design)} numbers differ beyond atol={cmp.atol:g} + "
                          f"rtol={cmp.rtol:g} x |reference| (first at index {i}: {design[i]!r}, "
                          f"expected {reference[i]!r})", details)
