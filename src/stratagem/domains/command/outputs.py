@@ -122,7 +122,7 @@ def agree(reference: list[float], design: list[float], cmp: Comparison) -> Agree
     for i, (a, b) in enumerate(zip(reference, design, strict=True)):
         err = a - b if a >= b else b - a  # NaN on either side (or inf - inf) makes it NaN
         size = a if a >= 0 else -a
-        if err <= atol + rtol * size:  # the common case: finite and close (False for NaN)
+        if err <= atol + rtol * size < math.inf:  # the common case: finite and close (False for NaN, infinities)
             if err > worst:
                 worst = err
             if err and size and err / size > worst_rel:

@@ -403,15 +403,16 @@ def _run_stage(ctx: Context, name: str) -> ValidatorResult:
     return ValidatorResult(name, "passed", None, None, details, time.monotonic() - t0)
 
 
-def describe() -> dict[str, Any]:
-    """Where the worker ran: host, the CPU's model name, the machine."""
+def describe(device: str) -> dict[str, Any]:
+    """Where the worker ran: its device (`cpu`, or `cuda` pinned by the slot), host, the CPU's
+    model name, the machine."""
     name = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name"):
                 name = line.split(":", 1)[1].strip()
                 break
-    return {"device": "cpu", "device_name": name, "host_name": platform.node(), "machine": platform.machine(),
+    return {"device": device, "device_name": name, "host_name": platform.node(), "machine": platform.machine(),
             "python": platform.python_version()}
 
 
@@ -435,4 +436,4 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
                   else ValidatorResult(spec.name, "failed", broken, "problem_error"))
         run.record([result])
         emit("end", {"stage": spec.name, "result": result.to_json()})
-    return {"results": [r.to_json() for r in run.results], "environment": describe()}
+    return {"results": [r.to_json() for r in run.results], "environment": describe(str(request.get("device") or "cpu"))}
