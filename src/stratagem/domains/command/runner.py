@@ -92,22 +92,13 @@ def become_subreaper() -> None:
 def kill_orphans() -> int:
     """Kill every child of this process (between commands it has none of its own) and reap them;
     how many were killed."""
-    me, killed = os.getpid(), 0
+    killed = 0
     for _ in range(3):
         found = 0
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[-1].split()
-            if len(fields) > 1 and fields[1] == str(me):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(entry), signal.SIGKILL)
-                    found += 1
+        for pid in _children():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                found += 1
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:  # reap them (a killed child stays a zombie until then)
             try:
@@ -122,6 +113,42 @@ def kill_orphans() -> int:
     return killed
 
 
+def _children() -> list[int]:
+    """This process's children: from /proc/self/task/*/children (one file per thread), else by
+    scanning every process's parent in /proc; none where there is no /proc."""
+    try:
+        out: list[int] = []
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/children", encoding="ascii") as fh:
+                out += [int(x) for x in fh.read().split()]
+        return out
+    except OSError:
+        pass
+    me, out = str(os.getpid()), []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if entry.isdigit() and len(fields) > 1 and fields[1] == me:
+            out.append(int(entry))
+    return out
+
+
+_HASHED: dict[tuple[int, int, int, int], str] = {}
+"""(inode, size, ctime, mtime) -> the file's hash: a file whose status is unchanged is not read
+again (any write moves its ctime, which no process can set back)."""
+
+
+def file_hash(p: Path) -> str:
+    st = p.stat()
+    key = (st.st_ino, st.st_size, st.st_ctime_ns, st.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return _HASHED[key]
+
+
 def tree_hashes(root: Path, skip: frozenset[str] = frozenset()) -> dict[str, str]:
     """Relative path -> SHA-256 of every regular file under `root` (links as their target's name)."""
     out = {}
@@ -133,7 +160,7 @@ def tree_hashes(root: Path, skip: frozenset[str] = frozenset()) -> dict[str, str
             out[rel] = "link:" + os.readlink(p)
         elif p.is_file():
             with contextlib.suppress(OSError):
-                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+                out[rel] = file_hash(p)
     return out
 
 
