@@ -21,8 +21,23 @@ from typing import Any
 PROTOCOL_VERSION = 2
 """Of the request (an envelope since 2); the response is still protocol 1."""
 RESPONSE_PROTOCOL = 1
-WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.stages", "command": "stratagem.domains.command.worker"}
-"""Domain name -> its worker module (`run_request`); a domain without a judge never asks for one."""
+WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.stages"}
+"""Domain name -> its worker module (`run_request`), where it is not at the conventional place
+(`worker_module`); a domain without a judge never asks for one."""
+
+
+def worker_module(domain: str) -> str:
+    """The module whose `run_request` runs `domain`'s stages: `stratagem.domains.<domain>.worker`
+    unless `WORKER_MODULES` names another, so a domain plugs in without a line here.
+
+    Raises:
+        ValueError: a domain name that is not an identifier.
+    """
+    if domain in WORKER_MODULES:
+        return WORKER_MODULES[domain]
+    if not domain.isidentifier():
+        raise ValueError(f"not a domain name: {domain!r}")
+    return f"stratagem.domains.{domain}.worker"
 
 
 def progress_emitter(path: Path) -> tuple[Callable[[str, dict[str, Any]], None], Callable[[], None]]:
@@ -53,7 +68,7 @@ def main(argv: list[str]) -> int:
         print(f"protocol mismatch: {request.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return 3
     emit, close = progress_emitter(progress_path)
-    module = importlib.import_module(WORKER_MODULES[request["domain"]])
+    module = importlib.import_module(worker_module(str(request["domain"])))
     # the candidate outputs the judge checks (evaluation/judge.py), beside the response
     body = module.run_request(request, Path.cwd(), emit, record_dir=response_path.parent / "record")
     write_json_atomic(response_path, {"protocol": RESPONSE_PROTOCOL, "request_id": request["request_id"], **body})
