@@ -228,3 +228,10 @@ def test_a_design_that_touches_the_references_build_is_rejected(small_problem, e
     ev = evaluate(small_problem, {"kernel.c": kernel})
     r = failure(ev, "correctness")
     assert r.kind == "rejected" and "reference's file prog" in r.reason
+
+
+def test_the_examples_run_time_loading_design_is_rejected_by_its_binary(small_problem, evaluate) -> None:
+    ev = evaluate(small_problem, example_design("dlopen"))
+    assert ev.verdict.result("static_checks").outcome == "passed"  # its source names neither
+    r = failure(ev, "build")
+    assert r.kind == "rejected" and any("imports dlopen" in f for f in r.details["findings"])
