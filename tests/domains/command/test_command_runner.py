@@ -53,3 +53,32 @@ def test_changed_fixed_files_are_named(tmp_path) -> None:
     (tmp_path / "sub/b.sh").unlink()
     (tmp_path / "sub/b.sh").symlink_to(tmp_path / "a.c")
     assert changed_files(tmp_path, {"a.c": "int a;\n", "sub/b.sh": "true\n"}) == ["a.c", "sub/b.sh"]
+
+
+def test_timing_on_a_gpu_slot_runs_commands_on_its_timing_cores(tmp_path) -> None:
+    import json
+    import os
+
+    import pytest
+    from conftest import make_problem
+
+    from stratagem.config import load_config
+    from stratagem.domains import get_domain, load_problem
+    from stratagem.domains.command.worker import Context
+
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux and two cores")
+    core = min(os.sched_getaffinity(0))
+    problem = load_problem(make_problem(tmp_path / "p"))
+    d = get_domain("command")
+    cfg = load_config(None, {}).evaluation
+    req = d.build_request(problem, None, [s for s in d.validator_graph(problem, cfg).specs if s.placement == "worker"],
+                          cfg).model_copy(update={"timing_lock": str(tmp_path / "lock"), "timing_cores": [core]})
+    ctx = Context(json.loads(req.model_dump_json()), tmp_path / "w", lambda e, x: None)
+    before = os.sched_getaffinity(0)
+    show = "grep Cpus_allowed_list /proc/self/status"
+    with ctx.hold("exclusive"):
+        inside = execute(show, tmp_path, 5).stdout.split()[-1]
+    assert inside == str(core) and os.sched_getaffinity(0) == before
+    with ctx.hold("shared"):
+        assert execute(show, tmp_path, 5).stdout.split()[-1] != str(core)

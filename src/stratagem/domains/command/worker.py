@@ -9,6 +9,7 @@ Standard library only."""
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import random
 import statistics
@@ -100,7 +101,28 @@ class Context:
                 yield
 
         with self.lock.hold(mode, owner=dict(self.request.get("lock_owner") or {}), waiting=waiting):  # type: ignore[arg-type]
+            with self.pinned() if mode == "exclusive" else contextlib.nullcontext():
+                yield
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """While timing on a GPU slot, this worker and the commands it starts run on the cores
+        reserved for that GPU's timing (Linux); elsewhere, or without them, nothing changes."""
+        cores = {int(c) for c in self.request.get("timing_cores") or ()}
+        if not cores or not hasattr(os, "sched_setaffinity"):
             yield
+            return
+        before = os.sched_getaffinity(0)
+        try:
+            os.sched_setaffinity(0, cores)
+        except OSError:
+            yield
+            return
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, before)
 
     def inputs(self, draw: Mapping[str, Any]) -> dict[str, Any]:
         """A hidden input draw as placeholder values: the seed and the sizes."""
@@ -416,6 +438,18 @@ def describe(device: str) -> dict[str, Any]:
             "python": platform.python_version()}
 
 
+def _keep_off_reserved_cores(request: Mapping[str, Any]) -> None:
+    """On a GPU machine with cores reserved for timing, this worker (and every command it
+    starts) runs off them except while it times (Linux only)."""
+    reserved = {int(c) for c in request.get("reserved_cores") or ()}
+    if not reserved or not hasattr(os, "sched_setaffinity"):
+        return
+    with contextlib.suppress(OSError):
+        rest = os.sched_getaffinity(0) - reserved
+        if rest:
+            os.sched_setaffinity(0, rest)
+
+
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
     """Run the requested stages; return the response body (results and environment)."""
     become_subreaper()
@@ -424,6 +458,7 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
     if unknown:
         raise ValueError(f"unknown command-domain worker stages: {unknown}")
     run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
+    _keep_off_reserved_cores(request)
     try:
         ctx: Context | None = Context(request, workdir, emit)
         broken = ""
