@@ -32,7 +32,8 @@ def run_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml).")],
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
     endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), or recipes (no LLM). Default: auto with a model, else recipes.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, else recipes.")] = None,
+    design: Annotated[Path | None, typer.Option("--design", metavar="FILE", exists=True, dir_okay=False, help="The template --policy tune tunes: a design file declaring its parameters (docs/tune.md).")] = None,
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
     patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop after K iterations without a new best (default 3).")] = None,
     implementors: Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors (default 2).")] = None,
@@ -63,10 +64,13 @@ def run_cmd(
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
                    "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
         "agents": {"model": model, "endpoints": endpoint or None},
+        "policies": {"tune": {"design": str(design.resolve()) if design is not None else None}},
     }
     console = wide_console(stderr=as_json)
     try:
         cfg = load_config(config, overrides)
+        if design is not None and cfg.policy != "tune":
+            raise ConfigError(f"--design is the tune policy's template; the policy here is {cfg.policy} (add --policy tune)")
     except ConfigError as e:
         fail(console, e, as_json, 2)
     from stratagem.domains import load_problem

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratagem.config import StratagemConfig
 from stratagem.core.problem import Problem
@@ -60,6 +60,38 @@ def _recipes(ctx: PolicyContext) -> Policy:
     return RecipesPolicy(s.recipes if s.recipes is not None else ctx.cfg.search.recipes, ctx.on_gpu)
 
 
+class TuneSettings(BaseModel):
+    """`[policies.tune]` (docs/tune.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    design: str | None = None
+    """The template: a design file declaring its parameters (`--design FILE`); None: the
+    problem's reference, when it declares them. The run keeps its text, so a resume uses the
+    template the run started with."""
+    seed: int | None = None
+    """Seeds the sampler (None: `search.seed`)."""
+    startup: int = Field(default=5, ge=1)
+    """Points drawn at random before TPE models the results (optuna's `n_startup_trials`)."""
+    draws: int = Field(default=100, ge=1)
+    """Samples one iteration may draw (constraint violations and points already evaluated
+    are drawn again) before it takes an untried point at random."""
+    penalty: float = 0.0
+    """The value a failed or invalid point is told as (the objective is the paired speedup
+    over the reference, maximized): worse than every measured point."""
+
+    def search_defaults(self) -> dict[str, Any]:
+        """One point per iteration, so `search.iterations` is the evaluation budget; no
+        patience (a study spends its budget)."""
+        return {"patience": None}
+
+
+def _tune(ctx: PolicyContext) -> Policy:
+    from stratagem.search.policies.tune import TunePolicy
+
+    s = ctx.settings if isinstance(ctx.settings, TuneSettings) else TuneSettings()
+    return TunePolicy.from_settings(s, ctx.problem, ctx.cfg.search.seed)
+
+
 def _pike_b(ctx: PolicyContext) -> Policy:
     from stratagem.search.policies.pike_b import PikeBPolicy
     from stratagem.search.policies.pike_models import pike_models
@@ -87,6 +119,8 @@ REGISTRY: dict[str, PolicySpec] = {
         PolicySpec("auto", "AUTO's Strategist, Analyst and Implementors (needs a model)", True, _auto),
         PolicySpec("recipes", "known transformations of the reference, then their best combination (no LLM)",
                    False, _recipes, RecipesSettings),
+        PolicySpec("tune", "Bayesian optimization (optuna's TPE) of a template's parameters, one point per "
+                   "iteration (no LLM)", False, _tune, TuneSettings),
         PolicySpec("pike-b", "PIKE-B: brainstormed ideas, then the top 4 solutions improved 3/3/2/2 per phase, "
                    "with error fixing (needs a model)", True, _pike_b, PikeBSettings),
         PolicySpec("pike-o", "PIKE-O: islands, elite archives and MAP-Elites grids, mutation and crossover, "
@@ -155,7 +189,7 @@ def resolved_config(cfg: StratagemConfig) -> StratagemConfig:
         return cfg
     policies = {**cfg.policies, spec.name: settings.model_dump(mode="json")}
     search = cfg.search
-    if isinstance(settings, PikeCommon):
+    if isinstance(settings, PikeCommon | TuneSettings):
         given = cfg.search.model_fields_set
         search = search.model_copy(update={k: v for k, v in settings.search_defaults().items() if k not in given})
     return cfg.model_copy(update={"policies": policies, "search": search})

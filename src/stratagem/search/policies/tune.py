@@ -1,0 +1,313 @@
+"""Owns the `tune` policy: Bayesian optimization of a template's parameters (no LLM).
+
+The template (`core/template.py`, docs/tune.md) is a design file that declares its parameters,
+their space and the constraints between them. Each iteration proposes one point with optuna's
+TPE sampler (multivariate, suited to mixed integer and categorical spaces), renders it, and
+evaluates the rendered design through the Session like any other design (static checks,
+correctness, integrity, paired timing). The objective is the paired speedup over the reference,
+maximized.
+
+- Failed and invalid points are told to the study as the penalty value (`[policies.tune]
+  penalty`, 0.0: worse than any measured point), not as optuna's FAIL state: TPE ignores failed
+  trials, so it would propose a point it knows to fail again.
+- A point that violates a constraint is never rendered nor evaluated: it is told as the
+  penalty (so the sampler learns the region is bad), kept in the policy's state, and another
+  point is drawn. A point already evaluated is told its known value and another is drawn.
+  After `draws` draws without a new feasible point, an untried feasible point is taken at
+  random (spaces small enough to list), or the study stops.
+- The study is rebuilt at every iteration from the run database: every design tagged with this
+  template's id and its `params`, with its stored verdict, plus the saved constraint violations
+  (optuna's `create_trial`/`add_trial`), and the sampler is seeded with `seed + trials`. So a
+  killed run resumes the study where it stopped, never evaluates a point twice, and a run is a
+  function of its seed and its measurements.
+- Budgets: one point per iteration, so `search.iterations` is the evaluation budget; the run's
+  device-seconds and wall budgets stop it as they stop any policy.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stratagem.core.design import MAIN_FILE
+from stratagem.core.problem import Problem
+from stratagem.core.search import (
+    MEASURED,
+    DesignView,
+    IterationResult,
+    Plan,
+    Review,
+    SearchState,
+    Session,
+)
+from stratagem.core.template import (
+    ENUMERATE_MAX,
+    Point,
+    Template,
+    TemplateError,
+    Value,
+    parse_template,
+)
+from stratagem.errors import ConfigError
+from stratagem.search.policies.registry import TuneSettings
+
+TAG_PARAMS = "params"
+"""The tag holding a design's parameter values (name -> value)."""
+TAG_TEMPLATE = "template"
+"""The tag holding the id (content hash) of the template a design was rendered from."""
+STATE_TEMPLATE = "template"
+"""The policy state holding the template's files (a resumed run uses these)."""
+STATE_INFEASIBLE = "infeasible"
+"""The policy state holding the points drawn that violate a constraint (never evaluated)."""
+STATUS_WORKER = "tune"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One point the study knows about."""
+
+    point: Point
+    value: float
+    """The paired speedup over the reference, or the penalty."""
+    status: str
+    """The design's status (`valid`, `invalid`, ...), or `infeasible` (a constraint violated)."""
+    design_id: str | None = None
+
+
+def key(point: Mapping[str, Value]) -> str:
+    """A point's identity (its values in name order)."""
+    return json.dumps(dict(point), sort_keys=True)
+
+
+def point_text(point: Mapping[str, Value]) -> str:
+    """`BLOCK=64, IMPL=loop`."""
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def history(template: Template, designs: Sequence[DesignView], infeasible: Sequence[Mapping[str, Any]],
+            penalty: float) -> list[Trial]:
+    """What the study knows: each evaluated design of this template (oldest first) with its
+    speedup when the harness passed and timed it, else the penalty; then each point that
+    violated a constraint, at the penalty."""
+    out: list[Trial] = []
+    seen: set[str] = set()
+    for d in designs:
+        point = _point_of(template, d)
+        if point is None or key(point) in seen:
+            continue
+        seen.add(key(point))
+        value = d.speedup if d.status in MEASURED and d.speedup is not None else penalty
+        out.append(Trial(point, float(value), d.status, d.id))
+    for raw in infeasible:
+        point = dict(raw)
+        if key(point) not in seen and _in_space(template, point):
+            seen.add(key(point))
+            out.append(Trial(point, penalty, "infeasible"))
+    return out
+
+
+def _point_of(template: Template, d: DesignView) -> Point | None:
+    if d.tags.get(TAG_TEMPLATE) != template.id:
+        return None
+    raw = d.tags.get(TAG_PARAMS)
+    if not isinstance(raw, dict):
+        return None
+    point: Point = {str(k): v for k, v in raw.items() if isinstance(v, int | float | str)}
+    return point if _in_space(template, point) else None
+
+
+def _in_space(template: Template, point: Mapping[str, Value]) -> bool:
+    return set(point) == set(template.names) and all(point[p.name] in p.values for p in template.params)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What one iteration's sampling decided."""
+
+    point: Point | None
+    """The point to evaluate (None: the study has nothing new to propose)."""
+    how: str
+    """How it was chosen, or why there is none."""
+    infeasible: tuple[Point, ...] = ()
+    """Points drawn that violate a constraint (never rendered)."""
+
+
+class TunePolicy:
+    """One point of the template's space per iteration, chosen by TPE from every earlier one."""
+
+    name = "tune"
+
+    def __init__(self, template: Template | None, settings: TuneSettings, seed: int,
+                 missing: str | None = None) -> None:
+        """`template`: None when its file is missing (`missing` names it): a resumed run then
+        uses the template stored in its database."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per trial
+        self.template = template
+        self.settings = settings
+        self.seed = settings.seed if settings.seed is not None else seed
+        self.missing = missing
+
+    @classmethod
+    def from_settings(cls, settings: TuneSettings, problem: Problem, seed: int) -> TunePolicy:
+        """The policy `[policies.tune]` describes.
+
+        Raises:
+            ConfigError: no template given, or a template that cannot be read (its file and
+                line named; `TemplateError`).
+        """
+        if settings.design is None:
+            raise ConfigError("the tune policy needs a template: a design file that declares its parameters, "
+                              "passed with --design FILE (docs/tune.md)")
+        path = Path(settings.design)
+        if not path.is_file():
+            return cls(None, settings, seed, missing=str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--design {path}: cannot be read ({e})") from e
+        return cls(_parse(text, str(path)), settings, seed)
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def propose(self, template: Template, trials: Sequence[Trial]) -> Proposal:
+        """The next point: TPE's, drawn again past constraint violations and repeats; else an
+        untried feasible point at random; else none. A function of the trials and the seed."""
+        import optuna
+
+        seen = {key(t.point): t.value for t in trials}
+        untried: list[Point] | None = None
+        if template.size <= ENUMERATE_MAX:
+            untried = [p for p in template.points() if key(p) not in seen]
+            if not untried:
+                return Proposal(None, f"every feasible point of the space ({len(seen)} known) is evaluated")
+        dists = distributions(template)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(seed=self.seed + len(trials), multivariate=True,
+                                                 n_startup_trials=self.settings.startup)
+            study = optuna.create_study(direction="maximize", sampler=sampler)
+            for t in trials:
+                study.add_trial(optuna.trial.create_trial(params=encode(template, t.point), distributions=dists,
+                                                          value=t.value, user_attrs={"status": t.status}))
+            infeasible: dict[str, Point] = {}
+            for _ in range(self.settings.draws):
+                trial = study.ask(dists)
+                point = decode(template, trial.params)
+                k = key(point)
+                if template.violations(point):
+                    infeasible.setdefault(k, point)
+                    study.tell(trial, self.settings.penalty)
+                elif k in seen:
+                    study.tell(trial, seen[k])
+                else:
+                    how = "at random (startup)" if len(trials) < self.settings.startup else "by TPE"
+                    return Proposal(point, how, tuple(infeasible.values()))
+        if untried:
+            rng = random.Random(self.seed + len(trials))
+            return Proposal(rng.choice(untried), f"at random among the {len(untried)} untried points (TPE drew no "
+                            f"new feasible point in {self.settings.draws} draws)", tuple(infeasible.values()))
+        return Proposal(None, f"no new feasible point in {self.settings.draws} draws", tuple(infeasible.values()))
+
+    # -- the Policy protocol --------------------------------------------------------------------
+
+    async def iterate(self, state: SearchState, session: Session) -> IterationResult:
+        """Propose one point, render it, evaluate it through the session."""
+        template = self._template(session)
+        saved = session.load_state(STATE_INFEASIBLE)
+        infeasible: list[dict[str, Any]] = list(saved) if isinstance(saved, list) else []
+        trials = history(template, state.designs, infeasible, self.settings.penalty)
+        exhausted = session.budget_left()
+        if exhausted is not None:
+            return IterationResult(plan=None, note=f"the {exhausted} budget is spent")
+        session.set_status(STATUS_WORKER, f"sampling point {len(trials) + 1}")
+        proposal = self.propose(template, trials)
+        if proposal.infeasible:
+            session.save_state(STATE_INFEASIBLE, infeasible + [dict(p) for p in proposal.infeasible])
+        if proposal.point is None:
+            return IterationResult(plan=None, exhausted=True, note=proposal.how)
+        point = proposal.point
+        files = template.render(point)  # never a violating point: propose checked it
+        main = files.pop(MAIN_FILE, None)
+        if main is None:
+            raise ConfigError(f"the template has no {MAIN_FILE}: files {sorted(template.files)}")
+        session.set_status(STATUS_WORKER, f"evaluating {point_text(point)}")
+        best = max((t for t in trials if t.design_id is not None and t.status in MEASURED),
+                   key=lambda t: t.value, default=None)
+        plan = Plan(strategy="tune", evidence=(best.design_id,) if best and best.design_id else (),
+                    rationale=f"point {len(trials) + 1} of the template {template.id[:10]}, chosen {proposal.how}"
+                    + (f"; {len(proposal.infeasible)} drawn points violated a constraint" if proposal.infeasible else ""),
+                    instructions=point_text(point))
+        fb = await session.evaluate(main, strategy="tune", author="tune", files=files or None,
+                                    tags={TAG_PARAMS: dict(point), TAG_TEMPLATE: template.id})
+        shown = f" {fb.speedup:.3g}x" if fb.speedup is not None else ""
+        return IterationResult(plan=plan, design_ids=(fb.design_id,), note=f"{point_text(point)}: {fb.status}{shown}")
+
+    async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
+        """No reviewer: every point is a rendering of one template the harness checks anyway."""
+        return None
+
+    def _template(self, session: Session) -> Template:
+        """The run's template: the one stored in its database when there is one (a resume),
+        else the given one, stored now.
+
+        Raises:
+            ConfigError: neither exists (the template file is missing).
+        """
+        stored = session.load_state(STATE_TEMPLATE)
+        if isinstance(stored, dict) and stored:
+            return parse_template({str(k): str(v) for k, v in stored.items()})
+        if self.template is None:
+            raise ConfigError(f"--design {self.missing}: no such file, and the run has no stored template")
+        session.save_state(STATE_TEMPLATE, dict(self.template.files))
+        return self.template
+
+
+def _parse(text: str, shown: str) -> Template:
+    """A one-file template (the main file), its errors naming `shown` as the file."""
+    try:
+        return parse_template({MAIN_FILE: text})
+    except TemplateError as e:
+        raise TemplateError(e.reason, shown, e.line) from None
+
+
+# -- optuna's view of the space ---------------------------------------------------------------------
+
+
+def distributions(template: Template) -> dict[str, Any]:
+    """Each parameter's optuna distribution: `int` an IntDistribution (its step), `pow2` an
+    IntDistribution over the exponent (so TPE sees the order), `choice` a categorical one."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    out: dict[str, Any] = {}
+    for p in template.params:
+        lo, hi = p.low, p.high
+        if p.kind == "choice" or lo is None or hi is None:
+            out[p.name] = CategoricalDistribution(list(p.values))
+        elif p.kind == "pow2":
+            out[p.name] = IntDistribution(lo.bit_length() - 1, hi.bit_length() - 1)
+        else:
+            step = int(p.values[1]) - int(p.values[0]) if len(p.values) > 1 else 1
+            out[p.name] = IntDistribution(lo, hi, step=step)
+    return out
+
+
+def encode(template: Template, point: Mapping[str, Value]) -> dict[str, Any]:
+    """A point as optuna's parameters (a power of two as its exponent)."""
+    return {p.name: (int(point[p.name]).bit_length() - 1 if p.kind == "pow2" else point[p.name])
+            for p in template.params}
+
+
+def decode(template: Template, params: Mapping[str, Any]) -> Point:
+    """Optuna's parameters as a point."""
+    out: Point = {}
+    for p in template.params:
+        v = params[p.name]
+        out[p.name] = 1 << int(v) if p.kind == "pow2" else (int(v) if p.kind == "int" else v)
+    return out
