@@ -235,3 +235,29 @@ def test_the_examples_run_time_loading_design_is_rejected_by_its_binary(small_pr
     assert ev.verdict.result("static_checks").outcome == "passed"  # its source names neither
     r = failure(ev, "build")
     assert r.kind == "rejected" and any("imports dlopen" in f for f in r.details["findings"])
+
+
+WORK = '\n[work]\nbytes = "8 * n"\npeak_gbps = {gbps}\n'
+
+
+def test_a_time_under_the_declared_floor_is_rejected(tmp_path, evaluate) -> None:
+    # the input's bytes at 100 GB/s: 0.5 us at most here; a destructor's 0.01 us line is under it
+    # (and the 0.3 ms it hides from its time is far inside the clock check's allowance)
+    problem = make_problem(tmp_path / "p", SMALL_TOML + WORK.format(gbps=100))
+    kernel = ("#include <stdio.h>\n"
+              "__attribute__((destructor)) static void fake(void) { printf(\"{\\\"time_ms\\\": 0.00001}\\n\"); }\n"
+              + REFERENCE_KERNEL)
+    ev = evaluate(problem, {"kernel.c": kernel})
+    r = failure(ev, "timing")
+    assert r.kind == "rejected" and "speed-of-light floor" in r.reason, r.reason
+    ev = evaluate(problem, example_design("fast"))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    floor = ev.verdict.result("timing").details["floor"]
+    assert floor["bytes"] == 8 * ev.verdict.result("timing").details["sizes"]["n"] and floor["floor_ms"] > 0
+
+
+def test_a_reference_under_its_declared_floor_is_a_problem_error(tmp_path, evaluate) -> None:
+    problem = make_problem(tmp_path / "p", SMALL_TOML + WORK.format(gbps=1e-6))
+    ev = evaluate(problem, example_design("fast"))
+    r = failure(ev, "timing")
+    assert r.kind == "problem_error" and "[work] is wrong" in r.reason

@@ -100,3 +100,14 @@ def test_requests_carry_fresh_hidden_inputs(tmp_path) -> None:
     assert a.compile_stage == "build" and not a.judge
     assert d.timeout_s(problem, cfg) >= cfg.timeout_s
     assert d.timeout_s(problem, cfg, 7.0) == 7.0
+
+
+def test_declared_work_is_arithmetic_over_the_sizes() -> None:
+    from stratagem.domains.command.formula import evaluate
+
+    spec = parse_spec(SMALL_TOML + '[work]\nflops = "2 * (n - w + 1) * w"\npeak_gflops = 50\n', "p", "p")
+    assert spec.work.declared and evaluate(spec.work.flops, {"n": 10, "w": 2}) == 36.0
+    for bad, why in (('flops = "n * size"', "'size' is not a size"), ('flops = "__import__(1)"', "not allowed"),
+                     ('flops = "n *"', "not an expression"), ('bytes = "8 * n"', "declare flops with")):
+        with pytest.raises(ProblemError, match=r"key `work\.(flops|bytes)`: .*" + why):
+            parse_spec(SMALL_TOML + f"[work]\n{bad}\npeak_gflops = 1\n", "p", "p")

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from stratagem.domains.command import formula
 from stratagem.errors import ProblemError
 
 PROBLEM_FILE = "problem.toml"
@@ -95,6 +96,23 @@ class Forbidden:
 
 
 @dataclass(frozen=True)
+class Work:
+    """The work one run does, per the drawn sizes, and the machine's ceilings: the floor no
+    honest run's reported time can go under (max of flops / peak rate, bytes / peak bandwidth)."""
+
+    flops: str | None = None
+    """An expression over the sizes (`2 * n * w`)."""
+    bytes: str | None = None
+    peak_gflops: float | None = None
+    peak_gbps: float | None = None
+
+    @property
+    def declared(self) -> bool:
+        return (self.flops is not None and self.peak_gflops is not None) or (
+            self.bytes is not None and self.peak_gbps is not None)
+
+
+@dataclass(frozen=True)
 class Spec:
     """One command problem, as `problem.toml` declares it."""
 
@@ -118,6 +136,7 @@ class Spec:
     forbid: Forbidden
     timeout_s: float | None = None
     """The whole evaluation's run limit (None: derived from the commands' limits)."""
+    work: Work = Work()
 
     @property
     def size_names(self) -> tuple[str, ...]:
@@ -212,7 +231,7 @@ def _relative(r: _Reader, key: str, path: str) -> str:
 
 
 TOP_KEYS = {"name", "description", "hints", "docs", "timeout_s", "files", "build", "run", "check", "inputs",
-            "compare", "objective", "timing", "forbid"}
+            "compare", "objective", "timing", "forbid", "work"}
 
 
 def _sizes(r: _Reader) -> tuple[SizeRange, ...]:
@@ -296,6 +315,29 @@ def _forbid(r: _Reader) -> Forbidden:
                      bool(fb.get("allow_dlopen", bool, not libraries)))
 
 
+def _work(r: _Reader, sizes: tuple[SizeRange, ...]) -> Work:
+    w = r.sub("work")
+    if not w.table:
+        return Work()
+    w.known({"flops", "bytes", "peak_gflops", "peak_gbps"})
+    names = {s.name for s in sizes}
+    exprs = {}
+    for key in ("flops", "bytes"):
+        text = w.get(key, str)
+        if text is not None:
+            try:
+                formula.check(text, names)
+            except ValueError as e:
+                raise w.fail(key, str(e)) from None
+        exprs[key] = text
+    peaks = {k: (w.positive(k, None) if w.get(k, (int, float)) is not None else None)
+             for k in ("peak_gflops", "peak_gbps")}
+    work = Work(exprs["flops"], exprs["bytes"], peaks["peak_gflops"], peaks["peak_gbps"])
+    if not work.declared:
+        raise w.fail("flops", "declare flops with peak_gflops, or bytes with peak_gbps (or both)")
+    return work
+
+
 def parse_spec(text: str, where: str, default_name: str) -> Spec:
     """`problem.toml`'s text as a Spec.
 
@@ -341,5 +383,5 @@ def parse_spec(text: str, where: str, default_name: str) -> Spec:
         build=build, run=run, check=check, sizes=sizes, trials=inputs.count("trials", 2),
         compare=_compare(r, check), objective=_objective(r),
         timing=TimingSpec(tm.count("pairs", 8), tm.count("runs", 3), int(warmup)), forbid=_forbid(r),
-        timeout_s=r.positive("timeout_s", None) if timeout is not None else None,
+        timeout_s=r.positive("timeout_s", None) if timeout is not None else None, work=_work(r, sizes),
     )

@@ -21,7 +21,7 @@ from typing import Any
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.paired import bootstrap_median, pair_ratios, paired_ratio, paired_stability
 from stratagem.core.verdict import FailureKind, ValidatorResult
-from stratagem.domains.command import forbid, outputs
+from stratagem.domains.command import forbid, formula, outputs
 from stratagem.domains.command.problem import Bundle, bundle_of
 from stratagem.domains.command.runner import (
     Ran,
@@ -376,6 +376,39 @@ def _clock_check(ctx: Context, t: Mapping[str, Mapping[str, list[Any]]]) -> dict
     return clock
 
 
+def floor_ms(ctx: Context, values: Mapping[str, Any]) -> dict[str, float] | None:
+    """The speed-of-light floor of one run on `values` from the declared work and ceilings
+    (None: none declared)."""
+    w = ctx.spec.work
+    if not w.declared:
+        return None
+    sizes = {k: float(v) for k, v in values.items() if k != "seed"}
+    out: dict[str, float] = {}
+    try:
+        if w.flops is not None and w.peak_gflops is not None:
+            out["flops"] = formula.evaluate(w.flops, sizes)
+            out["compute_ms"] = out["flops"] / (w.peak_gflops * 1e6)
+        if w.bytes is not None and w.peak_gbps is not None:
+            out["bytes"] = formula.evaluate(w.bytes, sizes)
+            out["memory_ms"] = out["bytes"] / (w.peak_gbps * 1e6)
+    except ValueError as e:
+        raise StageFailure("problem_error", f"the declared work cannot be computed: {e}") from None
+    out["floor_ms"] = max(out.get("compute_ms", 0.0), out.get("memory_ms", 0.0))
+    return out
+
+
+def _check_floor(floor: Mapping[str, float] | None, ref_ms: float, des_ms: float) -> None:
+    if floor is None:
+        return
+    f = floor["floor_ms"]
+    if ref_ms < f:
+        raise StageFailure("problem_error", f"the reference ran in {ref_ms:.4g} ms, under the floor of {f:.4g} ms its "
+                           "declared work and ceilings give: [work] is wrong", floor=dict(floor))
+    if des_ms < f:
+        raise StageFailure("rejected", f"the design reported {des_ms:.4g} ms, under the speed-of-light floor of "
+                           f"{f:.4g} ms (the declared work at the declared peak rates): impossible", floor=dict(floor))
+
+
 def timing(ctx: Context) -> dict[str, Any]:
     spec = ctx.spec
     values = ctx.inputs(ctx.payload["timing_input"])
@@ -399,6 +432,8 @@ def timing(ctx: Context) -> dict[str, Any]:
             raise StageFailure("malformed", f"no usable timing: {e}") from None
         stability = paired_stability(ratio, pair_ratios(blocks["reference"], blocks["design"]), ref_flat, des_flat,
                                      reference_expect_ms=float(expect) if expect else None)
+        floor = floor_ms(ctx, values)
+        _check_floor(floor, statistics.median(ref_flat), statistics.median(des_flat))
         attempts.append({"speedup": ratio.to_json(), "stability": stability.to_json()})
         if stability.stable:
             break
@@ -406,7 +441,7 @@ def timing(ctx: Context) -> dict[str, Any]:
     return {"runtime": _stats(des_flat), "reference": _stats(ref_flat), "speedup": ratio.to_json(),
             "stability": stability.to_json(), "attempts": attempts, "pairs": spec.timing.pairs,
             "runs_per_block": spec.timing.runs, "objective_source": spec.objective.source, "sizes": sizes,
-            "clock": clock, "wall": {"reference": _stats(t["walls"]["reference"]), "design": _stats(t["walls"]["design"])}}
+            "clock": clock, "floor": floor, "wall": {"reference": _stats(t["walls"]["reference"]), "design": _stats(t["walls"]["design"])}}
 
 
 STAGES: dict[str, Callable[[Context], dict[str, Any]]] = {"build": build, "correctness": correctness, "timing": timing}
