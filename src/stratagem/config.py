@@ -113,9 +113,16 @@ class EvaluationConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     device: str = "auto"
     """`auto` (a GPU if one is visible, else the CPU), `cpu`, `cuda` or `cuda:N`."""
-    executor: Literal["local", "queue"] = "local"
-    """Where workers run: `local` (this machine's slots) or `queue` (a shared folder served by
-    `stratagem worker --queue DIR` on the GPU hosts: docs/queue.md)."""
+    executor: Literal["local", "queue", "ray"] = "local"
+    """Where workers run: `local` (this machine's slots), `queue` (a shared folder served by
+    `stratagem worker --queue DIR` on the GPU hosts: docs/queue.md) or `ray` (a Ray cluster,
+    `pip install 'stratagem[ray]'`: docs/scale.md)."""
+    ray_address: str | None = None
+    """The Ray cluster of `executor = "ray"` (an address; None: the one `RAY_ADDRESS`
+    names, else a local cluster started for the run)."""
+    ray_actors: int | None = Field(default=None, ge=1)
+    """Ray runners (each a node's worker slots) to start; None: one per node. Several on one
+    node divide its CPUs (for a CPU cluster) or its GPUs."""
     queue_dir: Path | None = None
     """The queue folder of `executor = "queue"` (`--queue DIR`)."""
     queue_poll_s: float = Field(default=0.5, gt=0)

@@ -54,7 +54,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", metavar="FILE", help="TOML config file.")]
 
 
-ExecutorOpt = Annotated[str | None, typer.Option("--executor", metavar="EXECUTOR", help="local (this machine) or queue (a folder served by `stratagem worker --queue DIR` on the GPU hosts).")]
+ExecutorOpt = Annotated[str | None, typer.Option("--executor", metavar="EXECUTOR", help="local (this machine), queue (a folder served by `stratagem worker --queue DIR` on the GPU hosts) or ray (a Ray cluster: RAY_ADDRESS or [evaluation] ray_address, else a local one; pip install 'stratagem[ray]').")]
 QueueOpt = Annotated[Path | None, typer.Option("--queue", metavar="DIR", help="The queue folder of --executor queue (implies it).")]
 
 

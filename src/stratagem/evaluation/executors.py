@@ -47,7 +47,7 @@ class Executor(Protocol):
     async def aclose(self) -> None: ...
 
 
-EXECUTORS = ("local", "queue")
+EXECUTORS = ("local", "queue", "ray")
 """The executor kinds `evaluation.executor` may name."""
 
 
@@ -64,6 +64,10 @@ def make_executor(cfg: EvaluationConfig, env: Mapping[str, str]) -> Executor:
         from stratagem.evaluation.queue_executor import QueueExecutor
 
         return QueueExecutor(cfg)
+    if kind == "ray":  # the devices are the cluster's
+        from stratagem.evaluation.ray_executor import RayExecutor
+
+        return RayExecutor(cfg)
     return LocalExecutor.for_devices(resolve_device(cfg.device, env), cfg, env)
 
 

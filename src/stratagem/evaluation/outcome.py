@@ -207,6 +207,8 @@ def _split(sr: SandboxResult) -> str:
 
 def _death(sr: SandboxResult, problem: str | None, timeout_s: float, whole: bool = False) -> tuple[FailureKind, str]:
     """`whole`: one limit covered the whole evaluation, compiles included (a limit the user set)."""
+    if sr.lost:
+        return "harness_error", sr.lost
     if sr.timed_out and whole and sr.limit_hit == "run":
         return "timeout", (f"the worker was killed at the {timeout_s:g} s limit set for the whole evaluation "
                            "(timeout_s, compiles included; raise it with --timeout S, or give compiles their own "

@@ -130,6 +130,9 @@ class SandboxResult:
     """Seconds charged to each phase (`compile`, `run`, `wait`)."""
     judge: JudgeRun | None = None
     """The judge's run, when the request asked for one and the worker said every stage passed."""
+    lost: str | None = None
+    """Why the executor lost the worker with its host (a Ray runner that died at every
+    attempt): not the candidate's doing. None: the worker ran."""
 
 
 @dataclass(frozen=True)
