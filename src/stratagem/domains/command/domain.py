@@ -25,7 +25,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.command import problem as problems
 from stratagem.domains.command.forbid import link_findings, source_findings
-from stratagem.domains.command.spec import SizeRange, Spec
+from stratagem.domains.command.spec import RETIMES, SizeRange, Spec
 from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "command"
@@ -96,6 +96,10 @@ def agent_rules(spec: Spec) -> tuple[str, ...]:
         f"correctness: {how}{tol}, against the reference's on the same hidden inputs, over {spec.trials} trials",
         f"objective: the run's time, read from {spec.objective.source} ({spec.objective.unit}), lower is better",
     ]
+    if spec.work.declared:
+        rules.append("floor: a median time under the declared work at the declared peak rates "
+                     f"(flops {spec.work.flops or '-'} at {spec.work.peak_gflops or '-'} GFLOP/s, bytes "
+                     f"{spec.work.bytes or '-'} at {spec.work.peak_gbps or '-'} GB/s) is rejected as impossible")
     fb = spec.forbid
     if fb.libraries or fb.symbols or fb.sources or not fb.allow_dlopen:
         rules.append("forbidden: " + "; ".join(x for x in (
@@ -220,9 +224,9 @@ class CommandDomain:
         spec = spec_of(problem)
         if spec.timeout_s is not None:
             return spec.timeout_s
-        t = spec.timing
-        runs = 2 * spec.trials + 1 + 2 * t.warmup + 2 * t.pairs * t.runs
-        checks = spec.trials * spec.check.timeout_s if spec.check is not None else 0.0
+        t, attempts = spec.timing, 1 + RETIMES
+        runs = 2 * spec.trials + 1 + 2 * t.warmup + 2 * t.pairs * t.runs * attempts
+        checks = (spec.trials + t.pairs * attempts) * spec.check.timeout_s if spec.check is not None else 0.0
         return min(RUN_LIMIT_MAX_S, max(cfg.timeout_s, runs * spec.run.timeout_s + checks))
 
     def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:

@@ -24,6 +24,8 @@ TIME_UNITS_MS: dict[str, float] = {"s": 1000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-
 
 RUN_FIELDS = frozenset({"seed"})
 """Placeholders every run and check command may use besides the sizes."""
+RETIMES = 2
+"""Paired timings after the first while the verdict is unstable (the last one is kept)."""
 CHECK_FIELDS = frozenset({"reference", "design"})
 """Placeholders only a check command may use: the reference's and the design's run directories."""
 

@@ -32,6 +32,7 @@ from stratagem.domains.command.runner import (
     tree_hashes,
     write_files,
 )
+from stratagem.domains.command.spec import RETIMES
 from stratagem.errors import ProblemError
 from stratagem.evaluation.device_lock import DeviceLock
 
@@ -322,10 +323,6 @@ def _timed(ctx: Context, who: str, values: Mapping[str, Any], expected: list[flo
             if not a.ok:
                 raise StageFailure("wrong_output", f"a timed run's output differs from the reference's: {a.reason}")
     return got, ran.wall_ms
-
-
-RETIMES = 2
-"""Timings after the first while the paired verdict is unstable (the last one is kept)."""
 
 
 def _pairs(ctx: Context, values: Mapping[str, Any], expected: list[float] | None) -> dict[str, dict[str, list[Any]]]:
