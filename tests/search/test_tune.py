@@ -186,6 +186,24 @@ def test_cli_design_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "--design FILE" in "".join(capsys.readouterr())
 
 
+def test_show_lists_the_points_the_best_and_the_objective_per_value(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    run(tmp_path, write(tmp_path), iterations=6)
+    assert main(["show", str(tmp_path / "run"), "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)["tuning"]
+    assert len(t["points"]) == 6 and all(set(p["params"]) == {"MS", "BLOCK", "MODE"} for p in t["points"])
+    valid = [p for p in t["points"] if p["status"] == "valid"]
+    assert t["best"]["speedup"] == max(p["speedup"] for p in valid)
+    assert sum(v["tried"] for v in t["by_value"]["MODE"].values()) == 6
+    bad = t["by_value"]["MODE"].get("invalid: wrong sum")
+    assert bad is None or bad["best_speedup"] is None  # invalid points have no speedup
+    assert main(["show", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "tuning: 6 points" in out and "(best)" in out and "MS: " in out
+
+
 # -- the real CPU harness ----------------------------------------------------------------------
 
 CHUNKED = """\

@@ -157,6 +157,7 @@ def show_cmd(
             "all_designs": [_design_entry(v) for v in sorted(r.views, key=lambda v: v.created_at)],
             "iteration_log": _iteration_log(r.iterations, r.views),
             "confirmation": r.confirmation,
+            **({"tuning": tuned.to_json()} if (tuned := _tuning(r.views)) is not None else {}),
         }))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
@@ -174,6 +175,9 @@ def show_cmd(
         console.print(failed)
     console.print(iterations_table(r.iterations, r.views))
     console.print(strategy_table(r.strategy_counts))
+    tuned = _tuning(r.views)
+    if tuned is not None:
+        _print_tuning(console, tuned)
     console.print(spend_line(r.spend))
 
 
@@ -204,6 +208,32 @@ def export_cmd(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     console.print(f"wrote {out} (design {view.id[:12]}, {view.speedup_text()} vs eager)", highlight=False)
+
+
+def _tuning(views: Any) -> Any:
+    """The run's study (`--policy tune`), or None when no design carries parameters."""
+    from stratagem.search.policies.tune import tuning
+
+    return tuning(views)
+
+
+def _print_tuning(console: Console, t: Any) -> None:
+    """The points a tune study tried (in order, with the best marked) and, per parameter
+    value, how many points used it and the best speedup among them."""
+    from rich.table import Table
+
+    names = list(t.points[0].point)
+    table = Table(title=f"tuning: {len(t.points)} points (docs/tune.md)")
+    for col in ["#", "design", *names, "status", "vs eager"]:
+        table.add_column(col)
+    for i, p in enumerate(t.points, start=1):
+        mark = " (best)" if t.best is not None and p.design_id == t.best.design_id else ""
+        table.add_row(str(i), p.design_id[:10], *(str(p.point.get(n, "-")) for n in names), p.status,
+                      f"{p.speedup:.3g}x{mark}" if p.speedup is not None else "-")
+    console.print(table)
+    for name, values in t.by_value.items():
+        shown = "; ".join(f"{v}: {n} tried, best {f'{s:.3g}x' if s is not None else '-'}" for v, (n, s) in values.items())
+        console.print(f"  {name}: {shown}", highlight=False)
 
 
 def _design_entry(v: Any) -> dict[str, Any]:

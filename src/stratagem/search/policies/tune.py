@@ -311,3 +311,57 @@ def decode(template: Template, params: Mapping[str, Any]) -> Point:
         v = params[p.name]
         out[p.name] = 1 << int(v) if p.kind == "pow2" else (int(v) if p.kind == "int" else v)
     return out
+
+
+# -- what `show` says of a study --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TunedPoint:
+    """One evaluated point, as `show` lists it."""
+
+    design_id: str
+    point: Point
+    status: str
+    speedup: float | None
+    """The paired speedup over the reference (None unless passed and timed)."""
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """A run's study: the points tried in order, the best, and the objective per parameter value."""
+
+    points: tuple[TunedPoint, ...]
+    best: TunedPoint | None
+    """The fastest ranked point (valid, stably timed), if any."""
+    by_value: dict[str, dict[str, tuple[int, float | None]]]
+    """Parameter -> value (as text) -> (points tried with it, the best speedup among them)."""
+
+    def to_json(self) -> dict[str, Any]:
+        def one(p: TunedPoint) -> dict[str, Any]:
+            return {"design_id": p.design_id, "params": dict(p.point), "status": p.status, "speedup": p.speedup}
+
+        return {"points": [one(p) for p in self.points], "best": one(self.best) if self.best else None,
+                "by_value": {k: {v: {"tried": n, "best_speedup": s} for v, (n, s) in vals.items()}
+                             for k, vals in self.by_value.items()}}
+
+
+def tuning(designs: Sequence[DesignView]) -> Tuning | None:
+    """The study of a run's designs (those tagged with `params`), oldest first; None when none is."""
+    points = []
+    for d in sorted(designs, key=lambda d: d.created_at):
+        raw = d.tags.get(TAG_PARAMS)
+        if isinstance(raw, dict) and raw:
+            speedup = d.speedup if d.status in MEASURED else None
+            points.append(TunedPoint(d.id, {str(k): v for k, v in raw.items()}, d.status, speedup))
+    if not points:
+        return None
+    ranked_ok = [p for p in points if p.status == "valid" and p.speedup is not None]
+    best = max(ranked_ok, key=lambda p: p.speedup or 0.0, default=None)
+    by_value: dict[str, dict[str, tuple[int, float | None]]] = {}
+    for p in points:
+        for name, value in p.point.items():
+            n, s = by_value.setdefault(name, {}).get(str(value), (0, None))
+            seen = [x for x in (s, p.speedup if p.status == "valid" else None) if x is not None]
+            by_value[name][str(value)] = (n + 1, max(seen) if seen else None)
+    return Tuning(tuple(points), best, by_value)
