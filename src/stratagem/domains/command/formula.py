@@ -44,7 +44,7 @@ def evaluate(text: str, sizes: Mapping[str, float]) -> float:
     def value(node: ast.AST) -> float:
         if isinstance(node, ast.Expression):
             return value(node.body)
-        if isinstance(node, ast.Constant):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
             return float(node.value)
         if isinstance(node, ast.Name):
             return float(sizes[node.id])

@@ -69,7 +69,8 @@ def execute(command: str, cwd: Path, timeout_s: float) -> Ran:
         out, err = proc.communicate()
     wall_ms = (time.perf_counter() - t0) * 1e3
     _kill(proc.pid)  # whatever it left running in its group
-    kill_orphans()  # and whatever left the group (setsid, a double fork) and fell to this process
+    if _reaping:
+        kill_orphans()  # and whatever left the group (setsid, a double fork) and fell to this process
     return Ran(proc.returncode, out[:MAX_OUTPUT_CHARS].decode("utf-8", "replace"),
                err[-MAX_OUTPUT_CHARS:].decode("utf-8", "replace"), wall_ms, timed_out)
 
@@ -82,11 +83,18 @@ def _kill(pgid: int) -> None:
 PR_SET_CHILD_SUBREAPER = 36
 
 
+_reaping = False
+"""Whether `execute` kills this process's children after each command: only in a process that
+became a subreaper for it (the worker), never in one whose other children are not its own."""
+
+
 def become_subreaper() -> None:
     """Linux: processes a command orphans (a daemon that left its group) are re-parented to this
-    process rather than to init, so `kill_orphans` finds them. Elsewhere: nothing."""
+    process rather than to init, and `execute` kills them after each command. Elsewhere: nothing."""
+    global _reaping
     with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
+            _reaping = True
 
 
 def kill_orphans() -> int:

@@ -32,7 +32,7 @@ from stratagem.domains.command.runner import (
     tree_hashes,
     write_files,
 )
-from stratagem.domains.command.spec import RETIMES
+from stratagem.domains.command.spec import RETIMES, Spec
 from stratagem.errors import ProblemError
 from stratagem.evaluation.device_lock import DeviceLock
 
@@ -48,7 +48,9 @@ class StageFailure(Exception):
 
     def __init__(self, kind: FailureKind, reason: str, **details: Any) -> None:
         super().__init__(reason)
-        self.kind, self.reason, self.details = kind, reason, details
+        self.kind: FailureKind = kind
+        self.reason = reason
+        self.details = details
 
 
 class Context:
@@ -69,7 +71,7 @@ class Context:
         """The reference directory's files as its last run left them (a design's run may not touch them)."""
 
     @property
-    def spec(self) -> Any:
+    def spec(self) -> Spec:
         return self.bundle.spec
 
     def files_of(self, who: str) -> dict[str, str]:
@@ -193,11 +195,11 @@ class Context:
         kind: FailureKind = "problem_error" if who == "reference" else "malformed"
         try:
             if cmp.mode == "json":
-                v = outputs.json_value(ran.stdout, cmp.key)
+                v = outputs.json_value(ran.stdout, cmp.key or "")
                 if v is None:
                     raise ValueError(f"no JSON line on stdout holds the key {cmp.key!r}")
                 return outputs.flatten(v)
-            path = self.dirs[who] / cmp.file
+            path = self.dirs[who] / (cmp.file or "")
             if path.is_symlink():
                 raise ValueError(f"the output file {cmp.file} is a link")
             return outputs.text_numbers(path.read_text(encoding="utf-8", errors="replace"))
@@ -212,6 +214,8 @@ class Context:
         if ref is not None and des is not None:
             return outputs.agree(ref, des, self.spec.compare)
         check = self.spec.check
+        if check is None:
+            raise StageFailure("problem_error", "compare.mode is check and the problem has no [check] command")
         cmd = fill(check.command, {**values, "reference": self.dirs["reference"], "design": self.dirs["design"]})
         ran = execute(cmd, self.dirs["reference"], check.timeout_s)
         self.snapshot_reference()  # the check may write there
