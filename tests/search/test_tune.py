@@ -51,8 +51,10 @@ def write(tmp_path: Path, text: str = FAKE) -> Path:
     return path
 
 
-def make(tmp_path: Path, design: Path, iterations: int, seed: int = 0, run: str = "run", **tune):
-    cfg = load_config(None, {"search": {"policy": "tune", "iterations": iterations, "seed": seed, "confirm_top": 0},
+def make(tmp_path: Path, design: Path, iterations: int, seed: int = 0, run: str = "run",
+         search: dict | None = None, **tune):
+    cfg = load_config(None, {"search": {"policy": "tune", "iterations": iterations, "seed": seed, "confirm_top": 0,
+                                        **(search or {})},
                              "policies": {"tune": {"design": str(design), **tune}}})
     cfg = resolved_config(cfg)
     assert cfg.search.patience is None  # a study spends its budget
@@ -165,6 +167,12 @@ def test_a_small_space_is_exhausted_then_the_policy_stops(tmp_path: Path) -> Non
     out, views, _, _, ev = run(tmp_path, write(tmp_path, small), iterations=20)
     assert out.stop_reason == "the policy has nothing more to propose"
     assert len(views) == len(ev.calls) == 2 * 1 * 2  # BLOCK 4 only (>= 4), MS two, MODE two
+
+
+def test_the_device_seconds_budget_stops_the_study(tmp_path: Path) -> None:
+    out, views, _, _, ev = run(tmp_path, write(tmp_path), iterations=20, search={"max_gpu_seconds": 3.5})
+    assert "gpu" in out.stop_reason or "device" in out.stop_reason, out.stop_reason
+    assert len(views) == len(ev.calls) == 4  # 1 s each: the fourth crosses 3.5 s
 
 
 def test_template_errors_name_the_file_and_line(tmp_path: Path) -> None:
