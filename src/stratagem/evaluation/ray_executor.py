@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stratagem.config import EvaluationConfig
+from stratagem.config import EvaluationConfig, environment
 from stratagem.errors import ConfigError
 from stratagem.evaluation.protocol import EvalRequest
 from stratagem.evaluation.sandbox import SandboxResult
@@ -57,7 +57,7 @@ class NodeRunner:
         from stratagem.evaluation.executors import LocalExecutor, resolve_device
 
         cfg = EvaluationConfig.model_validate_json(cfg_json)
-        env = dict(os.environ)  # the node's own: Ray set CUDA_VISIBLE_DEVICES for a GPU runner
+        env = environment()  # the node's own: Ray set CUDA_VISIBLE_DEVICES for a GPU runner
         self.executor = LocalExecutor.for_devices(resolve_device(device, env), cfg, env)
 
     def info(self) -> dict[str, Any]:
