@@ -40,8 +40,8 @@ def _xis(text: str) -> list[float]:
 
 @app.command("report")
 def report_cmd(
-    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...", help="A run directory (several with --suite).")],
-    out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Where the HTML goes (default RUN_DIR/report.html; suite: report-suite.html here).")] = None,
+    run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...", help="A run directory (several with --suite, or a suite directory from `stratagem bench`).")],
+    out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Where the HTML goes (default RUN_DIR/report.html; suite: report-suite.html here, or in the suite directory).")] = None,
     suite: Annotated[bool, typer.Option("--suite", help="One report over many runs (one per problem): a per-problem table, fast_p and the geometric mean.")] = False,
     xi: Annotated[str, typer.Option("--xi", metavar="XI", help="Exploration factors of the BO alignment.")] = "0.01,0.1,1,10",
 ) -> None:
@@ -51,8 +51,11 @@ def report_cmd(
         xis = _xis(xi)
         if suite:
             from stratagem.report.suite import write_suite
+            from stratagem.search.suite_manifest import is_suite_dir
 
-            path = write_suite([_run_dir(console, d, False) for d in run_dirs], out or Path("report-suite.html"))
+            dirs = [d if is_suite_dir(d) else _run_dir(console, d, False) for d in run_dirs]
+            here = run_dirs[0] if len(run_dirs) == 1 and is_suite_dir(run_dirs[0]) else Path(".")
+            path = write_suite(dirs, out or here / "report-suite.html")
         else:
             if len(run_dirs) != 1:
                 raise ConfigError("report: give one RUN_DIR, or several with --suite")

@@ -1,0 +1,171 @@
+"""Owns `stratagem bench`: a policy over a whole suite of problems (a KernelBench or PIKE
+checkout, or any folder of problems), one run per problem under one suite directory, and the
+suite's results (`report/suite.py`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from stratagem.cli.common import (
+    ConfigOpt,
+    CorrectnessOpt,
+    DeviceOpt,
+    ExecutorOpt,
+    JsonOpt,
+    QueueOpt,
+    app,
+    executor_over,
+    fail,
+    wide_console,
+)
+from stratagem.config import load_config
+from stratagem.errors import ConfigError, ProblemError, StratagemError
+
+
+@app.command("bench")
+def bench_cmd(
+    suite_path: Annotated[Path | None, typer.Argument(metavar="SUITE_PATH", help="A KernelBench checkout (KernelBench/level{N}/{id}_{Name}.py), a PIKE checkout or its level3-pike/ or level5/ folder, or any folder of problems (a problem.py per directory, KernelBench-format .py files, command problems' directories with problem.toml).")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", metavar="SUITE_DIR", help="Continue this suite problem by problem (a finished problem is never run again) with the settings it started with.")] = None,
+    levels: Annotated[str | None, typer.Option("--levels", metavar="LEVELS", help="The checkout's levels: 1,2,3 (KernelBench) or 3-pike,5 (PIKE). Default: every level* folder found.")] = None,
+    problems: Annotated[str | None, typer.Option("--problems", metavar="IDS", help="Problem ids: 1-20, 1,3,7-9, or a file listing them.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", metavar="N", help="Problems at once (default 1), sharing one evaluator in this process.")] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM as for `stratagem run`. None: the recipes policy.")] = None,
+    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto, pike-b, pike-o (need --model) or recipes.")] = None,
+    iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations per problem (default 10).")] = None,
+    patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop a problem after K iterations without a new best (default 3).")] = None,
+    implementors: Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors per problem (default 2).")] = None,
+    max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="MAX_QUERIES", help="LLM request budget per problem.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="MAX_TOKENS", help="LLM token budget per problem.")] = None,
+    max_usd: Annotated[float | None, typer.Option("--max-usd", metavar="MAX_USD", help="Money budget per problem (USD).")] = None,
+    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget per problem (s).")] = None,
+    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget per problem (s).")] = None,
+    device: DeviceOpt = None,
+    integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
+    correctness: CorrectnessOpt = None,
+    executor: ExecutorOpt = None,
+    queue: QueueOpt = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="The suite directory (default runs/suite-NAME-TIMESTAMP): suite.json and runs/KEY/ per problem.")] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Run a policy over a suite of problems, one run per problem under one suite directory
+    (suite.json records the problems, the options and each problem's state), then print the
+    suite's results: per problem and fast_p, geometric means over eager and over compile
+    (unclamped and clamped at 1x), correctness rate, cost per problem. Ctrl-C stops cleanly;
+    `stratagem bench --resume SUITE_DIR` continues. stratagem reads the checkout in place and
+    copies none of its files."""
+    from stratagem.search.suite import default_suite_dir, new_suite
+    from stratagem.search.suite_problems import find_problems, parse_ids, parse_levels
+
+    console = wide_console(stderr=as_json)
+    if resume is not None:
+        if suite_path is not None:
+            fail(console, ConfigError("bench: give SUITE_PATH for a new suite or --resume SUITE_DIR, not both"),
+                 as_json, 2)
+        _drive(console, as_json, resume, jobs)
+        return
+    if suite_path is None:
+        fail(console, ConfigError("bench: give SUITE_PATH (or --resume SUITE_DIR)"), as_json, 2)
+    overrides = {
+        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness},
+                       **executor_over(executor, queue)},
+        "search": {"policy": policy, "iterations": iterations, "patience": patience,
+                   "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
+                   "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
+                   "max_wall_seconds": max_wall_seconds},
+        "agents": {"model": model, "endpoints": endpoint or None},
+    }
+    try:
+        cfg = load_config(config, overrides)
+        chosen_levels = parse_levels(levels) if levels else None
+        ids = parse_ids(problems) if problems else None
+        found = find_problems(suite_path, chosen_levels, ids)
+        suite_dir = run_dir or default_suite_dir(suite_path)
+        new_suite(suite_dir, suite_path.resolve(), found, cfg, jobs=1 if jobs is None else jobs, levels=chosen_levels,
+                  ids=sorted(ids) if ids is not None else None)
+    except ConfigError as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+    console.print(f"suite: {suite_dir} · {len(found)} problems · {1 if jobs is None else jobs} at once",
+                  highlight=False)
+    _drive(console, as_json, suite_dir, None)
+
+
+def _drive(console: Console, as_json: bool, suite_dir: Path, jobs: int | None) -> None:
+    """Run the suite with a line per problem's change of state; Ctrl-C and SIGTERM stop it
+    cleanly (the running problems marked interrupted, exit 130); then print its results."""
+    import asyncio
+    import os
+    import signal
+
+    from stratagem.search.suite import run_suite
+    from stratagem.search.suite_manifest import ProblemEntry, SuiteManifest
+
+    def said(entry: ProblemEntry, manifest: SuiteManifest) -> None:
+        c = manifest.counts()
+        ended = sum(c.get(k, 0) for k in ("done", "failed", "skipped"))
+        why = f" ({entry.stop_reason})" if entry.stop_reason else ""
+        console.print(f"[{ended}/{len(manifest.problems)}] {entry.key}: {entry.state}{why}", highlight=False)
+
+    def on_term(_sig: int, _frame: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        asyncio.run(run_suite(suite_dir, jobs=jobs, on_change=said))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: finished problems are kept; continue with "
+                      f"`stratagem bench --resume {suite_dir}`", highlight=False)
+        raise typer.Exit(130) from None
+    except (ConfigError, ProblemError) as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    print_results(console, as_json, suite_dir)
+
+
+def print_results(console: Console, as_json: bool, suite_dir: Path) -> None:
+    """The suite's results: one JSON object on stdout, or the summary and problem tables."""
+    from rich.table import Table
+
+    from stratagem.report.suite import (
+        PROBLEM_HEADER,
+        problem_table_rows,
+        rows_of_suite,
+        suite_json,
+        summary,
+        summary_lines,
+    )
+    from stratagem.search.suite_manifest import read_manifest
+
+    rows = rows_of_suite(suite_dir)
+    if as_json:
+        print(json.dumps({"suite_dir": str(suite_dir), "states": read_manifest(suite_dir).counts(),
+                          **suite_json(rows)}))
+        return
+    t = Table(title="Problems")
+    keep = [PROBLEM_HEADER.index(h) for h in ("problem", "state", "best vs eager [95% CI]",
+                                              "vs compile [95% CI], chained via eager", "correct", "queries",
+                                              "USD", "device s")]
+    for i in keep:
+        t.add_column(PROBLEM_HEADER[i].replace(", chained via eager", ""), no_wrap=i == 0)
+    for r in problem_table_rows(rows):
+        t.add_row(*[r[i] for i in keep])
+    console.print(t)
+    s = Table(title="Summary")
+    s.add_column("summary")
+    s.add_column("value")
+    for label, value in summary_lines(summary(rows)):
+        s.add_row(label, value)
+    console.print(s)
+    console.print(f"suite directory: {suite_dir}\nnext:\n  stratagem report --suite {suite_dir}  (an HTML page)\n"
+                  f"  stratagem show {suite_dir}/runs/KEY  (one problem's run)", highlight=False, soft_wrap=True)

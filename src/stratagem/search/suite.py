@@ -1,0 +1,189 @@
+"""Owns running a suite (`stratagem bench`): one run per problem under one suite directory,
+at most `jobs` problems at once, every run in this process sharing one evaluator (so
+baselines, the device's peaks, reference facts and compile caches are measured once and
+reused). `resume_suite` goes on problem by problem: a `done` (or `skipped`) problem is never
+run again; an interrupted, failed or killed one continues from its run database, as
+`stratagem resume` does.
+
+Layout: SUITE_DIR/suite.json (`suite_manifest.py`) and SUITE_DIR/runs/KEY/ (a run directory
+like any other: `stratagem show`, `export`, `report` read it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from stratagem.config import StratagemConfig, apply_overrides
+from stratagem.domains import load_problem
+from stratagem.errors import ConfigError, StratagemError
+from stratagem.evaluation.api import make_evaluator
+from stratagem.evaluation.service import Evaluator
+from stratagem.search.api import _own, _preflight, _stored_problem, check_policy, make_policy
+from stratagem.search.loop import RunOutcome, SearchLoop
+from stratagem.search.policies.registry import resolved_config
+from stratagem.search.suite_manifest import (
+    FINAL_STATES,
+    ProblemEntry,
+    SuiteManifest,
+    is_suite_dir,
+    read_manifest,
+    write_manifest,
+)
+from stratagem.search.suite_problems import SuiteProblem
+from stratagem.store.sqlite import RunStore
+
+RUNS_DIR = "runs"
+
+OnChange = Callable[[ProblemEntry, SuiteManifest], None]
+"""Hears each problem's change of state, with the manifest as it now stands (the live view)."""
+
+
+class _Skip(Exception):
+    """The problem cannot be searched with this configuration (its reason is the message)."""
+
+
+def default_suite_dir(source: Path, root: Path = Path("runs")) -> Path:
+    return root / f"suite-{source.resolve().name or 'problems'}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def new_suite(suite_dir: Path, source: Path, problems: Sequence[SuiteProblem], cfg: StratagemConfig, *,
+              jobs: int = 1, levels: Sequence[str] | None = None, ids: Sequence[int] | None = None) -> SuiteManifest:
+    """Write a new suite directory's manifest (every problem pending); nothing runs yet.
+
+    Raises:
+        ConfigError: the policy cannot run with `cfg`, `jobs` < 1, or `suite_dir` already holds
+            a suite (continue it with `stratagem bench --resume`).
+    """
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: give 1 or more problems at once")
+    check_policy(cfg)
+    if is_suite_dir(suite_dir):
+        raise ConfigError(f"{suite_dir} already holds a suite; continue it with `stratagem bench --resume {suite_dir}`")
+    entries = tuple(ProblemEntry(key=p.key, path=str(p.path), run_dir=f"{RUNS_DIR}/{p.key}", level=p.level,
+                                 number=p.number) for p in problems)
+    manifest = SuiteManifest(source=str(source), problems=entries, config=cfg.model_dump(mode="json"), jobs=jobs,
+                             levels=tuple(levels) if levels else None,
+                             ids=tuple(sorted(ids)) if ids is not None else None)
+    write_manifest(suite_dir, manifest)
+    return manifest
+
+
+def suite_config(manifest: SuiteManifest) -> StratagemConfig:
+    """The configuration the suite's runs start with.
+
+    Raises:
+        ConfigError: the stored configuration is not valid here (another version wrote it).
+    """
+    try:
+        return StratagemConfig.model_validate(manifest.config)
+    except Exception as e:  # noqa: BLE001 - a config written by another version
+        raise ConfigError(f"the suite's stored configuration is not valid here: {e}") from e
+
+
+async def run_suite(suite_dir: Path, *, jobs: int | None = None, on_change: OnChange | None = None,
+                    evaluator: Evaluator | None = None) -> SuiteManifest:
+    """Run (or continue) every problem of the suite not yet done, `jobs` at once (default the
+    manifest's), all through one evaluator (`evaluator`, else one built from the suite's
+    configuration and closed at the end). Returns the manifest at the end.
+
+    A problem's error is recorded in its entry (`failed`, with the reason) and the suite goes
+    on; cancellation (Ctrl-C) marks the running problems `interrupted` and propagates.
+
+    Raises:
+        ConfigError: not a suite directory, or its configuration cannot run here.
+    """
+    suite_dir = Path(suite_dir)
+    manifest = read_manifest(suite_dir)
+    if jobs is not None:
+        if jobs < 1:
+            raise ConfigError(f"--jobs {jobs}: give 1 or more problems at once")
+        manifest = replace(manifest, jobs=jobs)
+        write_manifest(suite_dir, manifest)
+    cfg = suite_config(manifest)
+    check_policy(cfg)
+    cfg = resolved_config(cfg)
+    own = evaluator is None
+    ev = evaluator if evaluator is not None else make_evaluator(cfg.evaluation)
+    _own(ev, suite_dir)
+    state = _State(suite_dir, manifest, on_change)
+    gate = asyncio.Semaphore(manifest.jobs)
+    todo = [p.key for p in manifest.problems if p.state not in FINAL_STATES]
+    try:
+        await asyncio.gather(*(_one(state, key, cfg, ev, gate) for key in todo))
+    finally:
+        if own:
+            await ev.executor.aclose()
+    return state.manifest
+
+
+class _State:
+    """The manifest as the suite's tasks change it (one event loop: no locking needed)."""
+
+    def __init__(self, suite_dir: Path, manifest: SuiteManifest, on_change: OnChange | None) -> None:
+        self.suite_dir = suite_dir
+        self.manifest = manifest
+        self.on_change = on_change
+
+    def set(self, key: str, **changes: object) -> None:
+        entry = replace(self.manifest.entry(key), **changes)  # type: ignore[arg-type]
+        self.manifest = self.manifest.with_entry(entry)
+        write_manifest(self.suite_dir, self.manifest)
+        if self.on_change is not None:
+            self.on_change(entry, self.manifest)
+
+
+async def _one(state: _State, key: str, cfg: StratagemConfig, evaluator: Evaluator,
+               gate: asyncio.Semaphore) -> None:
+    async with gate:
+        entry = state.manifest.entry(key)
+        state.set(key, state="running", started_at=time.time(), finished_at=None, stop_reason=None)
+        try:
+            outcome = await _run_problem(entry, state.suite_dir / entry.run_dir, cfg, evaluator)
+        except asyncio.CancelledError:
+            state.set(key, state="interrupted", stop_reason="interrupted by the user", finished_at=time.time())
+            raise
+        except _Skip as e:
+            state.set(key, state="skipped", stop_reason=str(e), finished_at=time.time())
+            return
+        except StratagemError as e:
+            state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())
+            return
+        except Exception as e:  # noqa: BLE001 - one problem's crash must not stop the other problems
+            state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())
+            return
+        state.set(key, state="done", stop_reason=outcome.stop_reason if outcome else "finished before",
+                  finished_at=time.time())
+
+
+async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,
+                       evaluator: Evaluator) -> RunOutcome | None:
+    """Start the problem's run in `run_dir`, or continue the run already there with the
+    settings it started with (None: that run had already finished)."""
+    if (run_dir / RunStore.DB_NAME).exists():
+        with RunStore.open(run_dir) as store:
+            run = store.run()
+            if run is not None:
+                if run.status == "finished":
+                    return None  # killed after its run finished, before the manifest said so
+                try:
+                    run_cfg = StratagemConfig.model_validate(apply_overrides(run.config, None))
+                except Exception as e:  # noqa: BLE001 - a config written by another version
+                    raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
+                problem = _stored_problem(store, run)
+                policy = make_policy(run_cfg, problem, evaluator, run_dir)
+                await _preflight(policy)
+                return await SearchLoop(run_cfg, problem, store, evaluator, policy).run()
+    problem = load_problem(entry.path)
+    if problem.domain == "command" and cfg.policy == "recipes":
+        raise _Skip("a command problem (problem.toml): the recipes policy rewrites PyTorch modules only; "
+                    "give a model (and its policy) to search it")
+    policy = make_policy(cfg, problem, evaluator, run_dir)
+    await _preflight(policy)
+    with RunStore.open(run_dir) as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
+        return await SearchLoop(cfg, problem, store, evaluator, policy).run()
