@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.config import EvaluationConfig
-from stratagem.core.design import Design
+from stratagem.core.design import MAIN_FILE, Design
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability, paired_ratio
@@ -199,6 +199,9 @@ class ToyDomain:
 
     def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
         return {}
+
+    def main_file(self, problem: Problem) -> str:
+        return MAIN_FILE
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         return None  # every distinct file set is evaluated

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,37 @@ from typing import Any
 from stratagem.core.problem import content_hash
 
 MAIN_FILE = "candidate.py"
+FILE_MARKER = "=== stratagem file: {name} ==="
+"""The line that opens each file of a design written as one text (agents, prompts, views):
+a design of several files is its files in name order, each under this line."""
+_MARKER = re.compile(r"^=== stratagem file: (\S+) ===[ \t]*$", re.MULTILINE)
+
+
+def files_text(files: Mapping[str, str]) -> str:
+    """A design's files as one text: a single file's text as it is; several, each under its
+    `FILE_MARKER` line, in name order (what `text_files` reads back; a file not ending in a
+    line break gets one)."""
+    if len(files) == 1:
+        return next(iter(files.values()))
+    return "".join(f"{FILE_MARKER.format(name=n)}\n{t}{'' if t.endswith(chr(10)) else chr(10)}"
+                   for n, t in sorted(files.items()))
+
+
+def text_files(text: str, main: str) -> dict[str, str]:
+    """The files of a design written as one text: the sections under `FILE_MARKER` lines when
+    it has any (text before the first is dropped when blank, else kept as `main`), else the
+    whole text as the file `main`."""
+    marks = list(_MARKER.finditer(text))
+    if not marks:
+        return {main: text}
+    out: dict[str, str] = {}
+    head = text[: marks[0].start()]
+    if head.strip():
+        out[main] = head
+    for m, nxt in zip(marks, [*marks[1:], None], strict=True):
+        body = text[m.end() + 1 : nxt.start() if nxt is not None else len(text)]
+        out[m.group(1)] = body
+    return out
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,9 @@ class SearchState:
     """Every rule the harness enforces on a design, one line each, as the agents are told them
     (the domain's `agent_facts`: what a design may contain, the integrity policy, the
     correctness rule, the static checks, each validator); empty when the domain gives none."""
+    facts: dict[str, Any] = field(default_factory=dict)
+    """The rest of what the domain tells the agents (a command problem: its editable and fixed
+    files, background, hints and docs), by name."""
 
     @property
     def valid(self) -> list[DesignView]:

@@ -136,6 +136,12 @@ class Domain(Protocol):
         """What the agents are told about how designs are judged (tolerances, correctness mode)."""
         ...
 
+    def main_file(self, problem: Problem) -> str:
+        """The file a design written as one text is, when that text names no files
+        (`core.design.text_files`): PyTorch's `candidate.py`, a command problem's first
+        editable file."""
+        ...
+
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         """A form two designs share when one only restates the other (comments, whitespace,
         local names): the run links such a design to the earlier one's verdict instead of

@@ -12,6 +12,7 @@ content hash is its identity (never stored or evaluated twice), and an iteration
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from stratagem.config import StratagemConfig
-from stratagem.core.design import MAIN_FILE, Design
+from stratagem.core.design import Design, text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
     AgentCall,
@@ -176,7 +177,7 @@ class SearchLoop:
         return list(self._views.values())
 
     def _source(self, d: DesignRecord) -> str:
-        return self.store.get_artifact(d.files["candidate.py"])
+        return st.design_text(self.store, d)
 
     def _view(self, design_id: str) -> DesignView | None:
         self.views()  # builds the in-memory views on first use
@@ -195,11 +196,15 @@ class SearchLoop:
             self._views[v.id] = v
 
     def state(self, iteration: int) -> SearchState:
+        facts = dict(get_domain(self.problem.domain).agent_facts(self.problem, self.cfg.evaluation))
+        known = {f.name for f in dataclasses.fields(SearchState)}
+        named: dict[str, Any] = {k: tuple(v) if k == "rules" else v for k, v in facts.items()
+                                 if k in known and k != "facts"}
         return SearchState(
             problem=self.problem, designs=tuple(self.views()), iteration=iteration,
             reference_ms=dict(self.reference_ms), device=self.evaluator.physical_device,
-            environment=self._environment(),
-            **get_domain(self.problem.domain).agent_facts(self.problem, self.cfg.evaluation),
+            environment=self._environment(), **named,
+            facts={k: v for k, v in facts.items() if k not in known},
         )
 
     def _environment(self) -> dict[str, Any]:
@@ -234,7 +239,8 @@ class SearchLoop:
         tags: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
     ) -> Feedback:
         provenance = {"iteration": self._iteration, "strategy": strategy, "author": author or "unknown"}
-        design = Design(files={MAIN_FILE: source, **dict(files or {})}, parent_ids=tuple(parents),
+        main = get_domain(self.problem.domain).main_file(self.problem)
+        design = Design(files={**text_files(source, main), **dict(files or {})}, parent_ids=tuple(parents),
                         provenance=provenance)
         form = get_domain(self.problem.domain).normal_form(design.files)
         twin = self._twin(form, design.id)

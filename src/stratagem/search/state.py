@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stratagem.core.confirmed import ConfirmedDesign
+from stratagem.core.design import files_text
 from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
@@ -103,6 +104,11 @@ def design_views(
     return out
 
 
+def design_text(store: RunStore, d: DesignRecord) -> str:
+    """A stored design as the one text agents and views see (`core.design.files_text`)."""
+    return files_text({name: store.get_artifact(h) for name, h in d.files.items()})
+
+
 def stored_views(
     store: RunStore,
     designs: Sequence[DesignRecord] | None = None,
@@ -112,7 +118,7 @@ def stored_views(
     `evaluations` when the caller has read them already."""
     views = design_views(store.designs() if designs is None else designs,
                          store.evaluations() if evaluations is None else evaluations, store.reviews(),
-                         lambda d: store.get_artifact(d.files["candidate.py"]), store.tags())
+                         lambda d: design_text(store, d), store.tags())
     return with_confirmation(views, store.confirmations())
 
 

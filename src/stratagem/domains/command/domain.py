@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem.config import EvaluationConfig
-from stratagem.core.design import Design
+from stratagem.core.design import Design, text_files
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
@@ -255,13 +255,16 @@ class CommandDomain:
     def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
         spec = spec_of(problem)
         main = spec.editable[0]
-        return lambda source: static_checks(spec, {main: source})
+        return lambda source: static_checks(spec, text_files(source, main))
 
     def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
         spec = spec_of(problem)
         b = problems.bundle_of(problem.source, problem.name)
         return {"rules": agent_rules(spec), "editable": list(spec.editable), "fixed": list(spec.fixed),
                 "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs())}
+
+    def main_file(self, problem: Problem) -> str:
+        return spec_of(problem).editable[0]
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         return None  # every distinct file set is evaluated

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem.config import EvaluationConfig
 from stratagem.core import pysyntax
-from stratagem.core.design import Design
+from stratagem.core.design import MAIN_FILE, Design
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
 from stratagem.core.jsonish import mapping
 from stratagem.core.objective import Measured, Objective
@@ -658,6 +658,9 @@ class PyTorchDomain:
                 "correctness_mode": str(correctness_rule(problem, cfg)["mode"]),
                 "integrity": integrity_policy(problem, cfg),
                 "rules": agent_rules(problem, cfg)}
+
+    def main_file(self, problem: Problem) -> str:
+        return MAIN_FILE
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         """The candidate's Python with comments, docstrings, whitespace, local names, the
