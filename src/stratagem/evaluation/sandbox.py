@@ -308,19 +308,23 @@ async def run_worker(request_json: str, settings: SandboxSettings) -> SandboxRes
                 result = dataclasses.replace(result, judge=dataclasses.replace(
                     judged, nonce=nonce, after_worker_s=time.monotonic() - t_go))
             else:
-                judge.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await judge
+                await reap(judge)
         return result
     finally:
         if judge is not None and not judge.done():
-            judge.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await judge
+            await reap(judge)
         _kill_marked(marker)
         shutil.rmtree(workdir, ignore_errors=True)
         if jdir is not None:
             shutil.rmtree(jdir, ignore_errors=True)
+
+
+async def reap(task: asyncio.Task[Any]) -> None:
+    """Cancel `task` and wait for its end, its outcome dropped, without swallowing a
+    cancellation of the caller's own: `suppress(CancelledError): await task` also ate the
+    Ctrl-C that cancelled the run while it waited here, and the run went on to exit 0."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 def _asks_judge(request_json: str) -> bool:
