@@ -564,8 +564,9 @@ async def _wait(proc: asyncio.subprocess.Process, clock: PhaseClock) -> bool:
         remaining = clock.remaining_s()
         if remaining <= 0:
             return True
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=min(remaining, 0.25))
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can lose the caller's own cancellation
+            async with asyncio.timeout(min(remaining, 0.25)):
+                await proc.wait()
             return False
         except TimeoutError:
             pass
