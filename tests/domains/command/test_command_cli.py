@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import EXAMPLE, example_design
+from command_fixtures import EXAMPLE, example_design
 
 from stratagem.cli import main
 from stratagem.store.sqlite import RunStore

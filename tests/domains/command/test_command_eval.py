@@ -3,7 +3,7 @@ get the verdicts they deserve, and each integrity check catches its cheat."""
 
 from __future__ import annotations
 
-from conftest import SMALL_TOML, example_design, make_problem
+from command_fixtures import SMALL_TOML, example_design, make_problem
 
 REFERENCE_KERNEL = (
     "void window_sums(const double *x, long n, long w, double *y) {\n"

@@ -60,7 +60,7 @@ def test_timing_on_a_gpu_slot_runs_commands_on_its_timing_cores(tmp_path) -> Non
     import os
 
     import pytest
-    from conftest import make_problem
+    from command_fixtures import make_problem
 
     from stratagem.config import load_config
     from stratagem.domains import get_domain, load_problem

@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import example_design
+from command_fixtures import example_design
 
 from stratagem.config import environment, load_config
 from stratagem.core.design import files_text, text_files
@@ -65,5 +65,6 @@ def test_a_search_writes_and_judges_a_command_problems_files(small_problem: Path
     assert sorted(sorted(d.files) for d in designs) == [["flags.txt", "kernel.c"], ["kernel.c"]]
     views = {v.source: v for v in st.stored_views(store)}
     assert set(views) == {fast, wrong}
-    assert views[fast].status == "valid" and (views[fast].speedup or 0) > 1.0, views[fast]
+    # correct and faster; on a loaded machine its timing may stay unstable (then it is not ranked)
+    assert views[fast].status in ("valid", "unstable") and (views[fast].speedup or 0) > 1.0, views[fast]
     assert views[wrong].status == "invalid"

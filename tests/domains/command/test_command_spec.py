@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from conftest import EXAMPLE, SMALL_TOML, make_problem
+from command_fixtures import EXAMPLE, SMALL_TOML, make_problem
 
 from stratagem.config import load_config
 from stratagem.domains import get_domain, load_problem, parse_problem
