@@ -266,11 +266,11 @@ def test_import_scanner_resolves_nested_relative_and_dynamic_imports():
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("stratagem", "stratagem.errors", "stratagem.core"),
+    ("stratagem.worker_api",),  # what a domain and the evaluator share: the request protocol, the device lock
     ("stratagem.config",),
     ("stratagem.store",),
-    ("stratagem.evaluation",),  # the adapters: protocol, sandbox, executors, worker, judge, outcome, ...
     ("stratagem.domains",),
-    ("stratagem.evaluation.service", "stratagem.evaluation.api"),
+    ("stratagem.evaluation",),  # the service and its adapters: sandbox, executors, worker, judge, outcome, ...
     ("stratagem.context",),
     ("stratagem.agents",),
     ("stratagem.search.policies",),
@@ -293,7 +293,8 @@ def layer_of(name: str) -> int | None:
 def test_every_module_has_a_layer():
     missing = [m for m, _, _ in MODULES if layer_of(m) is None]
     assert not missing, missing
-    assert layer_of("stratagem.evaluation.sandbox") < layer_of("stratagem.domains.pytorch.domain")
+    assert layer_of("stratagem.worker_api.protocol") < layer_of("stratagem.domains.pytorch.domain")
+    assert layer_of("stratagem.domains.pytorch.domain") < layer_of("stratagem.evaluation.sandbox")
     assert layer_of("stratagem.domains.pytorch.domain") < layer_of("stratagem.evaluation.service")
 
 
@@ -310,6 +311,25 @@ def upward(mod: str, path: Path, tree: ast.Module) -> list[str]:
 def test_packages_import_downwards_only():
     bad = [v for mod, path, tree in MODULES for v in upward(mod, path, tree)]
     assert not bad, "layers import downwards only (docs/architecture.md):\n" + "\n".join(sorted(set(bad)))
+
+
+ABOVE_DOMAINS = ("stratagem.evaluation", "stratagem.search", "stratagem.report", "stratagem.cli",
+                 "stratagem.agents", "stratagem.context")
+"""What a domain never imports: the generic layers that reach domains through the registry."""
+
+
+def test_domains_import_no_generic_layer_above_them():
+    """No package cycle: a domain (its parent side and its worker) imports only core, config,
+    store and worker_api (the request protocol and the device lock it shares with the
+    evaluator), never the evaluator or anything above it."""
+    bad = [
+        f"{path.relative_to(SRC)}:{line}: {mod} imports {name}"
+        for mod, path, tree in MODULES
+        if mod == "stratagem.domains" or mod.startswith("stratagem.domains.")
+        for name, line in imported(mod, path, tree)
+        if any(name == p or name.startswith(p + ".") for p in ABOVE_DOMAINS)
+    ]
+    assert not bad, "\n".join(bad)
 
 
 def test_an_upward_import_is_caught():

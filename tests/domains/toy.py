@@ -30,7 +30,7 @@ from stratagem.core.paired import Ratio, Stability, paired_ratio
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.errors import ProblemError
-from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
+from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 CHECK = """
 import json, reference, candidate

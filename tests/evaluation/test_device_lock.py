@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from stratagem.evaluation.device_lock import DeviceLock
+from stratagem.worker_api.device_lock import DeviceLock
 
 
 def _hold(lock: DeviceLock, mode: str, seconds: float, log: list, name: str, started: threading.Event | None = None) -> None:
@@ -63,7 +63,7 @@ def test_a_waiting_exclusive_holder_is_not_starved(tmp_path: Path) -> None:
 def test_a_killed_holder_releases_the_lock(tmp_path: Path) -> None:
     path = tmp_path / "dev.lock"
     code = ("import sys, time; sys.path.insert(0, sys.argv[2]); "
-            "from stratagem.evaluation.device_lock import DeviceLock; "
+            "from stratagem.worker_api.device_lock import DeviceLock; "
             "cm = DeviceLock(sys.argv[1]).hold('exclusive'); cm.__enter__(); print('held', flush=True); time.sleep(60)")
     src = str(Path(__file__).resolve().parents[2] / "src")
     proc = subprocess.Popen([sys.executable, "-c", code, str(path), src], stdout=subprocess.PIPE, text=True)

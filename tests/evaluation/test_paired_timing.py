@@ -19,9 +19,9 @@ from typing import Any
 from stratagem.core.design import Design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.worker.timing import PAIRS_MIN, pair_count
-from stratagem.evaluation.device_lock import DeviceLock
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluation, Evaluator
+from stratagem.worker_api.device_lock import DeviceLock
 
 PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"
 HOG_SECONDS = 120

@@ -16,7 +16,7 @@ from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.evaluation.protocol import EvalRequest
+from stratagem.worker_api.protocol import EvalRequest
 
 Precheck = Callable[[str], ValidatorResult]
 """A design's source -> the static verdict the agents get before spending an evaluation."""

@@ -3,7 +3,7 @@
 A slot is one concurrent worker: on a GPU machine, `workers_per_gpu` slots per GPU, each
 pinned with `CUDA_VISIBLE_DEVICES` (so the worker sees `cuda`), each with its own compile
 caches kept across candidates; on the CPU, `cpu_slots` slots. Every device (each GPU, and the
-CPU) has one shared/exclusive lock file per machine (`evaluation/device_lock.py`): workers
+CPU) has one shared/exclusive lock file per machine (`worker_api/device_lock.py`): workers
 hold it shared while they use the device and exclusive while they time, across every
 stratagem process on the machine. On a GPU machine with at least 4 cores, one core per GPU is
 reserved for that GPU's timing: workers run off the reserved cores except while they time.
@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.errors import ConfigError
-from stratagem.evaluation.protocol import EvalRequest
 from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_worker
 from stratagem.evaluation.slots import TIMING_CORES_MIN, Slot, make_slots, reserve_timing_cores
+from stratagem.worker_api.protocol import EvalRequest
 
 __all__ = ["TIMING_CORES_MIN", "Executor", "LocalExecutor", "Slot", "make_executor", "reserve_timing_cores",
            "resolve_device", "visible_gpus"]

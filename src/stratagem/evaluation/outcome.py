@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from stratagem.core.graph import ValidatorSpec
 from stratagem.core.verdict import FailureKind, ValidatorResult
-from stratagem.evaluation.protocol import EvalResponse, JudgeResponse, ResultModel
 from stratagem.evaluation.sandbox import JudgeRun, SandboxResult
+from stratagem.worker_api.protocol import EvalResponse, JudgeResponse, ResultModel
 
 _CRASH_SIGNALS = {"SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE", "SIGTRAP", "SIGSYS"}
 

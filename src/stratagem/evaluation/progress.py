@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stratagem.evaluation.protocol import EvalRequest
+from stratagem.worker_api.protocol import EvalRequest
 
 
 def owned(req: EvalRequest, label: str) -> EvalRequest:

@@ -22,10 +22,10 @@ from typing import Any
 
 from stratagem.config import EvaluationConfig
 from stratagem.errors import ConfigError, HarnessError
-from stratagem.evaluation.protocol import EvalRequest
 from stratagem.evaluation.queue import QueueDir, new_id
 from stratagem.evaluation.sandbox import JudgeRun, SandboxResult
 from stratagem.evaluation.slots import Slot
+from stratagem.worker_api.protocol import EvalRequest
 
 
 def request_key(request: EvalRequest, device: str | None) -> str:

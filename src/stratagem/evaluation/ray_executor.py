@@ -27,9 +27,9 @@ from typing import Any
 
 from stratagem.config import EvaluationConfig, environment
 from stratagem.errors import ConfigError
-from stratagem.evaluation.protocol import EvalRequest
 from stratagem.evaluation.sandbox import SandboxResult
 from stratagem.evaluation.slots import Slot
+from stratagem.worker_api.protocol import EvalRequest
 
 NAMESPACE = "stratagem"
 RETRIES = 1

@@ -37,8 +37,8 @@ from stratagem.evaluation.baselines import BaselineCache, baseline_key, slot_key
 from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.progress import owned, stage_events
-from stratagem.evaluation.protocol import EvalRequest
 from stratagem.store.records import EvaluationRecord, MeasurementRecord
+from stratagem.worker_api.protocol import EvalRequest
 
 
 @dataclass(frozen=True)

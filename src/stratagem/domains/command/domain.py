@@ -26,7 +26,7 @@ from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.command import problem as problems
 from stratagem.domains.command.forbid import link_findings, source_findings
 from stratagem.domains.command.spec import RETIMES, SizeRange, Spec
-from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
+from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "command"
 

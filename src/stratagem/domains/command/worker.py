@@ -34,7 +34,7 @@ from stratagem.domains.command.runner import (
 )
 from stratagem.domains.command.spec import RETIMES, Spec
 from stratagem.errors import ProblemError
-from stratagem.evaluation.device_lock import DeviceLock
+from stratagem.worker_api.device_lock import DeviceLock
 
 Emit = Callable[[str, dict[str, Any]], None]
 WHO = ("reference", "design")

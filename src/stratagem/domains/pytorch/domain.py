@@ -34,7 +34,7 @@ from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy,
 from stratagem.domains.pytorch.static import agent_rules as static_agent_rules
 from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
 from stratagem.errors import ProblemError
-from stratagem.evaluation.protocol import EvalRequest, SourceFile, StageSpec
+from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
 __all__ = ["PEAKS_VERSION"]  # re-exported: the evaluator checks the version of cached peaks

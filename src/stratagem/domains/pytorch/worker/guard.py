@@ -60,7 +60,7 @@ HARNESS_MODULES = (
     "stratagem.core.graph",
     "stratagem.core.verdict",
     "stratagem.core.paired",
-    "stratagem.evaluation.device_lock",
+    "stratagem.worker_api.device_lock",
 )
 
 

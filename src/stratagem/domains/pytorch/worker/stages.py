@@ -46,7 +46,7 @@ from stratagem.domains.pytorch.worker import (
 )
 from stratagem.domains.pytorch.worker.anchor import Anchor
 from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
-from stratagem.evaluation.device_lock import DeviceLock, LockWindow, Mode
+from stratagem.worker_api.device_lock import DeviceLock, LockWindow, Mode
 
 Emit = Callable[[str, dict[str, Any]], None]
 ANCHOR_REPORT_BYTES = 1 << 30

@@ -46,7 +46,7 @@ class EvalRequest(BaseModel):
     device: str
     """The device as the worker sees it (`cpu` or `cuda`; pinned by CUDA_VISIBLE_DEVICES)."""
     timing_lock: str | None = None
-    """The device's shared/exclusive lock file (`evaluation/device_lock.py`)."""
+    """The device's shared/exclusive lock file (`worker_api/device_lock.py`)."""
     lock_owner: dict[str, Any] = Field(default_factory=dict)
     """Who this worker is to a worker waiting on its exclusive hold (`process`: the pid of the
     stratagem process that asked for the evaluation, `label`: the design or baseline)."""
