@@ -25,6 +25,7 @@ from stratagem.agents.tools import BaseDeps
 from stratagem.context import render
 from stratagem.context.curate import compress_report
 from stratagem.core.search import DesignView, Review
+from stratagem.domains import DEFAULT
 
 MIN_PREFIX = 6
 MAX_DIFF_CHARS = 20_000
@@ -38,6 +39,8 @@ class AnalystDeps(BaseDeps):
     designs: Mapping[str, DesignView] = field(default_factory=dict)
     """Full design id -> view."""
     docs: DocIndex | None = None
+    domain: str = DEFAULT
+    """The problem's domain: whose words the designs are shown in."""
 
 
 class ReviewOutput(BaseModel):
@@ -62,12 +65,12 @@ def find_design(designs: Mapping[str, DesignView], ref: str) -> DesignView | str
     return f"ambiguous design id {ref!r}: matches {len(matches)} designs"
 
 
-def describe_design(view: DesignView) -> str:
+def describe_design(view: DesignView, domain: str = DEFAULT) -> str:
     """A design's full record as `read_design` shows it."""
     source = view.source
     if len(source) > MAX_SOURCE_CHARS:
         source = source[:MAX_SOURCE_CHARS] + "\n# ... [cut]"
-    return render.render_design(replace(view, source=source), report_chars=4_000)
+    return render.render_design(replace(view, source=source), report_chars=4_000, domain=domain)
 
 
 def diff_text(a: DesignView, b: DesignView) -> str:
@@ -86,9 +89,13 @@ def diff_text(a: DesignView, b: DesignView) -> str:
     return text
 
 
-def measurement_rows(v: DesignView) -> dict[str, str]:
-    """A design's measurements by name, as `compare_designs` lines them up."""
+def measurement_rows(v: DesignView, domain: str = DEFAULT) -> dict[str, str]:
+    """A design's measurements by name, as `compare_designs` lines them up (the second
+    baseline's row only where the domain has one)."""
     m = v.measures
+    ref = render.reference_word(domain)
+    second = (render.fill("design", "second_baseline", domain=domain)
+              if render.has("design", "second_baseline", domain) else None)
 
     def num(x: float | None, unit: str = "") -> str:
         return "-" if x is None else f"{x:.4g}{unit}"
@@ -96,8 +103,9 @@ def measurement_rows(v: DesignView) -> dict[str, str]:
     quart = (f"{m.runtime_q1_ms:.4g}-{m.runtime_q3_ms:.4g} ms"
              if m.runtime_q1_ms is not None and m.runtime_q3_ms is not None else "-")
     return {
-        "status": v.status, "speedup vs eager (paired)": v.speedup_text(), "vs torch.compile": v.compile_text(),
-        "median": num(v.runtime_ms, " ms"), "quartiles": quart, "eager beside it": num(m.reference_ms, " ms"),
+        "status": v.status, f"speedup vs {ref} (paired)": v.speedup_text(),
+        **({f"vs {second}": v.compile_text()} if second else {}),
+        "median": num(v.runtime_ms, " ms"), "quartiles": quart, f"{ref} beside it": num(m.reference_ms, " ms"),
         "stability": v.stability or ("stable" if v.speedup is not None else "-"),
         "load and compile": num(m.compile_s, " s"), "max abs error": num(m.max_abs_err),
         "max rel error": num(m.max_rel_err), "failures": "; ".join(m.failures) or "-",
@@ -105,15 +113,15 @@ def measurement_rows(v: DesignView) -> dict[str, str]:
     }
 
 
-def compare_text(a: DesignView, b: DesignView) -> str:
+def compare_text(a: DesignView, b: DesignView, domain: str = DEFAULT) -> str:
     """Two designs' measurements side by side, and the ratio of their medians."""
-    ra, rb = measurement_rows(a), measurement_rows(b)
+    ra, rb = measurement_rows(a, domain), measurement_rows(b, domain)
     ia, ib = render.short_id(a.id), render.short_id(b.id)
     lines = [f"| measurement | {ia} | {ib} |", "|---|---|---|"]
     lines += [f"| {k} | {ra[k]} | {rb[k]} |" for k in ra]
     if a.speedup and b.speedup:
-        lines.append(f"\n{ib} is {b.speedup / a.speedup:.3g}x the paired speedup of {ia} (each timed beside eager "
-                     "in its own worker: compare the ratios, not the absolute times).")
+        lines.append(f"\n{ib} is {b.speedup / a.speedup:.3g}x the paired speedup of {ia} (each timed beside "
+                     f"{render.reference_word(domain)} in its own worker: compare the ratios, not the absolute times).")
     return "\n".join(lines)
 
 
@@ -140,7 +148,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
             design_id: the id shown, or a unique prefix of at least 6 characters.
         """
         d = find_design(ctx.deps.designs, design_id)
-        return d if isinstance(d, str) else describe_design(d)
+        return d if isinstance(d, str) else describe_design(d, ctx.deps.domain)
 
     @ts.tool
     def diff_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
@@ -155,14 +163,14 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
     @ts.tool
     def compare_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
         """Compare what the harness measured of two designs side by side: status, paired
-        speedup with its interval, median and quartiles, eager beside it, stability, compile
-        time, errors, failures and top kernels.
+        speedup with its interval, median and quartiles, the reference's time beside it,
+        stability, load and build time, errors, failures and top kernels.
 
         Args:
             a: the first design's id (or unique prefix).
             b: the second design's id (or unique prefix).
         """
-        return _on_pair(ctx.deps.designs, a, b, compare_text)
+        return _on_pair(ctx.deps.designs, a, b, lambda x, y: compare_text(x, y, ctx.deps.domain))
 
     @ts.tool
     def search_docs(ctx: RunContext[AnalystDeps], query: str) -> str:
@@ -179,23 +187,24 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
     return ts
 
 
-def build_analyst(*, output_retries: int = 2, model: Model | None = None) -> Agent[AnalystDeps, str]:
-    """A fresh Analyst that answers questions in text."""
+def build_analyst(*, output_retries: int = 2, model: Model | None = None,
+                  domain: str = DEFAULT) -> Agent[AnalystDeps, str]:
+    """A fresh Analyst that answers questions in text (told in `domain`'s words)."""
     return Agent(
         model, output_type=str, deps_type=AnalystDeps, name="analyst",
-        instructions=render.instructions("analyst"),
+        instructions=render.instructions("analyst", domain=domain),
         toolsets=[analyst_toolset()],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
 
 def build_reviewer(
-    *, output_retries: int = 2, model: Model | None = None
+    *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
 ) -> Agent[AnalystDeps, ReviewOutput]:
     """A fresh Analyst that reviews one design and answers with a `ReviewOutput`."""
     return Agent(
         model, output_type=ReviewOutput, deps_type=AnalystDeps, name="reviewer",
-        instructions=render.instructions("review"),
+        instructions=render.instructions("review", domain=domain),
         toolsets=[analyst_toolset()],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
@@ -220,8 +229,8 @@ async def ask_analyst(
         shown: the designs listed in the prompt (default: all it may read).
     """
     listed = list(shown) if shown is not None else list(deps.designs.values())
-    prompt = render.render_analyst(question, listed, docs=docs_note(deps.docs))
-    agent = build_analyst(output_retries=runtime.cfg.output_retries)
+    prompt = render.render_analyst(question, listed, docs=docs_note(deps.docs), domain=deps.domain)
+    agent = build_analyst(output_retries=runtime.cfg.output_retries, domain=deps.domain)
     outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps)
     if not outcome.ok or outcome.output is None:
         return f"The Analyst could not answer ({outcome.error_kind}): {outcome.error}"
@@ -238,7 +247,7 @@ async def review_design(
 ) -> Review:
     """The Analyst's verdict on a design that looks too good to be true (never raises)."""
     prompt = render.render_review(problem, design, best)
-    agent = build_reviewer(output_retries=runtime.cfg.output_retries)
+    agent = build_reviewer(output_retries=runtime.cfg.output_retries, domain=problem.domain)
     outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps,
                               model_key="review")
     if not outcome.ok or outcome.output is None:

@@ -1,7 +1,7 @@
 """Owns the Implementor: one persistent conversation that writes a candidate and fixes it until
 it validates.
 
-The output is a `CandidateOutput` (the whole `candidate.py` and notes). An output validator runs
+The output is a `CandidateOutput` (the whole design as the domain's prompts ask for it, and notes). An output validator runs
 the static checks, so a malformed or cheating answer costs one output retry, not an evaluation.
 Each answer is evaluated through the Session by the shared fix loop (`fix_loop.py`); a failure
 report goes back into the same conversation. The loop stops at a valid design, after `implementor_max_attempts` evaluations,
@@ -29,7 +29,7 @@ from stratagem.context import render
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, Session
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains import get_domain
+from stratagem.domains import DEFAULT, get_domain
 from stratagem.domains.base import Precheck
 
 REQUEST_LIMIT = 40
@@ -41,7 +41,7 @@ _FENCE = re.compile(r"^\s*```[a-zA-Z0-9_+-]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 class CandidateOutput(BaseModel):
     """An Implementor's answer."""
 
-    source: str = Field(description="the complete candidate.py, plain Python without fences")
+    source: str = Field(description="the complete design, as the task asks for it, without Markdown fences")
     notes: str = Field(default="", description="what this version does, briefly")
 
 
@@ -67,12 +67,12 @@ def strip_fences(source: str) -> str:
 
 
 def build_implementor(
-    *, output_retries: int = 2, model: Model | None = None
+    *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
 ) -> Agent[ImplementorDeps, CandidateOutput]:
-    """A fresh Implementor whose output validator runs the static checks."""
+    """A fresh Implementor (told in `domain`'s words) whose output validator runs the static checks."""
     agent: Agent[ImplementorDeps, CandidateOutput] = Agent(
         model, output_type=CandidateOutput, deps_type=ImplementorDeps, name="implementor",
-        instructions=render.instructions("implementor"),
+        instructions=render.instructions("implementor", domain=domain),
         toolsets=[base_toolset()],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
@@ -86,7 +86,7 @@ def build_implementor(
             if result.outcome == "failed":
                 reason = result.reason or "rejected"
                 deps.rejected.append((source, reason))
-                raise ModelRetry(render.fill("implementor", "static_rejection", reason=reason))
+                raise ModelRetry(render.fill("implementor", "static_rejection", domain=domain, reason=reason))
         return out.model_copy(update={"source": source})
 
     return agent
@@ -124,7 +124,7 @@ async def run_implementor(
     """Write, evaluate and fix one design in one conversation (the shared fix loop with the
     Implementor's prompts); never raises for LLM failures."""
     cfg = runtime.cfg
-    agent = build_implementor(output_retries=cfg.output_retries)
+    agent = build_implementor(output_retries=cfg.output_retries, domain=task.brief.domain)
     precheck = task.precheck or get_domain(task.problem.domain).precheck(task.problem, EvaluationConfig(), "cuda")
     deps = ImplementorDeps(workdir=Workdir(task.workdir), precheck=precheck)
     history: list[ModelMessage] = []
@@ -145,7 +145,8 @@ async def run_implementor(
         return Written(outcome.output.source, outcome.total_tokens)
 
     def next_prompt(fb: Feedback, attempts: int) -> str:
-        return render.render_implementor_feedback(fb, attempt=attempts, max_attempts=cfg.implementor_max_attempts)
+        return render.render_implementor_feedback(fb, attempt=attempts, max_attempts=cfg.implementor_max_attempts,
+                                                  domain=task.brief.domain)
 
     res = await fix_until_valid(
         session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,

@@ -3,8 +3,9 @@ with its own system prompt (`context/pike.py`: the brainstorm is not told to wri
 
 The Initial Brainstorming Agent (role `brainstorm`) answers with a bullet list of ideas; the
 Code Optimization Agent (`optimize`; PIKE-O's `mutate` and `crossover`) and the Error-Fixing
-Agent (`fix`) answer with code, taken from the first ```python (or ```cpp) block of the answer,
-as the authors' `extract_first_code` does. Each query is exactly one model request
+Agent (`fix`) answer with code, taken from the first code block of the answer in a language a
+design may be written in (python, C, C++, CUDA, text, ...; not a shell session), as the authors'
+`extract_first_code` does. The prompts are the problem's domain's. Each query is exactly one model request
 (`request_limit=1`, no output retries), and a transport retry is made only when the caller's
 `Tickets` still hold a query, so a phase of parallel queries never spends more than it
 reserved. Every call is recorded with its role. Failures are data (`Written` with an error).
@@ -22,8 +23,12 @@ from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.fix_loop import Written
 from stratagem.context import pike as prompts
 from stratagem.core.search import Reservation
+from stratagem.domains import DEFAULT
 
 ROLES = ("brainstorm", "optimize", "fix", "mutate", "crossover")
+CODE_LANGUAGES = frozenset({"", "python", "py", "python3", "cpp", "c++", "c", "h", "cu", "cuda", "text", "txt",
+                            "plain", "fortran", "f90", "rust", "make", "makefile", "cmake", "toml"})
+"""The labels of a code block an answer's design is taken from (unlabelled included)."""
 _BLOCK = re.compile(r"```([a-zA-Z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
 _BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(.+?)\s*$")
 
@@ -63,9 +68,9 @@ class Answer:
 
 
 def extract_code(text: str) -> str | None:
-    """The first ```python / ```py / ```cpp (or unlabelled) block's code, or None."""
+    """The first code block's code whose label is one of `CODE_LANGUAGES`, or None."""
     for lang, body in _BLOCK.findall(text):
-        if lang.lower() in ("python", "py", "python3", "cpp", "c++", ""):
+        if lang.lower() in CODE_LANGUAGES:
             return body.strip("\n") + "\n"
     return None
 
@@ -82,16 +87,18 @@ def parse_ideas(text: str, n: int) -> list[str]:
 
 @dataclass
 class PikeAgents:
-    """The one-shot text agents of the PIKE roles, each with its own system prompt."""
+    """The one-shot text agents of the PIKE roles, each with its own system prompt (the
+    `domain`'s)."""
 
     runtime: AgentRuntime
+    domain: str = DEFAULT
     agents: dict[str, Agent[None, str]] = field(default_factory=dict, init=False)
 
     def agent(self, role: str) -> Agent[None, str]:
         """The agent of `role` (`brainstorm`, `optimize`, `fix`, `mutate`, `crossover`)."""
         if role not in self.agents:
             self.agents[role] = Agent(None, output_type=str, name=f"pike-{role}",
-                                      instructions=prompts.instructions(role), retries={"output": 0})
+                                      instructions=prompts.instructions(role, self.domain), retries={"output": 0})
         return self.agents[role]
 
     async def ask(self, role: str, prompt: str, tickets: Tickets) -> Answer:

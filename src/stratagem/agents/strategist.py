@@ -25,6 +25,7 @@ from stratagem.agents.tools import BaseDeps
 from stratagem.context import render
 from stratagem.context.curate import Curated
 from stratagem.core.search import Plan
+from stratagem.domains import DEFAULT
 
 MIN_PREFIX = 6
 MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure": 1, "combine": 2}
@@ -100,12 +101,13 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
 
 
 def build_strategist(
-    *, analyst: bool, output_retries: int = 2, model: Model | None = None
+    *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
 ) -> Agent[StrategistDeps, PlanOutput]:
-    """A fresh Strategist; with `analyst`, it gets the `ask_analyst` tool (and no other)."""
+    """A fresh Strategist (told in `domain`'s words); with `analyst`, it gets the `ask_analyst`
+    tool (and no other)."""
     agent: Agent[StrategistDeps, PlanOutput] = Agent(
         model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
-        instructions=render.instructions("strategist", analyst=analyst),
+        instructions=render.instructions("strategist", domain=domain, analyst=analyst),
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
@@ -159,7 +161,8 @@ async def plan_iteration(
     deps.known_ids = curated.ids
     deps.implementors = implementors
     deps.failed_ids = tuple(d.id for d in curated.designs if d.status != "valid")
-    agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries)
+    agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries,
+                             domain=problem.domain)
     prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors,
                                       budget=budget)
     outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)

@@ -1,10 +1,13 @@
-"""Owns rendering the agents' prompts from the templates kept as package data.
+"""Owns rendering the agents' prompts from the templates a domain supplies.
 
-Each role has one Markdown file in `stratagem/context/prompts/`, split into named sections by
-lines `<!-- section: NAME -->`; a section is a `string.Template` (`$name` placeholders, `$$` for
-a dollar sign). Every role has an `instructions` section (the system prompt) and, except the
-summarizer's pieces, a `prompt` section (the user message). All prose lives in the templates:
-this module only fills them from typed inputs.
+Each role has one Markdown template, split into named sections by lines `<!-- section: NAME -->`;
+a section is a `string.Template` (`$name` placeholders, `$$` for a dollar sign). Every role has
+an `instructions` section (the system prompt) and, except the summarizer's pieces, a `prompt`
+section (the user message). The problem's domain supplies the templates that speak of its
+programs (`Domain.prompts.template(name)`: the roles, `design` and `pike`, with the words the
+views use, such as what a design is timed against); the domain-free ones (`summarizer`,
+`budget`) are this package's data in `context/prompts/`. All prose lives in the templates: this
+module only fills them from typed inputs, and names no domain's concepts.
 
 Templates are read on first use (never at import) and cached.
 """
@@ -30,9 +33,13 @@ from stratagem.core.search import (
     ratio_text,
     standing,
 )
+from stratagem.domains import DEFAULT, get_domain
 
 ROLES = ("strategist", "analyst", "implementor", "implementor_feedback", "review", "summarizer")
-"""One template file per role (plus `design`, the block every design is shown in)."""
+"""One template file per role (plus `design`, the block every design is shown in, and `pike`)."""
+
+GENERIC = frozenset({"summarizer", "budget"})
+"""Templates that name no domain's concepts: this package's own (`context/prompts/`)."""
 
 SHORT_ID_CHARS = 12
 """Design ids are shown by their first characters; agents may cite any unique prefix."""
@@ -45,9 +52,13 @@ def short_id(design_id: str) -> str:
 
 
 @functools.cache
-def sections(name: str) -> dict[str, Template]:
-    """The named sections of `prompts/<name>.md` (read once, then cached)."""
-    text = (resources.files("stratagem.context") / "prompts" / f"{name}.md").read_text("utf-8")
+def sections(name: str, domain: str = DEFAULT) -> dict[str, Template]:
+    """The named sections of template `name`: the domain's (`Domain.prompts`), or this package's
+    own for the domain-free ones (`GENERIC`); read once, then cached."""
+    if name in GENERIC:
+        text = (resources.files("stratagem.context") / "prompts" / f"{name}.md").read_text("utf-8")
+    else:
+        text = get_domain(domain).prompts.template(name)
     parts = _SECTION.split(text)
     out: dict[str, Template] = {}
     for i in range(1, len(parts) - 1, 2):
@@ -55,9 +66,19 @@ def sections(name: str) -> dict[str, Template]:
     return out
 
 
-def fill(name: str, section: str, **values: object) -> str:
-    """Fill one section of one template; a missing value is a bug and raises KeyError."""
-    return sections(name)[section].substitute({k: str(v) for k, v in values.items()}).strip()
+def fill(name: str, section: str, *, domain: str = DEFAULT, **values: object) -> str:
+    """Fill one section of one template of `domain`; a missing value is a bug and raises KeyError."""
+    return sections(name, domain)[section].substitute({k: str(v) for k, v in values.items()}).strip()
+
+
+def has(name: str, section: str, domain: str = DEFAULT) -> bool:
+    """Whether the domain's template `name` has `section` (the optional ones)."""
+    return section in sections(name, domain)
+
+
+def reference_word(domain: str = DEFAULT) -> str:
+    """What a design is timed against, as the views name it (`design.md`'s `reference`)."""
+    return fill("design", "reference", domain=domain)
 
 
 @dataclass(frozen=True)
@@ -80,6 +101,11 @@ class ProblemBrief:
     rules: tuple[str, ...] = ()
     """Every rule the harness enforces, one line each (`SearchState.rules`, from the domain's
     tables): every prompt of a role that plans or writes code states them."""
+    domain: str = DEFAULT
+    """The problem's domain: whose templates the prompts are filled from."""
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    """The rest of what the domain tells the agents (`SearchState.facts`), each a `$fact_NAME`
+    placeholder of its templates (a list as one `- item` line each)."""
 
     @classmethod
     def from_state(cls, state: SearchState, integrity: str = "lenient") -> ProblemBrief:
@@ -93,6 +119,8 @@ class ProblemBrief:
             environment=dict(state.environment),
             correctness=state.correctness_mode,
             rules=tuple(state.rules),
+            domain=state.problem.domain,
+            facts=dict(state.facts),
         )
 
     def values(self) -> dict[str, str]:
@@ -100,44 +128,61 @@ class ProblemBrief:
             "problem_name": self.name,
             "problem_source": self.source.strip(),
             "device": self.device,
-            "environment": environment_text(self.device, self.environment),
+            "environment": environment_text(self.device, self.environment, self.domain),
             "integrity": self.integrity,
             "reference_ms": _timings(self.reference_ms),
             "tolerances": _tolerances(self.tolerances, self.correctness),
             "rules": rules_text(self),
-            "numbers": fill("design", "numbers"),
+            "numbers": fill("design", "numbers", domain=self.domain),
+            **{f"fact_{k}": fact_text(v) for k, v in self.facts.items()},
         }
+
+
+def fact_text(value: Any) -> str:
+    """A domain's fact as a template value: text as it is, a list one `- item` line each."""
+    if isinstance(value, list | tuple):
+        return "\n".join(f"- {x}" for x in value) or "(none)"  # pyright: ignore[reportUnknownVariableType]
+    return str(value).strip() or "(none)"
 
 
 def rules_text(problem: ProblemBrief) -> str:
     """The rules block every prompt of a role that plans or writes code carries: each rule the
     harness enforces, generated from the tables the checks run from (the domain's)."""
     if not problem.rules:
-        return fill("design", "rules_none", integrity=problem.integrity)
-    return fill("design", "rules", rules="\n".join(f"- {r}" for r in problem.rules))
+        return fill("design", "rules_none", domain=problem.domain, integrity=problem.integrity)
+    return fill("design", "rules", domain=problem.domain, rules="\n".join(f"- {r}" for r in problem.rules))
 
 
-def environment_text(device: str, env: Mapping[str, Any]) -> str:
+def _labelled(env: Mapping[str, Any], section: str, domain: str) -> list[str]:
+    """The facts of `env` the domain names in `design.md`'s `section` (`key: text with $value`
+    lines, in that order), each as its text; facts it does not name are left out."""
+    out = []
+    table = sections("design", domain).get(section)
+    for line in table.template.strip().splitlines() if table is not None else []:
+        key, _, text = line.partition(":")
+        value = env.get(key.strip())
+        if value:
+            shown = " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)  # pyright: ignore[reportUnknownArgumentType]
+            out.append(Template(text.strip()).safe_substitute(value=shown))
+    return out
+
+
+def environment_text(device: str, env: Mapping[str, Any], domain: str = DEFAULT) -> str:
     """The environment block every prompt carries: the device and what runs there, and the
-    versions the code is built against, from what the harness measured (`Evaluation.environment`)."""
+    versions the code is built against, from what the harness measured (`Evaluation.environment`),
+    named as the domain's `design.md` names them (`software`, `cpu_details`)."""
     name = env.get("device_name")
-    versions = [f"torch {env['torch']}" if env.get("torch") else "",
-                f"CUDA {env['cuda']}" if env.get("cuda") else "", f"Triton {env['triton']}" if env.get("triton") else "",
-                f"Python {env['python']}" if env.get("python") else "",
-                f"torch built with {env['compiler']}" if env.get("compiler") else ""]
-    ver = ", ".join(v for v in versions if v)
+    ver = ", ".join(_labelled(env, "software", domain))
     if device.startswith("cuda") or env.get("capability"):
         gpu = f"GPU {name}" if name else f"GPU ({device})"
         bits = [f"compute capability {env['capability']}" if env.get("capability") else "",
                 f"{env['memory_gb']} GB" if env.get("memory_gb") else ""]
         head = f"Device: {gpu}" + (f" ({', '.join(b for b in bits if b)})" if any(bits) else "") + "."
-        guide = fill("design", "gpu_guidance")
+        guide = fill("design", "gpu_guidance", domain=domain)
     else:
-        bits = [f"{env['threads']} threads" if env.get("threads") else "",
-                f"instruction sets {' '.join(env['isa'])}" if env.get("isa") else "",
-                f"torch's CPU kernels use {env['cpu_capability']}" if env.get("cpu_capability") else ""]
+        bits = _labelled(env, "cpu_details", domain)
         head = f"Device: CPU {name or ''}".rstrip() + (f" ({'; '.join(b for b in bits if b)})" if any(bits) else "") + "."
-        guide = fill("design", "cpu_guidance")
+        guide = fill("design", "cpu_guidance", domain=domain)
     if not env:
         head += " (its details are measured with the first evaluation)"
     if env.get("problem_dtype"):
@@ -162,66 +207,72 @@ def _tolerances(tol: Mapping[str, Mapping[str, float]], mode: str = "fixed") -> 
     )
 
 
-STANDING_WORDS = {"faster": "faster than eager", "within noise": "within noise of eager (its interval holds 1.00x)",
-                  "slower": "slower than eager"}
-"""How a design's standing against eager (`core.search.standing`: the one rule) is written."""
+def standing_words(where: str, domain: str = DEFAULT) -> str:
+    """How a design's standing against the reference it is timed beside (`core.search.standing`:
+    the one rule) is written."""
+    ref = reference_word(domain)
+    return {"faster": f"faster than {ref}", "within noise": f"within noise of {ref} (its interval holds 1.00x)",
+            "slower": f"slower than {ref}"}[where]
 
 
-def _performance(view: DesignView) -> str:
-    """The design's headline number: its paired ratio over eager with its 95% interval, and
-    where that stands against 1.00x (the one rule: within noise when the interval holds it)."""
+def _performance(view: DesignView, domain: str = DEFAULT) -> str:
+    """The design's headline number: its paired ratio over the reference with its 95% interval,
+    and where that stands against 1.00x (the one rule: within noise when the interval holds it)."""
     if view.speedup is None:
         return ""
     ci = "" if view.speedup_low is not None else " (no interval)"
     where = standing(view.speedup_low, view.speedup_high)
-    return f", {view.speedup_text()} vs eager{ci}" + (f": {STANDING_WORDS[where]}" if where else "")
+    return (f", {view.speedup_text()} vs {reference_word(domain)}{ci}"
+            + (f": {standing_words(where, domain)}" if where else ""))
 
 
-def _compile_line(view: DesignView) -> str:
-    """The ratio against torch.compile, marked as chained through eager (it is not paired)."""
-    if view.speedup_compile is None:
+def second_baseline_line(view: DesignView, domain: str = DEFAULT) -> str:
+    """The ratio against the domain's second baseline (`design.md`'s `vs_second`), marked as
+    chained through the reference (it is not paired); '' when the design has none."""
+    if view.speedup_compile is None or not has("design", "vs_second", domain):
         return ""
     low, high = view.compile_low, view.compile_high
     num = (f"{ratio_text(view.speedup_compile)}x [{ratio_text(low)}, {ratio_text(high)}]"
            if low is not None and high is not None else f"{ratio_text(view.speedup_compile)}x (no interval)")
     if view.compile_fails:
-        verdict = f"; a baseline that fails the correctness check, so no fair comparison ({view.compile_fails})"
+        verdict = fill("design", "second_fails", domain=domain, why=view.compile_fails)
     elif view.compile_unstable:
-        verdict = (f"; the torch.compile baseline's timing unstable: the ratio carries that noise "
-                   f"({view.compile_unstable})")
+        verdict = fill("design", "second_unstable", domain=domain, why=view.compile_unstable)
     else:
         where = standing(low, high)
         verdict = {"faster": ": faster", "slower": ": slower", "within noise": ": on par (its interval holds 1.00x)",
                    None: ""}[where]
-    return f"vs torch.compile: {num}, chained through eager, not paired{verdict}"
+    return fill("design", "vs_second", domain=domain, num=num, verdict=verdict)
 
 
-def timing_lines(view: DesignView) -> list[str]:
-    """What the harness timed of a design, one fact a line: its own time beside the eager time
-    of its own evaluation, the chained ratio against torch.compile, the confirmed numbers,
-    unstable timing and the timing notes (`DesignView.timing_notes`)."""
+def timing_lines(view: DesignView, domain: str = DEFAULT) -> list[str]:
+    """What the harness timed of a design, one fact a line: its own time beside the reference's
+    time of its own evaluation, the chained ratio against the second baseline, the confirmed
+    numbers, unstable timing and the timing notes (`DesignView.timing_notes`)."""
     out = []
     m = view.measures
+    ref = reference_word(domain)
     if view.runtime_ms is not None:
-        eager = f", eager {m.reference_ms:.4g} ms timed beside it" if m.reference_ms is not None else ""
+        beside = f", {ref} {m.reference_ms:.4g} ms timed beside it" if m.reference_ms is not None else ""
         spread = []
         if m.runtime_q1_ms is not None and m.runtime_q3_ms is not None:
             spread.append(f"quartiles {m.runtime_q1_ms:.4g}-{m.runtime_q3_ms:.4g} ms")
         if m.pairs:
             spread.append(f"{m.pairs} block pairs")
         more = f"; {', '.join(spread)}" if spread else ""
-        out.append(f"its own evaluation: design {view.runtime_ms:.4g} ms{eager} (medians{more})")
-    if line := _compile_line(view):
+        out.append(f"its own evaluation: design {view.runtime_ms:.4g} ms{beside} (medians{more})")
+    if line := second_baseline_line(view, domain):
         out.append(line)
     c = view.confirmed
     if c is not None and c.vs_eager is not None:
         v = c.vs_eager
         comp = ""
-        if c.vs_compile is not None:
-            comp = (f", {ratio_text(c.vs_compile.ratio)}x [{ratio_text(c.vs_compile.low)}, "
-                    f"{ratio_text(c.vs_compile.high)}] vs torch.compile timed in the same processes")
-        out.append(f"confirmed: {ratio_text(v.ratio)}x [{ratio_text(v.low)}, {ratio_text(v.high)}] vs eager"
-                   f": {STANDING_WORDS[standing(v.low, v.high) or 'within noise']}{comp} (re-timed with the "
+        if c.vs_compile is not None and has("design", "confirmed_second", domain):
+            comp = fill("design", "confirmed_second", domain=domain,
+                        num=f"{ratio_text(c.vs_compile.ratio)}x [{ratio_text(c.vs_compile.low)}, "
+                            f"{ratio_text(c.vs_compile.high)}]")
+        out.append(f"confirmed: {ratio_text(v.ratio)}x [{ratio_text(v.low)}, {ratio_text(v.high)}] vs {ref}"
+                   f": {standing_words(standing(v.low, v.high) or 'within noise', domain)}{comp} (re-timed with the "
                    "other contenders in fresh processes; the design is ranked on this)")
     if view.status == "unstable":
         out.append("timing unstable" + (f": {view.stability}" if view.stability else "")
@@ -231,14 +282,14 @@ def timing_lines(view: DesignView) -> list[str]:
     return out
 
 
-def design_summary(view: DesignView) -> str:
-    """A design on one line: status, paired ratio and standing, its time beside eager's."""
+def design_summary(view: DesignView, domain: str = DEFAULT) -> str:
+    """A design on one line: status, paired ratio and standing, its time beside the reference's."""
     m = view.measures
     beside = ""
     if view.runtime_ms is not None:
-        eager = f" beside eager {m.reference_ms:.4g} ms" if m.reference_ms is not None else ""
-        beside = f"; design {view.runtime_ms:.4g} ms{eager}"
-    return f"{view.status}{_performance(view)}{beside}"
+        ref = f" beside {reference_word(domain)} {m.reference_ms:.4g} ms" if m.reference_ms is not None else ""
+        beside = f"; design {view.runtime_ms:.4g} ms{ref}"
+    return f"{view.status}{_performance(view, domain)}{beside}"
 
 
 def _lineage(view: DesignView) -> str:
@@ -254,7 +305,7 @@ def _lineage(view: DesignView) -> str:
     return "(" + "; ".join(bits) + ")" if bits else ""
 
 
-def render_design(view: DesignView, *, report_chars: int | None = None) -> str:
+def render_design(view: DesignView, *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
     """One design as every prompt shows it: id, verdict, lineage, source, failure report."""
     report = view.report.strip()
     if report_chars is not None:
@@ -264,32 +315,34 @@ def render_design(view: DesignView, *, report_chars: int | None = None) -> str:
     else:
         report_block = "Failure report:\n```\n" + report + "\n```" if report else ""
     others = replace(view.measures, runtime_q1_ms=None, runtime_q3_ms=None).lines()  # timing: timing_lines
+    lines = (*timing_lines(view, domain), *others)
     return fill(
         "design",
         "design",
+        domain=domain,
         short_id=short_id(view.id),
         status=view.status,
-        performance=_performance(view),
-        lineage="\n".join([_lineage(view), *(f"- {line}" for line in (*timing_lines(view), *others))]).strip("\n"),
+        performance=_performance(view, domain),
+        lineage="\n".join([_lineage(view), *(f"- {line}" for line in lines)]).strip("\n"),
         source=view.source.strip(),
         report=report_block,
     )
 
 
-def render_designs(views: Sequence[DesignView], *, report_chars: int | None = None) -> str:
+def render_designs(views: Sequence[DesignView], *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
     if not views:
-        return fill("design", "empty")
-    return "\n\n".join(render_design(v, report_chars=report_chars) for v in views)
+        return fill("design", "empty", domain=domain)
+    return "\n\n".join(render_design(v, report_chars=report_chars, domain=domain) for v in views)
 
 
-def instructions(role: str, **values: object) -> str:
+def instructions(role: str, *, domain: str = DEFAULT, **values: object) -> str:
     """The system prompt of a role (`strategist` needs `analyst=True/False`)."""
     if role == "strategist":
         note = "analyst_available" if values.pop("analyst", False) else "analyst_unavailable"
-        values["analyst_note"] = fill("strategist", note)
+        values["analyst_note"] = fill("strategist", note, domain=domain)
     if role == "summarizer":
         values.setdefault("max_words", 600)
-    return fill(role, "instructions", **values)
+    return fill(role, "instructions", domain=domain, **values)
 
 
 @dataclass(frozen=True)
@@ -359,7 +412,7 @@ def render_budget(budget: BudgetBrief | None) -> str:
     """The budget block of a prompt: the step, each limited budget (spent, limit, left, the
     spend per finished step) and, on the last step, that it is the last."""
     if budget is None:
-        return fill("design", "budget_unknown")
+        return fill("budget", "budget_unknown")
     b = budget
     head = (f"This is {b.step_name} {b.step} of {b.steps}." if b.steps is not None
             else f"This is {b.step_name} {b.step}; the budgets below end the run.")
@@ -375,7 +428,7 @@ def render_budget(budget: BudgetBrief | None) -> str:
     if b.patience is not None:
         lines.append(f"- the run also stops after {b.patience} {b.step_name}s in a row without a new best design")
     end = b.last()
-    last = fill("design", "budget_last" if end[0] else "budget_likely_last", step_name=b.step_name,
+    last = fill("budget", "budget_last" if end[0] else "budget_likely_last", step_name=b.step_name,
                 why=end[1]) if end else ""
     return "\n".join([head, *lines, *([last] if last else [])])
 
@@ -383,11 +436,11 @@ def render_budget(budget: BudgetBrief | None) -> str:
 GROUP_TITLES: dict[Group, str] = {"best": "Best", "worst": "Worst", "recent": "Most recent", "failed": "Failed"}
 
 
-def render_recent(curated: Curated) -> str:
+def render_recent(curated: Curated, domain: str = DEFAULT) -> str:
     """The most recent section: the newest designs, newest first; one shown in full in another
     section is named here with its numbers and where it is, so the section is what it says."""
     if not curated.newest:
-        return fill("design", "empty")
+        return fill("design", "empty", domain=domain)
     where = {i: g for g, ids in curated.ids_by_group().items() for i in ids}
     out = []
     for design_id in curated.newest:
@@ -395,10 +448,11 @@ def render_recent(curated: Curated) -> str:
         if view is None:
             continue
         if where.get(design_id) == "recent":
-            out.append(render_design(view))
+            out.append(render_design(view, domain=domain))
         else:
             it = f"iteration {view.iteration}, " if view.iteration is not None else ""
-            out.append(fill("design", "elsewhere", short_id=short_id(view.id), summary=it + design_summary(view),
+            out.append(fill("design", "elsewhere", domain=domain, short_id=short_id(view.id),
+                            summary=it + design_summary(view, domain),
                             group=GROUP_TITLES[where[design_id]]))  # pyright: ignore[reportArgumentType]
     return "\n\n".join(out)
 
@@ -418,45 +472,48 @@ def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int
             f" To fit the context, {len(curated.truncated_ids)} sources were shortened and "
             f"{len(curated.dropped_ids)} designs left out."
         )
+    d = problem.domain
     return fill(
         "strategist",
         "prompt",
+        domain=d,
         iteration=iteration,
         implementors=implementors,
         total=curated.total,
         shown_summary=summary,
         budget_note=budget_note,
         budget=render_budget(budget),
-        best=render_designs(curated.best),
-        recent=render_recent(curated),
-        failed=render_designs(curated.failed),
-        worst=render_designs(curated.worst),
-        **{**problem.values(), "numbers": fill("design", "numbers") if curated.designs else ""},
+        best=render_designs(curated.best, domain=d),
+        recent=render_recent(curated, d),
+        failed=render_designs(curated.failed, domain=d),
+        worst=render_designs(curated.worst, domain=d),
+        **{**problem.values(), "numbers": fill("design", "numbers", domain=d) if curated.designs else ""},
     )
 
 
-def fallback_variants(n: int) -> tuple[str, ...]:
+def fallback_variants(n: int, domain: str = DEFAULT) -> tuple[str, ...]:
     """Distinct variants for the fallback plan's Implementors (at most `n`)."""
-    lines = [line.strip() for line in fill("strategist", "fallback_variants").splitlines() if line.strip()]
+    text = fill("strategist", "fallback_variants", domain=domain)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return tuple(lines[:n])
 
 
-def fallback_plan_text(kind: str, reason: str) -> tuple[str, str]:
+def fallback_plan_text(kind: str, reason: str, domain: str = DEFAULT) -> tuple[str, str]:
     """(rationale, instructions) of the default plan used when the Strategist fails."""
     if kind not in ("innovate", "refine"):
         raise ValueError(f"no fallback plan for {kind!r}")
-    rationale = fill("strategist", f"fallback_{kind}", reason=reason)
-    return rationale, fill("strategist", f"fallback_{kind}_instructions")
+    rationale = fill("strategist", f"fallback_{kind}", domain=domain, reason=reason)
+    return rationale, fill("strategist", f"fallback_{kind}_instructions", domain=domain)
 
 
-def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str) -> str:
+def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str, domain: str = DEFAULT) -> str:
     """The Analyst's prompt: the Strategist's question and the designs it can read."""
     listing = "\n".join(
-        f"- `{short_id(d.id)}`: {design_summary(d)} {_lineage(d)}".rstrip()
+        f"- `{short_id(d.id)}`: {design_summary(d, domain)} {_lineage(d)}".rstrip()
         for d in designs
     ) or "(none yet)"
-    return fill("analyst", "prompt", question=question.strip(), designs=listing, docs=docs,
-                numbers=fill("design", "numbers"))
+    return fill("analyst", "prompt", domain=domain, question=question.strip(), designs=listing, docs=docs,
+                numbers=fill("design", "numbers", domain=domain))
 
 
 def render_implementor(
@@ -471,22 +528,24 @@ def render_implementor(
 ) -> str:
     """An Implementor's first message: the plan (its shared part and this Implementor's own
     variant), the problem and the designs it builds on."""
+    d = problem.domain
     return fill(
         "implementor",
         "prompt",
+        domain=d,
         worker=worker,
-        variant=fill("implementor", "variant", variant=variant.strip()) if variant.strip() else "",
+        variant=fill("implementor", "variant", domain=d, variant=variant.strip()) if variant.strip() else "",
         strategy=plan.strategy,
         rationale=plan.rationale.strip() or "(none given)",
         instructions=plan.instructions.strip() or "(none given)",
-        evidence=render_designs(evidence, report_chars=report_chars),
+        evidence=render_designs(evidence, report_chars=report_chars, domain=d),
         max_attempts=max_attempts,
-        **{**problem.values(), "numbers": fill("design", "numbers") if evidence else ""},
+        **{**problem.values(), "numbers": fill("design", "numbers", domain=d) if evidence else ""},
     )
 
 
 def render_implementor_feedback(
-    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000
+    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str = DEFAULT
 ) -> str:
     """The message that sends an evaluation's failures back into an Implementor's conversation."""
     left = max_attempts - attempt
@@ -496,13 +555,14 @@ def render_implementor_feedback(
         else "This is your last chance."
     )
     if feedback.duplicate_of is not None:
-        perf = f" ({feedback.speedup:.3g}x vs eager)" if feedback.speedup is not None else ""
-        return fill("implementor_feedback", "duplicate", attempt=attempt, max_attempts=max_attempts,
+        perf = f" ({feedback.speedup:.3g}x vs {reference_word(domain)})" if feedback.speedup is not None else ""
+        return fill("implementor_feedback", "duplicate", domain=domain, attempt=attempt, max_attempts=max_attempts,
                     short_id=short_id(feedback.duplicate_of), status=feedback.status, performance=perf,
                     remaining=remaining)
     return fill(
         "implementor_feedback",
         "prompt",
+        domain=domain,
         attempt=attempt,
         max_attempts=max_attempts,
         status=feedback.status,
@@ -522,8 +582,9 @@ def render_review(
     return fill(
         "review",
         "prompt",
+        domain=problem.domain,
         short_id=short_id(design.id),
-        measured=design_summary(design),
+        measured=design_summary(design, problem.domain),
         best_note=best_note,
         source=design.source.strip(),
         **problem.values(),

@@ -258,16 +258,27 @@ class CommandDomain:
         return lambda source: static_checks(spec, text_files(source, main))
 
     def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        # the prompts' `$fact_NAME` values
+        from stratagem.domains.command.prompts import prompt_facts
+
         spec = spec_of(problem)
         b = problems.bundle_of(problem.source, problem.name)
         return {"rules": agent_rules(spec), "editable": list(spec.editable), "fixed": list(spec.fixed),
-                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs())}
+                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs()),
+                **prompt_facts(spec, b)}
 
     def main_file(self, problem: Problem) -> str:
         return spec_of(problem).editable[0]
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         return None  # every distinct file set is evaluated
+
+    @property
+    def prompts(self):  # -> domains.prompts.PackagePrompts (imported on first use)
+        """The command domain's prompt templates and offline design (`domains/command/prompts/`)."""
+        from stratagem.domains.command.prompts import PROMPTS
+
+        return PROMPTS
 
 
 DOMAIN = CommandDomain()

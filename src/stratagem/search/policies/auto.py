@@ -132,10 +132,10 @@ class AutoPolicy:
         distinct variant from a fixed menu for each Implementor."""
         best = state.best
         kind = "refine" if best is not None else "innovate"
-        rationale, instructions = render.fallback_plan_text(kind, reason)
+        rationale, instructions = render.fallback_plan_text(kind, reason, self.problem.domain)
         evidence = (best.id,) if best is not None else ()
         return Plan(strategy=kind, evidence=evidence, rationale=rationale, instructions=instructions,
-                    variants=render.fallback_variants(self.cfg.search.implementors))
+                    variants=render.fallback_variants(self.cfg.search.implementors, self.problem.domain))
 
     # -- Policy -----------------------------------------------------------------------------
 
@@ -179,7 +179,7 @@ class AutoPolicy:
         if self.cfg.agents.analyst:
             analyst_deps = AnalystDeps(
                 workdir=self._dir(state.iteration, "analyst"),
-                designs=designs_by_id(state.designs), docs=self.docs(),
+                designs=designs_by_id(state.designs), docs=self.docs(), domain=self.problem.domain,
             )
 
             async def ask_the_analyst(question: str) -> str:
@@ -244,7 +244,7 @@ class AutoPolicy:
         runtime = self.runtime.recording(session.record_call)
         deps = AnalystDeps(
             workdir=self._dir(state.iteration, "review"),
-            designs=designs_by_id(state.designs), docs=self.docs(),
+            designs=designs_by_id(state.designs), docs=self.docs(), domain=self.problem.domain,
         )
         session.set_status("analyst", f"reviewing {render.short_id(design.id)}")
         try:

@@ -61,7 +61,7 @@ class PikeBase:
         self.runtime = AgentRuntime(cfg=cfg.agents, models=models)
 
     def agents(self, session: Session) -> PikeAgents:
-        return PikeAgents(self.runtime.recording(session.record_call))
+        return PikeAgents(self.runtime.recording(session.record_call), self.problem.domain)
 
     def brief(self, state: SearchState) -> ProblemBrief:
         return ProblemBrief.from_state(state, state.integrity)
