@@ -144,12 +144,13 @@ def load(d: str, who: str) -> dict:
 def size_entry(out: dict, n: int, seed: int, who: str) -> dict:
     try:
         e = out["sizes"][str(n)]
-        ok = (e["n"] == n and isinstance(e["y"], list) and isinstance(e["checksums"], list))
+        ok = (e["n"] == n and isinstance(e["y"], list) and isinstance(e["checksums"], list)
+              and isinstance(e["reps"], int) and isinstance(e["cells"], list))
     except (KeyError, TypeError):
         ok = False
     if not ok:
         raise Fail(f"the {who}'s out.json has no (well-formed) entry for n = {n}")
-    if out.get("seed") != seed:
+    if not isinstance(out, dict) or out.get("seed") != seed:
         raise Fail(f"the {who}'s out.json is for seed {out.get('seed')}, not {seed}")
     if e["cells"] != sampled_cells(seed, n):
         raise Fail(f"n = {n}: the {who}'s sampled cells {e['cells']} are not the seed's")
@@ -217,11 +218,17 @@ def main(argv: list[str]) -> int:
     except Fail as e:
         print(f"problem error: {e}")
         return 2
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        print(f"problem error: the reference's out.json is malformed ({type(e).__name__}: {e})")
+        return 2
     try:
         des_out = load(des_dir, "design")
         des = {n: size_entry(des_out, n, seed, "design") for n in sizes}
     except Fail as e:
         print(e)
+        return 1
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        print(f"the design's out.json is malformed ({type(e).__name__}: {e})")
         return 1
     gt = truth([s_of(c, n) for n in sizes for c in refs[n]["cells"]])
     try:
@@ -230,12 +237,18 @@ def main(argv: list[str]) -> int:
     except Fail as e:
         print(f"problem error: {e}")
         return 2
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        print(f"problem error: the reference's out.json is malformed ({type(e).__name__}: {e})")
+        return 2
     try:
         for n in sizes:
             check_cells(des[n], n, gt, "design")
             check_all_cells(des[n], refs[n], n)
     except Fail as e:
         print(e)
+        return 1
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        print(f"the design's out.json is malformed ({type(e).__name__}: {e})")
         return 1
     print(f"ok: {len(sizes)} sizes, {sum(len(refs[n]['cells']) for n in sizes)} sampled cells within rtol {RTOL:g}, "
           f"mass within {MASS_TOL:g}, checksums over all cells agree")

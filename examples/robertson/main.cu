@@ -154,16 +154,19 @@ static SizeResult run_size(uint64_t seed, int n) {
     return r;
 }
 
-static void put_list(FILE *f, const std::vector<double> &v) {
-    fputc('[', f);
-    for (size_t i = 0; i < v.size(); i++) fprintf(f, "%s%.17g", i ? ", " : "", v[i]);
-    fputc(']', f);
-}
-
 /* JSON has no NaN/Infinity: a non-finite number is written as null. */
 static void put_num(FILE *f, double x) {
     if (std::isfinite(x)) fprintf(f, "%.17g", x);
     else fputs("null", f);
+}
+
+static void put_list(FILE *f, const std::vector<double> &v) {
+    fputc('[', f);
+    for (size_t i = 0; i < v.size(); i++) {
+        if (i) fputs(", ", f);
+        put_num(f, v[i]);
+    }
+    fputc(']', f);
 }
 
 int main(int argc, char **argv) {
