@@ -318,3 +318,15 @@ def test_sampled_cells_follow_the_documented_derivation() -> None:
     assert CHECK.sampled_cells(SEED, 1000) != CHECK.sampled_cells(SEED + 1, 1000)
     # splitmix64's first output from state 0 (a published test vector)
     assert CHECK.mix(0x9E3779B97F4A7C15) == 0xE220A8397B1DCDAF
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_on_the_cpu_the_evaluation_builds_and_ends_needs_gpu() -> None:
+    """`stratagem eval ... --device cpu`: static checks and the nvcc builds pass, then needs_gpu."""
+    exe = Path(sys.executable).parent / "stratagem"
+    r = subprocess.run([str(exe), "eval", str(EXAMPLE), str(DESIGNS["tuned"]), "--device", "cpu"],
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert "status: needs_gpu" in out, out[-3000:]
+    assert "build" in out and "│ build         │ passed" in out, out[-3000:]
