@@ -149,7 +149,7 @@ def test_every_design_builds_and_only_the_cheats_trip_the_binary_checks(tmp_path
     designs = ["reference", "designs/tiled", "designs/wrong", "designs/float32", "baselines/cublas",
                "designs/cublas_dlopen"]
     with ThreadPoolExecutor(4) as pool:
-        progs = dict(zip(designs, pool.map(lambda d: build(d, tmp_path), designs)))
+        progs = dict(zip(designs, pool.map(lambda d: build(d, tmp_path), designs), strict=True))
     for design in designs[:4]:
         assert forbid.binary_findings(progs[design], forbidden(), design) == [], design
     findings = forbid.binary_findings(progs["designs/cublas_dlopen"], forbidden(), "cheat")
@@ -286,7 +286,7 @@ def test_exact_entries_are_exact():
     rows, cols = np.array([0, 7, 39]), np.array([3, 3, 0])
     exact, mags = check.exact_entries(a, b, rows, cols)
     for s in range(3):
-        want = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[rows[s]], b[:, cols[s]]))
+        want = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(a[rows[s]], b[:, cols[s]], strict=True))
         assert exact[s] == float(want)
         assert math.isclose(mags[s], float(np.abs(a[rows[s]]) @ np.abs(b[:, cols[s]])), rel_tol=1e-12)
 
