@@ -174,6 +174,14 @@ def _package_root() -> str:
     return str(Path(stratagem.__file__).resolve().parent.parent)
 
 
+def _python_path(env: Mapping[str, str]) -> str:
+    """stratagem's own root first, then the parent's PYTHONPATH entries: the worker imports this
+    copy of stratagem, and the libraries the user put on the path (a problem's check script's
+    numpy and scipy, wheels carried to a machine) are found as in the parent."""
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join(dict.fromkeys([_package_root(), *extra]))
+
+
 def _tail(path: Path) -> str:
     try:
         size = path.stat().st_size
@@ -271,7 +279,7 @@ def build_env(settings: SandboxSettings, workdir: Path, marker: str) -> dict[str
     env.update(
         HOME=str(workdir),
         TMPDIR=str(workdir),
-        PYTHONPATH=_package_root(),
+        PYTHONPATH=_python_path(settings.base_env),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
         PYTHONNOUSERSITE="1",

@@ -64,7 +64,7 @@ def test_timing_on_a_gpu_slot_runs_commands_on_its_timing_cores(tmp_path) -> Non
 
     from stratagem.config import load_config
     from stratagem.domains import get_domain, load_problem
-    from stratagem.domains.command.worker import Context
+    from stratagem.domains.command.context import Context
 
     if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs Linux and two cores")

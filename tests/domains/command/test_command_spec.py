@@ -66,7 +66,7 @@ def test_missing_files_and_tables_are_named(tmp_path) -> None:
     (root / "main.c").unlink()
     with pytest.raises(ProblemError, match=r"problem.toml: key `files.fixed`: main.c is not in"):
         load_problem(root)
-    with pytest.raises(ProblemError, match=r"key `builds`: unknown key \(known here: build, "):
+    with pytest.raises(ProblemError, match=r"key `builds`: unknown key \(known here: baselines, build, "):
         parse_spec(SMALL_TOML.replace("[build]", "[builds]"), "x.toml", "x")
     with pytest.raises(ProblemError, match=r"x.toml: key `objective`: missing"):
         parse_spec(SMALL_TOML.replace('[objective]\nsource = "json"\nkey = "time_ms"\n', ""), "x.toml", "x")

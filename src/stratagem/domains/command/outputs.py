@@ -55,6 +55,24 @@ def reported_ms(stdout: str, objective: ObjectiveSpec) -> float | None:
     return x * TIME_UNITS_MS[objective.unit] if math.isfinite(x) and x >= 0 else None
 
 
+def reported_cases_ms(stdout: str, objective: ObjectiveSpec) -> dict[str, float] | str:
+    """A per-size objective's times, case -> ms, from the JSON object under the objective's key;
+    or why there are none (no such line, a case missing, a value that is not a positive time)."""
+    v = json_value(stdout, objective.key or "")
+    if not isinstance(v, dict):
+        return (f"no JSON line on stdout holds {objective.key!r} as an object of times per case"
+                if v is None else f"{objective.key!r} is {type(v).__name__}, not an object of times per case")
+    out: dict[str, float] = {}
+    for case in objective.cases:
+        x = v.get(case)
+        if isinstance(x, bool) or not isinstance(x, int | float):
+            return f"no time for case {case!r} under {objective.key!r} (cases: {', '.join(objective.cases)})"
+        if not math.isfinite(x) or x <= 0:
+            return f"case {case!r} reported {x!r}, not a positive time"
+        out[case] = float(x) * TIME_UNITS_MS[objective.unit]
+    return out
+
+
 def flatten(value: Any) -> list[float]:
     """Every number in a JSON value (nested lists, dict values in key order), as floats.
 

@@ -33,6 +33,14 @@ class Bundle:
         """The reference design: its versions of the editable files."""
         return {name: self.reference_file(name) for name in self.spec.editable}
 
+    def baseline_files(self, name: str) -> dict[str, str]:
+        """A harness baseline's program: its versions of the editable files over the reference's."""
+        b = next(x for x in self.spec.baselines if x.name == name)
+        files = self.reference_files()
+        files.update({rel: self.files[f"{b.files}/{rel}"] for rel in self.spec.editable
+                      if f"{b.files}/{rel}" in self.files})
+        return files
+
     def fixed_files(self) -> dict[str, str]:
         return {name: self.files[name] for name in self.spec.fixed}
 
@@ -77,6 +85,16 @@ def load_problem(path: str | Path) -> Problem:
         files[rel] = _read(root, rel, "files.fixed", where)
     for rel in spec.editable:
         files[f"{spec.reference}/{rel}"] = _read(root, f"{spec.reference}/{rel}", "files.reference", where)
+    for b in spec.baselines:
+        folder = root / b.files
+        if not folder.is_dir():
+            raise ProblemError(f"{where}: key `baselines.{b.name}.files`: {b.files} is not a folder in {root}")
+        held = [rel for rel in spec.editable if (folder / rel).is_file()]
+        if not held:
+            raise ProblemError(f"{where}: key `baselines.{b.name}.files`: {b.files} holds none of the editable "
+                               f"files ({', '.join(spec.editable)})")
+        for rel in held:
+            files[f"{b.files}/{rel}"] = _read(root, f"{b.files}/{rel}", f"baselines.{b.name}.files", where)
     if spec.docs:
         folder = root / spec.docs
         if not folder.is_dir():

@@ -22,8 +22,11 @@ ObjectiveSource = Literal["json", "regex", "clock"]
 TIME_UNITS_MS: dict[str, float] = {"s": 1000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
 """A reported time's unit -> milliseconds per unit (the harness keeps every time in ms)."""
 
-RUN_FIELDS = frozenset({"seed"})
-"""Placeholders every run and check command may use besides the sizes."""
+RUN_FIELDS = frozenset({"seed", "python"})
+"""Placeholders every run and check command may use besides the sizes: the hidden seed, and the
+Python interpreter running the harness's worker (numpy and scipy come with stratagem)."""
+CASE_VARIABLE = "case"
+"""The name `[work]` expressions use for a per-size objective's case (its name as a number)."""
 RETIMES = 2
 """Paired timings after the first while the verdict is unstable (the last one is kept)."""
 CHECK_FIELDS = frozenset({"reference", "design"})
@@ -74,6 +77,21 @@ class ObjectiveSpec:
     """A reported time is rejected when the time the run spent outside it exceeds the
     reference's by more than this fraction of the reference's wall time (plus `clock_slack_ms`)."""
     clock_slack_ms: float = 5.0
+    cases: tuple[str, ...] = ()
+    """Per-size objectives: with cases, one run reports a time per case (a JSON object under
+    `key`, case name -> time), each case is timed paired on its own, and the evaluation's figure
+    is the geometric mean over cases."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A harness-owned program timed beside every design (cuBLAS beside a DGEMM): a folder of
+    versions of the editable files, built like a design, exempt from `[forbid]`."""
+
+    name: str
+    label: str
+    files: str
+    """The folder, relative to the problem directory."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +157,9 @@ class Spec:
     timeout_s: float | None = None
     """The whole evaluation's run limit (None: derived from the commands' limits)."""
     work: Work = Work()
+    requires_gpu: bool = False
+    """`[requires] gpu`: on a CPU-only evaluation the design is built, then `needs_gpu`."""
+    baselines: tuple[Baseline, ...] = ()
 
     @property
     def size_names(self) -> tuple[str, ...]:
@@ -233,15 +254,15 @@ def _relative(r: _Reader, key: str, path: str) -> str:
 
 
 TOP_KEYS = {"name", "description", "hints", "docs", "timeout_s", "files", "build", "run", "check", "inputs",
-            "compare", "objective", "timing", "forbid", "work"}
+            "compare", "objective", "timing", "forbid", "work", "requires", "baselines"}
 
 
 def _sizes(r: _Reader) -> tuple[SizeRange, ...]:
     sizes = []
     sz = r.sub("sizes")
     for name, v in sz.table.items():
-        if not re.fullmatch(r"[A-Za-z_]\w*", name) or name in RUN_FIELDS | CHECK_FIELDS:
-            raise sz.fail(name, "a size's name must be an identifier other than seed, reference, design")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name) or name in RUN_FIELDS | CHECK_FIELDS | {CASE_VARIABLE}:
+            raise sz.fail(name, "a size's name must be an identifier other than seed, python, reference, design, case")
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             lo, hi, mult = int(v[0]), int(v[1]), 1
         elif isinstance(v, dict):
@@ -278,7 +299,7 @@ def _compare(r: _Reader, check: Command | None) -> Comparison:
 
 def _objective(r: _Reader) -> ObjectiveSpec:
     obj = r.sub("objective", required=True)
-    obj.known({"source", "key", "regex", "unit", "direction", "clock_slack", "clock_slack_ms"})
+    obj.known({"source", "key", "regex", "unit", "direction", "clock_slack", "clock_slack_ms", "cases"})
     source = obj.get("source", str, required=True)
     if source not in ("json", "regex", "clock"):
         raise obj.fail("source", f"must be json, regex or clock, not {source!r}")
@@ -299,9 +320,26 @@ def _objective(r: _Reader) -> ObjectiveSpec:
         raise obj.fail("unit", f"must be a time unit ({', '.join(TIME_UNITS_MS)}), not {unit!r}")
     if obj.get("direction", str, "minimize") != "minimize":
         raise obj.fail("direction", "only minimize is supported (the objective is a time)")
+    cases = obj.strings("cases")
+    if cases and source != "json":
+        raise obj.fail("cases", "per-size cases need source = \"json\" (a JSON object, case name -> time)")
+    if len(set(cases)) != len(cases):
+        raise obj.fail("cases", f"names a case twice: {cases}")
     return ObjectiveSpec(source, obj.get("key", str), regex, unit, "minimize",
                          float(obj.get("clock_slack", (int, float), 0.10)),
-                         float(obj.get("clock_slack_ms", (int, float), 5.0)))
+                         float(obj.get("clock_slack_ms", (int, float), 5.0)), cases)
+
+
+def _baselines(r: _Reader) -> tuple[Baseline, ...]:
+    t = r.sub("baselines")
+    out = []
+    for name in t.table:
+        if not re.fullmatch(r"[A-Za-z_][\w-]*", name) or name in ("reference", "design"):
+            raise t.fail(name, "a baseline's name must be an identifier other than reference and design")
+        b = t.sub(name, required=True)
+        b.known({"label", "files"})
+        out.append(Baseline(name, b.get("label", str, name), _relative(b, "files", b.get("files", str, required=True))))
+    return tuple(out)
 
 
 def _forbid(r: _Reader) -> Forbidden:
@@ -317,12 +355,15 @@ def _forbid(r: _Reader) -> Forbidden:
                      bool(fb.get("allow_dlopen", bool, not libraries)))
 
 
-def _work(r: _Reader, sizes: tuple[SizeRange, ...]) -> Work:
+def _work(r: _Reader, sizes: tuple[SizeRange, ...], cases: tuple[str, ...]) -> Work:
     w = r.sub("work")
     if not w.table:
         return Work()
     w.known({"flops", "bytes", "peak_gflops", "peak_gbps"})
-    names = {s.name for s in sizes}
+    names = {s.name for s in sizes} | ({CASE_VARIABLE} if cases else set())
+    bad = [c for c in cases if not _numeric(c)]
+    if bad:
+        raise w.fail("flops", f"work per case needs numeric case names ({bad[0]!r} is not a number)")
     exprs = {}
     for key in ("flops", "bytes"):
         text = w.get(key, str)
@@ -338,6 +379,14 @@ def _work(r: _Reader, sizes: tuple[SizeRange, ...]) -> Work:
     if not work.declared:
         raise w.fail("flops", "declare flops with peak_gflops, or bytes with peak_gbps (or both)")
     return work
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_spec(text: str, where: str, default_name: str) -> Spec:
@@ -377,13 +426,18 @@ def parse_spec(text: str, where: str, default_name: str) -> Spec:
         raise tm.fail("warmup", f"must be >= 0, not {warmup}")
     docs = r.get("docs", str)
     timeout = r.get("timeout_s", (int, float))
+    needs = r.sub("requires")
+    needs.known({"gpu"})
+    objective = _objective(r)
     return Spec(
         name=r.get("name", str, default_name), description=r.get("description", str, ""),
         hints=r.strings("hints"), docs=_relative(r, "docs", docs) if docs else None,
         editable=editable, fixed=fixed,
         reference=_relative(files, "reference", files.get("reference", str, "reference")),
         build=build, run=run, check=check, sizes=sizes, trials=inputs.count("trials", 2),
-        compare=_compare(r, check), objective=_objective(r),
+        compare=_compare(r, check), objective=objective,
         timing=TimingSpec(tm.count("pairs", 8), tm.count("runs", 3), int(warmup)), forbid=_forbid(r),
-        timeout_s=r.positive("timeout_s", None) if timeout is not None else None, work=_work(r, sizes),
+        timeout_s=r.positive("timeout_s", None) if timeout is not None else None,
+        work=_work(r, sizes, objective.cases), requires_gpu=bool(needs.get("gpu", bool, False)),
+        baselines=_baselines(r),
     )
