@@ -175,8 +175,8 @@ class ToyDomain:
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         return []
 
-    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        return {}
+    def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> None:
+        return None
 
     def measure(self, verdict: Verdict) -> Measured | None:
         r = verdict.result("timing")

@@ -82,8 +82,33 @@ def test_peaks_an_honest_reference_outruns_are_raised_to_what_it_did() -> None:
 def test_a_cached_baseline_holds_for_the_same_torch_however_the_build_is_spelled() -> None:
     """On the H200 machine torch's metadata and `torch.__version__` spelled one build two ways,
     so every evaluation measured its baseline again; the release decides, not the spelling."""
-    from stratagem.evaluation.service import _same_torch
+    from stratagem.domains.pytorch.baselines import PyTorchBaselines, same_torch
 
-    assert _same_torch("2.11.0+cu130", "2.11.0")
-    assert _same_torch("2.11.0+cu130", "2.11.0+cu130") and _same_torch("2.11.0", None)
-    assert not _same_torch("2.10.1+cu128", "2.11.0")
+    assert same_torch("2.11.0+cu130", "2.11.0")
+    assert same_torch("2.11.0+cu130", "2.11.0+cu130") and same_torch("2.11.0", None)
+    assert not same_torch("2.10.1+cu128", "2.11.0")
+    # the domain's baseline rules are what the evaluator asks (it names no torch)
+    rules = PyTorchBaselines({}, installed="2.11.0")
+    assert rules.holds({"torch": "2.11.0+cu130"}) and rules.holds({})
+    assert not rules.holds({"torch": "2.10.1+cu128"})
+
+
+def test_baseline_cache_keys_are_the_domains_rules_and_unchanged() -> None:
+    """The evaluator's cache key is made of the domain's rules (version, the environment's
+    fields it names, settings); for PyTorch it is the key the cache used before the rules moved
+    into the domain, so baselines cached then are still found."""
+    import hashlib
+    import json
+
+    from stratagem.domains.pytorch.baselines import TIMING_PROTOCOL, PyTorchBaselines
+    from stratagem.evaluation.baselines import baseline_key, slot_key
+
+    rules = PyTorchBaselines({"warmup_ms": 25.0}, installed=None)
+    env = {"device_name": "H200", "device": "cuda", "torch": "2.11.0", "cuda": "13.0", "threads": 8, "host": "x"}
+    before = {"protocol": TIMING_PROTOCOL, "problem": "p1", "device_name": "H200", "device": "cuda",
+              "torch": "2.11.0", "cuda": "13.0", "threads": 8, "modes": ["compile", "eager"],
+              "timing": {"warmup_ms": 25.0}}
+    expect = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:32]
+    assert baseline_key(rules, "p1", env, ["eager", "compile"]) == expect
+    assert baseline_key(rules, "p1", {**env, "torch": "2.10.0"}, ["eager", "compile"]) != expect
+    assert slot_key(rules, "p1", "host", "cuda:0", ["eager"]).startswith("latest-")

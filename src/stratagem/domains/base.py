@@ -22,20 +22,28 @@ Precheck = Callable[[str], ValidatorResult]
 """A design's source -> the static verdict the agents get before spending an evaluation."""
 
 
-class Prompts(Protocol):
-    """What a domain tells the agents, in words of its own (`Domain.prompts`)."""
+class BaselineRules(Protocol):
+    """What a domain's reference baselines (timings of the reference in modes other than as
+    written, measured by a worker that loads no design) hold for: the evaluator keys its
+    baseline cache by them and asks whether a cached one still holds, naming none of them."""
 
-    def template(self, name: str) -> str:
-        """The text of the prompt template `name`: a role's (`strategist`, `analyst`, `review`,
-        `implementor`, `implementor_feedback`), `pike` (the PIKE policies') or `design` (how a
-        design and its numbers are shown, the device guidance, the words the views use).
-        Markdown split into sections by `<!-- section: NAME -->` lines, each a `string.Template`
-        (`context/render.py` fills them; the PyTorch domain's are the reference set)."""
+    version: int
+    """The format of the domain's baseline measurements: bumped when the way they are
+    measured changes, so older cached ones are not reused."""
+    settings: Mapping[str, Any]
+    """Everything a baseline's validity depends on besides the hardware and the problem."""
+    check_trials: int
+    """The correctness trials (fresh seeds) each mode gets in the baseline worker."""
+    min_limit_s: float
+    """The least run limit of a baseline worker (building the modes may take minutes)."""
+
+    def identity(self, environment: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of a worker's environment a baseline measured there holds for."""
         ...
 
-    def offline_design(self, problem: Problem) -> str:
-        """The design the model-free `test` model writes (`agents/offline.py`): the reference
-        restated as a valid design, as one text (`core.design.text_files`)."""
+    def holds(self, environment: Mapping[str, Any]) -> bool:
+        """Whether a baseline measured in `environment` (a cached one, found before any
+        worker ran) still holds for the software installed here."""
         ...
 
 
@@ -134,11 +142,13 @@ class Domain(Protocol):
         ...
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-        """The reference modes a run measures (PyTorch: eager, compile, max-autotune)."""
+        """The reference modes a run measures, the reference as written first; empty: the
+        domain times its reference beside each design only."""
         ...
 
-    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        """Everything a cached baseline's validity depends on besides hardware and problem."""
+    def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> BaselineRules | None:
+        """What `problem`'s cached baselines hold for (asked only when `baselines` is not
+        empty; None: nothing is cached)."""
         ...
 
     def measure(self, verdict: Verdict) -> Measured | None:
@@ -164,9 +174,4 @@ class Domain(Protocol):
         local names): the run links such a design to the earlier one's verdict instead of
         evaluating it again. None: no such form (every distinct file set is evaluated). Two
         designs with one form must compute the same thing."""
-        ...
-
-    @property
-    def prompts(self) -> Prompts:
-        """The domain's prompt templates and offline design (`Prompts`)."""
         ...

@@ -1,7 +1,9 @@
-"""Owns the reference-baseline cache: eager/compile timings per problem, hardware and torch.
+"""Owns the reference-baseline cache: a domain's baseline timings per problem, hardware and
+what else its `BaselineRules` (`domains/base.py`) say they hold for.
 
-Key: problem content hash, device name, torch and CUDA versions, baseline modes and the
-timing settings. One JSON file per key under `<cache_dir>/baselines/`.
+Key: the rules' version, the problem's content hash, the worker environment's part the rules
+name, the modes and the rules' settings. One JSON file per key under `<cache_dir>/baselines/`
+(`BaselineCache` also keeps the reference facts, under `<cache_dir>/reference_facts/`).
 """
 
 from __future__ import annotations
@@ -13,33 +15,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-TIMING_PROTOCOL = 3
-"""Bumped whenever the way the worker times changes, so older cached baselines are not reused
-(2: fresh input values for every timed call; 3: compiled modes paired with eager)."""
+from stratagem.domains.base import BaselineRules
 
 
-def baseline_key(
-    problem_id: str, environment: Mapping[str, Any], modes: Sequence[str], timing: Mapping[str, Any]
-) -> str:
+def baseline_key(rules: BaselineRules, problem_id: str, environment: Mapping[str, Any], modes: Sequence[str]) -> str:
+    """The key of a baseline measured in `environment` (a worker's)."""
     parts = {
-        "protocol": TIMING_PROTOCOL,
+        "protocol": rules.version,
         "problem": problem_id,
-        "device_name": environment.get("device_name"),
-        "device": environment.get("device"),
-        "torch": environment.get("torch"),
-        "cuda": environment.get("cuda"),
-        "threads": environment.get("threads"),
+        **rules.identity(environment),
         "modes": sorted(modes),
-        "timing": dict(sorted(timing.items())),
+        "timing": dict(sorted(rules.settings.items())),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def slot_key(problem_id: str, host: str, device: str, modes: Sequence[str], timing: Mapping[str, Any]) -> str:
-    """What the parent knows before any worker ran (no device name, no torch version): the key
+def slot_key(rules: BaselineRules, problem_id: str, host: str, device: str, modes: Sequence[str]) -> str:
+    """What the parent knows before any worker ran (not the worker's environment): the key
     of the pointer to the latest baseline measured for this problem on this host and device."""
-    parts = {"protocol": TIMING_PROTOCOL, "problem": problem_id, "host": host, "device": device,
-             "modes": sorted(modes), "timing": dict(sorted(timing.items()))}
+    parts = {"protocol": rules.version, "problem": problem_id, "host": host, "device": device,
+             "modes": sorted(modes), "timing": dict(sorted(rules.settings.items()))}
     return "latest-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

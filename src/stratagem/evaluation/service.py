@@ -1,19 +1,19 @@
 """Owns evaluating one design against one problem: the validator graph, end to end.
 
 Parent-placed validators run inline; worker-placed ones go to the executor as one batch (one
-fresh sandboxed process). The speedup over eager is the paired ratio the timing stage measured
-in the candidate's own worker (eager and candidate in alternating blocks), with its interval.
-The speedups over compiled baselines chain it with the eager/compiled ratio that the baseline
-worker (which never loads a candidate) measured paired as well: candidate/compile =
-(eager/candidate) / (eager/compile). Baselines are cached per problem, hardware and torch
-version; a search measures them afresh once per invocation. See docs/timing.md.
+fresh sandboxed process). The speedup over the reference is the paired ratio the timing stage
+measured in the design's own worker (reference and design in alternating blocks), with its
+interval. The speedups over the domain's other baseline modes chain it with the reference/mode
+ratio that the baseline worker (which never loads a design) measured paired as well:
+design/mode = (reference/design) / (reference/mode). Baselines are cached per problem,
+hardware and what the domain's `BaselineRules` say they hold for; a search measures them
+afresh once per invocation. See docs/timing.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.metadata
 import json
 import os
 import platform
@@ -40,6 +40,12 @@ from stratagem.evaluation.progress import owned, stage_events
 from stratagem.store.records import EvaluationRecord, MeasurementRecord
 from stratagem.worker_api.protocol import EvalRequest
 
+REFERENCE_MODE = "eager"
+"""The record name of the reference timed as written, the first of a domain's baseline modes
+(`speedups`, `reference_ms`, a baseline's `modes` and the worker's `vs_eager` are keyed by it,
+whatever the domain): a record field kept under its first domain's word until the records are
+renamed."""
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -59,8 +65,8 @@ class Baseline:
         return float(v) if isinstance(v, int | float) else None
 
     def vs_eager(self, mode: str) -> Ratio | None:
-        """The mode's paired speedup over eager (eager time / mode time)."""
-        if mode == "eager":
+        """The mode's paired speedup over the reference (reference time / mode time)."""
+        if mode == REFERENCE_MODE:
             return Ratio(1.0, 1.0, 1.0)
         return Ratio.from_json((self.modes.get(mode) or {}).get("vs_eager"))
 
@@ -122,7 +128,7 @@ class Evaluation:
 
     @property
     def paired(self) -> Ratio | None:
-        """The paired speedup over eager measured in this evaluation's own worker."""
+        """The paired speedup over the reference measured in this evaluation's own worker."""
         m = self.measured
         return m.ratio if m is not None else None
 
@@ -133,31 +139,31 @@ class Evaluation:
 
     @property
     def reference_paired_ms(self) -> float | None:
-        """The eager reference's median as timed beside the candidate, in its worker."""
+        """The reference's median as timed beside the design, in its worker."""
         m = self.measured
         return m.reference_value if m is not None else None
 
     @property
     def reference_ms(self) -> dict[str, float | None]:
         """Absolute reference medians from the baseline worker (the run's reference timings);
-        without a baseline, eager as timed beside the candidate."""
+        without a baseline, the reference as timed beside the design."""
         if self.baseline is not None and self.baseline.modes:
             return {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
         paired = self.reference_paired_ms
-        return {"eager": paired} if paired is not None else {}
+        return {REFERENCE_MODE: paired} if paired is not None else {}
 
     @property
     def speedups(self) -> dict[str, Ratio]:
-        """Mode -> the candidate's speedup over it: paired over eager, chained over the
-        compiled modes the baseline measured."""
+        """Mode -> the design's speedup over it: paired over the reference, chained over the
+        other modes the baseline measured."""
         p = self.paired
         if p is None:
             return {}
-        out = {"eager": p}
+        out = {REFERENCE_MODE: p}
         if self.baseline is not None and self.baseline_matches_device:
             for mode in self.baseline.modes:
                 r = self.baseline.vs_eager(mode)
-                if mode != "eager" and r is not None and r.ratio > 0:
+                if mode != REFERENCE_MODE and r is not None and r.ratio > 0:
                     out[mode] = divide(p, r)
         return out
 
@@ -184,7 +190,7 @@ class Evaluation:
         for m, r in self.speedups.items():
             why = self.baseline.fails(m) if self.baseline is not None else None
             extra: dict[str, Any] = {"baseline_fails": why} if why else {}
-            if m != "eager" and m in unstable:
+            if m != REFERENCE_MODE and m in unstable:
                 extra["baseline_unstable"] = "; ".join(unstable[m])
             out[m] = {**r.to_json(), **extra}
         return out
@@ -255,10 +261,6 @@ def _measurement(name: str, stats: Mapping[str, Any], unit: str = "ms") -> Measu
     )
 
 
-BASELINE_CHECK_TRIALS = 2
-"""Correctness trials each compiled baseline gets (the candidates' rule, fresh seeds)."""
-
-
 class Evaluator:
     """Runs designs through the harness on an executor."""
 
@@ -285,7 +287,7 @@ class Evaluator:
         on_stage: Callable[[str], None] | None = None,
     ) -> Evaluation:
         """Run the validator graph on `design`; for a valid, timed design, attach the reference
-        baselines: `baseline` when given (a search's, measured once per invocation; its eager
+        baselines: `baseline` when given (a search's, measured once per invocation; its reference
         median is also the expectation of the reference-drift check), else from the cache
         unless `refresh_baseline`. `on_stage` hears the name of each stage as it starts (the
         worker's, the parent's, and `calibrating` while the device's peaks are measured)."""
@@ -298,7 +300,7 @@ class Evaluator:
         seeds: tuple[int, ...] = ()
         sandbox: dict[str, Any] = {}
         limit: float | None = None
-        """Known before the first worker: it fits the eager reference's time when a baseline is
+        """Known before the first worker: it fits the reference's time when a baseline is
         known (the search's, or the cache's). Otherwise the baseline is measured beside the
         design's worker (`pending`), which runs under the default limit; a worker cut off at
         it runs again under the limit the baseline implies, if that is larger (a slow
@@ -325,8 +327,8 @@ class Evaluator:
                 baseline, pending, limit = self._run_limit(problem, baseline, with_baseline and baseline is None,
                                                            refresh_baseline, timeout_s)
             req = owned(domain.build_request(problem, design, step.specs, self.cfg), design.id[:10])
-            if baseline is not None and not baseline.cached and baseline.median_ms("eager"):
-                req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
+            if baseline is not None and not baseline.cached and baseline.median_ms(REFERENCE_MODE):
+                req = domain.with_reference_expectation(req, baseline.median_ms(REFERENCE_MODE))
             facts = self.facts.get(f"{domain.name}-{problem.id}")
             if facts is not None:
                 req = domain.with_reference_facts(req, facts["facts"])
@@ -379,24 +381,24 @@ class Evaluator:
         refresh: bool = False,
         timeout_s: float | None = None,
     ) -> Baseline:
-        """Reference timings, from the cache when the hardware and torch version match."""
+        """Reference timings, from the cache when the hardware and what the domain's baseline
+        rules name match."""
         domain = get_domain(problem.domain)
         modes = domain.baselines(self.cfg, self.on_gpu)
-        if not modes:  # the domain measures its reference beside each design only
+        rules = domain.baseline_rules(problem, self.cfg) if modes else None
+        if rules is None:  # the domain measures its reference beside each design only
             return Baseline(problem.id, {}, {}, False, Verdict(()))
-        timing_cfg = domain.baseline_settings(problem, self.cfg)
-        slot = slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg)
+        slot = slot_key(rules, problem.id, platform.node(), self.physical_device, modes)
         earlier = self._cached_entry(problem, environment)
         if earlier is not None and not refresh and not _unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # An unstable cached baseline is measured again: every chained speedup would carry its noise.
-        # Compiling references (max-autotune above all) takes minutes: allow for it.
-        limit = max(domain.timeout_s(problem, self.cfg, timeout_s), 600.0)
-        expect = ((earlier or {}).get("modes") or {}).get("eager", {}).get("median_ms")
+        limit = max(domain.timeout_s(problem, self.cfg, timeout_s), rules.min_limit_s)
+        expect = ((earlier or {}).get("modes") or {}).get(REFERENCE_MODE, {}).get("median_ms")
         verdict, measured_env = await self._run_reference_graph(
             problem, domain.baseline_graph, limit, compile_limit_s=max(self.cfg.compile_timeout_s, limit),
             baselines=modes,
-            seeds=[domain.new_seed() for _ in range(BASELINE_CHECK_TRIALS)],
+            seeds=[domain.new_seed() for _ in range(rules.check_trials)],
             reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
         )
         result = verdict.result("baseline")
@@ -406,7 +408,7 @@ class Evaluator:
         if not isinstance(found, Mapping):
             raise HarnessError("baseline stage passed without timings")
         modes_out = {str(k): dict(v) for k, v in found.items()}
-        key = baseline_key(problem.id, measured_env, modes, timing_cfg)
+        key = baseline_key(rules, problem.id, measured_env, modes)
         self.cache.put(key, {"problem": problem.name, "modes": modes_out, "environment": measured_env})
         self.cache.put(slot, {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
@@ -420,7 +422,7 @@ class Evaluator:
             baseline = self.cached_baseline(problem) if not refresh else None
             if baseline is None:  # measured beside the design's worker, not before it
                 pending = asyncio.create_task(self.baseline(problem, timeout_s=timeout_s, refresh=True))
-        ms = baseline.median_ms("eager") if baseline is not None else None
+        ms = baseline.median_ms(REFERENCE_MODE) if baseline is not None else None
         return baseline, pending, get_domain(problem.domain).timeout_s(problem, self.cfg, timeout_s, ms)
 
     async def _again_if_slow(self, problem: Problem, design: Design, specs: Any, baseline: Baseline, limit: float,
@@ -429,26 +431,29 @@ class Evaluator:
         """A worker cut at the provisional run limit, submitted again under the limit its
         baseline implies when that is larger: (request, limit, slot, result), or None."""
         domain = get_domain(problem.domain)
-        fitted = domain.timeout_s(problem, self.cfg, timeout_s, baseline.median_ms("eager"))
+        fitted = domain.timeout_s(problem, self.cfg, timeout_s, baseline.median_ms(REFERENCE_MODE))
         if fitted <= limit:
             return None
         req = owned(domain.build_request(problem, design, specs, self.cfg), design.id[:10])
-        if baseline.median_ms("eager"):
-            req = domain.with_reference_expectation(req, baseline.median_ms("eager"))
+        if baseline.median_ms(REFERENCE_MODE):
+            req = domain.with_reference_expectation(req, baseline.median_ms(REFERENCE_MODE))
         on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
         slot, sr = await self.executor.submit(req, fitted, self.cfg.compile_timeout_s, on_event)
         return req, fitted, slot, sr
 
     def _cached_entry(self, problem: Problem, environment: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """The cached baseline of `problem` here: the one measured in `environment` (a worker's),
-        else the latest measured on this host and device under the installed torch."""
+        else the latest measured on this host and device, if it holds for the software
+        installed here (the domain's rules decide)."""
         domain = get_domain(problem.domain)
         modes = domain.baselines(self.cfg, self.on_gpu)
-        timing_cfg = domain.baseline_settings(problem, self.cfg)
+        rules = domain.baseline_rules(problem, self.cfg) if modes else None
+        if rules is None:
+            return None
         if environment:
-            return self.cache.get(baseline_key(problem.id, environment, modes, timing_cfg))
-        earlier = self.cache.latest(slot_key(problem.id, platform.node(), self.physical_device, modes, timing_cfg))
-        if earlier is not None and not _same_torch((earlier.get("environment") or {}).get("torch"), _torch_version()):
+            return self.cache.get(baseline_key(rules, problem.id, environment, modes))
+        earlier = self.cache.latest(slot_key(rules, problem.id, platform.node(), self.physical_device, modes))
+        if earlier is not None and not rules.holds(mapping(earlier.get("environment"))):
             return None
         return earlier
 
@@ -488,7 +493,7 @@ class Evaluator:
                 self._save_peaks(device, raised)
                 return ValidatorResult(r.name, r.outcome, r.reason, r.kind, {
                     **r.details, "recalibrated": f"the calibrated peaks were too low ({again}): raised to what "
-                    "the eager reference was measured doing"})
+                    "the reference was measured doing"})
         return ValidatorResult(name, "passed", details={
             **r.details, "checked": False,
             "note": f"not checked: the device calibration is unreliable here ({again}); run `stratagem calibrate`"})
@@ -539,9 +544,9 @@ class Evaluator:
 
     async def confirm_block(self, problem: Problem, designs: Mapping[str, str], order: list[str],
                             reference_ms: float | None = None) -> dict[str, Any]:
-        """One block of a confirmation round: eager, torch.compile (`compile` in `order`) and
-        `designs` (id -> `candidate.py` source) timed in one fresh worker, each paired with
-        eager, in `order`. Its details (per program: `fresh` and `warm` ratios, or `error`).
+        """One block of a confirmation round: the reference, the domain's other baseline modes
+        named in `order` and `designs` (id -> the design as one text) timed in one fresh worker,
+        each paired with the reference, in `order`. Its details (per program: `fresh` and `warm` ratios, or `error`).
 
         Raises:
             HarnessError: the domain cannot confirm, or the worker did not finish the block.
@@ -551,7 +556,7 @@ class Evaluator:
         if not graph:
             raise HarnessError(f"the {problem.domain} domain has no confirmation round")
         one = domain.timeout_s(problem, self.cfg, None, reference_ms)
-        limit = one * (1 + len(order) / 2)  # each program timed twice, beside eager
+        limit = one * (1 + len(order) / 2)  # each program timed twice, beside the reference
         verdict, env = await self._run_reference_graph(
             problem, graph, limit, confirm=[{"id": k, "source": v} for k, v in designs.items()],
             confirm_order=list(order))
@@ -579,26 +584,6 @@ class Evaluator:
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")
         return Verdict(run.results), {**out.environment, "host": slot.host, "physical_device": slot.physical}
-
-
-def _torch_version() -> str | None:
-    """The installed torch's version, from its metadata (the parent never imports torch)."""
-    try:
-        return importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _same_torch(measured: Any, installed: str | None) -> bool:
-    """Whether a baseline measured under torch `measured` (the worker's `torch.__version__`)
-    holds for the installed one (its package metadata, read without importing torch). The
-    two spell a build differently (`2.11.0+cu130` against `2.11.0`, or no metadata at all
-    where torch came with the system), which once made every cached baseline look stale and
-    measured again at each evaluation: the release numbers decide, and an unknown one does
-    not invalidate."""
-    if not isinstance(measured, str) or not installed:
-        return True
-    return measured.split("+")[0] == installed.split("+")[0]
 
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:

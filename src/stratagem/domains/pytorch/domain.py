@@ -29,6 +29,7 @@ from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
 from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.static import agent_rules as static_agent_rules
@@ -536,13 +537,6 @@ def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
     return [x for x in (variant, odd) if x]
 
 
-def default_baselines(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-    if cfg.baselines is not None:
-        modes = [str(m) for m in cfg.baselines]
-        return modes if "eager" in modes else ["eager", *modes]
-    return ["eager", "compile", "max-autotune"] if on_gpu else ["eager", "compile"]
-
-
 class PyTorchDomain:
     """The PyTorch domain behind the `Domain` protocol (`domains/base.py`): KernelBench-format
     problems, a ModelNew candidate per design, paired runtime against eager."""
@@ -629,11 +623,11 @@ class PyTorchDomain:
         return compile_timeout_s(problem, cfg, override)
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-        return default_baselines(cfg, on_gpu)
+        return default_modes(cfg, on_gpu)
 
-    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        return {**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
-                "tolerances": tolerances(problem, cfg)}
+    def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchBaselines:
+        return PyTorchBaselines({**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
+                                 "tolerances": tolerances(problem, cfg)})
 
     def measure(self, verdict: Verdict) -> Measured | None:
         r = verdict.result("timing")
@@ -671,13 +665,6 @@ class PyTorchDomain:
         if set(files) != {"candidate.py"}:
             return None
         return pysyntax.normal_form(files["candidate.py"], keep=("ModelNew",))
-
-    @property
-    def prompts(self):  # -> domains.prompts.PackagePrompts (imported on first use)
-        """The PyTorch domain's prompt templates and offline design (`domains/pytorch/prompts/`)."""
-        from stratagem.domains.pytorch.prompts import PROMPTS
-
-        return PROMPTS
 
 
 DOMAIN = PyTorchDomain()
