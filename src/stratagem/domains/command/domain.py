@@ -94,8 +94,16 @@ def agent_rules(spec: Spec) -> tuple[str, ...]:
         f"commands: build `{spec.build.command}` ({spec.build.timeout_s:g} s), run `{spec.run.command}` "
         f"({spec.run.timeout_s:g} s)" + (f", check `{spec.check.command}`" if spec.check else ""),
         f"correctness: {how}{tol}, against the reference's on the same hidden inputs, over {spec.trials} trials",
-        f"objective: the run's time, read from {spec.objective.source} ({spec.objective.unit}), lower is better",
+        f"objective: the run's time, read from {spec.objective.source} ({spec.objective.unit}), lower is better"
+        + (f"; per case ({', '.join(spec.objective.cases)}): each case timed paired on its own, the figure is the "
+           "geometric mean of the cases' speedups" if spec.objective.cases else ""),
     ]
+    if spec.baselines:
+        rules.append("baselines timed beside every design, for comparison only (they may use what a design may "
+                     f"not): {', '.join(b.label for b in spec.baselines)}; each design reports its fraction of "
+                     "their speed per case")
+    if spec.requires_gpu:
+        rules.append("device: the problem needs a GPU; on a CPU-only evaluation the design is built, then needs_gpu")
     if spec.work.declared:
         rules.append("floor: a median time under the declared work at the declared peak rates "
                      f"(flops {spec.work.flops or '-'} at {spec.work.peak_gflops or '-'} GFLOP/s, bytes "
@@ -224,14 +232,15 @@ class CommandDomain:
         spec = spec_of(problem)
         if spec.timeout_s is not None:
             return spec.timeout_s
-        t, attempts = spec.timing, 1 + RETIMES
-        runs = 2 * spec.trials + 1 + 2 * t.warmup + 2 * t.pairs * t.runs * attempts
+        t, attempts, programs = spec.timing, 1 + RETIMES, 2 + len(spec.baselines)
+        runs = 2 * spec.trials + 1 + programs * t.warmup + programs * t.pairs * t.runs * attempts
         checks = (spec.trials + t.pairs * attempts) * spec.check.timeout_s if spec.check is not None else 0.0
         return min(RUN_LIMIT_MAX_S, max(cfg.timeout_s, runs * spec.run.timeout_s + checks))
 
     def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
         """Two builds (the reference's and the design's), each under its own limit."""
-        return max(cfg.compile_timeout_s, 2 * spec_of(problem).build.timeout_s + 30.0)
+        spec = spec_of(problem)
+        return max(cfg.compile_timeout_s, (2 + len(spec.baselines)) * spec.build.timeout_s + 30.0)
 
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         return []  # the reference is timed beside each design, in its worker
@@ -258,16 +267,27 @@ class CommandDomain:
         return lambda source: static_checks(spec, text_files(source, main))
 
     def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+        # the prompts' `$fact_NAME` values
+        from stratagem.domains.command.prompts import prompt_facts
+
         spec = spec_of(problem)
         b = problems.bundle_of(problem.source, problem.name)
         return {"rules": agent_rules(spec), "editable": list(spec.editable), "fixed": list(spec.fixed),
-                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs())}
+                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs()),
+                **prompt_facts(spec, b)}
 
     def main_file(self, problem: Problem) -> str:
         return spec_of(problem).editable[0]
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         return None  # every distinct file set is evaluated
+
+    @property
+    def prompts(self):  # -> domains.prompts.PackagePrompts (imported on first use)
+        """The command domain's prompt templates and offline design (`domains/command/prompts/`)."""
+        from stratagem.domains.command.prompts import PROMPTS
+
+        return PROMPTS
 
     def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> None:
         return None  # no baselines (`baselines` is empty): nothing is cached
