@@ -47,6 +47,23 @@ class BaselineRules(Protocol):
         ...
 
 
+class Prompts(Protocol):
+    """What a domain tells the agents, in words of its own (`Domain.prompts`)."""
+
+    def template(self, name: str) -> str:
+        """The text of the prompt template `name`: a role's (`strategist`, `analyst`, `review`,
+        `implementor`, `implementor_feedback`), `pike` (the PIKE policies') or `design` (how a
+        design and its numbers are shown, the device guidance, the words the views use).
+        Markdown split into sections by `<!-- section: NAME -->` lines, each a `string.Template`
+        (`context/render.py` fills them; the PyTorch domain's are the reference set)."""
+        ...
+
+    def offline_design(self, problem: Problem) -> str:
+        """The design the model-free `test` model writes (`agents/offline.py`): the reference
+        restated as a valid design, as one text (`core.design.text_files`)."""
+        ...
+
+
 class Domain(Protocol):
     """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe)."""
 
@@ -174,4 +191,9 @@ class Domain(Protocol):
         local names): the run links such a design to the earlier one's verdict instead of
         evaluating it again. None: no such form (every distinct file set is evaluated). Two
         designs with one form must compute the same thing."""
+        ...
+
+    @property
+    def prompts(self) -> Prompts:
+        """The domain's prompt templates and offline design (`Prompts`)."""
         ...

@@ -666,6 +666,13 @@ class PyTorchDomain:
             return None
         return pysyntax.normal_form(files["candidate.py"], keep=("ModelNew",))
 
+    @property
+    def prompts(self):  # -> domains.prompts.PackagePrompts (imported on first use)
+        """The PyTorch domain's prompt templates and offline design (`domains/pytorch/prompts/`)."""
+        from stratagem.domains.pytorch.prompts import PROMPTS
+
+        return PROMPTS
+
 
 DOMAIN = PyTorchDomain()
 """The instance the registry (`domains/__init__.py`) hands out for `pytorch` problems."""
