@@ -119,6 +119,17 @@ def resume_cmd(
 
 
 @app.command("show")
+def _print_best_cases(console: Console, run_dir: Path, design_id: str) -> None:
+    """The best design's per-case table, when the problem's objective has cases."""
+    from stratagem.report.cases import latest_timing, print_cases
+    from stratagem.store.sqlite import RunStore
+
+    with RunStore.read(run_dir) as store:
+        timing = latest_timing(store.evaluations(design_id))
+    if timing:
+        print_cases(console, timing, f"best design {design_id[:12]} per case")
+
+
 def show_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     as_json: JsonOpt = False,
@@ -170,6 +181,8 @@ def show_cmd(
         print_confirmed(console, r.confirmation)
         console.print("the leaderboard below gives each design's search-time figures", highlight=False)
     console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
+    if best is not None:
+        _print_best_cases(console, r.run_dir, best.id)
     failed = failures_table(r.views)
     if failed is not None:
         console.print(failed)

@@ -203,6 +203,8 @@ class Evaluation:
             "status": v.status,
             "problem": self.problem.name,
             "problem_id": self.problem.id,
+            "domain": self.problem.domain,
+            "reference_label": str(getattr(get_domain(self.problem.domain), "reference_label", "the reference")),
             "design_id": self.design.id,
             "failures": [{"validator": r.name, "kind": r.kind, "reason": r.reason} for r in v.failures],
             "validators": {

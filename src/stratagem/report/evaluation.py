@@ -10,7 +10,8 @@ from rich.table import Table
 
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
-from stratagem.evaluation.service import Baseline
+from stratagem.evaluation.service import REFERENCE_MODE, Baseline
+from stratagem.report.cases import print_cases
 
 
 def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:
@@ -116,7 +117,8 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
             ref = v["details"].get("reference") or {}
             detail = f"median {rt['median_ms']:.4f} ms, IQR {rt['iqr_ms']:.4f} ms, n={rt['n']}"
             if ref:
-                detail += (f"; eager beside it {ref['median_ms']:.4f} ms, {v['details'].get('pairs')} block pairs, "
+                detail += (f"; {s.get('reference_label', 'the reference')} beside it {ref['median_ms']:.4f} ms, "
+                           f"{v['details'].get('pairs')} block pairs, "
                            f"{len(v['details'].get('attempts') or [])} timing(s)")
         if name == "integrity" and v["status"] == "passed":
             detail = "checks: " + ", ".join(v["details"].get("checks", []))
@@ -129,13 +131,18 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
                       if d.get("checked") else d.get("note", ""))
         t.add_row(name, f"[{COLORS[v['status']]}]{v['status']}[/]", detail)
     console.print(t)
+    timing = s["validators"].get("timing") or {}
+    if timing.get("status") == "passed":
+        print_cases(console, timing.get("details") or {}, "per case (paired, each against the reference beside it)")
     for v in s["validators"].values():
         tail = (v.get("details") or {}).get("stderr_tail") or (v.get("details") or {}).get("traceback")
         if v["status"] == "failed" and v["kind"] in ("harness_error", "crash", "problem_error", "compile_error") and tail:
             console.print("\n".join(str(tail).rstrip().splitlines()[-12:]), style="dim", markup=False)
     console.print(f"status: [bold {color}]{s['status']}[/]")
     if s["runtime_ms"] is not None:
-        refs = ", ".join(f"{k} {v:.4f} ms" for k, v in s["reference_ms"].items() if v is not None)
+        label = s.get("reference_label", "the reference")
+        refs = ", ".join(f"{label if k == REFERENCE_MODE else k} {v:.4f} ms"
+                         for k, v in s["reference_ms"].items() if v is not None)
         console.print(f"candidate {s['runtime_ms']:.4f} ms · reference {refs}")
     print_speedups(console, s)
 
@@ -144,7 +151,8 @@ def print_speedups(console: Console, s: dict[str, Any]) -> None:
     """The paired speedup, its interval and stability, and the baseline's state."""
     if s["speedup"] is not None:
         lo, hi = s["speedup_ci"] or (s["speedup"], s["speedup"])
-        line = f"speedup vs eager (paired): [bold]{s['speedup']:.3g}x[/] [95% CI {lo:.3g}-{hi:.3g}]"
+        line = (f"speedup vs {s.get('reference_label', 'the reference')} (paired): [bold]{s['speedup']:.3g}x[/] "
+                f"[95% CI {lo:.3g}-{hi:.3g}]")
         comp = (s.get("speedups") or {}).get("compile")
         if comp:
             lo_c, hi_c = comp.get("low"), comp.get("high")

@@ -13,7 +13,7 @@ matplotlib is imported on first use (the Agg backend: no display); no file is wr
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stratagem.core.search import DesignView, ranked
@@ -239,3 +239,41 @@ def kernels(breakdown: Sequence[tuple[str, float]]) -> bytes:
     ax.barh(names, [t for _, t in breakdown][::-1], color="tab:purple")
     ax.set_xlabel("device time per call (us)")
     return _png(fig)
+
+
+def cases_figure(lines: Mapping[str, Sequence[tuple[str, float, float, float]]], title: str) -> Any:
+    """A per-size objective's ratios per case (the speedup over the reference, the fraction of
+    each harness baseline's speed), each with its interval; numeric cases on a log axis."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    names = [c for c, *_ in next(iter(lines.values()), [])]
+    numeric = all(_is_number(c) for v in lines.values() for c, *_ in v)
+    for label, pts in lines.items():
+        xs = [float(c) if numeric else names.index(c) for c, *_ in pts]
+        ys = [r for _, r, _, _ in pts]
+        err = [[max(0.0, r - lo) for _, r, lo, _ in pts], [max(0.0, hi - r) for _, r, _, hi in pts]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=label)
+    if numeric:
+        ax.set_xscale("log")
+        ax.set_xlabel("case (size)")
+    else:
+        ax.set_xticks(range(len(names)), names)
+        ax.set_xlabel("case")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ratio_axis(ax, [lo for v in lines.values() for _, _, lo, _ in v], [hi for v in lines.values() for *_, hi in v])
+    ax.set_ylabel("ratio (higher is better for the design)")
+    ax.set_title(title)
+    ax.legend()
+    return fig
+
+
+def cases(lines: Mapping[str, Sequence[tuple[str, float, float, float]]], title: str) -> bytes:
+    return _png(cases_figure(lines, title))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

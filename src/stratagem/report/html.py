@@ -24,7 +24,7 @@ from typing import Any
 
 from stratagem.core.search import DesignView, ranked
 from stratagem.report import alignment as al
-from stratagem.report import figures
+from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
 from stratagem.search import state as st
 from stratagem.search.numbers import (
@@ -204,8 +204,15 @@ def _best(data: RunData) -> str:
     lines = best.measures.lines()
     if lines:
         parts.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>")
-    sol = _sol(data, best.id)
-    parts.append(f"<p>Fraction of speed-of-light (roofline): {sol}</p>")
+    timing = _timing(data, best.id)
+    if timing and timing.get("cases"):
+        parts.append("<h3>Per case</h3>" + cases.html_table(timing))
+        lines = cases.series(timing)
+        if cases.figure_lines(lines):
+            parts.append(_img(figures.cases(lines, f"{best.id[:12]} per case"), "per case"))
+    else:
+        sol = _sol(data, best.id)
+        parts.append(f"<p>Fraction of speed-of-light (roofline): {sol}</p>")
     parts.append("<h3>Code</h3>" + _pre(best.source))
     if parent is not None:
         parts.append("<h3>Diff against its parent</h3>" + _pre(_diff(parent.source, best.source, parent.id[:12],
@@ -217,6 +224,11 @@ def _best(data: RunData) -> str:
     else:
         parts.append("<p class=muted>No per-kernel profile (profiles are taken on GPUs).</p>")
     return "".join(parts)
+
+
+def _timing(data: RunData, design_id: str) -> dict[str, Any] | None:
+    """The latest passed timing stage's details of `design_id`."""
+    return cases.latest_timing([ev for ev in data.evaluations if ev.design_id == design_id])
 
 
 def _sol(data: RunData, design_id: str) -> str:

@@ -199,3 +199,26 @@ def test_work_per_case_uses_the_case_as_a_number() -> None:
     with pytest.raises(ProblemError, match="numeric case names"):
         parse_spec(TOML.replace('"20000", "200000"', '"small", "big"') + '[work]\nflops = "2 * case"\npeak_gflops = 1\n',
                    "p/problem.toml", "p")
+
+
+def test_the_views_show_every_case_and_the_baselines_fraction(tmp_path, evaluate) -> None:
+    from rich.console import Console
+
+    from stratagem.report import cases, figures
+    from stratagem.report.evaluation import print_eval
+
+    ev = evaluate(make(tmp_path / "squares"), {"kernel.c": FAST})
+    s = ev.summary()
+    console = Console(record=True, width=200)
+    print_eval(console, s)
+    text = console.export_text()
+    assert "per case" in text and "fraction of Fast library" in text and "all (geometric mean)" in text
+    assert "20000" in text and "200000" in text
+    assert "vs the reference (paired)" in text and "eager" not in text
+    timing = s["validators"]["timing"]["details"]
+    lines = cases.series(timing)
+    assert set(lines) == {"speedup over the reference", "fraction of Fast library"}
+    fig = figures.cases_figure(lines, "t")
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_ylim()[0] >= 0.0
+    assert len(ax.get_legend().get_texts()) == 2

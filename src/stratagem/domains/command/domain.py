@@ -137,6 +137,8 @@ class CommandDomain:
     """The command domain behind the `Domain` protocol (`domains/base.py`)."""
 
     name = NAME
+    reference_label = "the reference"
+    """What a design's speedup is over, in the views."""
     objective = Objective("runtime", "ms", "minimize")
     peaks_version = 0
     baseline_graph: tuple[ValidatorSpec, ...] = ()

@@ -541,6 +541,9 @@ class PyTorchDomain:
     """The PyTorch domain behind the `Domain` protocol (`domains/base.py`): KernelBench-format
     problems, a ModelNew candidate per design, paired runtime against eager."""
 
+    reference_label = "eager"
+    """What a design's speedup is over, in the views."""
+
     name = NAME
     objective = Objective("runtime", "ms", "minimize")
     peaks_version = PEAKS_VERSION
