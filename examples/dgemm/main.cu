@@ -236,9 +236,9 @@ int run(uint64_t seed, const std::vector<SizePlan>& plans) {
             fprintf(stderr, "N=%d: %llu rows failed the on-device Freivalds check over %d calls\n", n, failures, calls);
         char buf[96];
         const char* sep = pi ? ", " : "";
-        snprintf(buf, sizeof buf, "%s\"%d\": %.6f", sep, n, ev_med);
+        snprintf(buf, sizeof buf, "%s\"%d\": %.9g", sep, n, ev_med);
         times += buf;
-        snprintf(buf, sizeof buf, "%s\"%d\": %.6f", sep, n, wall_med);
+        snprintf(buf, sizeof buf, "%s\"%d\": %.9g", sep, n, wall_med);
         walls += buf;
         snprintf(buf, sizeof buf, "%s\"%d\": %.1f", sep, n, 2.0 * n * (double)n * n / (ev_med * 1e6));
         rates += buf;
