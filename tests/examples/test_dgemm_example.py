@@ -69,7 +69,17 @@ def test_problem_loads_through_the_command_domain():
             pytest.xfail(f"the command domain does not know issue 26's keys yet: {e}")
         raise
     assert problem.name == "dgemm" and problem.domain == "command"
-    assert "baselines/cublas/dgemm.cu" not in problem.source or "cuBLAS" in problem.source
+    from stratagem.domains.command.problem import bundle_of
+
+    bundle = bundle_of(problem.source)
+    assert "docs/background.md" in bundle.files and "build.sh" in bundle.files
+    spec = bundle.spec
+    assert getattr(spec, "requires_gpu", True) is True
+    assert getattr(spec.objective, "cases", tuple(toml()["objective"]["cases"])) == tuple(
+        toml()["objective"]["cases"])
+    baselines = getattr(spec, "baselines", None)
+    if baselines is not None:
+        assert [(b.name, b.label) for b in baselines] == [("cublas", "cuBLAS")]
 
 
 def test_declaration_matches_the_harness():
@@ -91,6 +101,14 @@ def test_declaration_matches_the_harness():
     for folder in [ROOT / t["baselines"]["cublas"]["files"], *sorted((ROOT / "designs").iterdir())]:
         names = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
         assert names and names <= editable, f"{folder}: {names} are not all editable files"
+
+
+def test_main_cu_writes_what_check_py_reads():
+    text = (ROOT / "main.cu").read_text()
+    magic = re.search(r"MAGIC = (0x[0-9A-F]+)ULL", text)
+    assert magic and int(magic.group(1), 16) == check.MAGIC
+    assert re.search(r"uint64_t header\[8\]", text) and check.HEADER_WORDS == 8
+    assert 'fopen("c.bin", "wb")' in text
 
 
 def test_the_naive_reference_fits_the_run_limit():
