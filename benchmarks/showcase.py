@@ -115,7 +115,10 @@ def scripted_search(example: Path, designs: list[str], device: str, runs_dir: Pa
 
     views = st.stored_views(store)
     store.close()
-    report = write_report(run_dir, analyses=False)
+    try:
+        report: Any = write_report(run_dir, analyses=False)
+    except Exception as e:  # noqa: BLE001 - matplotlib may be missing on the device: the search still counts
+        report = f"not written: {type(e).__name__}: {e}"
     rows = [{"design": v.id[:12], "status": v.status, "speedup": v.speedup_text()} for v in views]
     for r in rows:
         console.print(r, highlight=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from stratagem.core.problem import Problem
@@ -129,7 +130,7 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
             d = v["details"]
             detail = (f"{d['sol_fraction']:.1%} of speed-of-light ({d['bound']}-bound floor {d['floor_ms']:.4g} ms)"
                       if d.get("checked") else d.get("note", ""))
-        t.add_row(name, f"[{COLORS[v['status']]}]{v['status']}[/]", detail)
+        t.add_row(name, f"[{COLORS[v['status']]}]{v['status']}[/]", escape(detail))
     console.print(t)
     timing = s["validators"].get("timing") or {}
     if timing.get("status") == "passed":
