@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from stratagem.config import load_config  # noqa: E402
 from stratagem.core.design import Design  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
+from stratagem.domains.pytorch.recipes.catalog import CATALOG, render  # noqa: E402
 from stratagem.evaluation.api import make_evaluator  # noqa: E402
-from stratagem.search.policies.recipe_catalog import CATALOG, render  # noqa: E402
 
 RECIPE_LINE = "self.compiled = torch.compile(self._run)"
 MODULE_LINE = "self.compiled = torch.compile(self.model)"

@@ -262,8 +262,9 @@ class SearchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     policy: str | None = None
-    """A name from the policy registry (`search/policies/registry.py`: auto, recipes, ...);
-    None: `auto` when a model is configured, else `recipes`."""
+    """A name from the policy registry (`search/policies/registry.py`: auto, tune, pike-b, pike-o,
+    and the problem's domain's own); None: `auto` when a model is configured, else the problem's
+    domain's default without a model."""
     iterations: int = Field(default=10, ge=1)
     patience: int | None = Field(default=3, ge=1)
     """Stop after this many iterations without a new best (None: never)."""
@@ -300,11 +301,13 @@ class StratagemConfig(BaseModel):
     """Each policy's own settings section (`[policies.<name>]`), validated by that policy."""
 
     @property
-    def policy(self) -> str:
-        """The policy in force: the configured one, else `auto` with a model, `recipes` without."""
+    def policy(self) -> str | None:
+        """The policy in force: the configured one, else `auto` with a model; None without
+        either: the problem's domain names its default (`search/policies/registry.py`'s
+        `policy_name`)."""
         if self.search.policy is not None:
             return self.search.policy
-        return "auto" if self.agents.model else "recipes"
+        return "auto" if self.agents.model else None
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

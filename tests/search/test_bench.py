@@ -224,13 +224,16 @@ def test_bench_usage_errors(tiny_suite, fast_toml, tmp_path, capsys):
     assert "--resume" in capsys.readouterr().out
 
 
-def test_a_command_problem_is_skipped_by_recipes(tmp_path, fast_toml, capsys):
+def test_a_command_problem_is_skipped_without_a_model(tmp_path, fast_toml, capsys):
+    """The default without a model is the problem's domain's own (PyTorch: recipes); the
+    command domain has none, so its problem is skipped, saying what it needs."""
     folder = tmp_path / "mixed"
     shutil.copytree(ROOT / "examples/command/window_sums", folder / "window_sums")
     code = main(["bench", str(folder), "--config", str(fast_toml), "--run-dir", str(tmp_path / "s"), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["states"] == {"skipped": 1}
-    assert "recipes" in out["problems"][0]["note"] and out["summary"]["counted"] == 0
+    note = out["problems"][0]["note"]
+    assert "command problem" in note and "without a model" in note and out["summary"]["counted"] == 0
 
 
 # -- the aggregate maths -------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import pytest
 
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
 from stratagem.errors import ConfigError
-from stratagem.search.policies.recipes import RecipesPolicy
 from stratagem.search.policies.registry import REGISTRY, build_policy, policy_names
 
 PROBLEM = Path(__file__).resolve().parents[2] / "examples" / "01_elementwise" / "problem.py"
@@ -75,3 +75,28 @@ def test_pike_policies_build_offline_and_the_user_s_search_settings_win(tmp_path
                                              "agents": {"model": "test"}}))
     assert (cfg.search.iterations, cfg.search.max_queries, cfg.search.patience) == (7, 50, None)
     assert cfg.policies["pike-b"]["queries_per_phase"] == 10
+
+
+COMMAND = Path(__file__).resolve().parents[2] / "examples" / "command" / "window_sums"
+
+
+def test_a_domain_brings_its_own_policies_and_its_default_without_a_model(tmp_path) -> None:
+    """Generic search names no domain's policy: `recipes` is the PyTorch domain's, offered for
+    its problems only and its default without a model; a command problem has no such default."""
+    from stratagem.domains import load_problem as load_any
+    from stratagem.search.policies.registry import policy_name, resolved_config, spec_for
+
+    assert "recipes" not in REGISTRY  # the generic registry
+    torch_problem, command = load_problem(PROBLEM), load_any(COMMAND)
+    assert "recipes" in policy_names(torch_problem) and "recipes" not in policy_names(command)
+    bare = load_config(None, {})
+    assert bare.policy is None and policy_name(bare, torch_problem) == "recipes"
+    cfg = resolved_config(bare, torch_problem)
+    assert cfg.search.policy == "recipes" and cfg.policies["recipes"] == {"recipes": None}
+    assert policy_name(load_config(None, {"agents": {"model": "test"}}), command) == "auto"
+    with pytest.raises(ConfigError) as e:
+        spec_for(bare, command)
+    assert "command problem" in str(e.value) and "stratagem eval" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        spec_for(load_config(None, {"search": {"policy": "recipes"}}), command)
+    assert "not a policy for a command problem" in str(e.value)

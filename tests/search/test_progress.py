@@ -55,8 +55,8 @@ def test_the_header_counts_the_iterations_a_policy_will_run() -> None:
 
     from stratagem.config import load_config
     from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
     from stratagem.search.loop import SearchLoop
-    from stratagem.search.policies.recipes import RecipesPolicy
     from stratagem.store.sqlite import RunStore
 
     problem = load_problem(Path(__file__).resolve().parents[1] / "fixtures" / "problem_relu.py")

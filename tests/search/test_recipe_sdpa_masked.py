@@ -9,8 +9,8 @@ import pytest
 from test_recipes import assert_same_outputs
 
 from stratagem.domains import parse_problem
+from stratagem.domains.pytorch.recipes import catalog as rc
 from stratagem.domains.pytorch.static import run_static_checks
-from stratagem.search.policies import recipe_catalog as rc
 
 MINGPT = '''\
 import math

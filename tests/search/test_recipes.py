@@ -19,10 +19,10 @@ from stratagem.core.design import Design
 from stratagem.core.problem import Problem, content_hash
 from stratagem.core.search import AgentCall, DesignView, Feedback, SearchState
 from stratagem.domains.pytorch.problem import load_problem, parse_problem
+from stratagem.domains.pytorch.recipes import catalog as rc
+from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
 from stratagem.domains.pytorch.static import run_static_checks
 from stratagem.errors import ConfigError
-from stratagem.search.policies import recipe_catalog as rc
-from stratagem.search.policies.recipes import RecipesPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(ROOT.glob("examples/*/problem.py"))

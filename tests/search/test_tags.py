@@ -61,7 +61,7 @@ def test_tags_persist_are_shown_and_survive_a_resume(tmp_path, capsys) -> None:
 
 def test_recipes_read_what_was_tried_from_tags_or_from_an_older_runs_authors() -> None:
     from stratagem.core.search import DesignView
-    from stratagem.search.policies.recipes import recipes_of
+    from stratagem.domains.pytorch.recipes.policy import recipes_of
 
     tagged = DesignView(id="a", source="", status="valid", author="recipe:compile", tags={"recipes": ["compile"]})
     older = DesignView(id="b", source="", status="valid", author="recipe:inference_mode+compile")

@@ -70,23 +70,21 @@ def run_cmd(
     try:
         cfg = load_config(config, overrides)
         if design is not None and cfg.policy != "tune":
-            raise ConfigError(f"--design is the tune policy's template; the policy here is {cfg.policy} (add --policy tune)")
+            raise ConfigError(f"--design is the tune policy's template; the policy here is {cfg.policy or 'the default'} (add --policy tune)")
     except ConfigError as e:
         fail(console, e, as_json, 2)
     from stratagem.domains import load_problem
-    from stratagem.search.api import default_run_dir, start_run
+    from stratagem.search.api import check_policy, default_run_dir, start_run
 
     try:
         loaded = load_problem(problem)
         where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(loaded)
     except ProblemError as e:
         fail(console, e, as_json, 2)
-    if loaded.domain == "command" and cfg.policy == "recipes":
-        fail(console, ConfigError(
-            f"{problem} is a command problem (problem.toml), and no policy searches one without a model yet: "
-            "the recipes policy (the default without --model) rewrites PyTorch modules only. What you can do: "
-            f"write a design (a directory of the editable files) and evaluate it with `stratagem eval {problem} "
-            "DESIGN_DIR`; docs/command.md says how"), as_json, 2)
+    try:  # a policy this problem's domain offers, or a message naming what to do instead
+        check_policy(cfg, loaded)
+    except ConfigError as e:
+        fail(console, e, as_json, 2)
     server = None
     if serve:
         from stratagem.report.serve import serve_in_background

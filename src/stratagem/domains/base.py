@@ -7,14 +7,18 @@ and nothing outside `domains/` imports a concrete domain.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from stratagem.config import EvaluationConfig
+from pydantic import BaseModel
+
+from stratagem.config import EvaluationConfig, StratagemConfig
 from stratagem.core.design import Design
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.problem import Problem
+from stratagem.core.search import Policy
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.worker_api.protocol import EvalRequest
 
@@ -45,6 +49,24 @@ class BaselineRules(Protocol):
         """Whether a baseline measured in `environment` (a cached one, found before any
         worker ran) still holds for the software installed here."""
         ...
+
+
+@dataclass(frozen=True)
+class DomainPolicy:
+    """A search policy a domain brings (PyTorch: `recipes`): the policy registry
+    (`search/policies/registry.py`) offers it beside the generic ones, for the domain's
+    problems only. It needs no model (the registry's own policies are the ones that do)."""
+
+    name: str
+    summary: str
+    build: Callable[[StratagemConfig, Problem, bool, BaseModel | None], Policy]
+    """(the configuration, the problem, whether designs run on a GPU, its validated
+    `[policies.<name>]` section or None) -> the policy."""
+    settings: type[BaseModel] | None = None
+    """The model of `[policies.<name>]` (None: it takes no settings of its own)."""
+    model_free_default: bool = False
+    """The policy a run of the domain's problems uses when it names neither a policy nor a
+    model (at most one per domain; none: such a run needs one or the other)."""
 
 
 class Prompts(Protocol):
@@ -196,4 +218,9 @@ class Domain(Protocol):
     @property
     def prompts(self) -> Prompts:
         """The domain's prompt templates and offline design (`Prompts`)."""
+        ...
+
+    def policies(self) -> Sequence[DomainPolicy]:
+        """The search policies of the domain's own (its model-free default among them, if it
+        has one); empty: only the generic ones."""
         ...

@@ -19,7 +19,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
-from stratagem.search.policies.registry import build_policy, resolved_config, spec_for
+from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.store.records import IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 
@@ -29,13 +29,16 @@ def default_run_dir(problem: Problem, root: Path = Path("runs")) -> Path:
 
 
 def make_policy(cfg: StratagemConfig, problem: Problem, evaluator: Evaluator, run_dir: Path) -> Policy:
-    """The configured policy, from the registry (`auto` needs a model; `recipes` needs none)."""
+    """The configured policy, from the registry (`auto` needs a model; without one and without
+    a policy, the problem's domain names its default)."""
     return build_policy(cfg, problem, evaluator.on_gpu, run_dir / "work")
 
 
-def check_policy(cfg: StratagemConfig) -> None:
-    """Raises ConfigError when the policy cannot run with this configuration."""
-    spec_for(cfg)
+def check_policy(cfg: StratagemConfig, problem: Problem | None = None) -> None:
+    """Raises ConfigError when the policy cannot run with this configuration (on `problem`;
+    without one, an unnamed policy is left to each problem's domain)."""
+    if problem is not None or cfg.policy is not None:
+        spec_for(cfg, problem)
 
 
 async def start_run(
@@ -43,8 +46,8 @@ async def start_run(
 ) -> RunOutcome:
     """Start a new run (or continue the run already in `run_dir` with the new settings)."""
     check_policy(cfg)
-    cfg = resolved_config(cfg)
     problem = load_problem(problem_path)
+    cfg = resolved_config(cfg, problem)
     run_dir = run_dir or cfg.search.run_dir
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(problem)
     # Everything that can be refused (device, policy, recipe names, models) is built before the
@@ -55,7 +58,7 @@ async def start_run(
     await _preflight(policy)  # a model that cannot answer stops the run before it starts
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
-        store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
+        store.start_run(problem.id, policy_name(cfg, problem), cfg.model_dump(mode="json"))
         try:
             return await SearchLoop(cfg, problem, store, evaluator, policy, view).run()
         finally:

@@ -24,7 +24,7 @@ from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
 from stratagem.search.api import _own, _preflight, _stored_problem, check_policy, make_policy
 from stratagem.search.loop import RunOutcome, SearchLoop
-from stratagem.search.policies.registry import resolved_config
+from stratagem.search.policies.registry import policy_name, resolved_config
 from stratagem.search.suite_manifest import (
     FINAL_STATES,
     ProblemEntry,
@@ -178,12 +178,13 @@ async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,
                 await _preflight(policy)
                 return await SearchLoop(run_cfg, problem, store, evaluator, policy).run()
     problem = load_problem(entry.path)
-    if problem.domain == "command" and cfg.policy == "recipes":
-        raise _Skip("a command problem (problem.toml): the recipes policy rewrites PyTorch modules only; "
-                    "give a model (and its policy) to search it")
+    try:  # the policy named for this problem (its domain's default when none is) or why there is none
+        cfg = resolved_config(cfg, problem)
+    except ConfigError as e:
+        raise _Skip(str(e)) from e
     policy = make_policy(cfg, problem, evaluator, run_dir)
     await _preflight(policy)
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
-        store.start_run(problem.id, cfg.policy, cfg.model_dump(mode="json"))
+        store.start_run(problem.id, policy_name(cfg, problem), cfg.model_dump(mode="json"))
         return await SearchLoop(cfg, problem, store, evaluator, policy).run()

@@ -294,6 +294,9 @@ class CommandDomain:
     def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> None:
         return None  # no baselines (`baselines` is empty): nothing is cached
 
+    def policies(self) -> tuple[()]:
+        return ()  # only the generic policies; none without a model
+
 
 DOMAIN = CommandDomain()
 """The instance the registry (`domains/__init__.py`) hands out for `command` problems."""

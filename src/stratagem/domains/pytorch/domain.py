@@ -29,6 +29,7 @@ from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.domains.base import DomainPolicy
 from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
 from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
@@ -675,6 +676,12 @@ class PyTorchDomain:
         from stratagem.domains.pytorch.prompts import PROMPTS
 
         return PROMPTS
+
+    def policies(self) -> tuple[DomainPolicy, ...]:
+        """`recipes` (`recipes/policy.py`), the default without a model."""
+        from stratagem.domains.pytorch.recipes.policy import POLICY
+
+        return (POLICY,)
 
 
 DOMAIN = PyTorchDomain()

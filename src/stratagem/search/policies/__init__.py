@@ -1,1 +1,1 @@
-"""Search policies: `recipes` (no LLM) and `auto` (AUTO's Strategist, Analyst and Implementors)."""
+"""Search policies: the registry and the generic policies (`auto`, `tune`, `pike-b`, `pike-o`); a domain brings its own (`Domain.policies`)."""

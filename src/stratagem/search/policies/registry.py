@@ -2,7 +2,10 @@
 model, and the settings section it owns (`[policies.<name>]` in the TOML, validated by the
 policy's own model). `--policy NAME` and `search.policy` choose from it.
 
-Builders import their policy lazily, so choosing `recipes` never imports pydantic-ai.
+The generic policies are listed here; a domain adds its own (`Domain.policies`, e.g. the
+PyTorch domain's model-free `recipes`), offered for its problems only, and names the policy a
+run of its problems uses without a model (none: such a run needs a model or a named policy).
+Builders import their policy lazily, so choosing a model-free policy never imports pydantic-ai.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stratagem.config import StratagemConfig
 from stratagem.core.problem import Problem
 from stratagem.core.search import Policy
+from stratagem.domains import get_domain
+from stratagem.domains import names as domain_names
+from stratagem.domains.base import DomainPolicy
 from stratagem.errors import ConfigError
 from stratagem.search.policies.pike_settings import PikeBSettings, PikeCommon, PikeOSettings
 
@@ -42,22 +48,6 @@ class PolicySpec:
     build: Callable[[PolicyContext], Policy]
     settings: type[BaseModel] | None = None
     """The model of `[policies.<name>]` (None: the policy takes no settings of its own)."""
-
-
-class RecipesSettings(BaseModel):
-    """`[policies.recipes]`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    recipes: list[str] | None = None
-    """Only these recipe names (None: every one that applies; `search.recipes` is the older
-    spelling of the same setting)."""
-
-
-def _recipes(ctx: PolicyContext) -> Policy:
-    from stratagem.search.policies.recipes import RecipesPolicy
-
-    s = ctx.settings if isinstance(ctx.settings, RecipesSettings) else RecipesSettings()
-    return RecipesPolicy(s.recipes if s.recipes is not None else ctx.cfg.search.recipes, ctx.on_gpu)
 
 
 class TuneSettings(BaseModel):
@@ -114,11 +104,9 @@ def _auto(ctx: PolicyContext) -> Policy:
     return AutoPolicy.from_config(ctx.cfg, ctx.problem, ctx.work_dir)
 
 
-REGISTRY: dict[str, PolicySpec] = {
+REGISTRY: dict[str, PolicySpec] = {  # the generic policies; the domains' are in `specs`
     spec.name: spec for spec in (
         PolicySpec("auto", "AUTO's Strategist, Analyst and Implementors (needs a model)", True, _auto),
-        PolicySpec("recipes", "known transformations of the reference, then their best combination (no LLM)",
-                   False, _recipes, RecipesSettings),
         PolicySpec("tune", "Bayesian optimization (optuna's TPE) of a template's parameters, one point per "
                    "iteration (no LLM)", False, _tune, TuneSettings),
         PolicySpec("pike-b", "PIKE-B: brainstormed ideas, then the top 4 solutions improved 3/3/2/2 per phase, "
@@ -129,38 +117,82 @@ REGISTRY: dict[str, PolicySpec] = {
 }
 
 
-def policy_names() -> list[str]:
-    return list(REGISTRY)
+def _domain_spec(p: DomainPolicy) -> PolicySpec:
+    return PolicySpec(p.name, p.summary, False, lambda ctx: p.build(ctx.cfg, ctx.problem, ctx.on_gpu, ctx.settings),
+                      p.settings)
 
 
-def spec_for(cfg: StratagemConfig) -> PolicySpec:
-    """The spec of the policy in force.
+def specs(problem: Problem | None = None) -> dict[str, PolicySpec]:
+    """The policies a run may choose: the generic ones and those of `problem`'s domain (of
+    every known domain when no problem is given)."""
+    out = dict(REGISTRY)
+    for name in [problem.domain] if problem is not None else domain_names():
+        for p in get_domain(name).policies():
+            out.setdefault(p.name, _domain_spec(p))
+    return out
+
+
+def policy_names(problem: Problem | None = None) -> list[str]:
+    return list(specs(problem))
+
+
+def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
+    """The policy in force: the configured one, else `auto` with a model, else the problem's
+    domain's model-free default.
 
     Raises:
-        ConfigError: an unknown name, or a policy that needs a model and has none.
+        ConfigError: neither a policy nor a model, and the problem's domain (or, without a
+            problem, no domain) names no model-free default.
     """
-    name = cfg.policy
-    spec = REGISTRY.get(name)
+    if cfg.policy is not None:
+        return cfg.policy
+    if problem is not None:
+        domain = get_domain(problem.domain)
+        for p in domain.policies():
+            if p.model_free_default:
+                return p.name
+        where = problem.path or problem.name
+        raise ConfigError(
+            f"{where} is a {domain.name} problem, and no policy searches one without a model: give --model "
+            "(auto, pike-b, pike-o), or --policy tune with a design template (docs/tune.md); any design can be "
+            f"evaluated with `stratagem eval {where} DESIGN`")
+    raise ConfigError("no policy and no model: give --model or --policy (the default without a model is the "
+                      "problem's domain's own)")
+
+
+def spec_for(cfg: StratagemConfig, problem: Problem | None = None) -> PolicySpec:
+    """The spec of the policy in force (`policy_name`) for `problem` (any problem when None).
+
+    Raises:
+        ConfigError: an unknown name (or another domain's policy), a policy that needs a
+            model and has none, or no policy at all (`policy_name`).
+    """
+    name = policy_name(cfg, problem)
+    known = specs(problem)
+    spec = known.get(name)
     if spec is None:
+        if problem is not None and name in specs():
+            raise ConfigError(f"search.policy (--policy): {name!r} is not a policy for a {problem.domain} "
+                              f"problem; choose one of {', '.join(known)}")
         raise ConfigError(f"search.policy (--policy): {name!r} is not a policy; choose one of "
-                          f"{', '.join(policy_names())}")
+                          f"{', '.join(known)}")
     if spec.needs_model and not cfg.agents.model:
         raise ConfigError(f"policy `{name}` needs a model: pass --model (e.g. openai:gpt-4.1, "
                           "anthropic:claude-sonnet-4-5, ollama:qwen3, or a name with --endpoint URL)")
-    unknown = sorted(set(cfg.policies) - set(REGISTRY))
+    unknown = sorted(set(cfg.policies) - set(specs()))
     if unknown:
         raise ConfigError(f"[policies.{unknown[0]}]: no policy is called {unknown[0]!r}; "
-                          f"known: {', '.join(policy_names())}")
+                          f"known: {', '.join(specs())}")
     return spec
 
 
-def policy_settings(cfg: StratagemConfig) -> BaseModel | None:
+def policy_settings(cfg: StratagemConfig, problem: Problem | None = None) -> BaseModel | None:
     """The policy in force's own settings section, validated (None: it takes none).
 
     Raises:
         ConfigError: see `spec_for`; or settings its model rejects (naming the section).
     """
-    spec = spec_for(cfg)
+    spec = spec_for(cfg, problem)
     raw: dict[str, Any] = dict(cfg.policies.get(spec.name) or {})
     if spec.settings is None:
         if raw:
@@ -174,17 +206,22 @@ def policy_settings(cfg: StratagemConfig) -> BaseModel | None:
         raise ConfigError(f"[policies.{spec.name}] {where}: {first.get('msg')}") from e
 
 
-def resolved_config(cfg: StratagemConfig) -> StratagemConfig:
-    """The configuration a run records and runs with: the policy's settings section with every
-    default filled in (so the stored config is the full one), and the search settings the
-    policy sets where the user set nothing (PIKE: the query budget, no iteration limit, no
-    patience).
+def resolved_config(cfg: StratagemConfig, problem: Problem | None = None) -> StratagemConfig:
+    """The configuration a run records and runs with: the policy named (`policy_name`, the
+    domain's default when `problem` is given and neither a policy nor a model is; left unnamed
+    without a problem), its settings section with every default filled in (so the stored
+    config is the full one), and the search settings the policy sets where the user set
+    nothing (PIKE: the query budget, no iteration limit, no patience).
 
     Raises:
         ConfigError: see `policy_settings`.
     """
-    spec = spec_for(cfg)
-    settings = policy_settings(cfg)
+    if cfg.policy is None and problem is None:
+        return cfg  # named when the problem is known (a suite's problems may be of several domains)
+    spec = spec_for(cfg, problem)
+    if cfg.search.policy is None:
+        cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"policy": spec.name})})
+    settings = policy_settings(cfg, problem)
     if settings is None:
         return cfg
     policies = {**cfg.policies, spec.name: settings.model_dump(mode="json")}
@@ -201,5 +238,5 @@ def build_policy(cfg: StratagemConfig, problem: Problem, on_gpu: bool, work_dir:
     Raises:
         ConfigError: see `policy_settings`.
     """
-    spec = spec_for(cfg)
-    return spec.build(PolicyContext(cfg, problem, on_gpu, work_dir, policy_settings(cfg)))
+    spec = spec_for(cfg, problem)
+    return spec.build(PolicyContext(cfg, problem, on_gpu, work_dir, policy_settings(cfg, problem)))

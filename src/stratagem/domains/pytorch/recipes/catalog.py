@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields, replace
 
 from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
-from stratagem.search.policies.recipe_sdpa import names_in as _names_in
-from stratagem.search.policies.recipe_sdpa import rewrite_attention
+from stratagem.domains.pytorch.recipes.sdpa import names_in as _names_in
+from stratagem.domains.pytorch.recipes.sdpa import rewrite_attention
 
 Tolerances = Mapping[str, Mapping[str, float]]
 

@@ -1,5 +1,6 @@
 """Owns the `recipes` policy: the no-LLM search that tries known transformations of the
-reference (see `recipe_catalog`) and then combines the ones that helped.
+reference (see `catalog`) and then combines the ones that helped. The PyTorch domain offers it
+to the policy registry (`PyTorchDomain.policies`, `POLICY` below) as its model-free default.
 
 The policy is a pure function of `SearchState`, so a killed run resumes where it stopped: what
 was tried is read back from each design's `recipes` tag (the recipe names, in catalog order),
@@ -23,10 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pydantic import BaseModel, ConfigDict
+
 from stratagem.config import StratagemConfig
+from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
-from stratagem.errors import ConfigError
-from stratagem.search.policies.recipe_catalog import (
+from stratagem.domains.base import DomainPolicy
+from stratagem.domains.pytorch.recipes.catalog import (
     BY_NAME,
     CATALOG,
     Recipe,
@@ -35,6 +39,7 @@ from stratagem.search.policies.recipe_catalog import (
     recipe_names,
     render,
 )
+from stratagem.errors import ConfigError
 
 AUTHOR_PREFIX = "recipe:"
 STATUS_WORKER = "recipes"
@@ -282,3 +287,27 @@ eager's own."""
 
 def _admitting(state: SearchState) -> dict[str, dict[str, float]]:
     return CALIBRATED_ADMITS if state.correctness_mode == "calibrated" else state.tolerances
+
+
+class RecipesSettings(BaseModel):
+    """`[policies.recipes]`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    recipes: list[str] | None = None
+    """Only these recipe names (None: every one that applies; `search.recipes` is the older
+    spelling of the same setting)."""
+
+
+def build(cfg: StratagemConfig, problem: Problem, on_gpu: bool, settings: BaseModel | None) -> RecipesPolicy:
+    """The policy the settings (else `search.recipes`) describe.
+
+    Raises:
+        ConfigError: an unknown recipe name.
+    """
+    s = settings if isinstance(settings, RecipesSettings) else RecipesSettings()
+    return RecipesPolicy(s.recipes if s.recipes is not None else cfg.search.recipes, on_gpu)
+
+
+POLICY = DomainPolicy("recipes", "known transformations of the reference, then their best combination (no LLM)",
+                      build, RecipesSettings, model_free_default=True)
+"""What the PyTorch domain offers the policy registry: `recipes`, its default without a model."""
