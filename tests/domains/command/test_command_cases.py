@@ -222,3 +222,22 @@ def test_the_views_show_every_case_and_the_baselines_fraction(tmp_path, evaluate
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and ax.get_ylim()[0] >= 0.0
     assert len(ax.get_legend().get_texts()) == 2
+
+
+def test_what_the_references_binary_has_too_is_the_toolchains(tmp_path, evaluate) -> None:
+    """A fixed harness (or a static runtime) that imports dlopen puts it in every binary: held
+    against no design; a design that brings a forbidden symbol of its own is still rejected."""
+    toml = TOML.replace("[baselines.fast]", '[forbid]\nsymbols = ["sqrt"]\nallow_dlopen = false\n[baselines.fast]')
+    toml = toml.replace("cc -O1 -o prog main.c kernel.c", "cc -O1 -o prog main.c kernel.c -ldl -lm")
+    root = make(tmp_path / "squares", toml)
+    main = (root / "main.c").read_text().replace("#include <time.h>", "#include <time.h>\n#include <dlfcn.h>")
+    main = main.replace("unsigned seed =", "if (argc > 9) dlopen(argv[9], RTLD_NOW);\n    unsigned seed =")
+    (root / "main.c").write_text(main)
+    ev = evaluate(root, {"kernel.c": FAST})
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    build = ev.verdict.result("build").details
+    assert build["toolchain_findings"] == ["prog: imports dlopen: loading libraries at run time is forbidden here"]
+    own = "#include <math.h>\n" + FAST.replace("s += x[i] * x[i];", "s += sqrt(x[i] * x[i]) * fabs(x[i]);")
+    ev = evaluate(root, {"kernel.c": own})
+    r = ev.verdict.result("build")
+    assert r.kind == "rejected" and "forbidden symbol sqrt" in (r.reason or ""), ev.verdict.report()
