@@ -228,6 +228,10 @@ class Context:
         if ran.timed_out:
             raise StageFailure("problem_error", ran.why("the check command", check.timeout_s))
         if not ran.ok:
-            return outputs.Agreement(False, ran.why("the check command", check.timeout_s).replace(
-                "exited with code", "rejected the output (exit code"), {"check_stdout": ran.stdout[-500:]})
+            said = ([x.strip() for x in ran.stdout.splitlines() if x.strip()]
+                    or [x.strip() for x in ran.stderr.splitlines() if x.strip()])
+            how = (f"exit code {ran.returncode}" if ran.returncode >= 0
+                   else ran.why("the check command", check.timeout_s))
+            why = f"the check command rejected the output ({how})" + (f": {said[-1][:600]}" if said else "")
+            return outputs.Agreement(False, why, {"check_stdout": ran.stdout[-500:], "check_stderr": ran.stderr[-500:]})
         return outputs.Agreement(True, None, {})
