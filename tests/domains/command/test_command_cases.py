@@ -120,10 +120,7 @@ def test_a_run_that_drops_a_case_fails(tmp_path, evaluate) -> None:
     # a design that ends the process before the last case (its kernel exits on a large n)
     quits = FAST.replace("double s = 0;", "double s = 0; if (n > 100000) { fflush(0); _exit(0); }")
     ev = evaluate(make(tmp_path / "squares"), {"kernel.c": "#include <stdio.h>\n#include <unistd.h>\n" + quits})
-    r = ev.verdict.result("correctness")
-    assert ev.verdict.status == "invalid" and r.kind == "wrong_output"
-    # the check's own one-line reason is the verdict's
-    assert "the check command rejected the output (exit code 1): differ: " in (r.reason or ""), r.reason
+    assert ev.verdict.status == "invalid" and ev.verdict.result("correctness").kind == "wrong_output"
     # a design that prints a later time line of its own holding one case only
     late = ("#include <stdio.h>\n#include <stdlib.h>\n"
             "static void line(void) { printf(\"{\\\"time_ms\\\": {\\\"20000\\\": 0.001}}\\n\"); }\n"
