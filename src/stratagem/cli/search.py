@@ -33,7 +33,7 @@ def run_cmd(
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
     endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, else recipes.")] = None,
-    design: Annotated[Path | None, typer.Option("--design", metavar="FILE", exists=True, dir_okay=False, help="The template --policy tune tunes: a design file declaring its parameters (docs/tune.md).")] = None,
+    design: Annotated[Path | None, typer.Option("--design", metavar="FILE|DIR", exists=True, help="The template --policy tune tunes: a design file, or a directory of a command problem's editable files, declaring its parameters (docs/tune.md).")] = None,
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
     patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop after K iterations without a new best (default 3).")] = None,
     implementors: Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors (default 2).")] = None,
@@ -116,7 +116,6 @@ def resume_cmd(
     _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir)
 
 
-@app.command("show")
 def _print_best_cases(console: Console, run_dir: Path, design_id: str) -> None:
     """The best design's per-case table, when the problem's objective has cases."""
     from stratagem.report.cases import latest_timing, print_cases
@@ -128,6 +127,7 @@ def _print_best_cases(console: Console, run_dir: Path, design_id: str) -> None:
         print_cases(console, timing, f"best design {design_id[:12]} per case")
 
 
+@app.command("show")
 def show_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     as_json: JsonOpt = False,

@@ -138,7 +138,7 @@ def policy_names(problem: Problem | None = None) -> list[str]:
 
 def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
     """The policy in force: the configured one, else `auto` with a model, else the problem's
-    domain's model-free default.
+    domain's model-free default, else `tune` when the problem's reference declares a template.
 
     Raises:
         ConfigError: neither a policy nor a model, and the problem's domain (or, without a
@@ -151,13 +151,22 @@ def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
         for p in domain.policies():
             if p.model_free_default:
                 return p.name
+        if _declares_template(problem):
+            return "tune"
         where = problem.path or problem.name
         raise ConfigError(
             f"{where} is a {domain.name} problem, and no policy searches one without a model: give --model "
-            "(auto, pike-b, pike-o), or --policy tune with a design template (docs/tune.md); any design can be "
-            f"evaluated with `stratagem eval {where} DESIGN`")
+            "(auto, pike-b, pike-o), or --policy tune --design DIR with a design template (docs/tune.md); any "
+            f"design can be evaluated with `stratagem eval {where} DESIGN`")
     raise ConfigError("no policy and no model: give --model or --policy (the default without a model is the "
                       "problem's domain's own)")
+
+
+def _declares_template(problem: Problem) -> bool:
+    """Whether the problem's reference declares a template (`tune`'s default without --design)."""
+    from stratagem.search.policies.tune import reference_template
+
+    return reference_template(problem) is not None
 
 
 def spec_for(cfg: StratagemConfig, problem: Problem | None = None) -> PolicySpec:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stratagem.core.design import MAIN_FILE
+from stratagem.core.design import FILE_MARKER, text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
     MEASURED,
@@ -51,8 +51,10 @@ from stratagem.core.template import (
     Template,
     TemplateError,
     Value,
+    is_template,
     parse_template,
 )
+from stratagem.domains import get_domain
 from stratagem.errors import ConfigError
 from stratagem.search.policies.registry import TuneSettings
 
@@ -156,23 +158,31 @@ class TunePolicy:
 
     @classmethod
     def from_settings(cls, settings: TuneSettings, problem: Problem, seed: int) -> TunePolicy:
-        """The policy `[policies.tune]` describes.
+        """The policy `[policies.tune]` describes. The template is `design`: a file (the
+        problem's main file: PyTorch's `candidate.py`, a command problem's first editable
+        file) or a directory of design files (a command problem's editable files); without
+        one, the problem's reference when it declares parameters (`reference_template`).
 
         Raises:
-            ConfigError: no template given, or a template that cannot be read (its file and
-                line named; `TemplateError`).
+            ConfigError: no template given and the reference declares none, or a template
+                that cannot be read (its file and line named; `TemplateError`).
         """
         if settings.design is None:
-            raise ConfigError("the tune policy needs a template: a design file that declares its parameters, "
-                              "passed with --design FILE (docs/tune.md)")
+            own = reference_template(problem)
+            if own is None:
+                raise ConfigError("the tune policy needs a template: a design that declares its parameters, passed "
+                                  "with --design FILE (or DIR: a command problem's editable files), or a reference "
+                                  "that declares them (docs/tune.md)")
+            return cls(own, settings, seed)
         path = Path(settings.design)
-        if not path.is_file():
+        if not path.exists():
             return cls(None, settings, seed, missing=str(path))
+        files = read_template_files(path, get_domain(problem.domain).main_file(problem))
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--design {path}: cannot be read ({e})") from e
-        return cls(_parse(text, str(path)), settings, seed)
+            return cls(parse_template(files), settings, seed)
+        except TemplateError as e:
+            shown = str(path / e.file) if path.is_dir() and e.file else str(path)
+            raise TemplateError(e.reason, shown, e.line) from None
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -233,10 +243,8 @@ class TunePolicy:
         if proposal.point is None:
             return IterationResult(plan=None, exhausted=True, note=proposal.how)
         point = proposal.point
-        files = template.render(point)  # never a violating point: propose checked it
-        main = files.pop(MAIN_FILE, None)
-        if main is None:
-            raise ConfigError(f"the template has no {MAIN_FILE}: files {sorted(template.files)}")
+        # never a violating point (propose checked it); one text and the other files, as a writer gives them
+        text, files = design_text(template.render(point), get_domain(state.problem.domain).main_file(state.problem))
         session.set_status(STATUS_WORKER, f"evaluating {point_text(point)}")
         best = max((t for t in trials if t.design_id is not None and t.status in MEASURED),
                    key=lambda t: t.value, default=None)
@@ -244,7 +252,7 @@ class TunePolicy:
                     rationale=f"point {len(trials) + 1} of the template {template.id[:10]}, chosen {proposal.how}"
                     + (f"; {len(proposal.infeasible)} drawn points violated a constraint" if proposal.infeasible else ""),
                     instructions=point_text(point))
-        fb = await session.evaluate(main, strategy="tune", author="tune", files=files or None,
+        fb = await session.evaluate(text, strategy="tune", author="tune", files=files or None,
                                     tags={TAG_PARAMS: dict(point), TAG_TEMPLATE: template.id})
         shown = f" {fb.speedup:.3g}x" if fb.speedup is not None else ""
         return IterationResult(plan=plan, design_ids=(fb.design_id,), note=f"{point_text(point)}: {fb.status}{shown}")
@@ -269,12 +277,54 @@ class TunePolicy:
         return self.template
 
 
-def _parse(text: str, shown: str) -> Template:
-    """A one-file template (the main file), its errors naming `shown` as the file."""
-    try:
-        return parse_template({MAIN_FILE: text})
-    except TemplateError as e:
-        raise TemplateError(e.reason, shown, e.line) from None
+TEMPLATE_FILE_MAX_BYTES = 4 * 1024 * 1024
+
+
+def read_template_files(path: Path, main: str) -> dict[str, str]:
+    """A template's files: a file's text as the problem's main file `main`; a directory's
+    regular files by relative path (hidden ones left out, as a design directory's).
+
+    Raises:
+        ConfigError: a file that cannot be read as UTF-8 text, one over 4 MiB, or an empty
+            directory.
+    """
+    def read(p: Path) -> str:
+        if p.stat().st_size > TEMPLATE_FILE_MAX_BYTES:
+            raise ConfigError(f"--design {p}: over {TEMPLATE_FILE_MAX_BYTES} bytes: a design's files are sources")
+        try:
+            return p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--design {p}: cannot be read ({e})") from e
+
+    if not path.is_dir():
+        return {main: read(path)}
+    files = {p.relative_to(path).as_posix(): read(p) for p in sorted(path.rglob("*"))
+             if p.is_file() and not p.is_symlink() and not any(x.startswith(".") for x in p.relative_to(path).parts)}
+    if not files:
+        raise ConfigError(f"--design {path}: the directory holds no file")
+    return files
+
+
+def reference_template(problem: Problem) -> Template | None:
+    """The template the problem's reference declares (its files as a design, read through the
+    domain's `offline_design`), or None when it declares no parameter.
+
+    Raises:
+        TemplateError: the reference declares parameters that cannot be read.
+    """
+    domain = get_domain(problem.domain)
+    files = text_files(domain.prompts.offline_design(problem), domain.main_file(problem))
+    return parse_template(files) if is_template(files) else None
+
+
+def design_text(files: Mapping[str, str], main: str) -> tuple[str, dict[str, str]]:
+    """A rendered point as `Session.evaluate`'s text and extra files: the main file's text
+    and the others, or, without a main file, the first file under its `FILE_MARKER` line."""
+    rest = dict(files)
+    if main in rest:
+        return rest.pop(main), rest
+    first = min(rest)
+    return f"{FILE_MARKER.format(name=first)}\n{rest.pop(first)}", rest
 
 
 # -- optuna's view of the space ---------------------------------------------------------------------
