@@ -32,7 +32,7 @@ from rich.console import Console  # noqa: E402
 from stratagem.config import environment, load_config  # noqa: E402
 from stratagem.core.design import Design, files_text  # noqa: E402
 from stratagem.domains import load_problem  # noqa: E402
-from stratagem.evaluation.executors import LocalExecutor  # noqa: E402
+from stratagem.evaluation.executors import make_executor  # noqa: E402
 from stratagem.evaluation.service import Evaluator  # noqa: E402
 from stratagem.report.cases import print_cases  # noqa: E402
 
@@ -45,8 +45,8 @@ def design_files(example: Path, rel: str) -> dict[str, str]:
 def evaluate_all(example: Path, designs: list[str], device: str, console: Console) -> list[dict[str, Any]]:
     cfg = load_config(None, {"evaluation": {"device": device, "workers_per_gpu": 1}}).evaluation
     problem = load_problem(example)
-    ex = LocalExecutor.for_devices([device], cfg, environment())
-    evaluator = Evaluator(cfg, ex, device)
+    ex = make_executor(cfg, environment())
+    evaluator = Evaluator(cfg, ex)
     out = []
     for rel in designs:
         t0 = time.monotonic()
@@ -107,7 +107,7 @@ def scripted_search(example: Path, designs: list[str], device: str, runs_dir: Pa
     store.add_problem(problem)
     store.start_run(problem.id, "auto", cfg.model_dump(mode="json"))
     pol = AutoPolicy.from_config(cfg, problem, run_dir / "work", models={"default": FunctionModel(model)})
-    ev = Evaluator(cfg.evaluation, LocalExecutor.for_devices([device], cfg.evaluation, environment()), device)
+    ev = Evaluator(cfg.evaluation, make_executor(cfg.evaluation, environment()))
     t0 = time.monotonic()
     asyncio.run(SearchLoop(cfg, problem, store, ev, pol).run())  # type: ignore[arg-type]
     wall = time.monotonic() - t0
@@ -126,6 +126,55 @@ def scripted_search(example: Path, designs: list[str], device: str, runs_dir: Pa
     return {"wall_s": wall, "designs": rows, "run_dir": str(run_dir), "report": str(report)}
 
 
+def tune_search(example: Path, template: Path, iterations: int, device: str, runs_dir: Path,
+                console: Console) -> dict[str, Any]:
+    """`--policy tune` on the example (issue 27's GPU benchmark): the points tried with their
+    status and speedup, the best point's per-case figures, evaluations spent and wall time."""
+    from stratagem.report.cases import latest_timing
+    from stratagem.search import state as st
+    from stratagem.search.loop import SearchLoop
+    from stratagem.search.policies.registry import TuneSettings, resolved_config
+    from stratagem.search.policies.tune import TAG_PARAMS, TunePolicy, point_text
+    from stratagem.store.sqlite import RunStore
+
+    run_dir = runs_dir / f"{example.name}-tune-{time.strftime('%Y%m%d-%H%M%S')}"
+    problem = load_problem(example)
+    cfg = resolved_config(load_config(None, {
+        "evaluation": {"device": device, "workers_per_gpu": 1},
+        "search": {"policy": "tune", "iterations": iterations, "confirm_top": 0, "run_dir": str(run_dir)},
+        "policies": {"tune": {"design": str(template.resolve())}}}), problem)
+    policy = TunePolicy.from_settings(TuneSettings.model_validate(cfg.policies["tune"]), problem, cfg.search.seed)
+    store = RunStore.open(run_dir)
+    store.add_problem(problem)
+    store.start_run(problem.id, "tune", cfg.model_dump(mode="json"))
+    ev = Evaluator(cfg.evaluation, make_executor(cfg.evaluation, environment()))
+    t0 = time.monotonic()
+    out = asyncio.run(SearchLoop(cfg, problem, store, ev, policy).run())  # type: ignore[arg-type]
+    wall = time.monotonic() - t0
+    views = sorted(st.stored_views(store), key=lambda v: v.created_at)
+    points = [{"design": v.id[:12], "params": v.tags.get(TAG_PARAMS), "status": v.status, "speedup": v.speedup}
+              for v in views if v.tags.get(TAG_PARAMS)]
+    for i, p in enumerate(points, 1):
+        sp = p["speedup"]
+        console.print(f"{i:3d}. {point_text(p['params'])}: {p['status']}{'' if sp is None else f' {sp:.3g}x'}",
+                      highlight=False)
+    measured = [v for v in views if v.tags.get(TAG_PARAMS) and v.status in ("valid", "unstable") and v.speedup]
+    best = max(measured, key=lambda v: v.speedup or 0.0, default=None)
+    if best is not None:
+        timing = latest_timing(store.evaluations(best.id))
+        console.print(f"best point: {point_text(best.tags[TAG_PARAMS])} ({best.status}, {best.speedup_text()})",
+                      highlight=False)
+        if timing:
+            print_cases(console, timing, f"best point {best.id[:12]} per case")
+    evaluations = len(store.evaluations())
+    store.close()
+    console.print(f"tune: {len(points)} points, {evaluations} evaluations (re-timings of a new best included) in "
+                  f"{wall:.0f} s; stop: {out.stop_reason}; run {run_dir}", highlight=False)
+    return {"wall_s": wall, "points": points, "evaluations": evaluations, "run_dir": str(run_dir),
+            "best": None if best is None else {"design": best.id[:12], "params": best.tags[TAG_PARAMS],
+                                               "speedup": best.speedup}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--example", required=True)
@@ -134,6 +183,9 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs-dir", default=str(ROOT / "runs" / "showcase"))
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tune", metavar="DESIGN_DIR", default=None,
+                    help="a templated design (relative to the example) to tune with --policy tune (docs/tune.md)")
+    ap.add_argument("--tune-iterations", metavar="N", type=int, default=12, help="the tune study's evaluation budget")
     args = ap.parse_args()
     console = Console(width=160)
     example = Path(args.example)
@@ -142,6 +194,9 @@ def main() -> None:
         result["evaluations"] = evaluate_all(example, args.designs.split(","), args.device, console)
     if args.search:
         result["search"] = scripted_search(example, args.search.split(","), args.device, Path(args.runs_dir), console)
+    if args.tune:
+        result["tune"] = tune_search(example, example / args.tune, args.tune_iterations, args.device,
+                                     Path(args.runs_dir), console)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1, default=str))
 
