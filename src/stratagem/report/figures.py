@@ -277,3 +277,34 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def tuning_figure(points: Sequence[Any], names: Sequence[str]) -> Any:
+    """A tune study's objective against each parameter: one panel per parameter, every point
+    at its value (categorical values in the order first seen), measured points at their speedup,
+    points that did not pass as red crosses on the axis floor."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
+    measured = [p.speedup for p in points if p.speedup is not None]
+    floor = min([1.0, *measured]) * 0.9
+    for ax, name in zip(axes[0], names, strict=True):
+        values = list(dict.fromkeys(str(p.point.get(name)) for p in points))
+        numeric = all(_is_number(v) for v in values)
+        order = sorted(values, key=float) if numeric else values
+        pos = {v: i for i, v in enumerate(order)}
+        for p in points:
+            x = pos[str(p.point.get(name))]
+            if p.speedup is not None:
+                ax.scatter([x], [p.speedup], color="tab:blue", s=22)
+            else:
+                ax.scatter([x], [floor], color="tab:red", marker="x", s=22)
+        ax.set_xticks(range(len(order)), order, rotation=45 if len(order) > 6 else 0, fontsize=8)
+        ax.set_xlabel(name)
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    axes[0][0].set_ylabel("speedup over the reference")
+    fig.suptitle(f"tuning: {len(points)} points (red: did not pass)")
+    return fig
+
+
+def tuning(points: Sequence[Any], names: Sequence[str]) -> bytes:
+    return _png(tuning_figure(points, names))

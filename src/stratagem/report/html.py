@@ -231,6 +231,34 @@ def _timing(data: RunData, design_id: str) -> dict[str, Any] | None:
     return cases.latest_timing([ev for ev in data.evaluations if ev.design_id == design_id])
 
 
+def _tuning(data: RunData) -> str | None:
+    """The tune study's section: the points tried, the objective against each parameter, the
+    best point, and, in a run where agents wrote designs too, where the best came from."""
+    from stratagem.search.policies.tune import tuning
+
+    t = tuning(data.views)
+    if t is None:
+        return None
+    names = list(dict.fromkeys(n for p in t.points for n in p.point))
+    best_id = t.best.design_id if t.best is not None else None
+    rows = [(i, p.design_id[:12], *(p.point.get(n, "-") for n in names), p.status,
+             f"{p.speedup:.3g}x" + (" (best)" if p.design_id == best_id else "") if p.speedup is not None else "-")
+            for i, p in enumerate(t.points, start=1)]
+    parts = [_table(["#", "design", *names, "status", "speedup"], rows),
+             _img(figures.tuning(t.points, names), "objective against each parameter")]
+    tuned = {p.design_id for p in t.points}
+    others = [v for v in data.views if v.id not in tuned and v.speedup is not None and passed(v)]
+    best = data.best
+    if others and best is not None:
+        top_agent = max(others, key=lambda v: v.speedup or 0.0)
+        src = "the tuner" if best.id in tuned else f"{best.author} (not the tuner)"
+        tuned_best = f"{t.best.speedup:.3g}x" if t.best is not None and t.best.speedup is not None else "none ranked"
+        parts.append(f"<p>The run's best ({html.escape(best.id[:12])}, {html.escape(best.speedup_text())}) came from "
+                     f"{html.escape(src)}. Best tuned point: {tuned_best}; best design written otherwise: "
+                     f"{html.escape(top_agent.id[:12])}, {html.escape(top_agent.speedup_text())}.</p>")
+    return "".join(parts)
+
+
 def _sol(data: RunData, design_id: str) -> str:
     for ev in reversed(data.evaluations):
         if ev.design_id != design_id:
@@ -286,6 +314,7 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
         ("Strategies", _strategies(data)),
         ("Failures and integrity rejections", _failures(data)),
         ("The best design", _best(data)),
+        *([("Tuning", tuned)] if (tuned := _tuning(data)) is not None else []),
         ("Lineage", _img(figures.lineage(views, best.id if best else None), "lineage") if views else "-"),
     ]
     if analyses:

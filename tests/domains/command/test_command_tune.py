@@ -130,6 +130,13 @@ def test_tune_finds_the_known_optimum_and_resumes(problem_dir: Path, cpu_config:
     measured = [v for v in views if v.status in MEASURED and v.speedup is not None]
     best = max(measured, key=lambda v: v.speedup or 0.0).tags[TAG_PARAMS]
     assert best["ACC"] == "unsigned long long" and best["BLOCK"] in (16, 32, 64), best
+    # the report shows the study: every point, and the objective against each parameter
+    from stratagem.report.html import build_report
+
+    page = build_report(run_dir, analyses=False)
+    section = page[page.index('<h2 id="tuning">'):]
+    assert section.count("<tr>") == 9 and "objective against each parameter" in section  # a header and 8 points
+    assert all(f"<th>{n}</th>" in section for n in ("BLOCK", "GROUP", "ACC"))
 
 
 def test_the_cli_tunes_a_design_directory(problem_dir: Path, tmp_path: Path,
