@@ -247,9 +247,6 @@ class CommandDomain:
     def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
         return []  # the reference is timed beside each design, in its worker
 
-    def baseline_settings(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        return {}
-
     def measure(self, verdict: Verdict) -> Measured | None:
         r = verdict.result("timing")
         if r is None or r.outcome != "passed":
