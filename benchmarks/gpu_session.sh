@@ -7,6 +7,10 @@
 #     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
 #     --platform manylinux2014_x86_64 -d .whl pydantic==2.14.4 pydantic_core==2.50.5 \
 #     annotated-types==0.8.0 typing-inspection==0.4.5 typing_extensions==4.16.0
+# For the agents' code (scripted searches: benchmarks/showcase.py), the tuner and the command
+# examples' checks, add --platform any and (with their dependencies, then remove numpy, which
+# the machine has): pydantic-ai-slim==2.68.0 openai==3.57.0 jiter==0.19.0 sniffio==1.3.1
+# optuna==5.0.0 scipy==1.17.1 (about 50 MB; carry stays under 64 MiB with .kb's level folders).
 #
 # Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise [--only a,b]
 # STEP_S (default 560) is each step's timeout: lower it to run two steps in one command.
