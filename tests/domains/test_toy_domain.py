@@ -102,3 +102,29 @@ def test_a_design_of_several_files_is_stored_and_judged_whole(toy_domain, tmp_pa
     assert good.status == "valid" and bad.status == "invalid" and good.design_id != bad.design_id
     rec = store.design(good.design_id)
     assert rec is not None and set(rec.files) == {"candidate.py", "helper.py"}
+
+
+def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, tmp_path) -> None:
+    """The worker module is the domain's to name (`ToyDomain.worker_module`, a module outside
+    `stratagem`): the parent writes it into the request, and the sandboxed worker entry point
+    runs it without loading the domain registry or pydantic."""
+    from stratagem.config import EvaluationConfig, environment
+    from stratagem.core.design import Design
+    from stratagem.core.graph import ValidatorSpec
+    from stratagem.evaluation.sandbox import SandboxSettings, run_worker
+    from stratagem.worker_api.protocol import EvalResponse
+
+    problem = domains.load_problem(PROBLEM)
+    domain = domains.get_domain(problem.domain)
+    here = str(Path(__file__).resolve().parent)  # where toy_worker.py is
+    settings = SandboxSettings(timeout_s=60, base_env={**environment(), "PYTHONPATH": here}, tmp_root=tmp_path)
+    for fixture, outcome in (("closed_form.py", "passed"), ("off_by_one.py", "failed")):
+        design = Design.from_source((FIX / fixture).read_text())
+        req = domain.build_request(problem, design, [ValidatorSpec("check", (), "worker")], EvaluationConfig())
+        assert req.worker_module == "toy_worker" and req.judge_module is None
+        ran = asyncio.run(run_worker(req.model_dump_json(), settings))
+        assert ran.returncode == 0 and ran.response_text is not None, ran.stderr_tail
+        response = EvalResponse.model_validate_json(ran.response_text)
+        assert response.request_id == req.request_id
+        assert [(r.name, r.outcome) for r in response.results] == [("check", outcome)]
+        assert response.environment == {"worker_module": "toy_worker", "pydantic_loaded": False}

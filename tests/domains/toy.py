@@ -73,6 +73,11 @@ def _stats(samples: list[float]) -> dict[str, Any]:
 
 class ToyDomain:
     name = "toy"
+    worker_module = "toy_worker"
+    """Not under `stratagem.domains`: the worker entry point runs whatever module the domain
+    declares (`toy_worker.py`, beside this file; its validators all run in the parent, so only
+    a test that asks for a worker stage reaches it)."""
+    judge_module: str | None = None
     objective = Objective("runtime", "ms", "minimize")
     peaks_version = 0
     baseline_graph: tuple[ValidatorSpec, ...] = ()
@@ -142,6 +147,7 @@ class ToyDomain:
                       seeds: Sequence[int] | None = None, confirm: Sequence[Any] = (),
                       confirm_order: Sequence[str] = ()) -> EvalRequest:
         return EvalRequest(request_id=uuid.uuid4().hex, domain=self.name, device="cpu",
+                           worker_module=self.worker_module, judge_module=self.judge_module,
                            stages=[StageSpec(name=s.name) for s in stages],
                            problem=SourceFile(name=problem.name, source=problem.source),
                            files=dict(design.files) if design else {})

@@ -91,6 +91,16 @@ class Domain(Protocol):
 
     name: str
     """The registry key, and `Problem.domain` of its problems."""
+    worker_module: str
+    """The module whose `run_request(request, workdir, emit, record_dir=)` runs the domain's
+    worker stages in the sandbox: its `build_request` writes the name into the request and the
+    worker entry point (`python -m stratagem.evaluation.worker`) imports it, so the module may
+    import only what a GPU machine has (the standard library, the domain's own libraries; no
+    pydantic)."""
+    judge_module: str | None
+    """The module whose `run_judge(request, go, record_dir, workdir, emit)` confirms a worker's
+    recorded outputs (`python -P -m stratagem.evaluation.judge`), named in the request the same
+    way; None: the domain has no judge and never asks for one."""
     objective: Objective
     """What its measurements optimise (PyTorch: runtime in ms, lower is better)."""
     peaks_version: int

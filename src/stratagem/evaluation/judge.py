@@ -6,7 +6,8 @@ request; GO the file the parent writes once the worker has ended ({nonce, claims
 worker's response, untrusted); RECORD the directory of candidate outputs the worker
 recorded. Writes {request_id, nonce, ok, failures, checked, notes} to RESPONSE atomically and
 the same phase events as a worker to PROGRESS. Imports only the standard library and the
-domain's judge module.
+domain's judge module, the one the request names (`judge_module`: the domain declares it,
+`Domain.judge_module`, and the parent writes it into the request).
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from pathlib import Path
 
 from stratagem.evaluation.worker import progress_emitter, write_json_atomic
 
-JUDGE_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.judge"}
-
 
 def main(argv: list[str]) -> int:
     if len(argv) != 5:
@@ -28,8 +27,11 @@ def main(argv: list[str]) -> int:
         return 2
     request_path, go_path, record_dir, response_path, progress_path = (Path(a) for a in argv)
     request = json.loads(request_path.read_text(encoding="utf-8"))
+    if not request.get("judge_module"):
+        print(f"domain {request.get('domain')!r} names no judge module", file=sys.stderr)
+        return 3
     emit, close = progress_emitter(progress_path)
-    module = importlib.import_module(JUDGE_MODULES[request["domain"]])
+    module = importlib.import_module(str(request["judge_module"]))
     body = module.run_judge(request, go_path, record_dir, Path.cwd(), emit)
     write_json_atomic(response_path, {"request_id": request["request_id"], **body})
     close()

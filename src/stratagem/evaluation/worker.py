@@ -3,8 +3,11 @@
 Runs in the sandbox, in a fresh process. Reads one request (plain JSON), runs the domain's
 worker stages, appends one JSON line per stage event to PROGRESS (so a crash mid-way still
 leaves the finished stages' results), and writes the response JSON to RESPONSE atomically.
-Imports only the standard library and the domain's worker modules (torch, numpy, triton):
-GPU machines may have nothing else.
+The domain's worker module is the one the request names (`worker_module`: the domain declares
+it, `Domain.worker_module`, and the parent writes it into the request), so no domain is named
+here and the domain registry, which needs pydantic, is never loaded. Imports only the standard
+library and that module (with what it imports: torch, numpy, triton for PyTorch): GPU machines
+may have nothing else.
 """
 
 from __future__ import annotations
@@ -18,26 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PROTOCOL_VERSION = 2
-"""Of the request (an envelope since 2); the response is still protocol 1."""
+PROTOCOL_VERSION = 3
+"""Of the request (an envelope since 2, naming its worker and judge modules since 3); the
+response is still protocol 1."""
 RESPONSE_PROTOCOL = 1
-WORKER_MODULES = {"pytorch": "stratagem.domains.pytorch.worker.stages"}
-"""Domain name -> its worker module (`run_request`), where it is not at the conventional place
-(`worker_module`); a domain without a judge never asks for one."""
-
-
-def worker_module(domain: str) -> str:
-    """The module whose `run_request` runs `domain`'s stages: `stratagem.domains.<domain>.worker`
-    unless `WORKER_MODULES` names another, so a domain plugs in without a line here.
-
-    Raises:
-        ValueError: a domain name that is not an identifier.
-    """
-    if domain in WORKER_MODULES:
-        return WORKER_MODULES[domain]
-    if not domain.isidentifier():
-        raise ValueError(f"not a domain name: {domain!r}")
-    return f"stratagem.domains.{domain}.worker"
 
 
 def progress_emitter(path: Path) -> tuple[Callable[[str, dict[str, Any]], None], Callable[[], None]]:
@@ -68,7 +55,7 @@ def main(argv: list[str]) -> int:
         print(f"protocol mismatch: {request.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return 3
     emit, close = progress_emitter(progress_path)
-    module = importlib.import_module(worker_module(str(request["domain"])))
+    module = importlib.import_module(str(request["worker_module"]))
     # the candidate outputs the judge checks (evaluation/judge.py), beside the response
     body = module.run_request(request, Path.cwd(), emit, record_dir=response_path.parent / "record")
     write_json_atomic(response_path, {"protocol": RESPONSE_PROTOCOL, "request_id": request["request_id"], **body})

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stratagem.core.verdict import FailureKind, Outcome, ValidatorResult
 
-PROTOCOL_VERSION = 2
-"""2: the request is an envelope; what a domain needs travels in its `payload`."""
+PROTOCOL_VERSION = 3
+"""2: the request is an envelope; what a domain needs travels in its `payload`. 3: it names the
+domain's worker and judge modules (`worker_module`, `judge_module`)."""
 
 
 class StageSpec(BaseModel):
@@ -31,14 +32,21 @@ class SourceFile(BaseModel):
 
 class EvalRequest(BaseModel):
     """Everything a worker needs, as an envelope: what every domain shares (ids, stages, the
-    problem, the design's files, where to run, the lock, the judge) and the domain's own
-    `payload`, which the domain builds and validates (`domains/<name>/`). Plain JSON, no
-    pickles."""
+    problem, the design's files, where to run, the lock, the judge, the modules that run them)
+    and the domain's own `payload`, which the domain builds and validates (`domains/<name>/`).
+    Plain JSON, no pickles."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    protocol: Literal[2] = PROTOCOL_VERSION
+    protocol: Literal[3] = PROTOCOL_VERSION
     request_id: str
     domain: str
+    worker_module: str
+    """The domain's worker module (`Domain.worker_module`), which the worker entry point
+    (`evaluation/worker.py`) imports by this name: resolved in the parent, so the worker never
+    loads the domain registry (nor pydantic)."""
+    judge_module: str | None = None
+    """The domain's judge module (`Domain.judge_module`), which the judge entry point
+    (`evaluation/judge.py`) imports; None: the domain has no judge (`judge` stays false)."""
     stages: list[StageSpec]
     problem: SourceFile
     files: dict[str, str] = Field(default_factory=dict)
@@ -62,6 +70,12 @@ class EvalRequest(BaseModel):
     candidate code) confirm them after the worker ends (evaluation/judge.py)."""
     payload: dict[str, Any] = Field(default_factory=dict)
     """The domain's own fields (seeds, tolerances, timing settings, ...)."""
+
+    @model_validator(mode="after")
+    def _judge_named(self) -> EvalRequest:
+        if self.judge and not self.judge_module:
+            raise ValueError(f"the request asks for a judge, but domain {self.domain!r} names no judge module")
+        return self
 
 
 class ResultModel(BaseModel):

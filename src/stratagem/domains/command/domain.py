@@ -137,6 +137,8 @@ class CommandDomain:
     """The command domain behind the `Domain` protocol (`domains/base.py`)."""
 
     name = NAME
+    worker_module = "stratagem.domains.command.worker"
+    judge_module: str | None = None
     reference_label = "the reference"
     """What a design's speedup is over, in the views."""
     objective = Objective("runtime", "ms", "minimize")
@@ -196,6 +198,7 @@ class CommandDomain:
         names = {s.name for s in stages}
         return EvalRequest(
             request_id=uuid.uuid4().hex, domain=NAME,
+            worker_module=self.worker_module, judge_module=self.judge_module,
             stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
             problem=SourceFile(name=problem.name, source=problem.source),
             files=dict(design.files) if design is not None else {},

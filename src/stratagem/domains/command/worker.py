@@ -1,7 +1,8 @@
-"""Owns the command domain's worker stages (`python -m stratagem.evaluation.worker` finds this
-module by the request's domain): `build` (the reference and the design built in separate
-directories, fixed files verified by hash, the design's binaries checked for forbidden
-dependencies; the harness's baselines built beside them, exempt from `[forbid]`),
+"""Owns the command domain's worker stages (`python -m stratagem.evaluation.worker` imports this
+module by the request's `worker_module`: `CommandDomain.worker_module`): `build` (the reference
+and the design built in separate directories, fixed files verified by hash, the design's
+binaries checked for forbidden dependencies; the harness's baselines built beside them, exempt
+from `[forbid]`),
 `correctness` (both run on the same hidden inputs, outputs compared; a problem that needs a GPU
 stops here on the CPU) and `timing` (`timing.py`); the stage driver and `run_request`.
 Standard library only."""

@@ -39,6 +39,10 @@ from stratagem.errors import ProblemError
 from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
+WORKER_MODULE = "stratagem.domains.pytorch.worker.stages"
+"""The worker's stages (`run_request`), run in the sandbox (`Domain.worker_module`)."""
+JUDGE_MODULE = "stratagem.domains.pytorch.worker.judge"
+"""The judge (`run_judge`), run in the sandbox beside the worker (`Domain.judge_module`)."""
 __all__ = ["PEAKS_VERSION"]  # re-exported: the evaluator checks the version of cached peaks
 
 DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
@@ -383,6 +387,8 @@ def build_request(
     return EvalRequest(
         request_id=uuid.uuid4().hex,
         domain=NAME,
+        worker_module=WORKER_MODULE,
+        judge_module=JUDGE_MODULE,
         stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in {x.name for x in stages}])
                 for s in stages],
         problem=SourceFile(name=problem.name, source=problem.source),
@@ -546,6 +552,8 @@ class PyTorchDomain:
     """What a design's speedup is over, in the views."""
 
     name = NAME
+    worker_module = WORKER_MODULE
+    judge_module: str | None = JUDGE_MODULE
     objective = Objective("runtime", "ms", "minimize")
     peaks_version = PEAKS_VERSION
     baseline_graph = BASELINE_GRAPH
