@@ -94,9 +94,9 @@ def test_a_cached_baseline_holds_for_the_same_torch_however_the_build_is_spelled
 
 
 def test_baseline_cache_keys_are_the_domains_rules_and_unchanged() -> None:
-    """The evaluator's cache key is made of the domain's rules (version, the environment's
-    fields it names, settings); for PyTorch it is the key the cache used before the rules moved
-    into the domain, so baselines cached then are still found."""
+    """The evaluator's cache key is made of where the worker measured it (its host and
+    physical device: two machines never share a baseline) and the domain's rules (version, the
+    environment's fields it names, settings)."""
     import hashlib
     import json
 
@@ -104,11 +104,15 @@ def test_baseline_cache_keys_are_the_domains_rules_and_unchanged() -> None:
     from stratagem.evaluation.baselines import baseline_key, slot_key
 
     rules = PyTorchBaselines({"warmup_ms": 25.0}, installed=None)
-    env = {"device_name": "H200", "device": "cuda", "torch": "2.11.0", "cuda": "13.0", "threads": 8, "host": "x"}
-    before = {"protocol": TIMING_PROTOCOL, "problem": "p1", "device_name": "H200", "device": "cuda",
+    env = {"device_name": "H200", "device": "cuda", "torch": "2.11.0", "cuda": "13.0", "threads": 8, "host": "x",
+           "physical_device": "cuda:0"}
+    before = {"protocol": TIMING_PROTOCOL, "problem": "p1", "host": "x", "physical_device": "cuda:0",
+              "device_name": "H200", "device": "cuda",
               "torch": "2.11.0", "cuda": "13.0", "threads": 8, "modes": ["compile", "eager"],
               "timing": {"warmup_ms": 25.0}}
     expect = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:32]
     assert baseline_key(rules, "p1", env, ["eager", "compile"]) == expect
     assert baseline_key(rules, "p1", {**env, "torch": "2.10.0"}, ["eager", "compile"]) != expect
+    assert baseline_key(rules, "p1", {**env, "host": "y"}, ["eager", "compile"]) != expect
+    assert baseline_key(rules, "p1", {**env, "physical_device": "cuda:1"}, ["eager", "compile"]) != expect
     assert slot_key(rules, "p1", "host", "cuda:0", ["eager"]).startswith("latest-")

@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from stratagem.config import EvaluationConfig, environment
+from stratagem.config import EvaluationConfig, cache_dir, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
@@ -75,14 +75,20 @@ _CALIBRATION_PROBLEM = (
 
 def calibrate_device(cfg: EvaluationConfig) -> tuple[dict[str, Any] | None, Path]:
     """Measure this device's peaks again (bandwidth, matmul rates per math mode) and replace
-    the cached ones; returns them (None if the calibration failed) and where they live."""
+    the cached ones; returns them (None if the calibration failed) and where they live (under
+    the host and device of the worker that measured them)."""
     evaluator = make_evaluator(cfg)
     problem = parse_problem(_CALIBRATION_PROBLEM, name="calibration")
 
     async def go() -> dict[str, Any] | None:
         return await evaluator.device_peaks(problem, refresh=True)
 
-    return asyncio.run(go()), evaluator.peaks_path()
+    peaks = asyncio.run(go())
+    env = (peaks or {}).get("environment") or {}
+    host = str(env.get("host") or "") or evaluator.executor.host()  # where the worker measured them
+    if host is None:  # a remote worker failed to calibrate: no machine to name
+        return None, cache_dir(cfg) / "peaks"
+    return peaks, evaluator.peaks_path(str(env.get("physical_device") or "") or None, host)
 
 
 def audit_file(

@@ -1,8 +1,9 @@
 """Owns the reference-baseline cache: a domain's baseline timings per problem, hardware and
 what else its `BaselineRules` (`domains/base.py`) say they hold for.
 
-Key: the rules' version, the problem's content hash, the worker environment's part the rules
-name, the modes and the rules' settings. One JSON file per key under `<cache_dir>/baselines/`
+Key: the rules' version, the problem's content hash, where it was measured (the worker's host
+and physical device, never the parent's), the worker environment's part the rules name, the
+modes and the rules' settings: two machines, or two GPUs of one, never share a baseline. One JSON file per key under `<cache_dir>/baselines/`
 (`BaselineCache` also keeps the reference facts, under `<cache_dir>/reference_facts/`).
 """
 
@@ -19,10 +20,13 @@ from stratagem.domains.base import BaselineRules
 
 
 def baseline_key(rules: BaselineRules, problem_id: str, environment: Mapping[str, Any], modes: Sequence[str]) -> str:
-    """The key of a baseline measured in `environment` (a worker's)."""
+    """The key of a baseline measured in `environment` (a worker's, with the `host` and
+    `physical_device` of the slot it ran in)."""
     parts = {
         "protocol": rules.version,
         "problem": problem_id,
+        "host": environment.get("host"),
+        "physical_device": environment.get("physical_device"),
         **rules.identity(environment),
         "modes": sorted(modes),
         "timing": dict(sorted(rules.settings.items())),
@@ -32,7 +36,8 @@ def baseline_key(rules: BaselineRules, problem_id: str, environment: Mapping[str
 
 def slot_key(rules: BaselineRules, problem_id: str, host: str, device: str, modes: Sequence[str]) -> str:
     """What the parent knows before any worker ran (not the worker's environment): the key
-    of the pointer to the latest baseline measured for this problem on this host and device."""
+    of the pointer to the latest baseline measured for this problem on machine `host` and
+    physical `device` (`host` `*`: on any machine, for executors whose workers are elsewhere)."""
     parts = {"protocol": rules.version, "problem": problem_id, "host": host, "device": device,
              "modes": sorted(modes), "timing": dict(sorted(rules.settings.items()))}
     return "latest-" + hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]

@@ -44,6 +44,11 @@ class Executor(Protocol):
         """The physical devices of its slots, in slot order, each once."""
         ...
 
+    def host(self) -> str | None:
+        """The machine every slot is on, when that is known before a request runs (the local
+        executor's: this one); None when workers elsewhere take the requests (queue, Ray)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -135,6 +140,10 @@ class LocalExecutor:
 
     def devices(self) -> list[str]:
         return list(dict.fromkeys(s.physical for s in self.slots))
+
+    def host(self) -> str | None:
+        hosts = {s.host for s in self.slots}
+        return hosts.pop() if len(hosts) == 1 else None
 
     def _pool(self) -> tuple[list[Slot], asyncio.Condition]:
         loop = asyncio.get_running_loop()

@@ -78,6 +78,10 @@ class QueueExecutor:
         """The device kind the workers serve (`cpu` or `cuda`): the hosts are elsewhere."""
         return [self._device]
 
+    def host(self) -> str | None:
+        """Unknown before a worker answers: whichever worker claims a request runs it."""
+        return None
+
     async def submit(
         self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None, device: str | None = None,

@@ -53,10 +53,14 @@ def import_ray() -> Any:
 class NodeRunner:
     """The actor's body (made a Ray actor by `_actor_class`): a local executor on its node."""
 
-    def __init__(self, cfg_json: str, device: str) -> None:
+    def __init__(self, cfg_json: str, device: str, driver_host: str | None = None) -> None:
         from stratagem.evaluation.executors import LocalExecutor, resolve_device
 
         cfg = EvaluationConfig.model_validate_json(cfg_json)
+        if driver_host is not None and driver_host != (platform.node() or "host"):
+            # the driver's cache folder is the driver's: a node elsewhere keeps its compile
+            # caches and locks under its own (STRATAGEM_CACHE_DIR, else ~/.cache/stratagem)
+            cfg = cfg.model_copy(update={"cache_dir": None})
         env = environment()  # the node's own: Ray set CUDA_VISIBLE_DEVICES for a GPU runner
         self.executor = LocalExecutor.for_devices(resolve_device(device, env), cfg, env)
 
@@ -130,13 +134,18 @@ class RayExecutor:
         if opts.get("spread"):
             extra["scheduling_strategy"] = "SPREAD"
         handle = self._cls.options(num_cpus=opts["num_cpus"], num_gpus=opts.get("num_gpus", 0), **extra).remote(
-            self._cfg.model_dump_json(), opts["device"])
+            self._cfg.model_dump_json(), opts["device"], platform.node() or "host")
         info = ray.get(handle.info.remote())
         return _Runner(handle, opts, str(info["host"]), list(info["devices"]), int(info["capacity"]),
                        pid=int(info["pid"]))
 
     def devices(self) -> list[str]:
         return list(dict.fromkeys(d for r in self._runners for d in r.devices))
+
+    def host(self) -> str | None:
+        """Unknown before a runner answers: a request goes to the runner with the most free
+        slots, and a lost runner is replaced wherever Ray places it."""
+        return None
 
     def runners(self) -> list[dict[str, Any]]:
         """Where the runners are: host, process, devices, capacity, busy slots, losses."""

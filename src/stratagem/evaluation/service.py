@@ -8,6 +8,13 @@ ratio that the baseline worker (which never loads a design) measured paired as w
 design/mode = (reference/design) / (reference/mode). Baselines are cached per problem,
 hardware and what the domain's `BaselineRules` say they hold for; a search measures them
 afresh once per invocation. See docs/timing.md.
+
+Baselines and device peaks are kept per machine and device where a worker measured them (the
+slot's host and physical device), never under the parent's host name: before a request runs
+they are looked up for the executor's host when it knows it (local), else for any host (queue,
+Ray: there only to fit the run limit), and a baseline found or measured for a design is checked
+against the slot its worker reports; one of another machine or device, or an unstable cached
+one, is replaced by that slot's own (looked up by its key, else measured).
 """
 
 from __future__ import annotations
@@ -16,7 +23,6 @@ import asyncio
 import functools
 import json
 import os
-import platform
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +45,10 @@ from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.progress import owned, stage_events
 from stratagem.store.records import EvaluationRecord, MeasurementRecord
 from stratagem.worker_api.protocol import EvalRequest
+
+ANY_HOST = "*"
+"""The host of the baseline pointer an executor whose workers are elsewhere reads before a
+request runs (whichever machine measured last); the worker's answer then decides."""
 
 REFERENCE_MODE = "eager"
 """The record name of the reference timed as written, the first of a domain's baseline modes
@@ -273,7 +283,7 @@ class Evaluator:
         """The first device: what `baseline`, `audit` and `calibrate` run on when not told."""
         self.cache = BaselineCache(cache_dir(cfg) / "baselines")
         self._peaks: dict[str, dict[str, Any]] = {}
-        """Calibrated peaks per physical device (as loaded or measured by this evaluator)."""
+        """Calibrated peaks per `host/device` (as loaded or measured by this evaluator)."""
         self.facts = BaselineCache(cache_dir(cfg) / "reference_facts")
         """What a worker measured of the reference alone (the domain says what), per problem:
         kept so that no later evaluation measures it again (PyTorch: its FLOP count, which
@@ -295,6 +305,9 @@ class Evaluator:
         worker's, the parent's, and `calibrating` while the device's peaks are measured)."""
         stage = on_stage or (lambda _name: None)
         t0 = time.monotonic()
+        given = baseline
+        """The caller's baseline (a search's), attached as it is; one found or measured here
+        is kept only if it is the own of the slot the design's worker reports."""
         domain = get_domain(problem.domain)
         graph = domain.validator_graph(problem, self.cfg)
         run = GraphRun(graph, batch_placement="worker")
@@ -311,6 +324,8 @@ class Evaluator:
         ran_on = self.physical_device
         """The physical device of the slot the worker ran in (the parent-side steps after it,
         the roofline above all, use that device's identity)."""
+        ran_host = self.executor.host()
+        """The machine of that slot (None before a remote worker answered)."""
         while (step := run.next_step()) is not None:
             if step.kind == "inline":
                 spec = step.specs[0]
@@ -318,9 +333,9 @@ class Evaluator:
                 s0 = time.monotonic()
                 earlier = {r.name: r for r in run.results}
                 if domain.needs_peaks(spec.name):
-                    if ran_on not in self._peaks and not self.peaks_path(ran_on).exists():
+                    if not self._peaks_known(ran_on, ran_host):
                         stage("calibrating the device's peaks (once per machine)")
-                    r = await self._with_peaks(spec.name, problem, design, earlier, ran_on)
+                    r = await self._with_peaks(spec.name, problem, design, earlier, ran_on, ran_host)
                 else:
                     r = domain.run_parent_validator(spec.name, problem, design, self.cfg, earlier, None, ran_on)
                 run.record([_with_duration(r, time.monotonic() - s0)])
@@ -346,7 +361,7 @@ class Evaluator:
                 if again is not None:
                     req, limit, slot, sr = again
                     seeds = domain.request_seeds(req)
-            ran_on = slot.physical
+            ran_on, ran_host = slot.physical, slot.host
             out = interpret(step.specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
             results = out.results
             if facts is not None:
@@ -365,6 +380,8 @@ class Evaluator:
             }
         if pending is not None:
             baseline = await pending
+        if baseline is not None and baseline is not given and not _own(baseline, environment):
+            baseline = None  # another machine's or device's, or unstable: this slot's own is looked up (or measured) below
         verdict = Verdict(run.results)
         if baseline is None and with_baseline and verdict.status == "valid" and domain.measure(verdict) is not None:
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
@@ -390,7 +407,6 @@ class Evaluator:
         rules = domain.baseline_rules(problem, self.cfg) if modes else None
         if rules is None:  # the domain measures its reference beside each design only
             return Baseline(problem.id, {}, {}, False, Verdict(()))
-        slot = slot_key(rules, problem.id, platform.node(), self.physical_device, modes)
         earlier = self._cached_entry(problem, environment)
         if earlier is not None and not refresh and not _unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
@@ -398,7 +414,8 @@ class Evaluator:
         limit = max(domain.timeout_s(problem, self.cfg, timeout_s), rules.min_limit_s)
         expect = ((earlier or {}).get("modes") or {}).get(REFERENCE_MODE, {}).get("median_ms")
         verdict, measured_env = await self._run_reference_graph(
-            problem, domain.baseline_graph, limit, compile_limit_s=max(self.cfg.compile_timeout_s, limit),
+            problem, domain.baseline_graph, limit, device=self._baseline_device(environment),
+            compile_limit_s=max(self.cfg.compile_timeout_s, limit),
             baselines=modes,
             seeds=[domain.new_seed() for _ in range(rules.check_trials)],
             reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
@@ -412,7 +429,10 @@ class Evaluator:
         modes_out = {str(k): dict(v) for k, v in found.items()}
         key = baseline_key(rules, problem.id, measured_env, modes)
         self.cache.put(key, {"problem": problem.name, "modes": modes_out, "environment": measured_env})
-        self.cache.put(slot, {"points_to": key})
+        where = str(measured_env.get("host") or ""), str(measured_env.get("physical_device") or "")
+        self.cache.put(slot_key(rules, problem.id, *where, modes), {"points_to": key})
+        if self.executor.host() is None:  # where the next request runs is not known before it does
+            self.cache.put(slot_key(rules, problem.id, ANY_HOST, self.physical_device, modes), {"points_to": key})
         return Baseline(problem.id, modes_out, measured_env, False, verdict)
 
     def _run_limit(self, problem: Problem, baseline: Baseline | None, wanted: bool, refresh: bool,
@@ -421,7 +441,7 @@ class Evaluator:
         measuring it beside the worker when it must be measured, and the run limit."""
         pending = None
         if wanted:
-            baseline = self.cached_baseline(problem) if not refresh else None
+            baseline = None if refresh else self.cached_baseline(problem) or self._provisional_baseline(problem)
             if baseline is None:  # measured beside the design's worker, not before it
                 pending = asyncio.create_task(self.baseline(problem, timeout_s=timeout_s, refresh=True))
         ms = baseline.median_ms(REFERENCE_MODE) if baseline is not None else None
@@ -443,10 +463,19 @@ class Evaluator:
         slot, sr = await self.executor.submit(req, fitted, self.cfg.compile_timeout_s, on_event)
         return req, fitted, slot, sr
 
+    def _baseline_device(self, environment: Mapping[str, Any] | None) -> str:
+        """The physical device a baseline is measured on: the one the design's worker ran on
+        (`environment`) when this executor's slots are all on one known machine, else the first."""
+        dev = str((environment or {}).get("physical_device") or "")
+        if dev and self.executor.host() is not None and dev in self.executor.devices():
+            return dev
+        return self.physical_device
+
     def _cached_entry(self, problem: Problem, environment: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-        """The cached baseline of `problem` here: the one measured in `environment` (a worker's),
-        else the latest measured on this host and device, if it holds for the software
-        installed here (the domain's rules decide)."""
+        """The cached baseline of `problem` here: the one measured in `environment` (a worker's:
+        its host and physical device are part of the key), else the latest measured on the
+        executor's host and first device (on any host when the workers are elsewhere), if it
+        holds for the software installed here (the domain's rules decide)."""
         domain = get_domain(problem.domain)
         modes = domain.baselines(self.cfg, self.on_gpu)
         rules = domain.baseline_rules(problem, self.cfg) if modes else None
@@ -454,7 +483,8 @@ class Evaluator:
             return None
         if environment:
             return self.cache.get(baseline_key(rules, problem.id, environment, modes))
-        earlier = self.cache.latest(slot_key(rules, problem.id, platform.node(), self.physical_device, modes))
+        host = self.executor.host() or ANY_HOST
+        earlier = self.cache.latest(slot_key(rules, problem.id, host, self.physical_device, modes))
         if earlier is not None and not rules.holds(mapping(earlier.get("environment"))):
             return None
         return earlier
@@ -469,20 +499,33 @@ class Evaluator:
             return None
         return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
 
+    def _provisional_baseline(self, problem: Problem) -> Baseline | None:
+        """For an executor whose workers are elsewhere: the latest baseline measured on any
+        machine, even an unstable one, to fit the run limit only. Where the design's worker ran
+        is not known yet, so another machine's instability says nothing of that one's cached
+        baseline: once the worker reports, its slot's own replaces this one (looked up by its
+        key, measured only when it is missing or unstable)."""
+        if self.executor.host() is not None:
+            return None
+        earlier = self._cached_entry(problem)
+        if earlier is None:
+            return None
+        return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
+
     async def _with_peaks(self, name: str, problem: Problem, design: Design, earlier: Mapping[str, ValidatorResult],
-                          device: str) -> ValidatorResult:
+                          device: str, host: str | None) -> ValidatorResult:
         """A parent validator that reads the device's peaks (PyTorch: the roofline), with a
         guard on the calibration: the reference is honest by definition, so a floor it beats
         proves the peaks too low (a calibration on a loaded machine, say). They are measured
         again once; if the reference still beats the new floor, the check is skipped with a
         note rather than rejecting honest designs."""
         domain = get_domain(problem.domain)
-        peaks = await self.device_peaks(problem, device=device)
+        peaks = await self.device_peaks(problem, device=device, host=host)
         r = domain.run_parent_validator(name, problem, design, self.cfg, earlier, peaks, device)
         beaten = domain.reference_beats_floor(earlier, r)
         if beaten is None:
             return r
-        peaks = await self.device_peaks(problem, refresh=True, device=device)
+        peaks = await self.device_peaks(problem, refresh=True, device=device, host=host)
         r = domain.run_parent_validator(name, problem, design, self.cfg, earlier, peaks, device)
         again = domain.reference_beats_floor(earlier, r)
         if again is None:
@@ -491,8 +534,9 @@ class Evaluator:
         raised = domain.demonstrated_peaks(earlier, r, peaks) if peaks is not None else None
         if raised is not None:  # kept: later evaluations start from them and calibrate no more
             r = domain.run_parent_validator(name, problem, design, self.cfg, earlier, raised, device)
-            if domain.reference_beats_floor(earlier, r) is None:
-                self._save_peaks(device, raised)
+            where = host or self.executor.host()
+            if domain.reference_beats_floor(earlier, r) is None and where is not None:
+                self._save_peaks(where, device, raised)
                 return ValidatorResult(r.name, r.outcome, r.reason, r.kind, {
                     **r.details, "recalibrated": f"the calibrated peaks were too low ({again}): raised to what "
                     "the reference was measured doing"})
@@ -500,24 +544,41 @@ class Evaluator:
             **r.details, "checked": False,
             "note": f"not checked: the device calibration is unreliable here ({again}); run `stratagem calibrate`"})
 
-    def peaks_path(self, device: str | None = None) -> Path:
-        """Where the calibrated peaks of `device` (default: the first) on this host are kept."""
+    def peaks_path(self, device: str | None = None, host: str | None = None) -> Path:
+        """Where the calibrated peaks of `device` (default: the first) on machine `host`
+        (default: the executor's) are kept.
+
+        Raises:
+            HarnessError: no host given, and the executor's workers are elsewhere.
+        """
         dev = device or self.physical_device
-        return cache_dir(self.cfg) / "peaks" / f"{platform.node()}-{dev.replace(':', '')}.json"
+        where = host or self.executor.host()
+        if where is None:
+            raise HarnessError("the peaks of a remote worker's device are kept under its host: name the host")
+        return cache_dir(self.cfg) / "peaks" / f"{where}-{dev.replace(':', '')}.json"
+
+    def _peaks_known(self, device: str, host: str | None) -> bool:
+        """Whether the peaks of `device` on `host` are loaded or cached (no calibration waits)."""
+        if host is None:
+            return False
+        return f"{host}/{device}" in self._peaks or self.peaks_path(device, host).exists()
 
     async def device_peaks(self, problem: Problem, *, refresh: bool = False,
-                           device: str | None = None) -> dict[str, Any] | None:
-        """Calibrated bandwidth and matmul rates of `device` (default: the first), measured
-        there (cached on disk per device; `refresh` measures again and replaces the file)."""
+                           device: str | None = None, host: str | None = None) -> dict[str, Any] | None:
+        """Calibrated bandwidth and matmul rates of `device` (default: the first) on machine
+        `host` (default: the executor's), measured there (cached on disk per host and device;
+        `refresh` measures again and replaces the file). Peaks a worker of another machine
+        measured (a remote executor chose it) are kept for that machine and None is returned:
+        one machine's peaks never stand in for another's."""
         dev = device or self.physical_device
-        if dev in self._peaks and not refresh:
-            return self._peaks[dev]
-        path = self.peaks_path(dev)
-        if not refresh:
+        where = host or self.executor.host()
+        if where is not None and not refresh:
+            if (known := self._peaks.get(f"{where}/{dev}")) is not None:
+                return known
             try:
-                cached = json.loads(path.read_text(encoding="utf-8"))
+                cached = json.loads(self.peaks_path(dev, where).read_text(encoding="utf-8"))
                 if isinstance(cached, dict) and cached.get("version") == get_domain(problem.domain).peaks_version:
-                    self._peaks[dev] = cached
+                    self._peaks[f"{where}/{dev}"] = cached
                     return cached
             except (OSError, json.JSONDecodeError):
                 pass  # missing, unreadable or of an older format: measured again
@@ -527,12 +588,16 @@ class Evaluator:
         if r is None or r.outcome != "passed":
             return None
         peaks = {**dict(r.details), "environment": env}
-        self._save_peaks(dev, peaks)
+        measured = str(env.get("host") or where or ""), str(env.get("physical_device") or dev)
+        if measured[0]:
+            self._save_peaks(*measured, peaks)
+        if where is not None and measured != (where, dev):
+            return None
         return peaks
 
-    def _save_peaks(self, device: str, peaks: dict[str, Any]) -> None:
-        self._peaks[device] = peaks
-        path = self.peaks_path(device)
+    def _save_peaks(self, host: str, device: str, peaks: dict[str, Any]) -> None:
+        self._peaks[f"{host}/{device}"] = peaks
+        path = self.peaks_path(device, host)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(peaks, indent=1), encoding="utf-8")
@@ -590,6 +655,21 @@ class Evaluator:
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:
     return ValidatorResult(r.name, r.outcome, r.reason, r.kind, r.details, seconds)
+
+
+def _own(baseline: Baseline, environment: Mapping[str, Any]) -> bool:
+    """Whether `baseline` (found or measured for a design) can be attached to a design that
+    ran in `environment`: measured on its machine and physical device, and, if it came from
+    the cache, stable (an unstable cached one is measured again)."""
+    return _measured_in(baseline.environment, environment) and not (baseline.cached and baseline.unstable())
+
+
+def _measured_in(measured: Mapping[str, Any], environment: Mapping[str, Any]) -> bool:
+    """Whether a baseline measured in `measured` (an environment) was measured on the machine
+    and physical device of `environment` (a worker's; one that names neither matches any)."""
+    if not environment.get("host") and not environment.get("physical_device"):
+        return True
+    return all(measured.get(k) == environment.get(k) for k in ("host", "physical_device"))
 
 
 def _unstable_modes(cached: Mapping[str, Any]) -> list[str]:

@@ -1,5 +1,5 @@
 """Owns executor slots: one concurrent worker position each, with its device, pinned
-environment (visible devices, compile caches), device lock and timing cores. Standard library
+environment (visible devices, compile caches, both per host and device), device lock and timing cores. Standard library
 only, so a queue worker (`evaluation/queue_worker.py`) builds its slot the way the local
 executor does.
 """
@@ -57,14 +57,15 @@ def reserve_timing_cores(devices: list[str]) -> dict[str, tuple[int, ...]]:
 
 def make_slots(devices: list[str], root: Path, per_device: Mapping[str, int], host: str) -> list[Slot]:
     """`per_device[d]` slots on each physical device `d` (`cpu`, `cuda:N`), their caches and
-    locks under `root` (the cache directory), on machine `host`."""
+    locks under `root` (the cache directory), on machine `host`: the compile caches are per host
+    and device, so workers of several machines sharing one cache folder never share one."""
     timing_cores = reserve_timing_cores(devices)
     reserved = tuple(sorted(c for cs in timing_cores.values() for c in cs))
     slots: list[Slot] = []
     for dev in devices:
         for j in range(per_device.get(dev, 1)):
             tag = dev.replace(":", "") + f"-w{j}"
-            caches = root / "slots" / tag
+            caches = root / "slots" / f"{host}-{tag}"
             env = {
                 "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
                 "TRITON_CACHE_DIR": str(caches / "triton"),
