@@ -142,7 +142,7 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
     console.print(f"status: [bold {color}]{s['status']}[/]")
     if s["runtime_ms"] is not None:
         label = s.get("reference_label", "the reference")
-        own = "" if label == "the reference" else f"{label} "  # "reference 0.85 ms", "reference eager 0.03 ms"
+        own = "" if label == "the reference" else f"{label} "  # "reference 0.85 ms", or the label first
         refs = ", ".join(f"{own if k == REFERENCE_MODE else k + ' '}{v:.4f} ms"
                          for k, v in s["reference_ms"].items() if v is not None)
         console.print(f"candidate {s['runtime_ms']:.4f} ms · reference {refs}")
