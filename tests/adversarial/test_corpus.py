@@ -359,6 +359,7 @@ def test_readme_lists_every_candidate() -> None:
 
 @pytest.mark.parametrize("name", ["cache_self_fingerprint.py", "cache_sampled_values.py", "cache_scaled_input.py",
                                   "cache_predicted_seeds.py"])
+@pytest.mark.timeout(900)  # two evaluations, each under its own 300 s limit (below)
 def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig, name: str, monkeypatch) -> None:
     """Every timed call gets freshly generated inputs (on the CPU too), so no cache keyed on
     values, sampled values or a scale of earlier inputs hits while timed: whatever the static
