@@ -73,6 +73,7 @@ def _stats(samples: list[float]) -> dict[str, Any]:
 
 class ToyDomain:
     name = "toy"
+    reference_label = "the reference"
     worker_module = "toy_worker"
     """Not under `stratagem.domains`: the worker entry point runs whatever module the domain
     declares (`toy_worker.py`, beside this file; its validators all run in the parent, so only

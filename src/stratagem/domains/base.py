@@ -91,6 +91,8 @@ class Domain(Protocol):
 
     name: str
     """The registry key, and `Problem.domain` of its problems."""
+    reference_label: str
+    """What a design's speedup is over, in the views (the first domain's reference mode, or `the reference`)."""
     worker_module: str
     """The module whose `run_request(request, workdir, emit, record_dir=)` runs the domain's
     worker stages in the sandbox: its `build_request` writes the name into the request and the

@@ -214,7 +214,7 @@ class Evaluation:
             "problem": self.problem.name,
             "problem_id": self.problem.id,
             "domain": self.problem.domain,
-            "reference_label": str(getattr(get_domain(self.problem.domain), "reference_label", "the reference")),
+            "reference_label": get_domain(self.problem.domain).reference_label,
             "design_id": self.design.id,
             "failures": [{"validator": r.name, "kind": r.kind, "reason": r.reason} for r in v.failures],
             "validators": {
