@@ -15,8 +15,8 @@ step() { local t=$1 name=$2; shift 2; case " $STEPS " in *" $name "*) ;; *) retu
 # the harness at KernelBench's size after the baselines moved into the PyTorch domain
 step 100 kb_relu python3 benchmarks/kernelbench_scale.py --kernelbench .kb --problems level1/19_ReLU --repeats 1 --baselines eager,compile --out "$OUT/kb_relu.json"
 # the whole path (evaluate, rank, report) with a scripted model
-step 100 rob_search python3 benchmarks/showcase.py --example examples/robertson --designs "" --search designs/wrong,designs/tuned --runs-dir "$OUT/runs" --out "$OUT/rob_search.json"
-step 130 dgemm_search python3 benchmarks/showcase.py --example examples/dgemm --designs "" --search designs/float32,designs/dmma --runs-dir "$OUT/runs" --out "$OUT/dgemm_search.json"
+step "${ROB_SEARCH_S:-100}" rob_search python3 benchmarks/showcase.py --example examples/robertson --designs "" --search designs/wrong,designs/tuned --runs-dir "$OUT/runs" --out "$OUT/rob_search.json"
+step "${DGEMM_SEARCH_S:-130}" dgemm_search python3 benchmarks/showcase.py --example examples/dgemm --designs "" --search designs/float32,designs/dmma --runs-dir "$OUT/runs" --out "$OUT/dgemm_search.json"
 # tuning, on copies with one run per block and one correctness trial (6 pairs kept: stability needs them)
 for ex in robertson dgemm; do
   rm -rf "/tmp/$ex"; cp -r "examples/$ex" "/tmp/$ex"
