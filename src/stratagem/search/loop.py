@@ -1,6 +1,7 @@
-"""Owns the run loop: iterations of a policy over one problem, the Session the policy works
-through (store every design and verdict, review suspicious bests, count budgets), stop rules
-(iterations, patience, budgets, an exhausted policy), recovery of a killed run, and Ctrl-C.
+"""Owns the run loop: iterations of a policy over one problem, stop rules (iterations,
+patience, budgets, an exhausted policy), recovery of a killed run, the confirmation round and
+Ctrl-C. The Session the policy works through (storing designs and verdicts, reviews, budgets,
+the live view's progress) is `search/session.py`.
 
 Every write goes to the store as it happens (designs before they are evaluated, verdicts as
 they come back, agent calls when they end), so a run killed at any point, even with SIGKILL,
@@ -12,102 +13,37 @@ content hash is its identity (never stored or evaluated twice), and an iteration
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import statistics
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from stratagem.config import StratagemConfig
-from stratagem.core.design import Design, text_files
+from stratagem.core.design import Design
 from stratagem.core.problem import Problem
-from stratagem.core.search import (
-    AgentCall,
-    DesignView,
-    Feedback,
-    Policy,
-    Remaining,
-    Reservation,
-    SearchState,
-)
+from stratagem.core.search import DesignView, Feedback, Policy, Remaining, SearchState
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
 from stratagem.search.export import exported_source
-from stratagem.search.numbers import Counts
-from stratagem.search.numbers import counts as counts_of
-from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
+from stratagem.search.session import (
+    HARNESS_FAILURES_MAX,
+    RETIMES_MAX,
+    InFlight,
+    Progress,
+    RunSession,
+    RunView,
+)
+from stratagem.store.records import EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
-HARNESS_FAILURES_MAX = 3
-"""Consecutive evaluations failing with `harness_error` (broken infrastructure) that stop a run."""
-
-RETIMES_MAX = 2
-"""New evaluations a run spends on one design whose timing stayed unstable (each already
-re-times in its worker up to `timing.max_retimes` times)."""
-
-
-class RunView(Protocol):
-    """Where the loop reports progress (the rich live view, or nothing)."""
-
-    def update(self, snapshot: Progress) -> None: ...
-
+__all__ = ["EXHAUSTED", "HARNESS_FAILURES_MAX", "RETIMES_MAX", "InFlight", "Progress", "RunOutcome", "RunView",
+           "SearchLoop", "no_gain_note"]
 
 EXHAUSTED = "the policy has nothing more to propose"
-
-
-@dataclass
-class InFlight:
-    """An evaluation (or baseline measurement) in progress, as the live view shows it."""
-
-    label: str
-    stage: str
-    started: float
-    """time.time() at its start."""
-    expect_s: float | None = None
-    """How long one takes here (the median of this invocation's finished ones), when known."""
-    stage_since: float | None = None
-    """time.time() when `stage` began."""
-
-    def line(self, now: float) -> str:
-        elapsed = now - self.started
-        eta = ""
-        if "waiting for the timing lock" in self.stage:  # a wait is not a slow load: said as such
-            eta = f", waiting for {now - (self.stage_since or self.started):.0f} s"
-        elif self.expect_s is not None:
-            left = self.expect_s - elapsed
-            eta = f", about {left:.0f} s left" if left > 0 else ", longer than usual"
-        return f"{self.label}: {self.stage} ({elapsed:.0f} s{eta})"
-
-
-@dataclass
-class Progress:
-    """What the live view shows."""
-
-    problem: str
-    policy: str
-    iteration: int = 0
-    iterations: int = 0
-    strategy: str = ""
-    workers: dict[str, str] = field(default_factory=dict)
-    counts: Counts = field(default_factory=lambda: counts_of(()))
-    """The designs by the one definition every view uses (`search/numbers.py`)."""
-    best_speedup: float | None = None
-    best_id: str | None = None
-    best_text: str = "-"
-    """The best design's paired speedup as everywhere else (`1.23x [1.20, 1.26]`)."""
-    spend: Spend = field(default_factory=Spend)
-    events: list[str] = field(default_factory=list)
-    inflight: dict[str, InFlight] = field(default_factory=dict)
-    """Evaluations running now, by design id (short)."""
-
-    def event(self, text: str) -> None:
-        self.events = (self.events + [f"{time.strftime('%H:%M:%S')} {text}"])[-8:]
 
 
 @dataclass(frozen=True)
@@ -127,7 +63,7 @@ class RunOutcome:
 
 
 class SearchLoop:
-    """One run directory's search."""
+    """One run directory's search: the driver of a `RunSession`."""
 
     def __init__(
         self,
@@ -143,315 +79,56 @@ class SearchLoop:
         self.store = store
         self.evaluator = evaluator
         self.policy = policy
-        self.view = view
-        self.spend = Spend.from_records(store.agent_calls(), store.evaluations())
-        self.budgets = Budgets(cfg.search, self.spend)
-        planned = getattr(policy, "max_iterations", None)  # a policy that knows it stops sooner
-        total = min(cfg.search.iterations, planned) if isinstance(planned, int) else cfg.search.iterations
-        if total >= getattr(policy, "unbounded_iterations", float("inf")):
-            total = 0  # a policy its budgets stop (PIKE), with no iteration limit: no count to show
-        self.progress = Progress(problem=problem.name, policy=policy.name, iterations=total, spend=self.spend)
-        self.reference_ms: dict[str, float | None] = {}
-        self.baseline: Baseline | None = None
-        """The reference baselines this invocation measured before its first iteration: every
-        evaluation's chained speedups (vs compile) and reference-drift check use them."""
-        self._iteration: int | None = None
-        self._iteration_ids: list[str] = []
-        self._eval_lock = asyncio.Lock()
-        self._inflight: dict[str, asyncio.Future[Feedback]] = {}
-        self._views: dict[str, DesignView] | None = None
-        self._norms: dict[str, str] | None = None
-        self._harness_failures = 0
-        self._eval_s: list[float] = []
-        """Wall seconds of this invocation's finished evaluations (the live view's estimate)."""
+        self.session = RunSession(cfg, problem, store, evaluator, policy, view)
 
-    # -- state ----------------------------------------------------------------------------
+    # -- the session's state, as the loop's (callers and tests read it here) ------------------
+
+    @property
+    def progress(self) -> Progress:
+        return self.session.progress
+
+    @property
+    def spend(self) -> Spend:
+        return self.session.spend
+
+    @property
+    def budgets(self) -> Budgets:
+        return self.session.budgets
+
+    @property
+    def baseline(self) -> Baseline | None:
+        return self.session.baseline
+
+    @property
+    def reference_ms(self) -> dict[str, float | None]:
+        return self.session.reference_ms
+
+    @property
+    def _iteration(self) -> int | None:
+        return self.session.iteration
+
+    @_iteration.setter
+    def _iteration(self, n: int | None) -> None:
+        self.session.iteration = n
 
     def views(self) -> list[DesignView]:
-        """Every evaluated design, oldest first (kept in memory, updated as verdicts arrive, so
-        an iteration's cost does not grow with the size of the run)."""
-        if self._views is None:
-            self._views = {v.id: v for v in st.design_views(
-                self.store.designs(self.problem.id), self.store.evaluations(), self.store.reviews(),
-                self._source, self.store.tags())}
-        return list(self._views.values())
-
-    def _source(self, d: DesignRecord) -> str:
-        return st.design_text(self.store, d)
+        return self.session.views()
 
     def _view(self, design_id: str) -> DesignView | None:
-        self.views()  # builds the in-memory views on first use
-        return (self._views or {}).get(design_id)
-
-    def _update_view(self, design_id: str) -> None:
-        if self._views is None:
-            self.views()
-            return
-        rec = self.store.design(design_id)
-        if rec is None:
-            return
-        reviews = [r for r in self.store.reviews() if r.design_id == design_id]
-        for v in st.design_views([rec], self.store.evaluations(design_id), reviews, self._source,
-                                 self.store.tags(design_id)):
-            self._views[v.id] = v
+        return self.session.view_of(design_id)
 
     def state(self, iteration: int) -> SearchState:
-        facts = dict(get_domain(self.problem.domain).agent_facts(self.problem, self.cfg.evaluation))
-        known = {f.name for f in dataclasses.fields(SearchState)}
-        named: dict[str, Any] = {k: tuple(v) if k == "rules" else v for k, v in facts.items()
-                                 if k in known and k != "facts"}
-        return SearchState(
-            problem=self.problem, designs=tuple(self.views()), iteration=iteration,
-            reference_ms=dict(self.reference_ms), device=self.evaluator.physical_device,
-            environment=self._environment(), **named,
-            facts={k: v for k, v in facts.items() if k not in known},
-        )
+        return self.session.state(iteration)
 
-    def _environment(self) -> dict[str, Any]:
-        """What the harness measured about the machine (the baseline's, else the latest
-        evaluation's), and the problem's output dtype once a timing has counted its work."""
-        evs = self.store.evaluations()
-        env = dict(self.baseline.environment) if self.baseline is not None and self.baseline.environment else (
-            dict(evs[-1].environment) if evs else {})
-        for ev in reversed(evs):
-            timing = next((v for v in ev.validators if v.get("name") == "timing"), None)
-            work = ((timing or {}).get("details") or {}).get("work") or {}
-            if isinstance(work, dict) and work.get("dtype"):
-                env["problem_dtype"] = str(work["dtype"])
-                break
-        return env
-
-    def _refresh(self) -> None:
-        views = self.views()
-        p = self.progress
-        p.counts = counts_of(views)
-        best = st.best_of(views)
-        p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
-        noise = {"within noise": " (within noise)", "slower": " (slower than eager)"}.get(best.vs_eager() or "", "") if best else ""
-        p.best_text = best.speedup_text() + noise if best else "-"
-        if self.view is not None:
-            self.view.update(p)
-
-    # -- the Session a policy works through -----------------------------------------------
+    def budget_remaining(self) -> Remaining:
+        return self.session.budget_remaining()
 
     async def evaluate(
         self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
         tags: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
     ) -> Feedback:
-        provenance = {"iteration": self._iteration, "strategy": strategy, "author": author or "unknown"}
-        main = get_domain(self.problem.domain).main_file(self.problem)
-        design = Design(files={**text_files(source, main), **dict(files or {})}, parent_ids=tuple(parents),
-                        provenance=provenance)
-        form = get_domain(self.problem.domain).normal_form(design.files)
-        twin = self._twin(form, design.id)
-        key = twin or design.id
-        if self._iteration is not None and key not in self._iteration_ids:
-            self._iteration_ids.append(key)
-        done = self.store.evaluations(key)
-        if done:  # the same files, or a restatement of an evaluated design: its verdict, linked
-            if tags:
-                self.tag(key, **tags)
-            return self._restated(self._feedback(key, done[-1], reused=True), twin)
-        if key in self._inflight:  # two agents wrote the same design at once
-            fb = await asyncio.shield(self._inflight[key])
-            if tags:
-                self.tag(key, **tags)
-            return self._restated(Feedback(fb.design_id, fb.status, fb.report, fb.runtime_ms, fb.speedup,
-                                           reused=True, duplicate_of=key), twin)
-        fut: asyncio.Future[Feedback] = asyncio.get_running_loop().create_future()
-        self._inflight[design.id] = fut
-        if form is not None:
-            self._forms().setdefault(form, design.id)
-        try:
-            self.store.add_design(self.problem.id, design, tags)
-            fb = await self._evaluate_stored(design)
-            fut.set_result(fb)
-            return fb
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # mark retrieved: waiters re-raise it themselves
-            raise
-        finally:
-            self._inflight.pop(design.id, None)
-
-    def _forms(self) -> dict[str, str]:
-        """Normal form -> the first stored design with it (built from the store on first use)."""
-        if self._norms is None:
-            domain = get_domain(self.problem.domain)
-            self._norms = {}
-            for d in self.store.designs(self.problem.id):
-                files = {n: self.store.get_artifact(h) for n, h in d.files.items()}
-                if (f := domain.normal_form(files)) is not None:
-                    self._norms.setdefault(f, d.id)
-        return self._norms
-
-    def _twin(self, form: str | None, design_id: str) -> str | None:
-        """An earlier design (evaluated or being evaluated) this one only restates, if any."""
-        if form is None:
-            return None
-        twin = self._forms().get(form)
-        return twin if twin is not None and twin != design_id else None
-
-    @staticmethod
-    def _restated(fb: Feedback, twin: str | None) -> Feedback:
-        """The earlier design's feedback, marked as a restatement of it (what the writer is told)."""
-        if twin is None:
-            return replace(fb, duplicate_of=fb.design_id)
-        note = (f"Not evaluated again: this design only restates design `{twin[:12]}` (the same program once "
-                "comments, whitespace, docstrings and local names are normalized), so it has that design's verdict.")
-        return replace(fb, duplicate_of=twin, report=f"{note}\n{fb.report}")
-
-    async def _evaluate_stored(self, design: Design) -> Feedback:
-        self.progress.event(f"evaluating {design.id[:10]} ({design.provenance.get('author', '')})")
-        self._refresh()
-        # The speedup over eager is paired in the design's own worker; the chained ones use the
-        # baselines this invocation measured before its first iteration.
-        key = design.id[:10]
-        expect = statistics.median(self._eval_s) if self._eval_s else None
-        entry = InFlight(f"{key} ({design.provenance.get('author', '')})", "starting", time.time(), expect)
-        self.progress.inflight[key] = entry
-
-        def on_stage(name: str) -> None:
-            entry.stage, entry.stage_since = name, time.time()
-            self._refresh()
-
-        try:
-            ev = await self.evaluator.evaluate(self.problem, design, baseline=self.baseline,
-                                               refresh_baseline=self.baseline is None, on_stage=on_stage)
-        finally:
-            self.progress.inflight.pop(key, None)
-        self._eval_s.append(ev.wall_s)
-        rec = ev.to_record()
-        self.store.add_evaluation(rec)
-        self._update_view(design.id)
-        self.spend.add_evaluation(rec)
-        # (the run's reference timings stay the invocation's baseline; each design's own eager,
-        # timed beside it, is stored with its evaluation)
-        broken = next((r for r in ev.verdict.failures if r.kind == "problem_error"), None)
-        if broken is not None:  # the reference itself fails: no design can be judged
-            raise ProblemError(f"{self.problem.name}: the reference problem fails in the harness, so no "
-                               f"design can be judged: [{broken.name}] {broken.reason}")
-        harness = next((r for r in ev.verdict.failures if r.kind == "harness_error"), None)
-        self._harness_failures = self._harness_failures + 1 if harness is not None else 0
-        if harness is not None and self._harness_failures >= HARNESS_FAILURES_MAX:
-            raise HarnessError(f"the harness failed {self._harness_failures} evaluations in a row; "
-                               f"the last: [{harness.name}] {harness.reason}")
-        fb = self._feedback(design.id, rec)
-        if fb.status == "valid":
-            fb = await self._maybe_review(design, fb)
-        view = self._view(design.id)
-        speed = f" {view.speedup_text()}" if view is not None and view.speedup is not None else ""
-        self.progress.event(f"{design.id[:10]} {fb.status}{speed}")
-        self._refresh()
-        return fb
-
-    async def _maybe_review(self, design: Design, fb: Feedback) -> Feedback:
-        """A design far faster than eager that would become the best is inspected first."""
-        if fb.speedup is None or fb.speedup < self.cfg.agents.suspicious_speedup:
-            return fb
-        best = st.best_of([v for v in self.views() if v.id != design.id])
-        if best is not None and best.speedup is not None and fb.speedup <= best.speedup:
-            return fb
-        view = self._view(design.id)
-        return (await self._review(view) if view is not None else None) or fb
-
-    async def _review(self, view: DesignView) -> Feedback | None:
-        """The policy's review of `view`, stored; the resulting feedback (None: no reviewer)."""
-        review = await self.policy.review(view, self.state(self._iteration or 0), self)
-        if review is None:
-            return None
-        self.store.add_review(ReviewRecord(design_id=view.id, cheating=review.cheating,
-                                           reason=review.reason, created_at=time.time(),
-                                           failed=review.failed))
-        self._update_view(view.id)
-        if review.failed:
-            self.progress.event(f"{view.id[:10]} not reviewed (will retry): {review.reason[:60]}")
-        elif review.cheating:
-            self.progress.event(f"{view.id[:10]} flagged by review: {review.reason[:60]}")
-        now = self._view(view.id) or view
-        return Feedback(view.id, now.status, now.report, now.runtime_ms, now.speedup)
-
-    async def _retry_review(self) -> None:
-        """Review again the fastest design whose review failed, if it would be the best: until
-        a review clears it, it cannot become the best (one attempt per iteration)."""
-        waiting = self._would_lead("unreviewed")
-        if waiting:
-            fastest = waiting[0]
-            self.progress.event(f"retrying the review of {fastest.id[:10]}")
-            await self._review(fastest)
-
-    def _would_lead(self, status: str) -> list[DesignView]:
-        """Designs of `status` with a paired speedup above the current best's, fastest first."""
-        views = self.views()
-        best = st.best_of(views)
-        top = best.speedup if best is not None and best.speedup is not None else 0.0
-        out = [v for v in views if v.status == status and v.speedup is not None and v.speedup > top]
-        return sorted(out, key=lambda v: -(v.speedup or 0.0))
-
-    async def _retime_unstable(self) -> None:
-        """Evaluate again the fastest design whose timing stayed unstable, if it would be the
-        best (at most RETIMES_MAX more evaluations per design): until a stable re-timing
-        exists, it is not ranked."""
-        for v in self._would_lead("unstable"):
-            if len(self.store.evaluations(v.id)) > RETIMES_MAX:
-                continue
-            rec = self.store.design(v.id)
-            if rec is None:
-                continue
-            self.progress.event(f"re-timing {v.id[:10]} (unstable: {v.stability[:60]})")
-            design = Design(files={n: self.store.get_artifact(h) for n, h in rec.files.items()},
-                            parent_ids=tuple(rec.parent_ids), provenance=rec.provenance)
-            await self._evaluate_stored(design)
-            return
-
-    def _feedback(self, design_id: str, ev: EvaluationRecord, reused: bool = False) -> Feedback:
-        view = self._view(design_id)
-        if view is not None and view.status in ("flagged", "unreviewed", "unstable"):
-            return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
-        return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
-                        ev.runtime_ms, ev.speedup, reused=reused, **st.failure_info(ev))
-
-    def record_call(self, call: AgentCall) -> None:
-        self.store.add_agent_call(AgentCallRecord(
-            iteration=self._iteration, role=call.role, model=call.model, prompt_hash=call.prompt_hash,
-            input_tokens=call.input_tokens, output_tokens=call.output_tokens, requests=call.requests,
-            cost_usd=call.cost_usd, latency_s=call.latency_s, retries=call.retries, ok=call.ok,
-            error=call.error, messages_hash=self.store.put_artifact(call.messages_json),
-            created_at=time.time(),
-        ))
-        self.spend.add_call(call)
-        self.budgets.charge(call.requests)
-        self._refresh()
-
-    def budget_left(self) -> str | None:
-        return self.budgets.exhausted()
-
-    def tag(self, design_id: str, **tags: Any) -> None:
-        self.store.set_tags(design_id, tags)
-        self._update_view(design_id)
-
-    def tags(self, design_id: str) -> dict[str, Any]:
-        return self.store.tags(design_id).get(design_id, {})
-
-    def budget_remaining(self) -> Remaining:
-        return self.budgets.remaining()
-
-    def save_state(self, key: str, value: Any) -> None:
-        self.store.set_policy_state(f"{self.policy.name}/{key}", value)
-
-    def load_state(self, key: str) -> Any:
-        return self.store.policy_state(f"{self.policy.name}/{key}")
-
-    def feedback(self, design_id: str) -> Feedback | None:
-        done = self.store.evaluations(design_id)
-        return self._feedback(design_id, done[-1]) if done else None
-
-    def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
-        return self.budgets.reserve(queries)
-
-    def set_status(self, worker: str, status: str) -> None:
-        self.progress.workers[worker] = status
-        self._refresh()
+        return await self.session.evaluate(source, strategy=strategy, parents=parents, author=author, tags=tags,
+                                           files=files)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -465,7 +142,7 @@ class SearchLoop:
         self.progress.event("measuring the reference baselines")
         self.progress.inflight["baseline"] = InFlight("reference baselines", "compiling and timing eager, "
                                                       "torch.compile modes", time.time())
-        self._refresh()
+        self.session.refresh()
         try:
             base = await self.evaluator.baseline(self.problem, refresh=True)
         finally:
@@ -477,13 +154,13 @@ class SearchLoop:
                 raise ProblemError(f"{self.problem.name}: the reference cannot be timed in the harness, so "
                                    f"no design can be judged: {why}")
             raise HarnessError(f"measuring the reference baselines failed: {why}")
-        self.baseline = base
-        self.reference_ms = {m: base.median_ms(m) for m in base.modes}
+        self.session.baseline = base
+        self.session.reference_ms = {m: base.median_ms(m) for m in base.modes}
         shown = ", ".join(f"{m} {v:.4g} ms" for m, v in self.reference_ms.items() if v is not None)
         unstable = base.unstable()
         note = f" (unstable: {', '.join(unstable)})" if unstable else ""
         self.progress.event(f"reference: {shown}{note}")
-        self._refresh()
+        self.session.refresh()
 
     async def recover(self) -> None:
         """Close iterations a killed run left open and evaluate designs it never evaluated."""
@@ -492,12 +169,12 @@ class SearchLoop:
                 self.store.finish_iteration(it.n, "interrupted", it.plan, it.design_ids,
                                             "interrupted (the run was stopped mid-iteration)")
         for d in st.pending_designs(self.store.designs(self.problem.id), self.store.evaluations()):
-            self._iteration = d.provenance.get("iteration")
+            self.session.iteration = d.provenance.get("iteration")
             design = Design(files={n: self.store.get_artifact(h) for n, h in d.files.items()},
                             parent_ids=tuple(d.parent_ids), provenance=d.provenance)
             self.progress.event(f"resuming: {d.id[:10]} was never evaluated")
-            await self._evaluate_stored(design)
-        self._iteration = None
+            await self.session.evaluate_stored(design)
+        self.session.iteration = None
 
     def stop_reason(self) -> str | None:
         its = self.store.iterations()
@@ -543,30 +220,30 @@ class SearchLoop:
         return self.outcome(reason)
 
     async def _iterate(self, n: int) -> bool:
-        self._iteration, self._iteration_ids = n, []
+        self.session.iteration, self.session.iteration_ids = n, []
         self.progress.iteration, self.progress.workers = n, {}
         self.store.start_iteration(n, {})
         self.progress.event(f"iteration {n} started")
-        self._refresh()
-        await self._retry_review()
-        await self._retime_unstable()
-        result = await self.policy.iterate(self.state(n), self)
-        ids = list(dict.fromkeys([*result.design_ids, *self._iteration_ids]))
+        self.session.refresh()
+        await self.session.retry_review()
+        await self.session.retime_unstable()
+        result = await self.policy.iterate(self.state(n), self.session)
+        ids = list(dict.fromkeys([*result.design_ids, *self.session.iteration_ids]))
         plan = result.plan.to_json() if result.plan else None
         if result.plan is not None:
             self.progress.strategy = result.plan.strategy
         ctx = {k: list(v) for k, v in result.context_ids.items()}
         self.store.finish_iteration(n, "done", plan, ids, result.note, ctx or None)
         self.progress.event(f"iteration {n} done: {len(ids)} designs")
-        self._iteration = None
-        self._refresh()
+        self.session.iteration = None
+        self.session.refresh()
         return result.exhausted
 
     def _close_iteration(self, status: str, note: str) -> None:
-        if self._iteration is None:
+        if self.session.iteration is None:
             return
-        self.store.finish_iteration(self._iteration, status, None, list(self._iteration_ids), note)
-        self._iteration = None
+        self.store.finish_iteration(self.session.iteration, status, None, list(self.session.iteration_ids), note)
+        self.session.iteration = None
 
     async def confirm(self) -> None:
         """The confirmation round at the end of a run (`search/confirm.py`): skipped when off
@@ -595,7 +272,7 @@ class SearchLoop:
         def said(text: str) -> None:
             entry.stage, entry.stage_since = text, time.time()
             self.progress.event(text)
-            self._refresh()
+            self.session.refresh()
 
         try:
             await confirm_run(self.store, self.problem, self.evaluator, top=top,
@@ -605,7 +282,7 @@ class SearchLoop:
             self.progress.event(f"the confirmation round failed ({e}); the search-time figures stand")
         finally:
             self.progress.inflight.pop("confirm", None)
-            self._refresh()
+            self.session.refresh()
 
     def outcome(self, reason: str) -> RunOutcome:
         """The run's result. `best/candidate.py` holds the best design only when it beats the
