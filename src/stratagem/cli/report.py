@@ -122,7 +122,7 @@ def alignment_cmd(
     plans = {it.n: (it.plan or {}).get("strategy") for it in data.iterations}
     a = al.align([v for v in data.views if v.source.strip()], plans, xis)
     if as_json:
-        print(json.dumps({"xis": list(a.xis), "note": a.note, "efficiency": [
+        print(json.dumps({"xis": list(a.xis), "note": a.note, "basis": a.basis, "efficiency": [
             {"xi": e.xi, "iterations": e.iterations, "strategist": e.strategist, "implementor": e.implementor,
              "explore_share": e.explore_share, "labelled": e.labelled} for e in a.efficiency],
             "iterations": [{"iteration": r.iteration, "xi": r.xi, "strategy": r.strategy, "intended": r.intended,
@@ -131,6 +131,8 @@ def alignment_cmd(
         return
     if a.note:
         console.print(a.note)
+    if a.basis == "params":
+        console.print("the surrogate sees each design by its template parameters (every design is a point of one tune study)")
     _print_rows(console, ["xi", "iterations judged", "Strategist matches BO", "Implementors carry out the plan",
                           "exploratory designs", "labelled"], al.efficiency_rows(a))
 

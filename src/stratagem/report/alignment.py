@@ -6,17 +6,20 @@ Bayesian optimization, and the clustering of its code (docs/analyses.md says how
   `EMBED_DIMS` dimensions and standardized. The whole run is embedded at once: the analysis
   is a posteriori.
 - **Alignment.** Before each iteration t, a Gaussian process (Matern 5/2 plus white noise,
-  targets normalized) is fitted to the valid designs of earlier iterations, scored by the log
-  of their paired speedup. Over the pool of designs the run visited from t on, each design's
-  expected improvement with exploration factor xi is recomputed twice: with the pool's median
-  uncertainty (what its predicted mean earns it) and with the pool's median mean (what its
-  uncertainty earns it). A design is *exploitative* when its mean earns it more, else
-  *exploratory*; a larger xi makes uncertainty worth more. What BO would have done at t is the label of the design BO would
-  sample next among every design the run visited from t on (the argmax of EI): the
-  Strategist's choice matches when its strategy's kind (innovate and reattempt_failure
-  explore, refine and combine exploit) is that label; the Implementors carried out the plan
-  when their design's own label is the plan's kind. Search efficiency is the fraction of
-  matches, for each xi.
+  targets normalized: `search/policies/surrogate.py`, the machinery the tune policy's space
+  shares) is fitted to the valid designs of earlier iterations, scored by the log of their
+  paired speedup. It sees each design by its code embedding, or, when every design is a point of
+  one tune study (tagged with one template and its parameters), by its parameters as the tuner
+  sees them (`surrogate.point_features`: a power of two by its exponent; `basis`). Over the pool
+  of designs the run visited from t on, each design's expected improvement with exploration
+  factor xi is recomputed twice: with the pool's median uncertainty (what its predicted mean
+  earns it) and with the pool's median mean (what its uncertainty earns it). A design is
+  *exploitative* when its mean earns it more, else *exploratory*; a larger xi makes uncertainty
+  worth more. What BO would have done at t is the label of the design BO would sample next among
+  every design the run visited from t on (the argmax of EI): the Strategist's choice matches
+  when its strategy's kind (innovate and reattempt_failure explore, refine and combine exploit)
+  is that label; the Implementors carried out the plan when their design's own label is the
+  plan's kind. Search efficiency is the fraction of matches, for each xi.
 - **Clusters.** A t-SNE map of the embedding, and consensus clustering: hierarchical (Ward)
   clustering repeated on random subsamples, each cut at the number of clusters with the best
   silhouette, a co-occurrence matrix (how often two designs fell in one cluster when both were
@@ -31,11 +34,12 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from stratagem.core.search import DesignView
+from stratagem.search.policies.surrogate import expected_improvement_terms, fit_gp, point_features
+from stratagem.search.policies.tune import TAG_PARAMS, TAG_TEMPLATE
 
 EMBED_DIMS = 16
 EXACT_TSNE = 1_000
@@ -97,18 +101,6 @@ def embed(designs: Sequence[DesignView], dims: int = EMBED_DIMS) -> Embedding:
     return Embedding(tuple(d.id for d in designs), np.asarray(z, dtype=float), x.toarray(), vocab)
 
 
-def expected_improvement_terms(mu: np.ndarray, sigma: np.ndarray, best: float,
-                               xi: float) -> tuple[np.ndarray, np.ndarray]:
-    """(exploitation, exploration) terms of EI for maximization: (mu - best - xi) Phi(Z) and
-    sigma phi(Z), with Z = (mu - best - xi) / sigma; their sum is the expected improvement."""
-    from scipy.stats import norm
-
-    sigma = np.maximum(sigma, 1e-12)
-    imp = mu - best - xi
-    z = imp / sigma
-    return imp * norm.cdf(z), sigma * norm.pdf(z)
-
-
 @dataclass(frozen=True)
 class Label:
     design_id: str
@@ -166,23 +158,25 @@ class Alignment:
     per_iteration: tuple[IterationAlignment, ...]
     efficiency: tuple[Efficiency, ...]
     note: str = ""
+    basis: str = "code"
+    """What the surrogate was fitted over: `code` (the TF-IDF embedding of the designs' code) or
+    `params` (the template's parameters: every design a point of one tune study)."""
 
 
-def _gp(x: np.ndarray, y: np.ndarray) -> Any:
-    from sklearn.gaussian_process import GaussianProcessRegressor
-    from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
-
-    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(length_scale=np.ones(x.shape[1]) * 3.0,  # pyright: ignore[reportArgumentType]
-                                                      length_scale_bounds=(1e-2, 1e3), nu=2.5) \
-        + WhiteKernel(1e-2, (1e-6, 1.0))
-    gp = GaussianProcessRegressor(kernel=kernel, normalize_y=True, n_restarts_optimizer=2, random_state=0)
-    import warnings
-
-    from sklearn.exceptions import ConvergenceWarning
-
-    with warnings.catch_warnings():  # a hyperparameter at its bound is a fit, not an error
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return gp.fit(x, y)
+def param_features(designs: Sequence[DesignView]) -> np.ndarray | None:
+    """The designs as points of one template's space (`surrogate.point_features`), when every
+    one of them is a point the tune policy evaluated (tagged with one template's id and its
+    `params`); None otherwise (agents' designs, several templates)."""
+    templates = {d.tags.get(TAG_TEMPLATE) for d in designs}
+    raws = [d.tags.get(TAG_PARAMS) for d in designs]
+    if not designs or len(templates) != 1 or None in templates or not all(isinstance(r, dict) and r for r in raws):
+        return None
+    points = [{str(k): (v if isinstance(v, int | float | str) else str(v)) for k, v in r.items()}
+              for r in raws if isinstance(r, dict)]
+    try:
+        return point_features(points)
+    except ValueError:
+        return None
 
 
 def align(designs: Sequence[DesignView], plans: Mapping[int, str | None],
@@ -193,8 +187,13 @@ def align(designs: Sequence[DesignView], plans: Mapping[int, str | None],
     if len(designs) < 3:
         return Alignment(tuple(xis), (), tuple(Efficiency(x, 0, None, None, None) for x in xis),
                          "too few designs to fit a surrogate (3 are needed)")
-    emb = emb or embed(designs)
-    row = {i: k for k, i in enumerate(emb.ids)}
+    feats = param_features(designs)
+    if feats is not None:
+        ids, vectors, basis = tuple(d.id for d in designs), feats, "params"
+    else:
+        emb = emb or embed(designs)
+        ids, vectors, basis = emb.ids, emb.vectors, "code"
+    row = {i: k for k, i in enumerate(ids)}
     iters = sorted({int(d.iteration) for d in designs if d.iteration is not None})
     out: list[IterationAlignment] = []
     for t in iters:
@@ -202,11 +201,11 @@ def align(designs: Sequence[DesignView], plans: Mapping[int, str | None],
         now = [d for d in designs if d.iteration == t and d.id in row]
         if len(known) < 2 or not now:
             continue
-        x = emb.vectors[[row[d.id] for d in known]]
+        x = vectors[[row[d.id] for d in known]]
         y = np.log(np.array([float(d.speedup or 1.0) for d in known]))
-        gp = _gp(x, y)
+        gp = fit_gp(x, y)
         pool = [d for d in designs if (d.iteration or 0) >= t and d.id in row]
-        xp = emb.vectors[[row[d.id] for d in pool]]
+        xp = vectors[[row[d.id] for d in pool]]
         mu, sd = gp.predict(xp, return_std=True)
         best = float(y.max())
         idx = {d.id: k for k, d in enumerate(pool)}
@@ -235,7 +234,7 @@ def align(designs: Sequence[DesignView], plans: Mapping[int, str | None],
             sum(impl) / len(impl) if impl else None,
             sum(lab.kind == "explore" for lab in labs) / len(labs) if labs else None, len(labs)))
     note = "" if out else "no iteration had two valid designs before it to fit a surrogate"
-    return Alignment(tuple(xis), tuple(out), tuple(eff), note)
+    return Alignment(tuple(xis), tuple(out), tuple(eff), note, basis)
 
 
 # -- clusters -------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ The template (`core/template.py`, docs/tune.md) is a design file that declares i
 their space and the constraints between them. Each iteration proposes one point with optuna's
 TPE sampler (multivariate, suited to mixed integer and categorical spaces), renders it, and
 evaluates the rendered design through the Session like any other design (static checks,
-correctness, integrity, paired timing). The objective is the paired speedup over the reference,
-maximized.
+correctness, integrity, paired timing). optuna's view of the space (a `pow2` by its exponent)
+is `search/policies/surrogate.py`'s, which the BO alignment analysis shares. The objective is
+the paired speedup over the reference, maximized.
 
 - Failed and invalid points are told to the study as the penalty value (`[policies.tune]
   penalty`, 0.0: worse than any measured point), not as optuna's FAIL state: TPE ignores failed
@@ -57,6 +58,7 @@ from stratagem.core.template import (
 from stratagem.domains import get_domain
 from stratagem.errors import ConfigError
 from stratagem.search.policies.registry import TuneSettings
+from stratagem.search.policies.surrogate import decode, distributions, encode
 
 TAG_PARAMS = "params"
 """The tag holding a design's parameter values (name -> value)."""
@@ -325,42 +327,6 @@ def design_text(files: Mapping[str, str], main: str) -> tuple[str, dict[str, str
         return rest.pop(main), rest
     first = min(rest)
     return f"{FILE_MARKER.format(name=first)}\n{rest.pop(first)}", rest
-
-
-# -- optuna's view of the space ---------------------------------------------------------------------
-
-
-def distributions(template: Template) -> dict[str, Any]:
-    """Each parameter's optuna distribution: `int` an IntDistribution (its step), `pow2` an
-    IntDistribution over the exponent (so TPE sees the order), `choice` a categorical one."""
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    out: dict[str, Any] = {}
-    for p in template.params:
-        lo, hi = p.low, p.high
-        if p.kind == "choice" or lo is None or hi is None:
-            out[p.name] = CategoricalDistribution(list(p.values))
-        elif p.kind == "pow2":
-            out[p.name] = IntDistribution(lo.bit_length() - 1, hi.bit_length() - 1)
-        else:
-            step = int(p.values[1]) - int(p.values[0]) if len(p.values) > 1 else 1
-            out[p.name] = IntDistribution(lo, hi, step=step)
-    return out
-
-
-def encode(template: Template, point: Mapping[str, Value]) -> dict[str, Any]:
-    """A point as optuna's parameters (a power of two as its exponent)."""
-    return {p.name: (int(point[p.name]).bit_length() - 1 if p.kind == "pow2" else point[p.name])
-            for p in template.params}
-
-
-def decode(template: Template, params: Mapping[str, Any]) -> Point:
-    """Optuna's parameters as a point."""
-    out: Point = {}
-    for p in template.params:
-        v = params[p.name]
-        out[p.name] = 1 << int(v) if p.kind == "pow2" else (int(v) if p.kind == "int" else v)
-    return out
 
 
 # -- what `show` says of a study --------------------------------------------------------------------
