@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -16,31 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from stratagem.errors import ConfigError
 
-BaselineMode = Literal["eager", "compile", "max-autotune", "reduce-overhead"]
-
 DEFAULT_TIMEOUT_S = 120.0
 """Wall-clock limit of one evaluation worker after its candidate is loaded and compiled."""
 
 DEFAULT_COMPILE_TIMEOUT_S = 300.0
 """Wall-clock limit of loading a candidate (imports, load_inline and Triton compiles)."""
-
-
-class Tolerance(BaseModel):
-    """Absolute and relative tolerance for one output dtype (as in `torch.allclose`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    atol: float = Field(ge=0)
-    rtol: float = Field(ge=0)
-
-
-def _default_tolerances() -> dict[str, Tolerance]:
-    # KernelBench at HEAD (TorchBench's values): fp32 1e-4, half types 1e-2.
-    return {
-        "float32": Tolerance(atol=1e-4, rtol=1e-4),
-        "float16": Tolerance(atol=1e-2, rtol=1e-2),
-        "bfloat16": Tolerance(atol=1e-2, rtol=1e-2),
-        "float64": Tolerance(atol=1e-7, rtol=1e-7),
-    }
 
 
 class StabilityConfig(BaseModel):
@@ -91,20 +72,80 @@ class TimingConfig(BaseModel):
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
 
 
-class CorrectnessConfig(BaseModel):
-    """How outputs are judged (docs/correctness.md).
+MOVED_KEYS: dict[str, tuple[str, ...]] = {
+    "pytorch": ("correctness_trials", "correctness", "tolerances", "baselines", "integrity", "roofline_margin",
+                "gpu_memory_fraction"),
+}
+"""Keys that left `[evaluation]` for a domain's own section: domain -> keys. Older config files
+(and stored runs' configs) still carry them in `[evaluation]`; they are moved to the domain's
+section, a file's with a deprecation message naming the key and its new place."""
 
-    `fixed` (KernelBench's rule): |candidate - eager| <= atol + rtol |eager| per element, with
-    the per-dtype `tolerances`. `calibrated`: the reference is also run in float64 (the
-    anchor), and the candidate passes when its max error against the anchor is at most
-    `factor` x eager's own max error against the anchor, plus a floor of `atol_floor` +
-    `ulp_floor` units in the last place of the output dtype at the anchor's largest magnitude."""
+DOMAIN_SECTIONS = tuple(MOVED_KEYS) + ("command",)
+"""Top-level sections of the config file that are a built-in domain's own settings (`[pytorch]`):
+each lands in `EvaluationConfig.domains` and is validated by its domain. A plug-in domain's
+section is written `[evaluation.domains.<name>]`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    mode: Literal["fixed", "calibrated"] = "fixed"
-    factor: float = Field(default=4.0, ge=1.0)
-    atol_floor: float = Field(default=0.0, ge=0.0)
-    ulp_floor: float = Field(default=2.0, ge=0.0)
+
+class ConfigDeprecationWarning(FutureWarning):
+    """A config file uses a key at its old place (shown to users by default)."""
+
+
+def _move_keys(ev: Mapping[str, Any]) -> dict[str, Any]:
+    """`[evaluation]` with the keys of `MOVED_KEYS` moved into `domains.<domain>` (a value set
+    at both places is an error naming both)."""
+    out = dict(ev)
+    domains = {k: dict(v) for k, v in dict(out.get("domains") or {}).items()}
+    for domain, keys in MOVED_KEYS.items():
+        for key in keys:
+            if key not in out:
+                continue
+            value = out.pop(key)
+            section = domains.setdefault(domain, {})
+            if key in section and section[key] != value:
+                raise ValueError(f"evaluation.{key} (deprecated) and {domain}.{key} are both set and differ: "
+                                 f"keep only [{domain}] {key}")
+            section[key] = value.model_dump() if isinstance(value, BaseModel) else value
+    if domains:
+        out["domains"] = domains
+    return out
+
+
+def _lift(data: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+    """A config mapping with every built-in domain's settings at the top (`[pytorch]`): moved
+    keys out of `[evaluation]`, and `evaluation.domains.<name>` (a stored config) for the names
+    of `DOMAIN_SECTIONS`; so merging a file, a stored config and overrides lets the later win.
+    `strict` (one file): a key set at its old and its new place differently is an error."""
+    out = dict(data)
+    ev = out.get("evaluation")
+    if not isinstance(ev, Mapping):
+        return out
+    ev = _move_keys(ev)
+    domains = dict(ev.pop("domains", None) or {})
+    for name in DOMAIN_SECTIONS:
+        if name in domains:
+            top, old = out.get(name), domains.pop(name)
+            if not isinstance(top, Mapping):
+                out[name] = old
+                continue
+            both = sorted(k for k in old if k in top and old[k] != top[k])
+            if strict and both:
+                raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
+                                 f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
+            out[name] = _merge(old, top)
+    if domains:
+        ev["domains"] = domains
+    out["evaluation"] = ev
+    return out
+
+
+def moved_in(data: Mapping[str, Any]) -> list[str]:
+    """The deprecated keys a config mapping still has in `[evaluation]`, each said with its new
+    place."""
+    ev = data.get("evaluation")
+    if not isinstance(ev, Mapping):
+        return []
+    return [f"[evaluation] {key} is deprecated: it is now [{domain}] {key} (applied from there; move it)"
+            for domain, keys in MOVED_KEYS.items() for key in keys if key in ev]
 
 
 class EvaluationConfig(BaseModel):
@@ -139,30 +180,23 @@ class EvaluationConfig(BaseModel):
     compile_timeout_s: float = Field(default=DEFAULT_COMPILE_TIMEOUT_S, gt=0)
     """Limit for the load stage: process start, imports, CUDA/Triton compiles (~80 s for one
     load_inline extension on an H200 machine)."""
+    build_cache: bool = True
+    """Keep built `load_inline` extensions in a cache shared by every evaluation and run of
+    this user, keyed by source, flags and toolchain, verified by hash when loaded
+    (`domains/pytorch/build_cache.py`; docs/timing.md, "Build cache")."""
+    build_cache_dir: Path | None = None
+    """Where the build cache lives; None: `builds/` under the cache directory (`cache_dir`)."""
     lock_wait_timeout_s: float = Field(default=3600.0, gt=0)
     """Limit on the time a worker waits for its device's lock (never charged to the
     candidate's own limits): other workers timing or compiling hold it."""
-    correctness_trials: int = Field(default=5, ge=1)
-    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
-    tolerances: dict[str, Tolerance] = Field(default_factory=_default_tolerances)
     timing: TimingConfig = Field(default_factory=TimingConfig)
-    baselines: list[BaselineMode] | None = None
-    """Reference modes to time; `None`: eager and compile, plus max-autotune on a GPU."""
-    integrity: Literal["lenient", "strict"] = "lenient"
-    """`lenient` (AUTO's rule): vendor libraries, torch ops and algebraic simplifications are
-    allowed; cheating means faking speed or correctness. `strict` (KernelBench's intent): the
-    heavy computation must run in kernels the candidate wrote (checked statically, and on a
-    GPU by profiling which kernels ran and disabling the candidate's own)."""
-    roofline_margin: float = Field(default=0.5, ge=0, lt=1)
-    """A runtime below roofline floor x (1 - margin) is rejected as impossible."""
+    domains: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Each domain's own settings section (`[pytorch]` in the file: `domains/pytorch/settings.py`;
+    a plug-in's `[evaluation.domains.<name>]`), validated by that domain when it reads it."""
     network: Literal["deny", "allow"] = "deny"
     """`deny` runs workers in a private network namespace where the OS allows it."""
     memory_limit_gb: float | None = Field(default=None, gt=0)
     """Address-space limit for CPU workers (not applied on GPUs, whose drivers map huge ranges)."""
-    gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
-    """Cap on the GPU memory each worker and its judge may allocate (torch's per-process
-    memory fraction of the device), for GPUs shared with other work; None: the whole device.
-    A problem that cannot fit under it is reported up front, with the numbers."""
     cpu_slots: int = Field(default=1, ge=1)
     """Concurrent workers when evaluating on the CPU."""
     workers_per_gpu: int = Field(default=2, ge=1)
@@ -178,6 +212,21 @@ class EvaluationConfig(BaseModel):
         if v in ("auto", "cpu", "cuda") or (v.startswith("cuda:") and v[5:].isdigit()):
             return v
         raise ValueError(f"device must be auto, cpu, cuda or cuda:N, not {v!r}")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_domains(cls, data: Any) -> Any:
+        """Keys that moved to a domain's section (`MOVED_KEYS`), given at their old place."""
+        return _move_keys(data) if isinstance(data, Mapping) else data
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EvaluationConfig:
+        """As pydantic's, with a key that moved to a domain's section (`MOVED_KEYS`) updated
+        there (so code written before the move keeps working)."""
+        if update and any(k in keys for keys in MOVED_KEYS.values() for k in update):
+            moved = _move_keys({**update, "domains": self.domains})
+            moved["domains"] = {d: {**self.domains.get(d, {}), **sec} for d, sec in moved["domains"].items()}
+            update = moved
+        return super().model_copy(update=dict(update) if update else None, deep=deep)
 
 
 class ContextConfig(BaseModel):
@@ -202,6 +251,27 @@ class Price(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     input_usd_per_mtok: float = Field(ge=0)
     output_usd_per_mtok: float = Field(ge=0)
+
+
+WriterRole = Literal["implementor", "optimize", "fix", "mutate", "crossover"]
+"""The roles that write designs (AUTO's Implementor; PIKE's optimizer, error fixer, mutation
+and crossover): the ones a coding-agent command can take (`agents.command`)."""
+
+WRITER_ROLES: tuple[WriterRole, ...] = ("implementor", "optimize", "fix", "mutate", "crossover")
+
+
+class AgentCommandConfig(BaseModel):
+    """A coding agent (Claude Code, Codex CLI, ...) run as a command in the writing roles
+    (`[agents.command]`, `--agent-cmd`; docs/agents.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cmd: str = Field(min_length=1)
+    """The shell command, run in a fresh work directory per call (`sh -c`); its environment is
+    stratagem's own (the agent keeps its credentials)."""
+    timeout_s: float = Field(default=1800.0, gt=0)
+    """Wall-clock limit of one call; past it the command's process group is killed."""
+    roles: list[WriterRole] = Field(default_factory=lambda: list(WRITER_ROLES))
+    """The writing roles the command takes; the others stay with `agents.model`."""
 
 
 class AgentsConfig(BaseModel):
@@ -232,12 +302,14 @@ class AgentsConfig(BaseModel):
     analyst: bool = True
     """Let the Strategist call the Analyst, and review too-good-to-be-true designs."""
     suspicious_speedup: float = Field(default=10.0, gt=1)
-    """A valid design this many times faster than eager is reviewed before it can become the best."""
+    """A valid design this many times faster than the reference is reviewed before it can become the best."""
     docs_dir: Path | None = None
     """A folder of documentation the Analyst can search (a problem may also ship `docs/`)."""
     prices: dict[str, Price] = Field(default_factory=dict)
     """Model name -> price, overriding the built-in price table."""
     temperature: float | None = None
+    command: AgentCommandConfig | None = None
+    """A coding-agent command that writes designs in place of `model` (`[agents.command]`)."""
 
     @model_validator(mode="after")
     def _endpoints_need_a_model(self) -> AgentsConfig:
@@ -282,9 +354,9 @@ class SearchConfig(BaseModel):
     run_dir: Path | None = None
     """The run directory (None: `runs/<problem>-<timestamp>` under the current directory)."""
     confirm_top: int = Field(default=5, ge=0)
-    """At the end of a run, re-time eager, torch.compile and this many of the best designs
-    (plus any whose interval overlaps the best's) together in fresh workers, and head the
-    run's results with that (`stratagem confirm`; 0: no confirmation round)."""
+    """At the end of a run, re-time the reference, the domain's baselines and this many of the
+    best designs (plus any whose interval overlaps the best's) together in fresh workers, and
+    head the run's results with that (`stratagem confirm`; 0: no confirmation round)."""
     confirm_blocks: int = Field(default=3, ge=2)
     """Independent worker processes of a confirmation round (the order rotated in each)."""
 
@@ -299,6 +371,29 @@ class StratagemConfig(BaseModel):
     context: ContextConfig = Field(default_factory=ContextConfig)
     policies: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Each policy's own settings section (`[policies.<name>]`), validated by that policy."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _domain_sections(cls, data: Any) -> Any:
+        """Top-level domain sections (`[pytorch]`) into `evaluation.domains`."""
+        if not isinstance(data, Mapping) or not any(k in data for k in DOMAIN_SECTIONS):
+            return data
+        out = {k: v for k, v in data.items() if k not in DOMAIN_SECTIONS}
+        ev = _move_keys(dict(out.get("evaluation") or {}))
+        domains = dict(ev.get("domains") or {})
+        for name in DOMAIN_SECTIONS:
+            if name in data:
+                section = data[name]
+                if not isinstance(section, Mapping):
+                    raise ValueError(f"[{name}] must be a section (a table of settings), not {section!r}")
+                mine = dict(domains.get(name) or {})
+                both = sorted(k for k in section if k in mine and mine[k] != section[k])
+                if both:
+                    raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
+                                     f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
+                domains[name] = _merge(mine, section)
+        out["evaluation"] = {**ev, "domains": domains}
+        return out
 
     @property
     def policy(self) -> str | None:
@@ -340,17 +435,22 @@ def load_config(
             raise ConfigError(f"config file not found: {path}") from e
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
-    if overrides:
-        data = _merge(data, _drop_none(overrides))
+        for note in moved_in(data):
+            warnings.warn(f"{path}: {note}", ConfigDeprecationWarning, stacklevel=2)
     try:
+        data = _lift(data, strict=True)
+        if overrides:
+            data = _merge(data, _lift(_drop_none(overrides)))
         return StratagemConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(describe_errors(e, path)) from e
+    except ValueError as e:  # a key at its old and its new place, differently
+        raise ConfigError(f"invalid configuration{f' in {path}' if path else ''}: {e}") from e
 
 
 OPTIONS = {
-    "evaluation.device": "--device", "evaluation.timeout_s": "--timeout", "evaluation.integrity": "--integrity",
-    "evaluation.correctness.mode": "--correctness", "search.policy": "--policy",
+    "evaluation.device": "--device", "evaluation.timeout_s": "--timeout", "pytorch.integrity": "--integrity",
+    "pytorch.correctness.mode": "--correctness", "search.policy": "--policy",
     "search.iterations": "--iterations", "search.patience": "--patience", "search.implementors": "--implementors",
     "search.max_queries": "--max-queries", "search.max_tokens": "--max-tokens", "search.max_usd": "--max-usd",
     "search.max_gpu_seconds": "--max-gpu-seconds", "search.max_wall_seconds": "--max-wall-seconds",
@@ -359,12 +459,16 @@ OPTIONS = {
 """Config keys set by a command-line option: errors name both."""
 
 
-def describe_errors(e: ValidationError, path: str | Path | None = None) -> str:
-    """One line per invalid value, naming its config key, the option that sets it, what was
+def describe_errors(e: ValidationError, path: str | Path | None = None, prefix: str | None = None) -> str:
+    """One line per invalid value, naming its config key (under `prefix`, a section's name,
+    when `e` comes from validating that section alone), the option that sets it, what was
     given and what is allowed (never pydantic's raw dump)."""
     lines = []
     for err in e.errors():
         loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
+        if loc[:2] == ["evaluation", "domains"]:
+            loc = loc[2:]  # `pytorch.KEY`, as the file spells it
+        loc = [prefix, *loc] if prefix else loc
         key = ".".join(loc) or "configuration"
         opt = OPTIONS.get(key)
         name = f"{key} ({opt})" if opt else key
@@ -402,6 +506,13 @@ def cache_dir(cfg: EvaluationConfig) -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "stratagem"
 
 
+def build_cache_setting(cfg: EvaluationConfig) -> str:
+    """The worker's build cache (`STRATAGEM_BUILD_CACHE`): a folder, or `off`."""
+    if not cfg.build_cache:
+        return "off"
+    return str(Path(cfg.build_cache_dir).expanduser() if cfg.build_cache_dir is not None else cache_dir(cfg) / "builds")
+
+
 def environment() -> dict[str, str]:
     """A snapshot of the process environment, for the sandbox to filter."""
     return dict(os.environ)
@@ -413,5 +524,6 @@ def secret(name: str | None) -> str | None:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Merge command-line overrides (None values ignored) into a config mapping."""
-    return _merge(dict(data), _drop_none(overrides or {}))
+    """Merge command-line overrides (None values ignored) into a config mapping (a domain's
+    settings given at their old place in either are merged at their new one)."""
+    return _merge(_lift(data), _lift(_drop_none(overrides or {})))

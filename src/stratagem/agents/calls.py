@@ -53,6 +53,7 @@ from pydantic_ai.usage import UsageLimits
 
 from stratagem.agents import summarizer
 from stratagem.agents.models import RoleModels, model_settings
+from stratagem.agents.writers import WriterRoutes
 from stratagem.config import AgentsConfig
 from stratagem.context import render
 from stratagem.core.search import AgentCall
@@ -87,6 +88,9 @@ class AgentRuntime:
     """Asked before each transport retry (a retry is a request the budget counts): False fails
     the request with its error instead (a policy holding a fixed number of queries; None:
     always retry, up to `max_retries`)."""
+    writers: WriterRoutes | None = None
+    """The writing roles another backend takes over from the models (`agents/writers.py`:
+    a coding-agent command, a script); None: every role writes with its model."""
 
     def recording(self, record: Callable[[AgentCall], None] | None) -> AgentRuntime:
         return replace(self, record=record)

@@ -12,6 +12,7 @@ or on an LLM failure; the result says which (failures are data).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -24,8 +25,10 @@ from pydantic_ai.usage import UsageLimits
 from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.fix_loop import FixLimits, FixResult, Written, fix_until_valid
 from stratagem.agents.tools import BaseDeps, Workdir, base_toolset
+from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.config import EvaluationConfig
 from stratagem.context import render
+from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, Session
 from stratagem.core.verdict import ValidatorResult
@@ -109,6 +112,17 @@ class ImplementorTask:
     report_chars: int = 1_200
     variant: str = ""
     """This Implementor's own part of the plan (`Plan.variants`); '' when the plan has none."""
+    start_files: Mapping[str, str] = field(default_factory=dict[str, str])
+    """The design the first turn builds on, whole (`starting_files`): a coding agent finds it in
+    its work directory; empty for a new design."""
+
+
+def starting_files(plan: Plan, designs: Sequence[DesignView], main: str) -> dict[str, str]:
+    """The design an Implementor's first turn builds on (what a coding agent finds in its work
+    directory): the first of `designs` in the plan's lineage (none for `innovate`)."""
+    parents = lineage(plan)
+    first = next((v for v in designs if v.id in parents), None)
+    return text_files(first.source, main) if first is not None else {}
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,7 @@ async def run_implementor(
     Implementor's prompts); never raises for LLM failures."""
     cfg = runtime.cfg
     agent = build_implementor(output_retries=cfg.output_retries, domain=task.brief.domain)
+    agent_instructions = render.instructions("implementor", domain=task.brief.domain)
     precheck = task.precheck or get_domain(task.problem.domain).precheck(task.problem, EvaluationConfig(), "cuda")
     deps = ImplementorDeps(workdir=Workdir(task.workdir), precheck=precheck)
     history: list[ModelMessage] = []
@@ -133,16 +148,29 @@ async def run_implementor(
         max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars, variant=task.variant,
     )
 
-    async def write(text: str, tokens_left: int | None) -> Written:
+    async def model_turn(req: WriteRequest) -> Written:
         nonlocal history
         outcome = await run_agent(
-            agent, text, role="implementor", runtime=runtime, deps=deps, history=history,
-            usage_limits=UsageLimits(total_tokens_limit=tokens_left, request_limit=REQUEST_LIMIT),
+            agent, req.prompt, role="implementor", runtime=runtime, deps=deps, history=history,
+            usage_limits=UsageLimits(total_tokens_limit=req.tokens_left, request_limit=REQUEST_LIMIT),
         )
         if not outcome.ok or outcome.output is None:
             return Written(None, outcome.total_tokens, outcome.error_kind, outcome.error)
         history = outcome.messages
         return Written(outcome.output.source, outcome.total_tokens)
+
+    writer = writer_for(runtime.writers, "implementor", ModelWriter(model_turn))
+    main = get_domain(task.problem.domain).main_file(task.problem)
+    current: dict[str, str] = dict(task.start_files)
+
+    async def write(text: str, tokens_left: int | None) -> Written:
+        nonlocal current
+        w = await writer.write(WriteRequest(
+            role="implementor", worker=task.worker, prompt=text, problem=task.problem,
+            instructions=agent_instructions, files=current, tokens_left=tokens_left, record=runtime.record))
+        if w.source is not None:
+            current = text_files(w.source, main)
+        return w
 
     def next_prompt(fb: Feedback, attempts: int) -> str:
         return render.render_implementor_feedback(fb, attempt=attempts, max_attempts=cfg.implementor_max_attempts,

@@ -21,15 +21,20 @@ from pydantic_ai.usage import UsageLimits
 
 from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.fix_loop import Written
+from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.context import pike as prompts
+from stratagem.core.design import text_files
+from stratagem.core.problem import Problem
 from stratagem.core.search import Reservation
-from stratagem.domains import DEFAULT
+from stratagem.domains import DEFAULT, get_domain
 
 ROLES = ("brainstorm", "optimize", "fix", "mutate", "crossover")
 CODE_LANGUAGES = frozenset({"", "python", "py", "python3", "cpp", "c++", "c", "h", "cu", "cuda", "text", "txt",
                             "plain", "fortran", "f90", "rust", "make", "makefile", "cmake", "toml"})
 """The labels of a code block an answer's design is taken from (unlabelled included)."""
 _BLOCK = re.compile(r"```([a-zA-Z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_NO_PROBLEM = Problem(name="", domain=DEFAULT, source="")
+"""The problem of a model turn's request when none was given (a model turn does not read it)."""
 _BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(.+?)\s*$")
 
 
@@ -92,6 +97,8 @@ class PikeAgents:
 
     runtime: AgentRuntime
     domain: str = DEFAULT
+    problem: Problem | None = None
+    """The problem (a coding-agent writer's work directory holds it)."""
     agents: dict[str, Agent[None, str]] = field(default_factory=dict, init=False)
 
     def agent(self, role: str) -> Agent[None, str]:
@@ -112,12 +119,31 @@ class PikeAgents:
             return Answer(None, outcome.total_tokens, outcome.error_kind, outcome.error)
         return Answer(str(outcome.output), outcome.total_tokens)
 
-    async def write(self, role: str, prompt: str, tickets: Tickets) -> Written:
+    async def write(self, role: str, prompt: str, tickets: Tickets, *, worker: str = "", current: str = "") -> Written:
         """A code query: the answer's first code block. An answer with no code block is kept
         whole as the candidate, so it is stored, fails the static checks with a syntax error and
-        reaches the Error-Fixing Agent like any broken candidate (the query was spent)."""
-        a = await self.ask(role, prompt, tickets)
-        if a.text is None:
-            return Written(None, a.tokens, a.error_kind, a.error)
-        code = extract_code(a.text)
-        return Written(code if code is not None else a.text, a.tokens)
+        reaches the Error-Fixing Agent like any broken candidate (the query was spent). A role
+        another backend takes (`runtime.writers`: a coding-agent command) is one query of that
+        backend, given `current` (the design fixed or built on) as its starting files."""
+
+        async def model_turn(req: WriteRequest) -> Written:
+            a = await self.ask(role, req.prompt, tickets)
+            if a.text is None:
+                return Written(None, a.tokens, a.error_kind, a.error)
+            code = extract_code(a.text)
+            return Written(code if code is not None else a.text, a.tokens)
+
+        model = ModelWriter(model_turn)
+        writer = writer_for(self.runtime.writers, role, model)
+        if writer is not model:
+            if self.problem is None:
+                return Written(None, 0, "other", f"the {role} writer needs the problem (PikeAgents.problem)")
+            if not tickets.take():
+                return Written(None, 0, "budget", "the phase's query budget is spent")
+            main = get_domain(self.problem.domain).main_file(self.problem)
+            files = text_files(current, main) if current.strip() else {}
+            return await writer.write(WriteRequest(
+                role=role, worker=worker or role, prompt=prompt, problem=self.problem,
+                instructions=prompts.instructions(role, self.domain), files=files, record=self.runtime.record))
+        return await model.write(WriteRequest(role=role, worker=worker or role, prompt=prompt,
+                                              problem=self.problem or _NO_PROBLEM))

@@ -32,6 +32,8 @@ def run_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml).")],
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
     endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
+    agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (Claude Code, Codex CLI, ...) as a shell command that writes the designs in the writing roles (Implementor; PIKE's optimize, fix, mutate, crossover), run in a fresh work directory per call ([agents.command]; docs/agents.md). The other roles keep --model.")] = None,
+    agent_timeout: Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call; its process group is killed past it (default 1800).")] = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, else recipes.")] = None,
     design: Annotated[Path | None, typer.Option("--design", metavar="FILE|DIR", exists=True, help="The template --policy tune tunes: a design file, or a directory of a command problem's editable files, declaring its parameters (docs/tune.md).")] = None,
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
@@ -63,7 +65,8 @@ def run_cmd(
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
                    "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
-        "agents": {"model": model, "endpoints": endpoint or None},
+        "agents": {"model": model, "endpoints": endpoint or None,
+                   "command": {"cmd": agent_cmd, "timeout_s": agent_timeout}},
         "policies": {"tune": {"design": str(design.resolve()) if design is not None else None}},
     }
     console = wide_console(stderr=as_json)
@@ -421,7 +424,7 @@ def compare_cmd(
     equal budgets: the best paired speedup so far against LLM queries and money, the mean best
     speedup over the budget every run reached, and a PNG plot of the curves --json lists. The
     runs are only read: nothing is written into them."""
-    from stratagem.report.compare import compare_runs, dumps, plot, table
+    from stratagem.report.compare import compare_runs, dumps, plot, table, tuning_table
 
     console = wide_console()
     try:
@@ -435,6 +438,8 @@ def compare_cmd(
         print(json.dumps({**json.loads(dumps(cmp)), "plot": str(png)}))
         return
     console.print(table(cmp))
+    if (tuned := tuning_table(cmp)) is not None:
+        console.print(tuned)
     console.print(f"areas: the mean best speedup over the first {cmp.query_budget} queries (the budget every run "
                   f"reached; 1.00x until a run's first valid design) · plot: {png}")
     if cmp.money_note():

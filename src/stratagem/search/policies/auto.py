@@ -17,10 +17,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from stratagem.agents.agent_command import command_routes
 from stratagem.agents.analyst import AnalystDeps, ask_analyst, designs_by_id, review_design
 from stratagem.agents.calls import FATAL, AgentRuntime
 from stratagem.agents.docs import DocIndex
-from stratagem.agents.implementor import ImplementorResult, ImplementorTask, run_implementor
+from stratagem.agents.implementor import (
+    ImplementorResult,
+    ImplementorTask,
+    run_implementor,
+    starting_files,
+)
 from stratagem.agents.models import RoleModels, choose_models, preflight, quiet_library
 from stratagem.agents.offline import offline_models
 from stratagem.agents.strategist import StrategistDeps, StrategistResult, plan_iteration
@@ -80,7 +86,8 @@ class AutoPolicy:
         self.cfg = cfg
         self.problem = problem
         self.workdir = Path(workdir)
-        self.runtime = AgentRuntime(cfg=cfg.agents, models=models, sleep=sleep)
+        self.runtime = AgentRuntime(cfg=cfg.agents, models=models, sleep=sleep,
+                                    writers=command_routes(cfg, self.workdir))
         self.domain = get_domain(problem.domain)
         self._docs: DocIndex | None = None
         self._docs_loaded = False
@@ -213,12 +220,14 @@ class AutoPolicy:
         cited = [views[i] for i in plan.evidence if i in views]
         cap = self.cfg.context.token_budget * CHARS_PER_TOKEN // max(len(cited), 1)
         evidence = tuple(replace(v, source=truncate_source(v.source, cap)) for v in cited)
+        start = starting_files(plan, cited, self.domain.main_file(self.problem))
         tasks = [
             ImplementorTask(
                 worker=f"implementor-{k}", plan=plan, problem=self.problem, brief=brief,
                 evidence=evidence, precheck=self.domain.precheck(self.problem, self.cfg.evaluation, state.device),
                 workdir=self._dir(state.iteration, f"implementor-{k}").root,
                 report_chars=self.cfg.context.failure_report_chars, variant=variant,
+                start_files=start,
             )
             for k, variant in enumerate(implementor_variants(plan, self.cfg.search.implementors), start=1)
         ]

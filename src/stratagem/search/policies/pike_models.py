@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from stratagem.agents.agent_command import command_routes
 from stratagem.agents.calls import FATAL, AgentRuntime
 from stratagem.agents.models import RoleModels, choose_models, preflight, quiet_library
 from stratagem.agents.offline import offline_pike_models
@@ -58,10 +59,10 @@ class PikeBase:
         self.cfg = cfg
         self.problem = problem
         self.workdir = Path(workdir)
-        self.runtime = AgentRuntime(cfg=cfg.agents, models=models)
+        self.runtime = AgentRuntime(cfg=cfg.agents, models=models, writers=command_routes(cfg, self.workdir))
 
     def agents(self, session: Session) -> PikeAgents:
-        return PikeAgents(self.runtime.recording(session.record_call), self.problem.domain)
+        return PikeAgents(self.runtime.recording(session.record_call), self.problem.domain, self.problem)
 
     def brief(self, state: SearchState) -> ProblemBrief:
         return ProblemBrief.from_state(state, state.integrity)

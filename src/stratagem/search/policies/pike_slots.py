@@ -119,10 +119,12 @@ def slot_history(designs: Sequence[DesignView], key: str) -> list[DesignView]:
 
 async def run_slot(
     session: Session, agents: PikeAgents, brief: ProblemBrief, spec: SlotSpec, *, max_fix: int,
-    tickets: Tickets, history: Sequence[DesignView] = (), worker: str | None = None,
+    tickets: Tickets, history: Sequence[DesignView] = (), worker: str | None = None, start: str = "",
 ) -> SlotResult:
     """Ask the slot's query and fix its candidate up to `max_fix` rounds (continuing from
-    `history`, the slot's stored designs); every query takes one of the phase's `tickets`."""
+    `history`, the slot's stored designs); every query takes one of the phase's `tickets`.
+    `start` is the design the first query builds on (its parent's source; a coding agent finds
+    it in its work directory)."""
     worker = worker or spec.key
     if history and history[-1].status in ACCEPTED:
         return SlotResult(spec.key, history[-1].id, True, 0, len(history) - 1, "done before the resume",
@@ -145,7 +147,7 @@ async def run_slot(
         nonlocal last_source, asked, turns
         role = spec.role if first_round + turns == 0 else "fix"
         turns += 1
-        w = await agents.write(role, text, tickets)
+        w = await agents.write(role, text, tickets, worker=worker, current=last_source or start)
         if w.error_kind != "budget":
             asked += 1
         if w.source is not None:
@@ -217,6 +219,8 @@ async def run_slots(
     the run past its query budget, however its queries interleave, and a failing candidate
     keeps the fix rounds the docs promise (docs/pike.md)."""
     todo = [(s, slot_history(designs, s.key)) for s in specs]
+    by_id = {v.id: v for v in designs}
+    starts = [by_id[s.parents[0]].source if s.parents and s.parents[0] in by_id else "" for s in specs]
     needs = [0 if (h and h[-1].status in ACCEPTED) else max(0, 1 + max_fix - len(h)) for s, h in todo]
     with session.reserve(sum(needs)) as r:
         pool = TicketPool(r.granted)
@@ -227,7 +231,7 @@ async def run_slots(
             s, h = todo[i]
             if needs[i] == 0:
                 return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=Tickets(0), history=h,
-                                      worker=f"{worker_prefix}{s.key}")
+                                      worker=f"{worker_prefix}{s.key}", start=starts[i])
             tickets = await pool.claim(position[i], needs[i])
             if not tickets.granted:
                 return SlotResult(s.key, h[-1].id if h else None, False, 0, max(0, len(h) - 1),
@@ -235,7 +239,7 @@ async def run_slots(
                                   h[-1].source if h else "")
             try:
                 return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=tickets, history=h,
-                                      worker=f"{worker_prefix}{s.key}")
+                                      worker=f"{worker_prefix}{s.key}", start=starts[i])
             finally:
                 await pool.release(tickets)
 

@@ -1,0 +1,115 @@
+"""Owns the writer seam: the one interface through which every role that writes designs (AUTO's
+Implementor; PIKE's optimizer, error fixer, mutation and crossover) gets its code.
+
+A role builds a `WriteRequest` (its prompt, its instructions, the current design's files) and
+asks the `Writer` its `AgentRuntime` routes it to (`writer_for`). Three backends:
+
+- `ModelWriter`: the role's pydantic-ai turn (a conversation for the Implementor, one query for
+  PIKE's roles), the default, unchanged;
+- `CommandWriter` (`agents/agent_command.py`): a coding-agent command run in a fresh work
+  directory, for the roles `[agents.command]` names;
+- `ScriptWriter`: scripted answers (tests, and offline demonstrations).
+
+Every backend returns a `Written` (the design as one text, or why there is none) and records
+one `AgentCall` per call through the request's `record`, so budgets count every backend alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stratagem.agents.fix_loop import Written
+from stratagem.core.problem import Problem
+from stratagem.core.search import AgentCall
+
+Record = Callable[[AgentCall], None]
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """One writing turn of one role."""
+
+    role: str
+    """`implementor`, `optimize`, `fix`, `mutate` or `crossover` (config.WRITER_ROLES)."""
+    worker: str
+    """Who writes (`implementor-1`, `b0/c3`): the design's author and the live-view name."""
+    prompt: str
+    """The role's curated context: the task, the designs it builds on, the last feedback."""
+    problem: Problem
+    instructions: str = ""
+    """The role's standing instructions (a model's system prompt)."""
+    files: Mapping[str, str] = field(default_factory=dict[str, str])
+    """The current design's files (the one being fixed, mutated or built on); empty for a new one."""
+    tokens_left: int | None = None
+    """Tokens the writer may still use in this conversation (None: no limit)."""
+    record: Record | None = None
+    """Where the call's `AgentCall` goes (the Session's `record_call`)."""
+
+
+class Writer(Protocol):
+    """Anything that turns a `WriteRequest` into a design. Never raises for the writer's own
+    failure (a failed, hung or silent agent is a `Written` with an error); only cancellation
+    propagates."""
+
+    async def write(self, req: WriteRequest) -> Written: ...
+
+
+@dataclass(frozen=True)
+class ModelWriter:
+    """The pydantic-ai backend: the role's own model turn (it records its calls itself, through
+    `run_agent`)."""
+
+    turn: Callable[[WriteRequest], Awaitable[Written]]
+
+    async def write(self, req: WriteRequest) -> Written:
+        return await self.turn(req)
+
+
+Answer = str | Callable[[WriteRequest], str | None] | None
+"""A scripted answer: the design's text, a function of the request, or None (writes nothing)."""
+
+
+@dataclass
+class ScriptWriter:
+    """Scripted answers, in order (the last one repeats): each call is recorded as one query
+    by the model `script`, with no tokens and no price."""
+
+    answers: Sequence[Answer]
+    requests: list[WriteRequest] = field(default_factory=list[WriteRequest])
+    """Every request received, in order (what tests inspect)."""
+
+    async def write(self, req: WriteRequest) -> Written:
+        self.requests.append(req)
+        if not self.answers:
+            answer: Answer = None
+        else:
+            answer = self.answers[min(len(self.requests), len(self.answers)) - 1]
+        text = answer(req) if callable(answer) else answer
+        ok = text is not None
+        error = None if ok else "no_output: the script wrote nothing"
+        if req.record is not None:
+            req.record(AgentCall(role=req.role, model="script", prompt_hash="", requests=1, ok=ok, error=error,
+                                 latency_s=0.0))
+        if text is None:
+            return Written(None, 0, "no_output", error)
+        return Written(text, 0)
+
+
+@dataclass(frozen=True)
+class WriterRoutes:
+    """Which writing roles another backend takes over from the models (`[agents.command]`)."""
+
+    writer: Writer
+    roles: frozenset[str]
+
+    def pick(self, role: str, default: Writer) -> Writer:
+        return self.writer if role in self.roles else default
+
+
+def writer_for(routes: WriterRoutes | None, role: str, default: Writer) -> Writer:
+    """The writer of `role`: the routed backend when it takes the role, else `default` (the
+    role's model)."""
+    return default if routes is None else routes.pick(role, default)
+
