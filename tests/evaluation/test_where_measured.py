@@ -175,3 +175,39 @@ def test_a_queue_workers_host_keys_its_baseline_and_peaks(tmp_path, _isolated_ca
         assert ev.baseline is not None and ev.baseline.environment["host"] == host and not ev.baseline.cached
     assert cached_hosts(_isolated_cache) == ["node-b", "node-c"]
     assert sorted(p.name for p in (_isolated_cache / "peaks").glob("*.json")) == ["node-b-cpu.json", "node-c-cpu.json"]
+
+
+class TwoHosts(LocalExecutor):
+    """Two CPU slots on machines `node-a` and `node-b`, like a cluster's executor: where a
+    request runs is known only when it answers."""
+
+    def host(self) -> str | None:
+        return None
+
+
+def test_a_searchs_baseline_is_attached_only_on_its_own_host(cpu_config, _isolated_cache) -> None:
+    """A search measures its baseline once per invocation, on one slot (node-a), and hands it
+    to every evaluation. A design whose worker ran on node-b gets node-b's own baseline,
+    measured afresh once for the invocation (not node-a's, nor an older cached one), and the
+    next design on node-b reuses that one instead of measuring again."""
+    cfg = cpu_config.model_copy(update={"correctness_trials": 2})
+    problem = load_problem(FIX / "problem_linear.py")
+    design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
+    a = Evaluator(cfg, on("node-a", cfg), "cpu")
+    search_baseline = asyncio.run(a.baseline(problem, refresh=True))
+    assert search_baseline.environment["host"] == "node-a"
+
+    cpu = LocalExecutor.for_devices(["cpu"], cfg, ENV).slots[0]
+    b_only = TwoHosts([dataclasses.replace(cpu, host="node-b")], cfg, ENV)
+    ev = Evaluator(cfg, b_only, "cpu")
+    ev._fresh.update(a._fresh)  # the same evaluator measured node-a's: one search, two hosts
+    first = asyncio.run(ev.evaluate(problem, design, baseline=search_baseline))
+    assert first.environment["host"] == "node-b"
+    assert first.baseline is not None and first.baseline.environment["host"] == "node-b"
+    assert not first.baseline.cached
+    second = asyncio.run(ev.evaluate(problem, design, baseline=search_baseline))
+    assert second.baseline is first.baseline  # measured once for node-b in this invocation
+
+    # on node-a, the search's own is attached as it is
+    back = asyncio.run(a.evaluate(problem, design, baseline=search_baseline))
+    assert back.baseline is search_baseline

@@ -62,6 +62,11 @@ class Evaluator:
         self.cache = BaselineCache(cache_dir(cfg) / "baselines")
         self._peaks: dict[str, dict[str, Any]] = {}
         """Calibrated peaks per `host/device` (as loaded or measured by this evaluator)."""
+        self._fresh: dict[tuple[str, str, str], Baseline] = {}
+        """Baselines this evaluator measured afresh, per (problem id, host, physical device):
+        a search's baseline is measured once per invocation for the slot it was measured on,
+        and once for every other slot a design of the search runs on (never shared between
+        machines or devices)."""
         self.facts = BaselineCache(cache_dir(cfg) / "reference_facts")
         """What a worker measured of the reference alone (the domain says what), per problem:
         kept so that no later evaluation measures it again (PyTorch: its FLOP count, which
@@ -78,14 +83,15 @@ class Evaluator:
     ) -> Evaluation:
         """Run the validator graph on `design`; for a valid, timed design, attach the reference
         baselines: `baseline` when given (a search's, measured once per invocation; its reference
-        median is also the expectation of the reference-drift check), else from the cache
-        unless `refresh_baseline`. `on_stage` hears the name of each stage as it starts (the
+        median is also the expectation of the reference-drift check) and measured on the slot
+        the design ran on, else that slot's own (measured afresh once per invocation for a
+        search; from the cache unless `refresh_baseline` otherwise). `on_stage` hears the name of each stage as it starts (the
         worker's, the parent's, and `calibrating` while the device's peaks are measured)."""
         stage = on_stage or (lambda _name: None)
         t0 = time.monotonic()
         given = baseline
-        """The caller's baseline (a search's), attached as it is; one found or measured here
-        is kept only if it is the own of the slot the design's worker reports."""
+        """The caller's baseline (a search's). It, or one found or measured here, is kept only
+        if it is the own of the slot the design's worker reports."""
         domain = get_domain(problem.domain)
         graph = domain.validator_graph(problem, self.cfg)
         run = GraphRun(graph, batch_placement="worker")
@@ -158,12 +164,15 @@ class Evaluator:
             }
         if pending is not None:
             baseline = await pending
-        if baseline is not None and baseline is not given and not _own(baseline, environment):
-            baseline = None  # another machine's or device's, or unstable: this slot's own is looked up (or measured) below
+        if baseline is not None and not _own(baseline, environment):
+            # another machine's or device's (the search's own included: a run on a cluster or
+            # on several GPUs), or unstable: this slot's own is looked up (or measured) below
+            baseline = self._fresh.get((problem.id, *_slot_of(environment))) if given is not None else None
         verdict = Verdict(run.results)
         if baseline is None and with_baseline and verdict.status == "valid" and domain.measure(verdict) is not None:
+            # a search's baseline is measured afresh once per invocation: on every slot it meets
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
-                                           refresh=refresh_baseline)
+                                           refresh=refresh_baseline or given is not None)
         return Evaluation(
             problem=problem, design=design, verdict=verdict, device=ran_on,
             environment=environment, seeds=seeds, baseline=baseline, sandbox=sandbox,
@@ -207,11 +216,13 @@ class Evaluator:
         modes_out = {str(k): dict(v) for k, v in found.items()}
         key = baseline_key(rules, problem.id, measured_env, modes)
         self.cache.put(key, {"problem": problem.name, "modes": modes_out, "environment": measured_env})
+        fresh = Baseline(problem.id, modes_out, measured_env, False, verdict)
+        self._fresh[(problem.id, *_slot_of(measured_env))] = fresh
         where = str(measured_env.get("host") or ""), str(measured_env.get("physical_device") or "")
         self.cache.put(slot_key(rules, problem.id, *where, modes), {"points_to": key})
         if self.executor.host() is None:  # where the next request runs is not known before it does
             self.cache.put(slot_key(rules, problem.id, ANY_HOST, self.physical_device, modes), {"points_to": key})
-        return Baseline(problem.id, modes_out, measured_env, False, verdict)
+        return fresh
 
     def _run_limit(self, problem: Problem, baseline: Baseline | None, wanted: bool, refresh: bool,
                    timeout_s: float | None) -> tuple[Baseline | None, asyncio.Task[Baseline] | None, float]:
@@ -440,6 +451,11 @@ def _own(baseline: Baseline, environment: Mapping[str, Any]) -> bool:
     ran in `environment`: measured on its machine and physical device, and, if it came from
     the cache, stable (an unstable cached one is measured again)."""
     return _measured_in(baseline.environment, environment) and not (baseline.cached and baseline.unstable())
+
+
+def _slot_of(environment: Mapping[str, Any]) -> tuple[str, str]:
+    """(host, physical device) of a worker's environment ('' for what it does not name)."""
+    return str(environment.get("host") or ""), str(environment.get("physical_device") or "")
 
 
 def _measured_in(measured: Mapping[str, Any], environment: Mapping[str, Any]) -> bool:
