@@ -12,6 +12,11 @@ whatever each run was given. Money is compared only when every run's calls were 
 money panel says when they were not. Runs are read without writing into them
 (`RunStore.read`). The table is a rich Table; the plot a PNG (matplotlib, imported only when a
 plot is asked for).
+
+A run whose designs carry template parameters (the `tune` policy, docs/tune.md) also gets its
+study compared (`tuning_table`, `tuning` in the JSON): the points tried and how many passed, the
+best point and its parameters, and, in a run where agents wrote designs too, how much of the
+best came from each (`tune.shares`, as the report's Tuning section says it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from rich.table import Table
 from stratagem.core.search import DesignView, ranked, ratio_text
 from stratagem.errors import ConfigError
 from stratagem.search import state as st
+from stratagem.search.policies.tune import Shares, Tuning, point_text, shares, tuning
 from stratagem.store.sqlite import RunStore
 
 
@@ -66,6 +72,19 @@ class RunCurve:
     """The content hash of the problem's source: runs compare when theirs agree."""
     any_priced: bool = False
     """Some call of the run had a known price."""
+    tuning: Tuning | None = None
+    """The run's tune study (None: no design carries parameters)."""
+    shares: Shares | None = None
+    """Where the best came from, in a run mixing tuning and designs written otherwise."""
+
+    def tuning_json(self) -> dict[str, Any] | None:
+        """The study as the JSON gives it: points tried, how many passed, the best point, the
+        objective per parameter value, and the shares (None without a study)."""
+        if self.tuning is None:
+            return None
+        t = self.tuning
+        return {"points_tried": len(t.points), "passed": sum(p.speedup is not None for p in t.points),
+                **t.to_json(), "shares": self.shares.to_json() if self.shares else None}
 
     def curve(self) -> list[Step]:
         """The best-so-far step curve the JSON lists and the plot draws: 1.00x at no spend, a
@@ -122,12 +141,14 @@ def load_curve(run_dir: str | Path) -> RunCurve:
                             float(v.speedup or 1.0), v.id))
     problem = next((p for p in problems if run is not None and p.id == run.problem_id), problems[0] if problems else None)
     billed = [c for c in calls if c.requests]
+    study = tuning(views)
     return RunCurve(
         run_dir=d, problem=problem.name if problem else "?", policy=run.policy if run else "?", model=model,
         queries=sum(c.requests for c in calls), usd=sum(c.cost_usd or 0.0 for c in calls),
         priced=all(c.cost_usd is not None for c in billed), points=tuple(points),
         best=st.best_of(views), problem_id=problem.id if problem else "",
         any_priced=any(c.cost_usd is not None for c in billed),
+        tuning=study, shares=shares(views, study) if study is not None else None,
     )
 
 
@@ -175,7 +196,8 @@ class Comparison:
                           "area_queries": self.area(c, "queries"), "area_usd": self.area(c, "usd"),
                           "curve": [{"queries": p.queries, "usd": p.usd, "best_speedup": p.best} for p in c.curve()],
                           "designs": [{"design_id": p.design_id, "queries": p.queries, "usd": p.usd,
-                                       "speedup": p.speedup} for p in c.points]}
+                                       "speedup": p.speedup} for p in c.points],
+                          "tuning": c.tuning_json()}
                          for c in self.curves]}
 
 
@@ -207,6 +229,33 @@ def table(cmp: Comparison) -> Table:
         t.add_row(str(c.run_dir), c.policy, c.model, str(c.queries), f"{c.usd:.3g}" if c.priced else "unpriced",
                   c.best.speedup_text() if c.best else "-", f"{ratio_text(aq)}x" if aq is not None else "-",
                   f"{ratio_text(au)}x" if au is not None else "-")
+    return t
+
+
+def tuning_table(cmp: Comparison) -> Table | None:
+    """The runs' tune studies side by side (None when no run tuned): points tried and passed, the
+    best point and its parameters, its speedup, and where each run's best came from."""
+    if not any(c.tuning for c in cmp.curves):
+        return None
+    t = Table(title=f"{cmp.problem}: tuning (docs/tune.md)")
+    for col in ("run", "policy", "points tried", "passed", "best point", "best tuned", "the run's best came from"):
+        t.add_column(col, justify="right" if col in ("points tried", "passed", "best tuned") else "left")
+    for c in cmp.curves:
+        s = c.tuning
+        if s is None:
+            t.add_row(str(c.run_dir), c.policy, "0", "-", "-", "-", "no tuning")
+            continue
+        best = s.best
+        if c.shares is not None:
+            sh = c.shares
+            factor = f", {sh.tuner_factor:.3g}x the written best" if sh.tuner_factor is not None else ""
+            origin = (f"the tuner{factor}" if sh.from_tuner else
+                      f"{sh.best_author or 'a written design'}{factor}") + f" ({sh.tuned} tuned, {sh.written} written)"
+        else:
+            origin = "the tuner (no design written otherwise passed)" if best else "no ranked point"
+        t.add_row(str(c.run_dir), c.policy, str(len(s.points)), str(sum(p.speedup is not None for p in s.points)),
+                  point_text(best.point) if best else "-",
+                  f"{best.speedup:.3g}x" if best and best.speedup is not None else "-", origin)
     return t
 
 

@@ -45,6 +45,7 @@ from stratagem.core.search import (
     Review,
     SearchState,
     Session,
+    ranked,
 )
 from stratagem.core.template import (
     ENUMERATE_MAX,
@@ -381,3 +382,66 @@ def tuning(designs: Sequence[DesignView]) -> Tuning | None:
             seen = [x for x in (s, p.speedup if p.status == "valid" else None) if x is not None]
             by_value[name][str(value)] = (n + 1, max(seen) if seen else None)
     return Tuning(tuple(points), best, by_value)
+
+
+@dataclass(frozen=True)
+class Shares:
+    """How much of a run's best came from the tuner and how much from designs written otherwise
+    (by agents, recipes, files), for a run that has both; the report's Tuning section and
+    `compare` say it."""
+
+    best_id: str
+    """The run's best ranked design."""
+    best_speedup: float | None
+    best_author: str | None
+    from_tuner: bool
+    """Whether the run's best is a tuned point."""
+    tuned_best: TunedPoint | None
+    """The best ranked tuned point (None: no tuned point is ranked)."""
+    written_best: DesignView
+    """The fastest design written otherwise that passed the harness."""
+    tuned: int
+    """Points the tuner evaluated."""
+    written: int
+    """Designs written otherwise that passed the harness."""
+
+    @property
+    def tuner_factor(self) -> float | None:
+        """The best tuned point's speedup over the best written design's: above 1, what tuning
+        added beyond the designs written otherwise; below 1, how far short it fell."""
+        t, w = self.tuned_best.speedup if self.tuned_best else None, self.written_best.speedup
+        return t / w if t is not None and w else None
+
+    def sentence(self) -> str:
+        """`the run's best (0123abcd4567, 3.1x) came from the tuner: ...`."""
+        src = "the tuner" if self.from_tuner else f"{self.best_author or 'a written design'} (not the tuner)"
+        tuned = f"{self.tuned_best.speedup:.3g}x" if self.tuned_best and self.tuned_best.speedup is not None \
+            else "none ranked"
+        factor = f" ({self.tuner_factor:.3g}x the written best)" if self.tuner_factor is not None else ""
+        shown = f"{self.best_speedup:.3g}x" if self.best_speedup is not None else "-"
+        return (f"the run's best ({self.best_id[:12]}, {shown}) came from {src}; best tuned point of "
+                f"{self.tuned}: {tuned}{factor}; best of the {self.written} designs written otherwise: "
+                f"{self.written_best.id[:12]} by {self.written_best.author or '?'}, "
+                f"{self.written_best.speedup or 0.0:.3g}x")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"best_id": self.best_id, "best_speedup": self.best_speedup, "best_author": self.best_author,
+                "from_tuner": self.from_tuner, "tuned_points": self.tuned, "written_passed": self.written,
+                "tuned_best": ({"design_id": self.tuned_best.design_id, "params": dict(self.tuned_best.point),
+                                "speedup": self.tuned_best.speedup} if self.tuned_best else None),
+                "written_best": {"design_id": self.written_best.id, "author": self.written_best.author,
+                                 "speedup": self.written_best.speedup},
+                "tuner_factor": self.tuner_factor}
+
+
+def shares(designs: Sequence[DesignView], study: Tuning) -> Shares | None:
+    """Where the run's best came from (see `Shares`); None when no design written otherwise
+    passed the harness, or no design is ranked."""
+    tuned = {p.design_id for p in study.points}
+    written = [d for d in designs if d.id not in tuned and d.status in MEASURED and d.speedup is not None]
+    top = ranked(designs)
+    if not written or not top:
+        return None
+    best = top[0]
+    return Shares(best.id, best.speedup, best.author, best.id in tuned, study.best,
+                  max(written, key=lambda d: d.speedup or 0.0), len(study.points), len(written))
