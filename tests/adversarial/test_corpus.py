@@ -382,7 +382,7 @@ def test_loose_tolerance_downgrade_fails_the_calibrated_rule(cpu_config: Evaluat
     """The fp16 matmul the fixed rule admits under a declared 1e-2 tolerance (a strict xfail in
     CHEATS) fails the calibrated rule: its error against the float64 anchor is over a thousand
     times eager's own (1.7e3x, 1.6e-3 against 9.3e-7)."""
-    from stratagem.config import CorrectnessConfig
+    from stratagem.domains.pytorch.settings import CorrectnessConfig
 
     cfg = cpu_config.model_copy(update={"correctness": CorrectnessConfig(mode="calibrated")})
     ev = evaluate(cfg, LOOSE, CANDIDATES / "precision_fp16_loose.py")

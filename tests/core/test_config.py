@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from stratagem.config import DEFAULT_TIMEOUT_S, EvaluationConfig, cache_dir, load_config
+from stratagem.domains.pytorch.settings import settings
 from stratagem.errors import ConfigError
 
 
@@ -21,12 +22,13 @@ def test_defaults():
     ev = load_config().evaluation
     assert ev.device == "auto"
     assert ev.timeout_s == DEFAULT_TIMEOUT_S == 120.0
-    assert ev.correctness_trials == 5
-    assert ev.baselines is None
+    pt = settings(ev)
+    assert pt.correctness_trials == 5
+    assert pt.baselines is None
     assert ev.network == "deny"
     assert ev.cache_dir is None
-    assert (ev.tolerances["float32"].atol, ev.tolerances["float32"].rtol) == (1e-4, 1e-4)
-    assert ev.tolerances["bfloat16"].atol == 1e-2
+    assert (pt.tolerances["float32"].atol, pt.tolerances["float32"].rtol) == (1e-4, 1e-4)
+    assert pt.tolerances["bfloat16"].atol == 1e-2
     t = ev.timing
     assert (t.warmup_ms, t.budget_ms, t.min_reps, t.max_reps) == (50.0, 500.0, 10, 1000)
     assert t.flush_l2 is True and t.sync_mode == "stream"
@@ -35,16 +37,16 @@ def test_defaults():
 def test_toml_overrides_defaults_and_keeps_unset_values(tmp_path):
     p = write(
         tmp_path,
-        '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\nbaselines = ["eager"]\n'
-        "[evaluation.timing]\nbudget_ms = 100\n",
+        '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\n'
+        "[evaluation.timing]\nbudget_ms = 100\n[pytorch]\nbaselines = [\"eager\"]\n",
     )
     ev = load_config(p).evaluation
     assert ev.device == "cpu"
     assert ev.timeout_s == 30
-    assert ev.baselines == ["eager"]
+    assert settings(ev).baselines == ["eager"]
     assert ev.timing.budget_ms == 100
     assert ev.timing.warmup_ms == 50.0  # untouched default in the same section
-    assert ev.correctness_trials == 5
+    assert settings(ev).correctness_trials == 5
 
 
 def test_cli_overrides_win_over_toml_and_merge_deeply(tmp_path):
@@ -75,9 +77,8 @@ def test_cli_none_values_are_ignored(tmp_path):
         "[bogus]\nx = 1\n",
         "[evaluation]\nbogus = 1\n",
         "[evaluation.timing]\nbogus = 1\n",
-        '[evaluation.tolerances.float32]\natol = 1e-3\nrtol = 1e-3\nbogus = 1\n',
     ],
-    ids=["top", "evaluation", "timing", "tolerance"],
+    ids=["top", "evaluation", "timing"],
 )
 def test_unknown_keys_in_file_raise_config_error(tmp_path, toml):
     p = write(tmp_path, toml)
@@ -109,15 +110,32 @@ def test_valid_devices(device):
     "over",
     [
         {"timeout_s": 0},
-        {"correctness_trials": 0},
         {"timing": {"min_reps": 0}},
         {"network": "maybe"},
-        {"baselines": ["turbo"]},
     ],
 )
 def test_invalid_values_raise_config_error(over):
     with pytest.raises(ConfigError):
         load_config(None, {"evaluation": over})
+
+
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        ('[pytorch.tolerances.float32]\natol = 1e-3\nrtol = 1e-3\nbogus = 1\n', "pytorch.tolerances.float32.bogus"),
+        ("[pytorch]\ncorrectness_trials = 0\n", "pytorch.correctness_trials"),
+        ('[pytorch]\nbaselines = ["turbo"]\n', "pytorch.baselines.0"),
+        ("[pytorch]\nbogus = 1\n", "pytorch.bogus"),
+    ],
+    ids=["tolerance", "trials", "baseline", "unknown"],
+)
+def test_the_pytorch_section_is_validated_by_its_domain(tmp_path, toml, key):
+    """`[pytorch]` is the domain's to validate (domains/pytorch/settings.py): a bad key or value
+    there is a ConfigError naming it as the file spells it."""
+    ev = load_config(write(tmp_path, toml)).evaluation
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as ei:
+        settings(ev)
+    assert not isinstance(ei.value, ValidationError)
 
 
 def test_missing_file_names_the_file(tmp_path):
@@ -171,3 +189,65 @@ def test_config_is_frozen():
     ev = load_config().evaluation
     with pytest.raises(ValidationError):
         ev.device = "cpu"  # type: ignore[misc]
+
+
+# -- keys that moved to [pytorch] (issue 25 item 1) ------------------------------------------
+
+
+OLD = ('[evaluation]\ndevice = "cpu"\ncorrectness_trials = 7\nbaselines = ["eager"]\nintegrity = "strict"\n'
+       'roofline_margin = 0.25\ngpu_memory_fraction = 0.5\n[evaluation.correctness]\nmode = "calibrated"\n'
+       '[evaluation.tolerances.float32]\natol = 1e-3\nrtol = 1e-3\n')
+
+
+def test_an_old_config_file_keeps_every_moved_setting_and_says_where_it_went(tmp_path):
+    p = write(tmp_path, OLD)
+    with pytest.warns(FutureWarning) as caught:
+        ev = load_config(p).evaluation
+    notes = [str(w.message) for w in caught]
+    for key in ("correctness_trials", "baselines", "integrity", "roofline_margin", "gpu_memory_fraction",
+                "correctness", "tolerances"):
+        assert any(f"[evaluation] {key} is deprecated: it is now [pytorch] {key}" in n and str(p) in n
+                   for n in notes), (key, notes)
+    pt = settings(ev)
+    assert (pt.correctness_trials, pt.baselines, pt.integrity, pt.roofline_margin, pt.gpu_memory_fraction) == (
+        7, ["eager"], "strict", 0.25, 0.5)
+    assert pt.correctness.mode == "calibrated" and pt.tolerances["float32"].atol == 1e-3
+    assert ev.device == "cpu"
+
+
+def test_a_new_config_file_says_nothing(tmp_path, recwarn):
+    p = write(tmp_path, '[evaluation]\ndevice = "cpu"\n[pytorch]\nintegrity = "strict"\n')
+    assert settings(load_config(p).evaluation).integrity == "strict"
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
+
+
+def test_a_moved_key_at_both_places_differently_is_an_error(tmp_path):
+    p = write(tmp_path, '[evaluation]\nintegrity = "lenient"\n[pytorch]\nintegrity = "strict"\n')
+    with pytest.raises(ConfigError, match=r"pytorch\.integrity.*\[evaluation\] integrity"), pytest.warns(FutureWarning):
+        load_config(p)
+
+
+def test_overrides_at_the_old_place_win_over_the_file_silently(tmp_path, recwarn):
+    """The command line's --integrity and --correctness still write `evaluation.*` (cli/common.py):
+    they land in [pytorch] and win over the file's section, with no deprecation message."""
+    p = write(tmp_path, '[pytorch]\nintegrity = "lenient"\ncorrectness_trials = 3\n')
+    ev = load_config(p, {"evaluation": {"integrity": "strict", "correctness": {"mode": "calibrated"}}}).evaluation
+    pt = settings(ev)
+    assert (pt.integrity, pt.correctness.mode, pt.correctness_trials) == ("strict", "calibrated", 3)
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
+
+
+def test_code_that_sets_a_moved_key_on_evaluation_config_still_works():
+    """Construction and `model_copy(update=...)` with an old key (tests and benchmarks written
+    before the move) reach [pytorch]; so does a stored run's configuration."""
+    from stratagem.config import StratagemConfig
+
+    ev = EvaluationConfig(baselines=["eager", "compile"], device="cpu")
+    assert settings(ev).baselines == ["eager", "compile"]
+    ev2 = ev.model_copy(update={"correctness_trials": 2, "timeout_s": 9.0})
+    assert (settings(ev2).correctness_trials, settings(ev2).baselines, ev2.timeout_s) == (2, ["eager", "compile"], 9.0)
+    stored = {"evaluation": {"device": "cpu", "integrity": "strict", "tolerances": {"float32": {"atol": 1, "rtol": 1}}}}
+    again = StratagemConfig.model_validate(stored).evaluation
+    assert settings(again).integrity == "strict" and settings(again).tolerances["float32"].atol == 1
+    dumped = StratagemConfig.model_validate(StratagemConfig.model_validate(stored).model_dump(mode="json"))
+    assert settings(dumped.evaluation).integrity == "strict"

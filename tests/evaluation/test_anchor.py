@@ -90,7 +90,7 @@ def _evaluate(cfg, candidate: str, problem: str = "problem.py"):
 @pytest.fixture
 def calibrated(cpu_config):
     return cpu_config.model_copy(update={
-        "correctness": cpu_config.correctness.model_copy(update={"mode": "calibrated"}), "correctness_trials": 2})
+        "correctness": {"mode": "calibrated"}, "correctness_trials": 2})
 
 
 def test_end_to_end_calibrated_mode_passes_a_reordering_and_fails_a_sloppy_sum(calibrated) -> None:

@@ -76,10 +76,11 @@ def test_run_directory_of_another_problem_is_refused(tmp_path, capsys):
 
 def test_every_run_option_can_come_from_the_toml_file(tmp_path):
     from stratagem.config import load_config
+    from stratagem.domains.pytorch.settings import settings
 
     toml = tmp_path / "run.toml"
     toml.write_text(
-        '[evaluation]\ndevice = "cpu"\nintegrity = "strict"\n'
+        '[evaluation]\ndevice = "cpu"\n[pytorch]\nintegrity = "strict"\n'
         '[search]\npolicy = "auto"\niterations = 7\npatience = 2\nimplementors = 3\nmax_queries = 50\n'
         'max_tokens = 9000\nmax_usd = 1.5\nmax_gpu_seconds = 60\nmax_wall_seconds = 600\n'
         f'run_dir = "{tmp_path / "r"}"\n'
@@ -90,7 +91,7 @@ def test_every_run_option_can_come_from_the_toml_file(tmp_path):
     assert (s.policy, s.iterations, s.patience, s.implementors, s.max_queries, s.max_tokens) == \
         ("auto", 7, 2, 3, 50, 9000)
     assert (s.max_usd, s.max_gpu_seconds, s.max_wall_seconds, s.run_dir) == (1.5, 60, 600, tmp_path / "r")
-    assert cfg.agents.endpoints == ["http://127.0.0.1:1/v1"] and cfg.evaluation.integrity == "strict"
+    assert cfg.agents.endpoints == ["http://127.0.0.1:1/v1"] and settings(cfg.evaluation).integrity == "strict"
     # The command line wins.
     over = load_config(toml, {"search": {"iterations": 2, "run_dir": tmp_path / "x"}, "agents": {"model": "n"}})
     assert over.search.iterations == 2 and over.search.run_dir == tmp_path / "x" and over.agents.model == "n"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratagem.config import EvaluationConfig
+from stratagem.domains.pytorch.settings import settings
 
 TIMING_PROTOCOL = 3
 """Bumped whenever the way the worker times changes, so older cached baselines are not reused
@@ -33,8 +34,9 @@ IDENTITY = ("device_name", "device", "torch", "cuda", "threads")
 def default_modes(cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
     """The configured baselines (eager always among them), else eager and torch.compile's
     default mode, with max-autotune on a GPU."""
-    if cfg.baselines is not None:
-        modes = [str(m) for m in cfg.baselines]
+    chosen = settings(cfg).baselines
+    if chosen is not None:
+        modes = [str(m) for m in chosen]
         return modes if "eager" in modes else ["eager", *modes]
     return ["eager", "compile", "max-autotune"] if on_gpu else ["eager", "compile"]
 

@@ -1,10 +1,11 @@
-"""Owns the PyTorch domain's parent-side plan: its validator graph and its worker requests.
+"""Owns the PyTorch domain's parent-side plan: `PyTorchDomain` (the Domain protocol), the
+parent-placed validators, the limits and the worker requests.
 
-Default graph: `static_checks -> load -> correctness -> {integrity, shapes} -> timing`, and
-`provenance` after timing under the strict policy.
-`static_checks` runs in the parent; the rest run in the worker. A problem may narrow the graph
-with `STRATAGEM = {"validators": [...]}` and set or disable the shape variants with
-`STRATAGEM = {"shapes": [{"batch_size": 8}]}` or `{"shapes": False}`.
+Its parts: the validator graphs (`graphs.py`), the `[pytorch]` settings and the problem's
+overrides of them (`settings.py`), the rules the agents are told (`rules.py`), the shapes
+stage's variants (`shapes.py`). `static_checks` runs in the parent; the rest run in the worker.
+A problem may narrow the graph with `STRATAGEM = {"validators": [...]}` and set or disable the
+shape variants with `STRATAGEM = {"shapes": [{"batch_size": 8}]}` or `{"shapes": False}`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import ast
 import re
 import secrets
-import symtable
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stratagem.config import EvaluationConfig
 from stratagem.core import pysyntax
 from stratagem.core.design import MAIN_FILE, Design
-from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
+from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.jsonish import mapping
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
@@ -32,10 +32,26 @@ from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.base import DomainPolicy
 from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
 from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
-from stratagem.domains.pytorch.static import IntegrityPolicy, checks_for_policy, run_static_checks
-from stratagem.domains.pytorch.static import agent_rules as static_agent_rules
+from stratagem.domains.pytorch.graphs import (
+    AUDIT_GRAPH,
+    BASELINE_GRAPH,
+    CALIBRATE_GRAPH,
+    CONFIRM_GRAPH,
+    DEFAULT_GRAPH,
+    STRICT_EXTRA,
+    validator_graph,
+)
+from stratagem.domains.pytorch.rules import POLICY_RULES, STAGE_RULES, agent_rules
+from stratagem.domains.pytorch.settings import (
+    correctness_rule,
+    correctness_trials,
+    integrity_policy,
+    settings,
+    tolerances,
+)
+from stratagem.domains.pytorch.shapes import shape_variants
+from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
-from stratagem.errors import ProblemError
 from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
@@ -43,154 +59,12 @@ WORKER_MODULE = "stratagem.domains.pytorch.worker.stages"
 """The worker's stages (`run_request`), run in the sandbox (`Domain.worker_module`)."""
 JUDGE_MODULE = "stratagem.domains.pytorch.worker.judge"
 """The judge (`run_judge`), run in the sandbox beside the worker (`Domain.judge_module`)."""
-__all__ = ["PEAKS_VERSION"]  # re-exported: the evaluator checks the version of cached peaks
+__all__ = [  # re-exported: the evaluator checks the version of cached peaks; tests read the rest here
+    "AUDIT_GRAPH", "BASELINE_GRAPH", "CALIBRATE_GRAPH", "CONFIRM_GRAPH", "DEFAULT_GRAPH", "PEAKS_VERSION",
+    "POLICY_RULES", "STAGE_RULES", "STRICT_EXTRA", "agent_rules", "correctness_rule", "correctness_trials",
+    "integrity_policy", "shape_variants", "tolerances", "validator_graph",
+]
 
-DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
-    ValidatorSpec("static_checks", (), "parent"),
-    ValidatorSpec("load", ("static_checks",), "worker"),
-    ValidatorSpec("correctness", ("load",), "worker"),
-    ValidatorSpec("integrity", ("correctness",), "worker"),
-    ValidatorSpec("shapes", ("correctness",), "worker"),
-    ValidatorSpec("timing", ("integrity", "shapes"), "worker"),
-    ValidatorSpec("roofline", ("timing",), "parent"),
-)
-
-CALIBRATE_GRAPH: tuple[ValidatorSpec, ...] = (ValidatorSpec("calibrate", (), "worker"),)
-
-AUDIT_GRAPH: tuple[ValidatorSpec, ...] = (
-    ValidatorSpec("load", (), "worker"),
-    ValidatorSpec("audit", ("load",), "worker"),
-)
-
-BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
-    ValidatorSpec("load", (), "worker"),
-    ValidatorSpec("baseline", ("load",), "worker"),
-)
-
-CONFIRM_GRAPH: tuple[ValidatorSpec, ...] = (
-    ValidatorSpec("load", (), "worker"),
-    ValidatorSpec("confirm", ("load",), "worker"),
-)
-"""One block of a confirmation round: eager, torch.compile and designs timed in one process."""
-
-
-STRICT_EXTRA = ValidatorSpec("provenance", ("timing",), "worker")
-"""The strict policy's runtime check: after timing, so its measured calls come after the timed
-ones (a candidate honest only in its first calls fails it)."""
-
-
-FILES_RULE = (
-    "files: a design is one Python file, `candidate.py`, that defines `class ModelNew(nn.Module)`, a "
-    "drop-in replacement of `Model` (the same `__init__` and `forward` arguments, the same outputs: "
-    "type, dtype, shape, device); every helper is defined in it, native code is built from strings "
-    "in it (`torch.utils.cpp_extension.load_inline`, Triton), and it imports only the standard "
-    "library, torch, triton and numpy"
-)
-"""What a design may contain, as the agents are told (`agent_rules`)."""
-
-POLICY_RULES: dict[str, str] = {
-    "lenient": "integrity policy `lenient`: any honest code counts: torch operators, vendor libraries "
-               "(cuBLAS, cuDNN, CUTLASS, oneDNN), kernels of your own (CUDA, Triton, C++), algebraic "
-               "simplifications that compute the same function for every input",
-    "strict": "integrity policy `strict`: the heavy work must run in kernels the design wrote itself (a "
-              "CUDA `__global__` function, a Triton kernel, on the CPU a C++ function of its own that "
-              "loops over the data): the static `own_kernels` check requires one, and the `provenance` "
-              "stage measures after timing that they do at least half of the timed work",
-}
-"""Each integrity policy as the agents are told it (`agent_rules`); a test fails on a policy
-without one."""
-
-STAGE_RULES: dict[str, str] = {
-    "static_checks": "stage `static_checks`: the static checks listed here, on the source alone, before "
-                     "anything runs",
-    "load": "stage `load`: `candidate.py` is imported in a fresh worker process and `ModelNew` built from "
-            "`get_init_inputs()`; compiling (`load_inline`, Triton) counts against the compile limit, "
-            "the rest against the run limit",
-    "correctness": "stage `correctness`: the outputs are compared with the reference's on fresh random "
-                   "inputs over several trials (seeds the design cannot know), with random non-initial "
-                   "parameters loaded into both models (mapped by key, order or unique shape: keep the "
-                   "reference's parameters) and on inputs scaled far beyond `get_inputs()`'s; inputs must "
-                   "not be modified, and NaN and infinity must sit where the reference's do",
-    "integrity": "stage `integrity`: calls on inputs refilled in place, a first call on poisoned memory "
-                 "and repeated calls that must agree: every output is computed from the current inputs "
-                 "in the call that returns it, and nothing the design starts outlives the call",
-    "shapes": "stage `shapes`: the design is run and checked again with the problem's size constants "
-              "changed{variants}: take sizes from the inputs, never hard-wire the visible sizes or their "
-              "alignment",
-    "timing": "stage `timing`: the design is timed against eager in alternating blocks in one worker "
-              "(the paired ratio and its 95% interval); outputs of timed calls, drawn at random, are "
-              "checked too",
-    "roofline": "stage `roofline`: a time under the device's physical floor (the work at its calibrated "
-                "bandwidth and FLOP rate, for the precision the correctness rule admits) is rejected as "
-                "impossible",
-    "provenance": "stage `provenance` (strict policy): after timing, the design's own kernels must run in "
-                  "every measured call and take at least half of their time (`OWN_TIME_FRACTION`); "
-                  "disabling them must change the output, so a kernel on a token slice of the data, one "
-                  "that runs only in early calls or a decoy beside a library call fails",
-}
-"""Each validator of the graph as the agents are told it (`agent_rules`), in the graph's order;
-a test fails on a validator without one."""
-
-
-def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
-    """The correctness rule in force, as the agents are told it."""
-    rule = correctness_rule(problem, cfg)
-    if rule["mode"] == "calibrated":
-        return ("correctness rule `calibrated`: each floating output's largest error against a float64 "
-                f"copy of the reference may be at most {float(rule['factor']):g} times eager's own largest "
-                f"error against it (plus {float(rule['ulp_floor']):g} ulp of the output's largest value"
-                + (f" and {float(rule['atol_floor']):g}" if float(rule["atol_floor"]) else "")
-                + "): lower precision passes only where it is measured to be accurate enough")
-    tol = "; ".join(f"{dtype} atol={t['atol']:g}, rtol={t['rtol']:g}" for dtype, t in sorted(tolerances(problem, cfg).items()))
-    return ("correctness rule `fixed`: every output element within atol + rtol x |reference| of the "
-            f"reference's ({tol})")
-
-
-def agent_rules(problem: Problem, cfg: EvaluationConfig) -> tuple[str, ...]:
-    """Every rule the harness enforces on a design of `problem`, one line each, generated from
-    the tables the checks run from: what a design may contain, the integrity policy, the
-    correctness rule, the static checks of the policy (`static.agent_rules`) and each stage of
-    the problem's validator graph, in order."""
-    policy = integrity_policy(problem, cfg)
-    graph = validator_graph(problem, policy)
-    variants = shape_variants(problem)
-    shown = "; ".join(", ".join(f"{k}={v}" for k, v in var.items()) for var in variants)
-    stages = []
-    for name in graph.names:
-        text = STAGE_RULES[name]
-        if name == "shapes":
-            if not variants:
-                continue
-            alone = ", and each alone made a little larger" if any(len(v) > 1 for v in variants) else ""
-            text = text.format(variants=f" ({shown}{alone})")
-        stages.append(text)
-    statics = static_agent_rules(policy) if "static_checks" in graph.names else ()
-    return (FILES_RULE, POLICY_RULES[policy], correctness_rule_text(problem, cfg), *statics, *stages)
-
-
-def integrity_policy(problem: Problem, cfg: EvaluationConfig) -> IntegrityPolicy:
-    """The problem's own declaration wins over the run's setting."""
-    return problem.settings.get("integrity", cfg.integrity)  # type: ignore[no-any-return]
-
-
-def validator_graph(problem: Problem, policy: IntegrityPolicy = "lenient") -> ValidatorGraph:
-    """The problem's graph: the domain default (plus `provenance` under the strict policy),
-    narrowed by the problem's own declaration."""
-    wanted = problem.settings.get("validators")
-    specs = DEFAULT_GRAPH
-    if policy == "strict":
-        at = [s.name for s in DEFAULT_GRAPH].index("timing") + 1
-        specs = (*DEFAULT_GRAPH[:at], STRICT_EXTRA, *DEFAULT_GRAPH[at:])
-    if wanted is not None:
-        names = {s.name for s in DEFAULT_GRAPH}
-        unknown = sorted(set(wanted) - names)
-        if unknown:
-            raise ProblemError(f"{problem.name}: unknown validators {unknown}; known: {sorted(names)}")
-        specs = tuple(s for s in specs if s.name in wanted)
-    try:
-        return ValidatorGraph.of(specs)
-    except GraphError as e:
-        raise ProblemError(f"{problem.name}: validators {list(wanted or [])}: {e}") from e
 
 
 def run_parent_validator(
@@ -221,15 +95,8 @@ def run_parent_validator(
         if correct is not None and correct.details.get("mode") == "calibrated":
             tol = admitted_tolerance(correct.details)
         flushed = bool(runtime.get("l2_flush_bytes"))
-        return roofline_result(runtime.get("median_ms"), work, peaks, tol, cfg.roofline_margin, flushed)
+        return roofline_result(runtime.get("median_ms"), work, peaks, tol, settings(cfg).roofline_margin, flushed)
     raise KeyError(f"no parent validator {name!r}")
-
-
-def tolerances(problem: Problem, cfg: EvaluationConfig) -> dict[str, dict[str, float]]:
-    out = {k: {"atol": v.atol, "rtol": v.rtol} for k, v in cfg.tolerances.items()}
-    for dtype, tol in dict(problem.settings.get("tolerances", {})).items():
-        out[str(dtype)] = {"atol": float(tol["atol"]), "rtol": float(tol["rtol"])}
-    return out
 
 
 FLOOR_NOISE = 0.03
@@ -285,22 +152,6 @@ def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
             if a.get("magnitude"):
                 rel = max(rel, float(a["limit"]) / float(a["magnitude"]))
     return {"atol": 0.0, "rtol": rel}
-
-
-def correctness_rule(problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-    """The correctness mode and its parameters: the run's, with the problem's declaration
-    (`STRATAGEM = {"correctness": "calibrated"}` or a dict of the fields) winning."""
-    rule: dict[str, Any] = cfg.correctness.model_dump()
-    declared = problem.settings.get("correctness")
-    if isinstance(declared, str):
-        rule["mode"] = declared
-    elif isinstance(declared, Mapping):
-        rule.update({"mode": "calibrated", **dict(declared)})
-    return rule
-
-
-def correctness_trials(problem: Problem, cfg: EvaluationConfig) -> int:
-    return int(problem.settings.get("correctness_trials", cfg.correctness_trials))
 
 
 SLOW_FACTOR = 10.0
@@ -380,7 +231,7 @@ def build_request(
         shape_variants=shape_variants(problem),
         shape_seed=new_seed(),
         own_kernels=own_kernel_names(design.source) if design is not None else [],
-        gpu_memory_fraction=cfg.gpu_memory_fraction,
+        gpu_memory_fraction=settings(cfg).gpu_memory_fraction,
         confirm=[dict(d) for d in confirm],
         confirm_order=list(confirm_order),
     )
@@ -428,7 +279,7 @@ class Payload(BaseModel):
     """The eager reference's median in this invocation's own baseline, for the stability
     verdict's reference-drift check (None: no check)."""
     gpu_memory_fraction: float | None = None
-    """The per-process cap on GPU memory (`[evaluation] gpu_memory_fraction`)."""
+    """The per-process cap on GPU memory (`[pytorch] gpu_memory_fraction`)."""
     confirm: list[dict[str, str]] = Field(default_factory=list)
     """A confirmation block's designs: `id` and `source` (`candidate.py`) each."""
     confirm_order: list[str] = Field(default_factory=list)
@@ -482,66 +333,6 @@ def own_kernel_names(source: str) -> list[str]:
                     names.add(node.name)
     names.discard("void")
     return sorted(names)
-
-
-SHAPE_MIN = 16
-"""Size constants below this (kernel sizes, strides, channel counts of 3) are left alone."""
-
-
-INPUT_BUILDERS = frozenset({"get_inputs", "get_init_inputs"})
-
-
-def read_by_the_model(source: str) -> set[str]:
-    """Module-level (global) names read inside any function or class other than the input
-    builders: the `Model` class and the helpers it calls. Parameters and locals that share a
-    constant's name (`def __init__(self, dim)`) are not reads of the constant."""
-    out: set[str] = set()
-
-    def walk(table: symtable.SymbolTable) -> None:
-        out.update(s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced())
-        for child in table.get_children():
-            walk(child)
-
-    for child in symtable.symtable(source, "problem", "exec").get_children():
-        if child.get_name() not in INPUT_BUILDERS:
-            walk(child)
-    return out
-
-
-def shape_variants(problem: Problem) -> list[dict[str, int | float]]:
-    """Size-constant overrides for the shapes stage: the problem's own, or two variants of
-    every integer constant >= 16: shrunk to about 3/4 keeping its power-of-two alignment (up to
-    16), and shrunk to an odd size near 3/4 (no power of two, no multiple of 8), so code
-    hard-wired to the visible sizes or to their alignment fails.
-
-    Constants the reference's own code reads (in `Model` or a helper, rather than through
-    `get_inputs`/`get_init_inputs`) are left alone: the reference is itself wired to them, so a
-    candidate, which cannot see the reference module's values, could never follow a change.
-    """
-    declared = problem.settings.get("shapes")
-    if declared is False:
-        return []
-    if isinstance(declared, list):
-        return [dict(v) for v in declared]
-    variant: dict[str, int | float] = {}
-    odd: dict[str, int | float] = {}
-    wired = read_by_the_model(problem.source)
-    for name, v in problem.size_constants.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < SHAPE_MIN or name in wired:
-            continue
-        align = 1
-        while align < 16 and v % (align * 2) == 0:
-            align *= 2
-        new = max(align, (v * 3 // 4) // align * align)
-        if new == v:
-            new = v - align
-        if new > 0:
-            variant[name] = new
-        unaligned = (v * 3 // 4) | 1  # odd: no power of two (above 1), no multiple of 8
-        if unaligned == v:
-            unaligned -= 2
-        odd[name] = unaligned
-    return [x for x in (variant, odd) if x]
 
 
 class PyTorchDomain:

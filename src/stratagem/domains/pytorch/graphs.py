@@ -1,0 +1,67 @@
+"""Owns the PyTorch domain's validator graphs: the default one (`static_checks -> load ->
+correctness -> {integrity, shapes} -> timing -> roofline`, `provenance` after timing under the
+strict policy), narrowed by a problem's own declaration, and the graphs of a baseline, a
+calibration, an audit and a confirmation block.
+"""
+
+from __future__ import annotations
+
+from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
+from stratagem.core.problem import Problem
+from stratagem.domains.pytorch.settings import IntegrityPolicy
+from stratagem.errors import ProblemError
+
+DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("static_checks", (), "parent"),
+    ValidatorSpec("load", ("static_checks",), "worker"),
+    ValidatorSpec("correctness", ("load",), "worker"),
+    ValidatorSpec("integrity", ("correctness",), "worker"),
+    ValidatorSpec("shapes", ("correctness",), "worker"),
+    ValidatorSpec("timing", ("integrity", "shapes"), "worker"),
+    ValidatorSpec("roofline", ("timing",), "parent"),
+)
+
+CALIBRATE_GRAPH: tuple[ValidatorSpec, ...] = (ValidatorSpec("calibrate", (), "worker"),)
+
+AUDIT_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("audit", ("load",), "worker"),
+)
+
+BASELINE_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("baseline", ("load",), "worker"),
+)
+
+CONFIRM_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("confirm", ("load",), "worker"),
+)
+"""One block of a confirmation round: eager, torch.compile and designs timed in one process."""
+
+
+STRICT_EXTRA = ValidatorSpec("provenance", ("timing",), "worker")
+"""The strict policy's runtime check: after timing, so its measured calls come after the timed
+ones (a candidate honest only in its first calls fails it)."""
+
+
+def validator_graph(problem: Problem, policy: IntegrityPolicy = "lenient") -> ValidatorGraph:
+    """The problem's graph: the domain default (plus `provenance` under the strict policy),
+    narrowed by the problem's own declaration."""
+    wanted = problem.settings.get("validators")
+    specs = DEFAULT_GRAPH
+    if policy == "strict":
+        at = [s.name for s in DEFAULT_GRAPH].index("timing") + 1
+        specs = (*DEFAULT_GRAPH[:at], STRICT_EXTRA, *DEFAULT_GRAPH[at:])
+    if wanted is not None:
+        names = {s.name for s in DEFAULT_GRAPH}
+        unknown = sorted(set(wanted) - names)
+        if unknown:
+            raise ProblemError(f"{problem.name}: unknown validators {unknown}; known: {sorted(names)}")
+        specs = tuple(s for s in specs if s.name in wanted)
+    try:
+        return ValidatorGraph.of(specs)
+    except GraphError as e:
+        raise ProblemError(f"{problem.name}: validators {list(wanted or [])}: {e}") from e
+
+

@@ -1,0 +1,135 @@
+"""Owns the PyTorch domain's own settings: the `[pytorch]` section of the config file
+(correctness trials, the correctness rule, per-dtype tolerances, the baseline modes, the
+integrity policy, the roofline margin, the per-process GPU memory cap), validated here, and
+the rules a problem's own `STRATAGEM` declaration overrides them by.
+
+The section reaches the domain inside the evaluation settings (`EvaluationConfig.domains`,
+filled from `[pytorch]` by `config.py`). Configs written before the section existed kept
+these keys in `[evaluation]`; `config.py` moves them here (with a deprecation message for a
+file), so none is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stratagem.config import EvaluationConfig, describe_errors
+from stratagem.core.problem import Problem
+from stratagem.errors import ConfigError
+
+SECTION = "pytorch"
+"""The section's name in the config file and in `EvaluationConfig.domains`."""
+
+BaselineMode = Literal["eager", "compile", "max-autotune", "reduce-overhead"]
+IntegrityPolicy = Literal["lenient", "strict"]
+
+
+class Tolerance(BaseModel):
+    """Absolute and relative tolerance for one output dtype (as in `torch.allclose`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+
+
+def _default_tolerances() -> dict[str, Tolerance]:
+    # KernelBench at HEAD (TorchBench's values): fp32 1e-4, half types 1e-2.
+    return {
+        "float32": Tolerance(atol=1e-4, rtol=1e-4),
+        "float16": Tolerance(atol=1e-2, rtol=1e-2),
+        "bfloat16": Tolerance(atol=1e-2, rtol=1e-2),
+        "float64": Tolerance(atol=1e-7, rtol=1e-7),
+    }
+
+
+class CorrectnessConfig(BaseModel):
+    """How outputs are judged (docs/correctness.md).
+
+    `fixed` (KernelBench's rule): |candidate - eager| <= atol + rtol |eager| per element, with
+    the per-dtype `tolerances`. `calibrated`: the reference is also run in float64 (the
+    anchor), and the candidate passes when its max error against the anchor is at most
+    `factor` x eager's own max error against the anchor, plus a floor of `atol_floor` +
+    `ulp_floor` units in the last place of the output dtype at the anchor's largest magnitude."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mode: Literal["fixed", "calibrated"] = "fixed"
+    factor: float = Field(default=4.0, ge=1.0)
+    atol_floor: float = Field(default=0.0, ge=0.0)
+    ulp_floor: float = Field(default=2.0, ge=0.0)
+
+
+class PyTorchSettings(BaseModel):
+    """`[pytorch]`: how the PyTorch domain judges and times designs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    correctness_trials: int = Field(default=5, ge=1)
+    """Correctness trials on fresh random inputs (seeds the design cannot know)."""
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
+    tolerances: dict[str, Tolerance] = Field(default_factory=_default_tolerances)
+    """Per output dtype, for the `fixed` rule."""
+    baselines: list[BaselineMode] | None = None
+    """Reference modes to time; `None`: eager and compile, plus max-autotune on a GPU."""
+    integrity: IntegrityPolicy = "lenient"
+    """`lenient` (AUTO's rule): vendor libraries, torch ops and algebraic simplifications are
+    allowed; cheating means faking speed or correctness. `strict` (KernelBench's intent): the
+    heavy computation must run in kernels the candidate wrote (checked statically, and on a
+    GPU by profiling which kernels ran and disabling the candidate's own)."""
+    roofline_margin: float = Field(default=0.5, ge=0, lt=1)
+    """A runtime below roofline floor x (1 - margin) is rejected as impossible."""
+    gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    """Cap on the GPU memory each worker and its judge may allocate (torch's per-process
+    memory fraction of the device), for GPUs shared with other work; None: the whole device.
+    A problem that cannot fit under it is reported up front, with the numbers."""
+
+
+def settings(cfg: EvaluationConfig) -> PyTorchSettings:
+    """The `[pytorch]` section of `cfg`, validated.
+
+    Raises:
+        ConfigError: a key the section does not have, or an invalid value (naming `pytorch.KEY`).
+    """
+    raw = cfg.domains.get(SECTION) or {}
+    try:
+        return PyTorchSettings.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(describe_errors(e, prefix=SECTION)) from e
+
+
+def with_settings(cfg: EvaluationConfig, **changes: Any) -> EvaluationConfig:
+    """`cfg` with these `[pytorch]` settings changed (validated)."""
+    section = {**dict(cfg.domains.get(SECTION) or {}), **changes}
+    out = cfg.model_copy(update={"domains": {**cfg.domains, SECTION: section}})
+    settings(out)  # validates
+    return out
+
+
+def integrity_policy(problem: Problem, cfg: EvaluationConfig) -> IntegrityPolicy:
+    """The problem's own declaration wins over the run's setting."""
+    return problem.settings.get("integrity", settings(cfg).integrity)  # type: ignore[no-any-return]
+
+
+def tolerances(problem: Problem, cfg: EvaluationConfig) -> dict[str, dict[str, float]]:
+    """Per dtype: the run's tolerances, with the problem's declared ones winning."""
+    out = {k: {"atol": v.atol, "rtol": v.rtol} for k, v in settings(cfg).tolerances.items()}
+    for dtype, tol in dict(problem.settings.get("tolerances", {})).items():
+        out[str(dtype)] = {"atol": float(tol["atol"]), "rtol": float(tol["rtol"])}
+    return out
+
+
+def correctness_rule(problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
+    """The correctness mode and its parameters: the run's, with the problem's declaration
+    (`STRATAGEM = {"correctness": "calibrated"}` or a dict of the fields) winning."""
+    rule: dict[str, Any] = settings(cfg).correctness.model_dump()
+    declared = problem.settings.get("correctness")
+    if isinstance(declared, str):
+        rule["mode"] = declared
+    elif isinstance(declared, Mapping):
+        rule.update({"mode": "calibrated", **dict(declared)})
+    return rule
+
+
+def correctness_trials(problem: Problem, cfg: EvaluationConfig) -> int:
+    return int(problem.settings.get("correctness_trials", settings(cfg).correctness_trials))
