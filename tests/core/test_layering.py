@@ -276,7 +276,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stratagem.search.policies",),
     ("stratagem.search",),
     ("stratagem.report",),
-    ("stratagem.cli", "stratagem.__main__"),
+    ("stratagem.cli", "stratagem.mcp", "stratagem.__main__"),  # the entry points: the CLI, the MCP server
 )
 """Lowest first: a module imports only modules of its own layer or a lower one."""
 
