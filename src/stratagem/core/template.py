@@ -7,12 +7,18 @@ C, CUDA, shell and SQL files alike) in any of the design's files::
     # stratagem: param BLOCK = pow2(16, 256)      # 16, 32, ..., 256
     # stratagem: param UNROLL = int(1, 8)          # 1..8; int(8, 64, step=8) for 8, 16, ...
     # stratagem: param IMPL = choice("loop", "vectorized")
+    # stratagem: param TILE = pow2(4, 64, default=16)  # default=: the value the design has unless tuned
     # stratagem: require BLOCK % TILE == 0
 
 and `{{BLOCK}}` in a file is replaced by the value (ints in decimal, strings verbatim). A point
 of the space renders to ordinary files (`Template.render`), each declaration line replaced by a
 comment that records the value (`# stratagem: tuned BLOCK = 64`), so the rendered design is
 evaluated like any other and declares no template itself.
+
+Every parameter has a **default**: `default=V` in its space, else its first value (the lowest
+of an `int` or `pow2`, the first `choice`). The defaults are the point a template stands for when
+it is built as it is (`Template.defaults`, `render_defaults`): a command problem's reference that
+declares a template is built at its defaults.
 
 Nothing here evaluates code: spaces are read from the syntax tree of a call, and constraints by
 a small evaluator that admits names, numbers, strings, arithmetic, comparisons and `and`/`or`/
@@ -75,6 +81,13 @@ class Param:
     file: str
     line: int
     """Where it is declared (1-based)."""
+    default: Value | None = None
+    """The value declared with `default=` (None: the first value is the default; see `fallback`)."""
+
+    @property
+    def fallback(self) -> Value:
+        """Its default value: the declared one, else its first value."""
+        return self.default if self.default is not None else self.values[0]
 
     @property
     def low(self) -> int | None:
@@ -126,6 +139,12 @@ class Template:
     def size(self) -> int:
         """Points in the space, constraints not applied."""
         return math.prod(len(p.values) for p in self.params)
+
+    @property
+    def defaults(self) -> Point:
+        """The point of every parameter's default (`Param.fallback`); it may violate a constraint
+        when no parameter declares a default (`render_defaults` then says so)."""
+        return {p.name: p.fallback for p in self.params}
 
     def violations(self, point: Mapping[str, Value]) -> list[str]:
         """The constraints the point does not meet (as written), empty when it meets them all."""
@@ -182,6 +201,24 @@ class Template:
                 yield point
 
 
+def render_defaults(files: Mapping[str, str]) -> dict[str, str]:
+    """Files as they are built: a template rendered at its defaults (`Template.defaults`); files
+    that declare no parameter, unchanged.
+
+    Raises:
+        TemplateError: a template that cannot be read, or whose defaults violate a constraint.
+    """
+    if not is_template(files):
+        return dict(files)
+    t = parse_template(files)
+    broken = t.violations(t.defaults)
+    if broken:
+        raise TemplateError(f"the defaults {t.defaults} violate {'; '.join(broken)}: declare defaults that meet "
+                            "every constraint (`param NAME = pow2(LO, HI, default=V)`)", t.params[0].file,
+                            t.params[0].line)
+    return t.render(t.defaults)
+
+
 def is_template(files: Mapping[str, str]) -> bool:
     """Whether any file declares a parameter (a cheap test; `parse_template` reads it)."""
     return any(_DECL.match(line) for text in files.values() for line in text.splitlines())
@@ -231,6 +268,11 @@ def parse_template(files: Mapping[str, str]) -> Template:
     if t.size <= ENUMERATE_MAX and next(t.points(), None) is None:
         c0 = t.constraints[0]
         raise TemplateError(f"no point of the space ({t.size} points) meets every constraint", c0.file, c0.line)
+    declared = [p for p in params if p.default is not None]
+    broken = t.violations(t.defaults) if declared else []
+    if broken:
+        raise TemplateError(f"the defaults {t.defaults} violate {'; '.join(broken)}", declared[0].file,
+                            declared[0].line)
     return t
 
 
@@ -255,8 +297,14 @@ def _param(rest: str, file: str, line: int) -> Param:
         kw = {k.arg: _literal(k.value) for k in call.keywords}
     except ValueError as e:
         raise TemplateError(f"{name}: {e}", file, line) from None
+    has_default = "default" in kw
+    default = kw.pop("default", None)
     values = _space(name, kind, args, kw, file, line)
-    return Param(name, cast(Kind, kind), values, spec, file, line)  # `_space` refused other kinds
+    if has_default and default not in values:
+        raise TemplateError(f"{name}: default={default!r} is not a value of {kind}(...)", file, line)
+    if has_default:
+        default = values[values.index(default)]  # the space's own value (2, not 2.0)
+    return Param(name, cast(Kind, kind), values, spec, file, line, default)  # `_space` refused other kinds
 
 
 def _space(name: str, kind: str, args: list[Value], kw: dict[str | None, Value], file: str,
@@ -266,7 +314,7 @@ def _space(name: str, kind: str, args: list[Value], kw: dict[str | None, Value],
 
     if kind == "choice":
         if kw:
-            raise bad("choice(...) takes values only")
+            raise bad("choice(...) takes values only (and default=)")
         if not args:
             raise bad("choice() needs at least one value")
         if len(set(args)) != len(args):
@@ -281,13 +329,13 @@ def _space(name: str, kind: str, args: list[Value], kw: dict[str | None, Value],
         raise bad(f"{kind}({lo}, {hi}): LO is above HI")
     if kind == "pow2":
         if kw:
-            raise bad("pow2(LO, HI) takes no options")
+            raise bad("pow2(LO, HI) takes no option but default=")
         if lo < 1 or lo & (lo - 1) or hi & (hi - 1):
             raise bad(f"pow2({lo}, {hi}): LO and HI must be powers of two")
         return tuple(1 << k for k in range(lo.bit_length() - 1, hi.bit_length()))
     extra = set(kw) - {"step"}
     if extra:
-        raise bad(f"int(...) takes only step=, not {sorted(str(k) for k in extra)}")
+        raise bad(f"int(...) takes only step= and default=, not {sorted(str(k) for k in extra)}")
     step = kw.get("step", 1)
     if not isinstance(step, int) or step < 1:
         raise bad("step must be a positive integer")

@@ -156,6 +156,11 @@ class CommandDomain:
         parts += [f"# ---- {name}\n{text}" for name, text in b.reference_files().items()]
         return "\n".join(parts)
 
+    def reference_source_files(self, problem: Problem) -> dict[str, str]:
+        """The reference's editable files as written: a template's declarations and placeholders
+        kept (the harness builds it at its defaults; `--policy tune` tunes it by default)."""
+        return problems.bundle_of(problem.source, problem.path or problem.name).reference_source_files()
+
     def claims(self, path: Path) -> bool:
         return problems.claims(path)
 

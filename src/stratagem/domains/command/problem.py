@@ -1,7 +1,10 @@
 """Owns a command problem as a Problem: the directory read into one bundle of files (its
 `problem.toml`, the fixed files, the reference's editable files, the docs folder), kept as the
 Problem's source so that a stored run holds the whole problem and its id changes with any file
-of it. Standard library only (the worker unpacks the same bundle)."""
+of it. A reference whose files declare a template (docs/tune.md) is built at the template's
+defaults: `Bundle.reference_files` renders it, `Bundle.reference_source_files` keeps it as
+written (the template `--policy tune` uses by default). Standard library only (the worker
+unpacks the same bundle)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stratagem.core.problem import Problem
+from stratagem.core.template import TemplateError, render_defaults
 from stratagem.domains.command.spec import PROBLEM_FILE, Spec, parse_spec
 from stratagem.errors import ProblemError
 
@@ -27,11 +31,23 @@ class Bundle:
     spec: Spec
 
     def reference_file(self, name: str) -> str:
-        return self.files[f"{self.spec.reference}/{name}"]
+        """One editable file of the reference as built (a template rendered at its defaults)."""
+        return self.reference_files()[name]
+
+    def reference_source_files(self) -> dict[str, str]:
+        """The reference's versions of the editable files as written (a template's declarations
+        and placeholders kept)."""
+        return {name: self.files[f"{self.spec.reference}/{name}"] for name in self.spec.editable}
 
     def reference_files(self) -> dict[str, str]:
-        """The reference design: its versions of the editable files."""
-        return {name: self.reference_file(name) for name in self.spec.editable}
+        """The reference design as the harness builds it: its versions of the editable files, a
+        template (any file declaring a parameter) rendered at its defaults.
+
+        Raises:
+            TemplateError: a template that cannot be read or whose defaults violate a
+                constraint (`load_problem` refuses such a problem first).
+        """
+        return render_defaults(self.reference_source_files())
 
     def baseline_files(self, name: str) -> dict[str, str]:
         """A harness baseline's program: its versions of the editable files over the reference's."""
@@ -95,6 +111,10 @@ def load_problem(path: str | Path) -> Problem:
                                f"files ({', '.join(spec.editable)})")
         for rel in held:
             files[f"{b.files}/{rel}"] = _read(root, f"{b.files}/{rel}", f"baselines.{b.name}.files", where)
+    try:
+        Bundle(files, spec).reference_files()
+    except TemplateError as e:
+        raise ProblemError(f"{where}: key `files.reference`: {spec.reference}/{e}") from None
     if spec.docs:
         folder = root / spec.docs
         if not folder.is_dir():
