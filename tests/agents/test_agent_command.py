@@ -149,7 +149,8 @@ echo '{json.dumps(result)}'
 """)
     cfg = tmp_path / "fast.toml"
     cfg.write_text(FAST, encoding="utf-8")
-    code = main(["run", str(PROBLEM), "--model", "test", "--policy", "pike-o", "--agent-cmd", f"sh {agent}",
+    # no --model: every PIKE-O role writes code, so the command takes them all
+    code = main(["run", str(PROBLEM), "--policy", "pike-o", "--agent-cmd", f"sh {agent}",
                  "--max-queries", "3", "--device", "cpu", "--run-dir", str(tmp_path / "run"), "--config", str(cfg),
                  "--json"])
     out = _out(capsys)
@@ -176,6 +177,13 @@ echo '{json.dumps(result)}'
 def test_usage_formats(stdout, expected):
     u = parse_usage(stdout)
     assert (None if u is None else (u.input_tokens, u.output_tokens, u.cost_usd, u.format)) == expected
+
+
+def test_a_command_without_a_model_needs_a_policy_whose_every_role_writes(tmp_path, capsys):
+    for extra in ([], ["--policy", "auto"], ["--policy", "pike-b"]):
+        assert main(["run", str(PROBLEM), "--agent-cmd", "true", "--run-dir", str(tmp_path / "r"), *extra]) == 2
+        assert "--model" in capsys.readouterr().out
+    assert not (tmp_path / "r").exists()
 
 
 def test_the_command_config_is_checked():

@@ -36,11 +36,13 @@ from typing import Any
 
 from stratagem.agents.calls import prompt_hash
 from stratagem.agents.fix_loop import Written
+from stratagem.agents.models import RoleModels
 from stratagem.agents.writers import WriteRequest, WriterRoutes
 from stratagem.config import AgentCommandConfig, StratagemConfig
 from stratagem.core.design import files_text
 from stratagem.core.problem import Problem
 from stratagem.core.search import AgentCall
+from stratagem.errors import ConfigError
 
 TASK_FILE = "TASK.md"
 CHECK_FILE = "check.sh"
@@ -321,3 +323,18 @@ def command_routes(cfg: StratagemConfig, workdir: Path) -> WriterRoutes | None:
         return None
     writer = CommandWriter(c, Path(workdir) / "agents" / "command", device=cfg.evaluation.device)
     return WriterRoutes(writer, frozenset(c.roles))
+
+
+def no_models() -> RoleModels:
+    """The models of a policy whose every role the command takes (`--agent-cmd` without
+    `--model`): one that fails any request it is asked, naming the cause (never asked while the
+    command takes the roles)."""
+    from pydantic_ai.messages import ModelMessage, ModelResponse
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from stratagem.agents.models import ModelPool
+
+    def refuse(_messages: list[ModelMessage], _info: AgentInfo) -> ModelResponse:
+        raise ConfigError("no model is configured (agents.model, --model) and [agents.command] does not take this role")
+
+    return RoleModels(default=ModelPool([FunctionModel(refuse, model_name="none")], labels=["none"]))

@@ -90,11 +90,27 @@ def _pike_b(ctx: PolicyContext) -> Policy:
     return PikeBPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
 
 
+COMMAND_ONLY_ROLES: dict[str, frozenset[str]] = {"pike-o": frozenset({"mutate", "crossover", "fix"})}
+"""Policies every one of whose agents writes code: with `[agents.command]` taking all these
+roles they need no model (docs/agents.md)."""
+
+
+def command_writes_all(cfg: StratagemConfig, policy: str) -> bool:
+    """Whether the coding-agent command takes every role `policy` calls (so it needs no model)."""
+    c = cfg.agents.command
+    roles = COMMAND_ONLY_ROLES.get(policy)
+    return c is not None and roles is not None and roles <= set(c.roles)
+
+
 def _pike_o(ctx: PolicyContext) -> Policy:
     from stratagem.search.policies.pike_models import pike_models
     from stratagem.search.policies.pike_o import PikeOPolicy
 
     s = ctx.settings if isinstance(ctx.settings, PikeOSettings) else PikeOSettings()
+    if not ctx.cfg.agents.model and command_writes_all(ctx.cfg, "pike-o"):
+        from stratagem.agents.agent_command import no_models
+
+        return PikeOPolicy(ctx.cfg, ctx.problem, ctx.work_dir, no_models(), s)
     return PikeOPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
 
 
@@ -146,6 +162,10 @@ def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
     """
     if cfg.policy is not None:
         return cfg.policy
+    if cfg.agents.command is not None and not cfg.agents.model:
+        raise ConfigError("a coding-agent command (--agent-cmd, [agents.command]) writes designs for a policy: give "
+                          "--policy pike-o (its every agent writes code), or --model for the other roles of auto "
+                          "(docs/agents.md)")
     if problem is not None:
         domain = get_domain(problem.domain)
         for p in domain.policies():
@@ -185,7 +205,7 @@ def spec_for(cfg: StratagemConfig, problem: Problem | None = None) -> PolicySpec
                               f"problem; choose one of {', '.join(known)}")
         raise ConfigError(f"search.policy (--policy): {name!r} is not a policy; choose one of "
                           f"{', '.join(known)}")
-    if spec.needs_model and not cfg.agents.model:
+    if spec.needs_model and not cfg.agents.model and not command_writes_all(cfg, name):
         raise ConfigError(f"policy `{name}` needs a model: pass --model (e.g. openai:gpt-4.1, "
                           "anthropic:claude-sonnet-4-5, ollama:qwen3, or a name with --endpoint URL)")
     unknown = sorted(set(cfg.policies) - set(specs()))
