@@ -39,15 +39,17 @@ def rows(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-def start(tmp_path: Path, **extra_env: str) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path: Path, config_extra: str = "", **extra_env: str) -> tuple[subprocess.Popen, Path]:
+    """`stratagem run` started, and left running once its first design is recorded (its worker
+    is running then); `config_extra` is added to the `[evaluation]` section."""
     cfg = tmp_path / "run.toml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(CONFIG.replace("[evaluation]\n", "[evaluation]\n" + config_extra, 1))
     run_dir = tmp_path / "run"
     env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache"), **extra_env}
     proc = subprocess.Popen([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--run-dir", str(run_dir),
                              "--config", str(cfg), "--json"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not rows(run_dir / "run.db", "SELECT id FROM designs"):
         time.sleep(0.05)
     time.sleep(0.5)  # the worker is running now (its timing stage alone takes seconds)
