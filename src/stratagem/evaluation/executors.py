@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from stratagem.config import EvaluationConfig, cache_dir
+from stratagem.config import EvaluationConfig, build_cache_setting, cache_dir
 from stratagem.errors import ConfigError
 from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_worker
 from stratagem.evaluation.slots import TIMING_CORES_MIN, Slot, make_slots, reserve_timing_cores
@@ -136,7 +136,8 @@ class LocalExecutor:
     @classmethod
     def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
         per = {d: (cfg.cpu_slots if d == "cpu" else cfg.workers_per_gpu) for d in devices}
-        return cls(make_slots(devices, cache_dir(cfg), per, platform.node() or "host"), cfg, base_env)
+        return cls(make_slots(devices, cache_dir(cfg), per, platform.node() or "host", build_cache_setting(cfg)),
+                   cfg, base_env)
 
     def devices(self) -> list[str]:
         return list(dict.fromkeys(s.physical for s in self.slots))

@@ -55,7 +55,8 @@ def reserve_timing_cores(devices: list[str]) -> dict[str, tuple[int, ...]]:
     return {dev: (cores[-1 - int(dev.split(":", 1)[1]) % len(cores)],) for dev in gpus}
 
 
-def make_slots(devices: list[str], root: Path, per_device: Mapping[str, int], host: str) -> list[Slot]:
+def make_slots(devices: list[str], root: Path, per_device: Mapping[str, int], host: str,
+               build_cache: str | None = None) -> list[Slot]:
     """`per_device[d]` slots on each physical device `d` (`cpu`, `cuda:N`), their caches and
     locks under `root` (the cache directory), on machine `host`: the compile caches are per host
     and device, so workers of several machines sharing one cache folder never share one."""
@@ -70,6 +71,8 @@ def make_slots(devices: list[str], root: Path, per_device: Mapping[str, int], ho
                 "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
                 "TRITON_CACHE_DIR": str(caches / "triton"),
                 "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+                # shared by every slot and run: entries are keyed and verified (build_cache.py)
+                "STRATAGEM_BUILD_CACHE": build_cache or str(root / "builds"),
             }
             lock = root / "locks" / f"{host}-{dev.replace(':', '')}.lock"
             if dev == "cpu":

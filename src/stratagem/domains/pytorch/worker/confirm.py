@@ -33,6 +33,7 @@ def _summary(stats: dict[str, Any]) -> dict[str, Any]:
 
 
 def _load(w: Worker, p: Programs, index: int, source: str) -> Any:
+    w.install_builds()
     mod = runtime.load_module(f"stratagem_confirm_{index}", source, w.workdir, f"design_{index}.py")
     with w.hold("shared"):
         return runtime.instantiate(mod.ModelNew, p.init_inputs, int(w.req["init_seed"]), w.device)

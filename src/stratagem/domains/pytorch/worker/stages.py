@@ -5,19 +5,15 @@ the parent (a failed stage skips its dependents) and reports each result as it f
 exception in candidate code is a failed stage; a CUDA error also retires the worker: every
 later stage is skipped, since the CUDA context can no longer be trusted.
 
-Device use: every stage holds the device lock shared (on a GPU, the import part of `load`,
-which runs only on the CPU, holds nothing), and the timed sections hold it exclusive, so no
-other worker of any run on this machine uses the device while something is timed. Compiles
-(the first calls of a compiled program) happen under the shared lock, never the exclusive
-one. The worker reports its phase (`compile`, `run`, `wait` for a lock) in its progress
-events; the sandbox charges each phase to its own limit.
+Device use (`device_use.py`): every stage holds the device lock shared, the timed sections
+exclusive; `load_inline` builds (`inline_builds.py`, installed before the candidate is imported)
+hold no lock on a GPU, and unchanged sources load from the shared build cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -35,6 +31,7 @@ from stratagem.domains.pytorch.worker import (
     confirm,
     environment,
     guard,
+    inline_builds,
     integrity,
     memory,
     params,
@@ -45,10 +42,9 @@ from stratagem.domains.pytorch.worker import (
     timed,
 )
 from stratagem.domains.pytorch.worker.anchor import Anchor
+from stratagem.domains.pytorch.worker.device_use import DeviceUse, Emit
 from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
-from stratagem.worker_api.device_lock import DeviceLock, LockWindow, Mode
 
-Emit = Callable[[str, dict[str, Any]], None]
 ANCHOR_REPORT_BYTES = 1 << 30
 """The fixed rule anchors its first trial only while the float64 copies of its inputs stay
 under this (the anchor decides nothing there; it is reported)."""
@@ -59,31 +55,23 @@ def _elem(inputs: list[Any]) -> int:
     return max((x.element_size() for x in inputs if isinstance(x, torch.Tensor)), default=4)
 
 
-class Worker:
-    """State shared by the stages of one request."""
+class Worker(DeviceUse):
+    """State shared by the stages of one request (its device use: `DeviceUse`)."""
 
     def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit | None = None,
                  record_dir: Path | None = None) -> None:
+        super().__init__(request, emit)
         self.req = _freeze(request)  # read-only: candidate code cannot loosen tolerances
         self.recorder = record.Recorder(record_dir if request.get("judge") else None, str(request["device"]),
                                         lambda: self.phase("wait"))
         """The candidate outputs the judge checks (record.py)."""
         self.workdir = workdir
-        self.device = str(request["device"])
         self.programs: Programs | None = None
         self.poisoned: str | None = None
         self.snapshot = guard.Snapshot()  # before any candidate code is imported
         self.last_inputs: list[Any] | None = None
         self.compiled_state_reset = False
         """Set by the shapes stage: the candidate's compiled code must compile again."""
-        self._emit = emit or (lambda _e, _d: None)
-        path = request.get("timing_lock")
-        self._lock = DeviceLock(str(path)) if path else None
-        self._held: Mode | None = None
-        self._phases: list[str] = ["run"]
-        self.windows: list[LockWindow] = []
-        """Every lock hold of this worker (the stage results carry their own)."""
-        self._timing_cores = [int(c) for c in request.get("timing_cores") or ()]
         self.anchor: Anchor | None = None
         self.rule: Mapping[str, Any] = dict(request.get("correctness") or {"mode": "fixed"})
         self._calibrated_atol: float | None = None
@@ -91,112 +79,8 @@ class Worker:
         comparisons against eager (integrity, shapes) use, (factor + 1) x eager's largest
         error against the anchor plus the floor (if |c - a| <= f e and |r - a| <= e, then
         |c - r| <= (f + 1) e)."""
-        self._base_cores: set[int] | None = None
-        self._compiles_watched = False
         self.cleared_builds: list[str] = []
         """Dead builds' batons removed from the build root (`claim_builds`)."""
-
-    # -- device use -----------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def phase(self, name: str, **about: Any) -> Iterator[None]:
-        """Report `name` (`compile`, `run`, `wait`) as the worker's phase while inside (with
-        `about` it: on whom a `wait` waits)."""
-        self._phases.append(name)
-        self._emit("phase", {"phase": name, **about})
-        try:
-            yield
-        finally:
-            self._phases.pop()
-            self._emit("phase", {"phase": self._phases[-1]})
-
-    @contextlib.contextmanager
-    def hold(self, mode: Mode) -> Iterator[None]:
-        """Hold the device lock in `mode` (a no-op without a lock, or inside a hold of the
-        same mode or an exclusive one). The wait is reported as the `wait` phase; an exclusive
-        hold on a GPU also moves this thread onto the cores reserved for timing.
-
-        Raises:
-            RuntimeError: an exclusive hold asked for inside a shared one (stages take the
-                exclusive lock only outside shared sections, so two workers never deadlock).
-        """
-        if self._lock is None or self._held == "exclusive" or self._held == mode:
-            yield
-            return
-        if self._held is not None:
-            raise RuntimeError("exclusive device lock requested inside a shared hold")
-        seen: list[Any] = []
-
-        @contextlib.contextmanager
-        def waiting(holder: dict[str, Any] | None) -> Iterator[None]:
-            seen.append(holder)
-            with self.phase("wait", holder=holder):
-                yield
-
-        cm = self._lock.hold(mode, owner=dict(self.req.get("lock_owner") or {}), waiting=waiting)
-        waited = cm.__enter__()
-        acquired = time.time()
-        self._held = mode
-        try:
-            if mode == "exclusive":
-                self._pin(True)
-            yield
-        finally:
-            if mode == "exclusive":
-                self._pin(False)
-            self._held = None
-            released = time.time()  # before the lock goes: the window lies inside the hold
-            cm.__exit__(None, None, None)
-            self.windows.append(LockWindow(mode, waited, acquired, released, seen[0] if seen else None))
-
-    def _pin(self, timing: bool) -> None:
-        """GPU timing runs on the reserved cores, everything else off them (Linux only)."""
-        if not self._timing_cores or not hasattr(os, "sched_setaffinity"):
-            return
-        try:
-            if timing:
-                self._base_cores = os.sched_getaffinity(0)
-                os.sched_setaffinity(0, self._timing_cores)
-            elif self._base_cores is not None:
-                os.sched_setaffinity(0, self._base_cores)
-        except OSError:
-            pass
-
-    @contextlib.contextmanager
-    def compiling(self) -> Iterator[None]:
-        """A program's first calls, where torch.compile and Triton compile and autotune, under
-        the shared lock. The compile budget pays only for what compiles: torch.compile's
-        compiles (reported as `compile` phases from dynamo's callbacks) and compiler processes
-        (the sandbox sees them); a first call that sleeps, spins or hangs is running."""
-        self._watch_compiles()
-        with self.hold("shared"):
-            yield
-
-    def _watch_compiles(self) -> None:
-        """Report torch.compile's compiles as `compile` phases, once torch._dynamo is loaded
-        (whoever loaded it: a `torch.compile` call has by a program's first call)."""
-        if self._compiles_watched or "torch._dynamo" not in sys.modules:
-            return
-        from torch._dynamo.callback import on_compile_end, on_compile_start
-
-        depth = [0]
-
-        def start(_args: Any) -> None:
-            depth[0] += 1
-            if depth[0] == 1:
-                self._phases.append("compile")
-                self._emit("phase", {"phase": "compile"})
-
-        def end(_args: Any) -> None:
-            depth[0] = max(0, depth[0] - 1)
-            if depth[0] == 0 and "compile" in self._phases:
-                i = len(self._phases) - 1 - self._phases[::-1].index("compile")
-                del self._phases[i]
-                self._emit("phase", {"phase": self._phases[-1]})
-
-        on_compile_start(start)
-        on_compile_end(end)
-        self._compiles_watched = True
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -222,6 +106,7 @@ class Worker:
             if self.cleared_builds:
                 details["stale_build_locks_removed"] = list(self.cleared_builds)
             t0 = time.perf_counter()
+            first_build = self.install_builds()
             try:
                 mod = runtime.load_module(
                     runtime.CANDIDATE_MODULE, cand["source"], self.workdir, cand.get("filename", "candidate.py")
@@ -241,11 +126,19 @@ class Worker:
             if not isinstance(new, torch.nn.Module):
                 raise StageFailure("malformed", "ModelNew is not a torch.nn.Module")
             self.programs.candidate_module, self.programs.candidate = mod, new
+            if len(inline_builds.EVENTS) > first_build:  # at import and in __init__
+                details["builds"] = [e.to_json() for e in inline_builds.EVENTS[first_build:]]
             if self.device.startswith("cuda"):
                 with self.hold("shared"):
                     details["memory"] = memory.plan(self)
         return details
 
+
+    def install_builds(self) -> int:
+        """Put the `load_inline` wrapper in place (`inline_builds.py`: the build cache, builds
+        outside the device lock); returns how many builds this process has seen so far."""
+        inline_builds.install(self.device, inline_builds.Hooks(self.released, lambda: self.phase("wait")))
+        return len(inline_builds.EVENTS)
 
     def stage_correctness(self) -> dict[str, Any]:
         """Trials on fresh seeded inputs: the candidate against eager (and, where it decides or

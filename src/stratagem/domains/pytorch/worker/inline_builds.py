@@ -1,0 +1,307 @@
+"""Owns the worker's wrapper of torch's `load_inline`: unchanged sources load from the shared
+build cache, builds run outside the device lock, in a machine-wide build slot, with precompiled
+headers and only the device's own architecture.
+
+Worker-side only. `install` replaces `torch.utils.cpp_extension.load_inline` (and wraps `load`)
+before any candidate code is imported, so `from torch.utils.cpp_extension import load_inline`
+in a candidate gets the wrapper. A call:
+
+- is keyed (`build_cache.key_of`) by its sources, functions, flags and module name and by the
+  toolchain (torch, CUDA, nvcc and C++ compiler versions, Python, the architecture list); a
+  verified entry is imported without building (`build_cache.py` says how entries are checked);
+- otherwise builds as torch would, in a build directory of its own under the slot's build root,
+  after taking a machine-wide build slot (`concurrent_builds`: the cores / 2 builds at once,
+  two compile units each), with the device lock let go (`DeviceUse.released`), and publishes the
+  library;
+- is not cached (built as torch would, still outside the lock) when it names its own build
+  directory, include paths (their files are not part of the key), SYCL sources or a
+  non-module build.
+
+Flags the harness adds: `-gencode` for the device's own architecture alone, without PTX
+(torch's default also embeds PTX; a user's `TORCH_CUDA_ARCH_LIST` is kept), and
+`use_pch=True` for the C++ part where torch supports it (gcc on Linux, torch's include folder
+writable: torch keeps the one precompiled `torch/extension.h` there, rebuilt when the flags
+change; the wrapper builds it under a machine-wide lock). A candidate's `-O` flags and its own
+`-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs
+as many jobs as there are cores, and a build has at most two compile units.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import inspect
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where needed)
+
+from stratagem.domains.pytorch.build_cache import (
+    BuildCache,
+    BuildEvent,
+    build_slot,
+    concurrent_builds,
+    key_of,
+)
+from stratagem.domains.pytorch.worker import builds
+
+PCH_VAR = "STRATAGEM_BUILD_PCH"
+"""`0` turns precompiled headers off (to measure what they save)."""
+EVENTS: list[BuildEvent] = []
+"""Every `load_inline` call of this process, in order (the load stage reports them)."""
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the wrapper asks of the worker around a build."""
+
+    released: Callable[[], contextlib.AbstractContextManager[Any]]
+    """Entered around a build: the device lock let go (`DeviceUse.released`)."""
+    waiting: Callable[[], contextlib.AbstractContextManager[Any]]
+    """Entered around a wait for a build slot or the header lock (the `wait` phase)."""
+
+
+def _nothing() -> contextlib.AbstractContextManager[Any]:
+    return contextlib.nullcontext()
+
+
+_state: dict[str, Any] = {"hooks": Hooks(_nothing, _nothing), "original": None, "original_load": None,
+                          "pch": None, "toolchain": None, "cache": None, "arch": None, "signature": None}
+
+
+def cache_root() -> Path | None:
+    """The cache the slot names (`STRATAGEM_BUILD_CACHE`), None when unset or `off`."""
+    value = os.environ.get("STRATAGEM_BUILD_CACHE", "")
+    return None if value.strip().lower() in ("", "off", "0", "false", "none") else Path(value)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def install(device: str, hooks: Hooks | None = None) -> None:
+    """Put the wrapper in place (idempotent; `hooks` replace the last ones)."""
+    import torch.utils.cpp_extension as ext
+
+    if hooks is not None:
+        _state["hooks"] = hooks
+    root = cache_root()
+    _state["cache"] = BuildCache(root) if root is not None else None
+    if device.startswith("cuda") and not os.environ.get("TORCH_CUDA_ARCH_LIST", ""):
+        _state["arch"] = _device_arch(device)
+    if _state["original"] is None:
+        _state["original"], _state["original_load"] = ext.load_inline, ext.load
+        _state["signature"] = inspect.signature(ext.load_inline)
+    ext.load_inline = load_inline  # type: ignore[assignment]
+    ext.load = load  # type: ignore[assignment]
+
+
+def _device_arch(device: str) -> str | None:
+    """`90` for an H200: the device's compute capability, capped at torch's newest."""
+
+    try:
+        major, minor = torch.cuda.get_device_capability(torch.device(device))
+        built = [a for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
+        newest = max((int(a[3:-1] if a[-1].isalpha() else a[3:]) for a in built), default=major * 10 + minor)
+        cap = min(major * 10 + minor, newest)
+        return str(cap)
+    except Exception:  # no arch list: torch's default
+        return None
+
+
+def load_inline(*args: Any, **kwargs: Any) -> Any:
+    """`torch.utils.cpp_extension.load_inline`, cached and built outside the device lock."""
+    real = _state["original"]
+    try:
+        bound = _state["signature"].bind(*args, **kwargs)
+    except TypeError:
+        return real(*args, **kwargs)  # torch says what is wrong with the call
+    bound.apply_defaults()
+    a = dict(bound.arguments)
+    name = str(a["name"])
+    if _pch_usable(a):
+        a["use_pch"] = True
+    _only_this_arch(a)
+    cache: BuildCache | None = _state["cache"]
+    why = _uncacheable(a)
+    if cache is None or why is not None:
+        t0 = time.perf_counter()
+        with _building(a) as waited:
+            module = real(**a)
+        EVENTS.append(BuildEvent(name, None, "uncached", time.perf_counter() - t0 - waited[0], waited[0],
+                                 why or "the build cache is off"))
+        return module
+    inputs = build_inputs(a)
+    key = key_of(inputs)
+    dest = builds.build_root() / f"{name}-{key[:16]}"
+    t0 = time.perf_counter()
+    got = cache.fetch(key, dest)
+    if got.library is not None and got.module is not None:
+        import torch.utils.cpp_extension as ext
+
+        module = ext._import_module_from_library(got.module, str(dest), True)
+        EVENTS.append(BuildEvent(name, key, "hit", time.perf_counter() - t0))
+        return module
+    dest.mkdir(parents=True, exist_ok=True)
+    a["build_directory"] = str(dest)
+    with _building(a) as waited:
+        module = real(**a)
+    library = Path(str(getattr(module, "__file__", "")))
+    if library.is_file():
+        cache.publish(key, library, library.name.split(".")[0], inputs)
+    outcome = "rejected" if got.rejected else "built"
+    EVENTS.append(BuildEvent(name, key, outcome, time.perf_counter() - t0 - waited[0], waited[0], got.rejected))
+    return module
+
+
+def load(*args: Any, **kwargs: Any) -> Any:
+    """`torch.utils.cpp_extension.load` (sources in files: not cached), built outside the lock."""
+    t0 = time.perf_counter()
+    with _building({}) as waited:
+        module = _state["original_load"](*args, **kwargs)
+    name = str(kwargs.get("name", args[0] if args else "?"))
+    EVENTS.append(BuildEvent(name, None, "uncached", time.perf_counter() - t0 - waited[0], waited[0],
+                             "load() of source files"))
+    return module
+
+
+def _only_this_arch(a: dict[str, Any]) -> None:
+    """CUDA code for the device's architecture alone (`-gencode=arch=compute_90,code=sm_90` on
+    an H200), unless the call or the user chose architectures (torch's default adds PTX too)."""
+    arch = _state["arch"]
+    flags = _texts(a.get("extra_cuda_cflags"))
+    if arch and a.get("cuda_sources") and not any("arch" in f and "TORCH_EXTENSION_NAME" not in f for f in flags):
+        a["extra_cuda_cflags"] = [*flags, f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
+def _uncacheable(a: dict[str, Any]) -> str | None:
+    if a.get("build_directory"):
+        return "the call names its own build directory"
+    if a.get("extra_include_paths"):
+        return "the call names include paths (their files are not part of the key)"
+    if a.get("sycl_sources"):
+        return "SYCL sources"
+    if not a.get("is_python_module", True):
+        return "not a Python module"
+    return None
+
+
+def _texts(v: Any) -> list[str]:
+    if v is None:
+        return []
+    return [v] if isinstance(v, str) else [str(x) for x in v]
+
+
+def build_inputs(a: dict[str, Any]) -> dict[str, Any]:
+    """Everything that decides the library a `load_inline` call builds (the cache key's inputs)."""
+    funcs = a.get("functions")
+    return {
+        "name": str(a["name"]),
+        "cpp_sources": _texts(a.get("cpp_sources")),
+        "cuda_sources": _texts(a.get("cuda_sources")),
+        "functions": funcs if isinstance(funcs, dict) else _texts(funcs),
+        "extra_cflags": _texts(a.get("extra_cflags")),
+        "extra_cuda_cflags": _texts(a.get("extra_cuda_cflags")),
+        "extra_ldflags": _texts(a.get("extra_ldflags")),
+        "with_cuda": a.get("with_cuda"),
+        "with_pytorch_error_handling": bool(a.get("with_pytorch_error_handling", True)),
+        "no_implicit_headers": bool(a.get("no_implicit_headers", False)),
+        "toolchain": toolchain(bool(a.get("cuda_sources")) or bool(a.get("with_cuda"))),
+    }
+
+
+def toolchain(cuda: bool) -> dict[str, Any]:
+    """The versions and settings that decide a build besides its sources (read once)."""
+    key = "toolchain_cuda" if cuda else "toolchain"
+    if _state.get(key) is None:
+        import torch
+
+        env = {"CXX": os.environ.get("CXX", ""), "CC": os.environ.get("CC", ""),
+               "CUDAHOSTCXX": os.environ.get("CUDAHOSTCXX", ""), "CUDA_HOME": os.environ.get("CUDA_HOME", ""),
+               "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "")}
+        _state[key] = {
+            "torch": torch.__version__, "torch_cuda": torch.version.cuda, "python": sys.version.split()[0],
+            "abi": int(torch._C._GLIBCXX_USE_CXX11_ABI), "env": env,
+            "cxx": _version_line([os.environ.get("CXX") or "c++", "--version"]),
+            "nvcc": _version_line(["nvcc", "--version"], last=True) if cuda else None,
+        }
+    return _state[key]
+
+
+def _version_line(cmd: list[str], last: bool = False) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out[-1] if last else out[0]) if out else None
+
+
+def _lock_folder() -> Path:
+    cache: BuildCache | None = _state["cache"]
+    return cache.root / "locks" if cache is not None else builds.build_root() / ".stratagem-locks"
+
+
+@contextlib.contextmanager
+def _building(a: dict[str, Any]) -> Iterator[list[float]]:
+    """Around a build: a machine-wide build slot, the device lock let go, and the
+    precompiled header built (once per flag set, under its lock). Yields [seconds waited]."""
+    hooks: Hooks = _state["hooks"]
+    waited = [0.0]
+    with hooks.released(), build_slot(_lock_folder() / "build-slots", concurrent_builds(usable_cores()),
+                                      hooks.waiting) as w:
+        waited[0] = w
+        if a.get("use_pch") and not _prepare_pch(a):
+            a["use_pch"] = False
+        yield waited
+
+
+def _pch_usable(a: dict[str, Any]) -> bool:
+    """Whether torch can precompile `torch/extension.h` for this call (decided once per process
+    except for the call's own flags)."""
+    if a.get("no_implicit_headers"):
+        return False
+    if _state["pch"] is None:
+        _state["pch"] = _pch_supported()
+    return bool(_state["pch"])
+
+
+def _pch_supported() -> bool:
+    if not sys.platform.startswith("linux") or os.environ.get("STRATAGEM_BUILD_PCH", "1").strip().lower() in (
+            "0", "off", "false"):
+        return False
+    try:
+        import torch.utils.cpp_extension as ext
+
+        folder = Path(ext._TORCH_PATH) / "include" / "torch"
+        return os.access(folder, os.W_OK) and bool(ext.check_compiler_is_gcc(ext.get_cxx_compiler()))
+    except Exception:
+        return False
+
+
+def _prepare_pch(a: dict[str, Any]) -> bool:
+    """Build the precompiled header for this call's flags under a machine-wide lock (torch
+    keeps one, in its own include folder, for the last flags it was built with); False when it
+    cannot be built (the call then builds without it)."""
+    import torch.utils.cpp_extension as ext
+
+    path = _lock_folder() / "pch.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        ext._check_and_build_extension_h_precompiler_headers(a.get("extra_cflags"), a.get("extra_include_paths"))
+        return True
+    except Exception:
+        _state["pch"] = False  # not again in this process
+        return False
+    finally:
+        os.close(fd)
