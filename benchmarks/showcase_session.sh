@@ -9,11 +9,13 @@ OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>/dev/null
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 MAX_JOBS=8
-# STEPS picks the steps to run (default all): kb_relu rob_search dgemm_search rob_tune dgemm_tune
-STEPS="${STEPS:-kb_relu rob_search dgemm_search rob_tune dgemm_tune}"
+# STEPS picks the steps to run (default all): kb_relu compile rob_search dgemm_search rob_tune dgemm_tune
+STEPS="${STEPS:-kb_relu compile rob_search dgemm_search rob_tune dgemm_tune}"
 step() { local t=$1 name=$2; shift 2; case " $STEPS " in *" $name "*) ;; *) return 0;; esac; echo "=== $name"; timeout "$t" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$? $(tail -c 3000 "$OUT/$name.log" | grep -v Warning | tail -25)"; }
 # the harness at KernelBench's size after the baselines moved into the PyTorch domain
 step 100 kb_relu python3 benchmarks/kernelbench_scale.py --kernelbench .kb --problems level1/19_ReLU --repeats 1 --baselines eager,compile --out "$OUT/kb_relu.json"
+# a load_inline CUDA candidate cold, unchanged and changed, with the shared build cache (issue 28)
+step "${COMPILE_S:-200}" compile python3 benchmarks/compile_throughput.py --device cuda --json
 # the whole path (evaluate, rank, report) with a scripted model
 step "${ROB_SEARCH_S:-100}" rob_search python3 benchmarks/showcase.py --example examples/robertson --designs "" --search designs/wrong,designs/tuned --runs-dir "$OUT/runs" --out "$OUT/rob_search.json"
 step "${DGEMM_SEARCH_S:-130}" dgemm_search python3 benchmarks/showcase.py --example examples/dgemm --designs "" --search designs/float32,designs/dmma --runs-dir "$OUT/runs" --out "$OUT/dgemm_search.json"
