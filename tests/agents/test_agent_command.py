@@ -87,7 +87,7 @@ cp {HONEST} candidate.py
     work = tmp_path / "run/work/agents/command"
     [d] = list(work.iterdir())
     assert (d / "candidate.py").read_text() == HONEST.read_text()
-    assert "Your design is the files `candidate.py`" in (d / "TASK.md").read_text()
+    assert "Your design is the file(s) `candidate.py`" in (d / "TASK.md").read_text()
     shown = main(["show", str(tmp_path / "run"), "--json"])
     assert shown == 0
     view = _out(capsys)

@@ -186,11 +186,13 @@ def _task_text(req: WriteRequest, names: Sequence[str], timeout_s: float) -> str
 
 You are a coding agent working in this directory for stratagem, a search for faster code.
 
-- **Your design is the files {shown} in this directory** as you leave them when you exit;
-  {"they hold the current design: change them" if req.files else "write them"}. Nothing else
-  you write is read, and an answer printed instead of written to a file is lost.
+- **Your design is the file(s) {shown} in this directory** as you leave them when you exit
+  ({"they hold the current design: change them" if req.files else "write them; a new design, so start from the problem's reference in `" + PROBLEM_DIR + "/`"}). Nothing else
+  you write is read: code printed instead of written to those files is lost, whatever the
+  instructions below say about the form of an answer.
 - The problem is in `{PROBLEM_DIR}/` (read only; do not change it).
-- `sh {CHECK_FILE}` runs stratagem's harness on your design (`stratagem eval`): its result is
+- `sh {CHECK_FILE}` runs stratagem's harness on your design (`stratagem eval`; it takes that
+  command's options, e.g. `--json`): its result is
   **unofficial**, a self-check. The official evaluation happens after you exit, in the harness's
   sandbox, and only it counts.
 - You have {timeout_s:g} seconds; past them your process group is killed and nothing is read.
@@ -216,7 +218,10 @@ cd "$(dirname "$0")" || exit 2
 rm -rf .selfcheck && mkdir -p .selfcheck
 {copies}
 echo "== stratagem self-check (UNOFFICIAL: the search evaluates the design again after you exit) ==" >&2
-exec {shlex.quote(sys.executable)} -m stratagem eval {shlex.quote(str(problem_path))} {target} --device {shlex.quote(device)} "$@"
+{shlex.quote(sys.executable)} -m stratagem eval {shlex.quote(str(problem_path))} {target} --device {shlex.quote(device)} "$@"
+rc=$?
+echo "== end of the UNOFFICIAL self-check (exit status $rc); only the search's own evaluation counts ==" >&2
+exit $rc
 """
 
 
