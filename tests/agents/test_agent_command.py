@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 import time
 from pathlib import Path
 
@@ -194,3 +195,30 @@ def test_the_command_config_is_checked():
     assert cfg.agents.command is not None and cfg.agents.command.timeout_s == 1800
     with pytest.raises(ConfigError, match="agents.command"):
         load_config(None, {"agents": {"command": {"cmd": "x", "roles": ["strategist"]}}})
+
+
+def test_an_agent_edits_a_command_problems_files(tmp_path, capsys):
+    # a command problem (C, built and run by the harness): the design is the editable files
+    # the agent leaves; it starts from the reference in problem/ and writes the fast kernel
+    sys.path.insert(0, str(ROOT / "tests/domains/command"))
+    from command_fixtures import EXAMPLE, make_problem
+
+    problem = make_problem(tmp_path / "window_sums_small")
+    agent = _script(tmp_path, "c_agent.sh", f"""test -f problem/problem.toml && test -f problem/reference/kernel.c || exit 3
+grep -q kernel.c TASK.md && grep -q flags.txt TASK.md || exit 4
+cp {EXAMPLE / "designs/fast/kernel.c"} kernel.c
+""")
+    code = main(["run", str(problem), "--policy", "pike-o", "--agent-cmd", f"sh {agent}", "--max-queries", "1",
+                 "--run-dir", str(tmp_path / "run"), "--json"])
+    out = _out(capsys)
+    assert code == 0, out
+    [call] = _agent_calls(_calls(tmp_path / "run"))
+    assert call["ok"] == 1, call
+    con = sqlite3.connect(tmp_path / "run/run.db")
+    try:
+        files = [json.loads(r[0]) for r in con.execute("SELECT files FROM designs")]
+        statuses = [r[0] for r in con.execute("SELECT status FROM evaluations")]
+    finally:
+        con.close()
+    assert [sorted(f) for f in files] == [["kernel.c"]]
+    assert statuses and statuses[0] in ("valid", "unstable"), statuses
