@@ -233,23 +233,27 @@ def test_a_recipes_run_started_watched_shown_and_exported(tmp_path: Path, config
 
 def test_stop_run_interrupts_a_run_the_way_ctrl_c_does(tmp_path: Path) -> None:
     slow = tmp_path / "slow.toml"
-    slow.write_text(FAST_CONFIG.replace("budget_ms = 200", "budget_ms = 20000").replace("max_reps = 200",
-                                                                                      "max_reps = 100000"))
+    slow.write_text(FAST_CONFIG.replace("budget_ms = 200", "budget_ms = 3000").replace("max_reps = 200",
+                                                                                     "max_reps = 100000"))
     run_dir = tmp_path / "r"
 
-    async def body(c: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def body(c: Client) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         await call(c, "start_run", problem=str(LINEAR), config=str(slow), iterations=3, run_dir=str(run_dir))
-        for _ in range(240):  # until its first design is being evaluated
+        for _ in range(600):  # until the run is under way (its baselines are being measured)
             w = await call(c, "watch_run", run_dir=str(run_dir))
-            if w["designs"] >= 1 or w["done"]:
+            if w["status"] != "starting":
                 break
-            await asyncio.sleep(0.25)
-        assert not w["done"], w
+            await asyncio.sleep(0.1)
+        assert w["status"] == "running" and not w["done"], w
+        await asyncio.sleep(1)
         stopped = await call(c, "stop_run", run_dir=str(run_dir), grace_s=60)
         again = await call(c, "stop_run", run_dir=str(run_dir))
-        return stopped, again
+        watched = await call(c, "watch_run", run_dir=str(run_dir))
+        return stopped, again, watched
 
-    stopped, again = with_client(body)
+    stopped, again, watched = with_client(body)
     assert stopped["signalled"] and stopped["status"] == "interrupted", stopped
-    assert stopped["process"]["exit_code"] == 130
+    assert stopped["process"]["exit_code"] == 130, stopped["process"]["log_tail"]
+    assert "stratagem resume" in " ".join(stopped["process"]["log_tail"].split())
     assert not again["signalled"] and again["status"] == "interrupted"
+    assert watched["done"] and watched["status"] == "interrupted"
