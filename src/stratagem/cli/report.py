@@ -166,6 +166,6 @@ def clusters_cmd(
     if c.note:
         console.print(c.note)
     text = {v.id: v.speedup_text() for v in views}
-    _print_rows(console, ["cluster", "designs", "best", "best vs eager [95% CI]", "distinctive tokens"],
+    _print_rows(console, ["cluster", "designs", "best", f"best vs {data.names.reference} [95% CI]", "distinctive tokens"],
                 [[k.label, str(len(k.ids)), (k.best_id or "-")[:12],
                   text.get(k.best_id or "", "-") if k.best_speedup else "-", " ".join(k.tokens)] for k in c.clusters])

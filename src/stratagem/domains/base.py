@@ -52,6 +52,33 @@ class BaselineRules(Protocol):
 
 
 @dataclass(frozen=True)
+class BaselineNames:
+    """The names of a domain's baselines, as data the domain supplies (`Domain.baseline_names`),
+    so the views say them without the generic layers naming any."""
+
+    reference: str = "the reference"
+    """The reference as written, as the views say it (`Domain.reference_label`)."""
+    compared: str | None = None
+    """The baseline the views set beside the reference, in a column of its own: its key in the
+    records (`EvaluationRecord.speedups`, a design view's second ratio); None: none."""
+    compared_label: str = ""
+    """How prose names that baseline (its key when empty)."""
+
+    @property
+    def compared_text(self) -> str:
+        return self.compared_label or self.compared or ""
+
+
+def baseline_names(domain: object) -> BaselineNames:
+    """`domain.baseline_names`, or for a domain that declares none, its reference's label
+    alone (no compared baseline)."""
+    names = getattr(domain, "baseline_names", None)
+    if isinstance(names, BaselineNames):
+        return names
+    return BaselineNames(str(getattr(domain, "reference_label", "") or "the reference"))
+
+
+@dataclass(frozen=True)
 class DomainPolicy:
     """A search policy a domain brings (PyTorch: `recipes`): the policy registry
     (`search/policies/registry.py`) offers it beside the generic ones, for the domain's
@@ -185,7 +212,7 @@ class Domain(Protocol):
     def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
                   reference_ms: float | None = None) -> float:
         """The run limit: the user's when set, else a default that fits the problem (from the
-        eager reference's time, when known)."""
+        reference's own time, when known)."""
         ...
 
     def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:

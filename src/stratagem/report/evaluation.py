@@ -13,6 +13,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.evaluation.service import REFERENCE_MODE, Baseline
 from stratagem.report.cases import print_cases
+from stratagem.search.state import names_of
 
 
 def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:
@@ -23,6 +24,7 @@ def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:
         "status": "valid" if ok else "error",
         "problem": prob.name,
         "problem_id": prob.id,
+        "domain": prob.domain,
         "reference_ms": {m: base.median_ms(m) for m in base.modes},
         "vs_eager": {m: r.to_json() for m in base.modes if (r := base.vs_eager(m)) is not None},
         "unstable": {m: list(r) for m, r in base.unstable().items()},
@@ -37,13 +39,14 @@ def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:
 def print_baseline(console: Console, name: str, base: Baseline, out: dict[str, Any]) -> None:
     """The baseline's table: each mode's median, spread, paired ratio and state."""
     t = Table(title=f"baseline: {name} on {base.environment.get('device_name', '?')}")
-    for col in ("mode", "median ms", "IQR ms", "n", "speedup over eager (paired)", "stability"):
+    ref = names_of(out.get("domain")).reference
+    for col in ("mode", "median ms", "IQR ms", "n", f"speedup over {ref} (paired)", "stability"):
         t.add_column(col)
     unstable = base.unstable()
     for mode, stats in base.modes.items():
         if "median_ms" in stats:
             r = base.vs_eager(mode)
-            vs = "-" if r is None or mode == "eager" else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
+            vs = "-" if r is None or mode == REFERENCE_MODE else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
             flag = "[yellow]unstable[/]" if mode in unstable else "stable"
             if base.fails(mode):
                 flag += " · [red]fails correctness[/]"
@@ -150,29 +153,33 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
 
 
 def print_speedups(console: Console, s: dict[str, Any]) -> None:
-    """The paired speedup, its interval and stability, and the baseline's state."""
+    """The paired speedup, its interval and stability, and the baseline's state (the words of
+    the evaluation's domain: `s["domain"]`)."""
+    n = names_of(s.get("domain"))
+    r, c = n.reference, n.compared
     if s["speedup"] is not None:
         lo, hi = s["speedup_ci"] or (s["speedup"], s["speedup"])
         line = (f"speedup vs {s.get('reference_label', 'the reference')} (paired): [bold]{s['speedup']:.3g}x[/] "
                 f"[95% CI {lo:.3g}-{hi:.3g}]")
-        comp = (s.get("speedups") or {}).get("compile")
-        if comp:
-            lo_c, hi_c = comp.get("low"), comp.get("high")
-            line += (f" · vs torch.compile {comp['ratio']:.3g}x [95% CI {lo_c:.3g}-{hi_c:.3g}, chained via eager]"
+        second = (s.get("speedups") or {}).get(c) if c else None
+        if second:
+            lo_c, hi_c = second.get("low"), second.get("high")
+            line += (f" · vs {n.compared_text} {second['ratio']:.3g}x [95% CI {lo_c:.3g}-{hi_c:.3g}, chained via {r}]"
                      if isinstance(lo_c, int | float) and isinstance(hi_c, int | float)
-                     else f" · vs torch.compile {comp['ratio']:.3g}x (chained via eager, no interval)")
-            if comp.get("baseline_fails"):
-                line += " [yellow](compile fails correctness)[/]"
-            elif comp.get("baseline_unstable"):
-                line += " [yellow](compile baseline unstable)[/]"
+                     else f" · vs {n.compared_text} {second['ratio']:.3g}x (chained via {r}, no interval)")
+            if second.get("baseline_fails"):
+                line += f" [yellow]({c} fails correctness)[/]"
+            elif second.get("baseline_unstable"):
+                line += f" [yellow]({c} baseline unstable)[/]"
         console.print(line, highlight=False)
     stab = s.get("stability") or {}
     if stab.get("verdict") == "unstable":
         console.print("[yellow]timing unstable[/] (after re-timing): " + "; ".join(stab.get("reasons", [])),
                       highlight=False)
     base = s.get("baseline") or {}
-    if base.get("cached"):
-        console.print("[dim](torch.compile ratio from the cached baseline; `stratagem baseline --refresh` measures it again)[/]")
+    if base.get("cached") and c:
+        console.print(f"[dim]({n.compared_text} ratio from the cached baseline; `stratagem baseline --refresh` measures "
+                      "it again)[/]")
     for mode, reasons in (base.get("unstable") or {}).items():
         console.print(f"[yellow]baseline {mode} unstable[/]: " + "; ".join(reasons), highlight=False)
     for mode, why in (base.get("fails_correctness") or {}).items():

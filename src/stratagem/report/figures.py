@@ -61,10 +61,12 @@ def ratio_axis(ax: Any, lows: Sequence[float], highs: Sequence[float]) -> None:
     ax.set_ylim(max(0.0, lo - 0.08 * span), hi + 0.08 * span)
 
 
-def best_so_far_figure(views: Sequence[DesignView], queries_at: dict[str, int], iterations: int | None = None) -> Any:
+def best_so_far_figure(views: Sequence[DesignView], queries_at: dict[str, int], iterations: int | None = None,
+                       reference: str = "the reference") -> Any:
     """The best paired speedup (ranked designs: valid, stably timed) after each iteration and
     against the LLM queries spent, each new best drawn with its interval; `iterations`: the
-    run's count, so the curve runs to its end. A run without LLM queries says so on that axis."""
+    run's count, so the curve runs to its end. A run without LLM queries says so on that axis.
+    `reference`: what the speedups are over, as the run's domain names it."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     valid = sorted(ranked(views), key=lambda v: v.created_at)
@@ -102,7 +104,7 @@ def best_so_far_figure(views: Sequence[DesignView], queries_at: dict[str, int], 
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         count_axis(ax, xs)
         ax.set_xlabel(label)
-        ax.set_ylabel("best speedup vs eager")
+        ax.set_ylabel(f"best speedup vs {reference}")
         ax.grid(alpha=0.3)
     for ax in drawn:
         ratio_axis(ax, lows, highs)
@@ -110,12 +112,13 @@ def best_so_far_figure(views: Sequence[DesignView], queries_at: dict[str, int], 
     return fig
 
 
-def best_so_far(views: Sequence[DesignView], queries_at: dict[str, int], iterations: int | None = None) -> bytes:
+def best_so_far(views: Sequence[DesignView], queries_at: dict[str, int], iterations: int | None = None,
+                reference: str = "the reference") -> bytes:
     """`best_so_far_figure` as PNG bytes."""
-    return _png(best_so_far_figure(views, queries_at, iterations))
+    return _png(best_so_far_figure(views, queries_at, iterations, reference))
 
 
-def scores_figure(views: Sequence[DesignView]) -> Any:
+def scores_figure(views: Sequence[DesignView], reference: str = "the reference") -> Any:
     """Every design by creation order (1, 2, ...), each valid one at its own paired speedup with
     its interval: ranked ones filled and colored by strategy, valid ones that are not ranked
     (timing unstable, review pending) hollow; designs that did not pass in a strip under the
@@ -158,15 +161,15 @@ def scores_figure(views: Sequence[DesignView]) -> Any:
     lo_y = floor - 0.5 * (low - floor) if failed else None
     ratio_axis(ax, lows + ([lo_y] if lo_y is not None else []), highs)
     ax.set_xlabel("design (creation order)")
-    ax.set_ylabel("speedup vs eager (paired, 95% interval)")
+    ax.set_ylabel(f"speedup vs {reference} (paired, 95% interval)")
     ax.legend(fontsize=7, ncol=3)
     ax.grid(alpha=0.3)
     return fig
 
 
-def scores(views: Sequence[DesignView]) -> bytes:
+def scores(views: Sequence[DesignView], reference: str = "the reference") -> bytes:
     """`scores_figure` as PNG bytes."""
-    return _png(scores_figure(views))
+    return _png(scores_figure(views, reference))
 
 
 def lineage_figure(views: Sequence[DesignView], best_id: str | None) -> Any:

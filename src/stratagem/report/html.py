@@ -23,19 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.core.search import DesignView, ranked
+from stratagem.domains.base import BaselineNames
 from stratagem.report import alignment as al
 from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
+from stratagem.search import numbers
 from stratagem.search import state as st
-from stratagem.search.numbers import (
-    clip,
-    compile_sentence,
-    compile_text,
-    counts,
-    did_not_pass,
-    not_ranked_because,
-    passed,
-)
+from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
 from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 
@@ -69,10 +63,17 @@ class RunData:
     calls: list[AgentCallRecord]
     evaluations: list[EvaluationRecord]
     created: dict[str, float]
+    domain: str | None = None
+    """The problem's domain (None: the run stored no problem)."""
 
     @property
     def best(self) -> DesignView | None:
         return st.best_of(self.views)
+
+    @property
+    def names(self) -> BaselineNames:
+        """How the run's domain names its baselines."""
+        return st.names_of(self.domain)
 
 
 def load_run(run_dir: str | Path) -> RunData:
@@ -87,7 +88,7 @@ def load_run(run_dir: str | Path) -> RunData:
         source = store.get_artifact(problems[0].source_hash) if problems else ""
         return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
                        sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
-                       {r.id: r.created_at for r in designs})
+                       {r.id: r.created_at for r in designs}, problems[0].domain if problems else None)
 
 
 def version(run_dir: str | Path) -> str:
@@ -149,10 +150,18 @@ def _summary(data: RunData) -> str:
     ]
     best = data.best
     if best is not None:
-        rows.insert(3, ("best", f"{best.speedup_text()} vs eager ({best.id[:12]}); "
-                                f"{compile_sentence(best) or 'not measured against torch.compile'}"))
+        rows.insert(3, ("best", f"{best.speedup_text()} vs {data.names.reference} ({best.id[:12]}); "
+                                f"{_second_sentence(data, best)}"))
     conf = _pre(json.dumps(cfg, indent=2))
     return _table(["run", ""], rows) + f"<details><summary>configuration</summary>{conf}</details>"
+
+
+def _second_sentence(data: RunData, best: DesignView) -> str:
+    """The best design against the baseline its domain sets beside the reference, in words."""
+    n = data.names
+    if not n.compared:
+        return "no other baseline"
+    return numbers.compile_sentence(best) or f"not measured against {n.compared_text}"
 
 
 def st_spend(data: RunData) -> dict[str, Any]:
@@ -197,8 +206,8 @@ def _best(data: RunData) -> str:
         return "<p>No ranked design yet (a valid design whose timing settled).</p>"
     views = {v.id: v for v in data.views}
     parent = next((views[p] for p in best.parents if p in views), None)
-    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape(best.speedup_text())} vs eager; "
-             f"{html.escape(compile_sentence(best) or 'not measured against torch.compile')}; "
+    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape(best.speedup_text())} vs {data.names.reference}; "
+             f"{html.escape(_second_sentence(data, best))}; "
              f"by {html.escape(str(best.author))}, "
              f"strategy {html.escape(str(best.strategy))}, iteration {best.iteration}.</p>"]
     lines = best.measures.lines()
@@ -291,7 +300,8 @@ def _analyses(data: RunData, xis: Sequence[float]) -> str:
             sp = {v.id: v.speedup for v in views}
             parts.append(_img(figures.cluster_map(c.ids, c.map2d, c.assignment, sp), "t-SNE"))
             text = {v.id: v.speedup_text() for v in views}
-            parts.append(_table(["cluster", "designs", "best", "best vs eager [95% CI]", "distinctive tokens"],
+            parts.append(_table(["cluster", "designs", "best", f"best vs {data.names.reference} [95% CI]",
+                                 "distinctive tokens"],
                                 [(k.label, len(k.ids), (k.best_id or "-")[:12],
                                   text.get(k.best_id or "", "-") if k.best_speedup else "-", " ".join(k.tokens))
                                  for k in c.clusters]))
@@ -309,8 +319,9 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     best = data.best
     sections = [
         ("Summary", _summary(data)),
-        ("Best so far", _img(figures.best_so_far(views, queries_at(data), len(data.iterations)), "best so far")),
-        ("Every design", _img(figures.scores(views), "scores") if views else "<p>No design yet.</p>"),
+        ("Best so far", _img(figures.best_so_far(views, queries_at(data), len(data.iterations), data.names.reference),
+                             "best so far")),
+        ("Every design", _img(figures.scores(views, data.names.reference), "scores") if views else "<p>No design yet.</p>"),
         ("Strategies", _strategies(data)),
         ("Failures and integrity rejections", _failures(data)),
         ("The best design", _best(data)),
@@ -319,9 +330,10 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     ]
     if analyses:
         sections.append(("Analyses", _analyses(data, xis)))
-    leader = _table(["#", "design", "vs eager [95% CI]", "vs compile [95% CI], chained via eager", "iter", "author",
+    r, c = data.names.reference, data.names.compared or "-"
+    leader = _table(["#", "design", f"vs {r} [95% CI]", f"vs {c} [95% CI], chained via {r}", "iter", "author",
                      "strategy"],
-                    [(i + 1, v.id[:12], v.speedup_text(), compile_text(v), v.iteration, v.author, v.strategy)
+                    [(i + 1, v.id[:12], v.speedup_text(), numbers.compile_text(v), v.iteration, v.author, v.strategy)
                      for i, v in enumerate(ranked(views)[:20])])
     sections.insert(1, ("Leaderboard", leader))
     body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)

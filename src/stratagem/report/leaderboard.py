@@ -18,22 +18,21 @@ from rich.text import Text
 
 from stratagem.core.objective import Objective
 from stratagem.core.search import DesignView, ranked
+from stratagem.domains.base import BaselineNames
+from stratagem.search import numbers
 from stratagem.search.budget import Spend
-from stratagem.search.numbers import (
-    CHAINED,
-    clip,
-    compile_text,
-    counts,
-    did_not_pass,
-    not_ranked_because,
-)
+from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because
+from stratagem.search.state import names_of
 from stratagem.store.records import IterationRecord
 
 RUNTIME = Objective("runtime", "ms", "minimize")
 
-EAGER = "vs eager [95% CI]"
-COMPILE = "vs compile [95% CI]"
 WHO = "author · strategy"
+
+
+def ratio_header(name: str) -> str:
+    """A ratio column's header: `vs NAME [95% CI]` (NAME: a baseline as the domain names it)."""
+    return f"vs {name} [95% CI]"
 
 FLEX_MIN = 24
 """The least width the flexible column (author, reason, note) keeps before optional columns
@@ -144,36 +143,64 @@ def who(v: DesignView) -> str:
 
 def leaderboard(
     views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10,
-    objective: Objective = RUNTIME,
+    objective: Objective = RUNTIME, names: BaselineNames | None = None,
 ) -> FittedTable:
     """Ranked designs by paired speedup (the improvement over the reference in the domain's
-    `objective`), each ratio with its interval, against eager and (chained) against
-    torch.compile: the same numbers the store, `show --json` and the agents' context hold."""
+    `objective`), each ratio with its interval, against the reference and (chained) against
+    the baseline the domain sets beside it (`names`; None: the default domain's): the same
+    numbers the store, `show --json` and the agents' context hold."""
+    n = names or names_of(None)
     board = ranked(views)[:top]
     rows = []
     for i, v in enumerate(board, 1):
         noise = " ~" if v.vs_eager() == "within noise" else ""  # the one rule: the interval holds 1.00x
-        unfair = " *" if v.compile_fails or v.compile_unstable else ""
-        rows.append((str(i), v.id[:10], v.speedup_text() + noise, compile_text(v, mark=False) + unfair,
-                     f"{v.runtime_ms or 0.0:.4g}", "-" if v.iteration is None else str(v.iteration), who(v)))
+        rows.append((str(i), v.id[:10], v.speedup_text() + noise, _second(v), f"{v.runtime_ms or 0.0:.4g}",
+                     "-" if v.iteration is None else str(v.iteration), who(v)))
     value = f"{objective.name} {objective.unit}"
-    cols = (Col("#"), Col("design", "left"), Col(EAGER, stack=True), Col(COMPILE, stack=True), Col(value),
+    first, second = ratio_header(n.reference), ratio_header(n.compared or "-")
+    cols = (Col("#"), Col("design", "left"), Col(first, stack=True), Col(second, stack=True), Col(value),
             Col("iter"), Col(WHO, flex=True))
-    core = ("#", "design", EAGER, COMPILE)
+    core = ("#", "design", first, second)
     layouts = (Layout((*core, value, "iter", WHO)), Layout((*core, WHO)), Layout((*core, WHO), stacked=True),
                Layout(core, stacked=True))
-    return FittedTable("Leaderboard", cols, rows, _leaderboard_notes(views, board, reference_ms), layouts,
+    return FittedTable("Leaderboard", cols, rows, _leaderboard_notes(views, board, reference_ms, n), layouts,
                        empty="no ranked design yet (a valid design whose timing settled)")
 
 
+@dataclass(frozen=True)
+class Second:
+    """A design's ratio over the baseline its domain sets beside the reference (`BaselineNames.compared`),
+    chained through the reference, as the views read it."""
+
+    ratio: float | None
+    low: float | None
+    high: float | None
+    fails: str
+    """Why that baseline fails the correctness rule ('' when it passes)."""
+    unstable: str
+    """Why its timing stayed unstable after re-timing ('' when stable)."""
+
+
+def second_of(v: DesignView) -> Second:
+    """`v`'s `Second` (the one place the views read the design view's second-ratio fields)."""
+    return Second(v.speedup_compile, v.compile_low, v.compile_high, v.compile_fails, v.compile_unstable)
+
+
+def _second(v: DesignView) -> str:
+    """The chained ratio over the compared baseline, `*` when that baseline is no fair comparison."""
+    s = second_of(v)
+    return numbers.compile_text(v, mark=False) + (" *" if s.fails or s.unstable else "")
+
+
 def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
-                       reference_ms: Mapping[str, float | None]) -> str | None:
+                       reference_ms: Mapping[str, float | None], n: BaselineNames) -> str | None:
     notes = []
-    if board and any(v.speedup_compile is not None for v in board):
-        notes.append(f"vs compile: {CHAINED} (design/eager x eager/compile, timed in different workers), "
+    r, c = n.reference, n.compared or "-"
+    if board and any(second_of(v).ratio is not None for v in board):
+        notes.append(f"vs {c}: chained via {r} (design/{r} x {r}/{c}, timed in different workers), "
                      "with the interval of both")
     if any(v.vs_eager() == "within noise" for v in board):
-        notes.append("~ within noise of eager: the interval holds 1.00x")
+        notes.append(f"~ within noise of {r}: the interval holds 1.00x")
     if any(reference_ms.values()):
         notes.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
     c = counts(views)
@@ -181,14 +208,15 @@ def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
         notes.append("valid, not ranked: " + "; ".join(
             f"{v.id[:10]} {v.speedup_text()} ({clip(not_ranked_because(v), 100)})"
             for v in [v for v in views if not_ranked_because(v)][:8]))
-    failing = next((v.compile_fails for v in ranked(views) if v.compile_fails), "")
+    failing = next((f for v in ranked(views) if (f := second_of(v).fails)), "")
     if failing:
-        notes.append("* the torch.compile baseline fails the correctness check every design must pass, so "
+        notes.append(f"* the {n.compared_text} baseline fails the correctness check every design must pass, so "
                      f"speedups against it are not a fair comparison: {clip(failing, 160)}")
-    shaky = next((v.compile_unstable for v in ranked(views) if v.compile_unstable), "")
+    shaky = next((u for v in ranked(views) if (u := second_of(v).unstable)), "")
     if shaky and not failing:
-        notes.append("* the torch.compile baseline's timing stayed unstable after re-timing, so speedups against "
-                     f"it carry its noise (`stratagem baseline --refresh` measures it again): {clip(shaky, 160)}")
+        notes.append(f"* the {n.compared_text} baseline's timing stayed unstable after re-timing, so speedups "
+                     f"against it carry its noise (`stratagem baseline --refresh` measures it again): "
+                     f"{clip(shaky, 160)}")
     return "\n".join(notes) or None
 
 
@@ -244,7 +272,7 @@ def spend_line(spend: Spend) -> str:
 
 
 def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView],
-                     last: int = 20) -> FittedTable:
+                     last: int = 20, names: BaselineNames | None = None) -> FittedTable:
     """Each iteration: status, strategy, designs made, valid ones (as every view counts them), the
     best speedup after it,
     and its note (why it ended as it did: failed agent calls, a stop, a review)."""
@@ -259,7 +287,7 @@ def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[Desi
         strategy = str((it.plan or {}).get("strategy") or "-")
         rows.append((str(it.n), it.status, strategy, str(len(made)), str(counts(made).valid),
                      "-" if best is None else best.speedup_text(), clip(it.note or "", 300)))
-    best_h = "best after: vs eager [95% CI]"
+    best_h = "best after: " + ratio_header((names or names_of(None)).reference)
     cols = (Col("#"), Col("status", "left"), Col("strategy", "left"), Col("made"), Col("valid"),
             Col(best_h, stack=True), Col("note", flex=True))
     layouts = (Layout(("#", "status", "strategy", "made", "valid", best_h, "note")),

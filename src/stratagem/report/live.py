@@ -14,13 +14,16 @@ from rich.text import Text
 
 from stratagem.report.leaderboard import spend_line
 from stratagem.search.loop import Progress
+from stratagem.search.state import names_of
 
 
 class LiveView:
     """A `RunView` that redraws a small panel; on a non-terminal it prints events as lines."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, reference: str | None = None) -> None:
         self.console = console
+        self.reference = reference
+        """The reference as the run's domain names it (None: the default domain's)."""
         self._live: Live | None = None
         self._printed = 0
         self._last: list[str] = []
@@ -53,7 +56,8 @@ class LiveView:
         self._stages = {k: v for k, v in self._stages.items() if k in p.inflight}
 
     def render(self, p: Progress) -> Group:
-        best = f"{p.best_text} vs eager ({(p.best_id or '')[:10]})" if p.best_id else "-"
+        ref = self.reference or names_of(None).reference
+        best = f"{p.best_text} vs {ref} ({(p.best_id or '')[:10]})" if p.best_id else "-"
         it = f"iteration {p.iteration}" + (f"/{p.iterations}" if p.iterations else "")
         head = Text.from_markup(  # one fact a line, so an 80-column terminal folds none of them
             f"[bold]{escape(p.problem)}[/] · policy {escape(p.policy)} · {it} · strategy {escape(p.strategy or '-')}\n"

@@ -4,14 +4,17 @@ page) and `stratagem bench --json` (the same numbers as JSON).
 The runs are either given one by one or read from a suite directory (`stratagem bench`'s
 suite.json lists its problems and their states).
 
-Per problem: the best design, its paired speedup over eager and over torch.compile with
-their intervals, whether any design passed (correctness), queries, money and device time.
-Summaries (`summary`, each key named in `LABELS`): fast_p (KernelBench's: the share of
-problems whose best design is correct and faster than p times eager) for p = 0, 1, 1.5 and
-2, over eager and over compile; the geometric means of the best speedups over eager and over
-compile, unclamped (problems without a valid design left out, and counted) and clamped at
-1x as PIKE reports it (slowdowns and problems without a valid design count as 1.00x); the
-correctness rate; and the cost per problem.
+Per problem: the best design, its paired speedup over the reference and over the baseline
+its domain sets beside it (`BaselineNames`: the first domain names both) with their
+intervals, whether any design passed (correctness), queries, money and device time.
+Summaries (`summary`, each key named in `labels`): fast_p (KernelBench's: the share of
+problems whose best design is correct and faster than p times the reference) for p = 0, 1,
+1.5 and 2, over the reference and over the compared baseline; the geometric means of the best
+speedups over each, unclamped (problems without a valid design left out, and counted) and
+clamped at 1x as PIKE reports it (slowdowns and problems without a valid design count as
+1.00x); the correctness rate; and the cost per problem. The words and the compared baseline's
+keys (`fast_1_<mode>`, `geomean_<mode>_measured`, `speedup_<mode>`) come from the problems'
+domain (the default domain's when they have several).
 """
 
 from __future__ import annotations
@@ -23,9 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stratagem.domains.base import BaselineNames
 from stratagem.report.html import CSS, _table, load_run
+from stratagem.report.leaderboard import second_of
+from stratagem.search import numbers
 from stratagem.search.budget import Spend
-from stratagem.search.numbers import compile_text, passed
+from stratagem.search.numbers import passed
+from stratagem.search.state import names_of
 from stratagem.search.suite_manifest import is_suite_dir, read_manifest
 from stratagem.store.sqlite import RunStore
 
@@ -34,31 +41,41 @@ FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_COUNTED = frozenset({"pending", "skipped"})
 """Problem states left out of the summaries: not run yet, or not searchable by the policy."""
 
-LABELS: dict[str, str] = {
-    **{f"fast_{p:g}": f"fast_{p:g}: share of problems whose best design is correct and > {p:g}x eager"
-       for p in FAST_P},
-    **{f"fast_{p:g}_compile": f"fast_{p:g} over compile: share of problems whose best design is correct and "
-                              f"> {p:g}x torch.compile" for p in FAST_P},
-    "correct_rate": "correctness rate: share of problems with at least one design that passed every check",
-    "geomean_measured": "geometric mean of the best speedups over eager, unclamped: problems without a valid "
-                        "design are left out (counted in geomean_excluded)",
-    "geomean_excluded": "problems left out of the unclamped geometric mean over eager: no valid design (or "
-                        "none whose paired timing settled, so none ranked)",
-    "geomean_clamped": "geometric mean over eager, clamped at 1x as PIKE reports it: slowdowns and problems "
-                       "without a valid design (or none ranked) count as 1.00x",
-    "geomean_compile_measured": "geometric mean of the best speedups over torch.compile, unclamped: problems "
-                                "without a figure over compile are left out (counted in geomean_compile_excluded)",
-    "geomean_compile_excluded": "problems left out of the unclamped geometric mean over compile: no valid design, "
-                                "or no compile baseline measured",
-    "geomean_compile_clamped": "geometric mean over torch.compile, clamped at 1x as PIKE reports it: slowdowns and "
-                               "problems without a valid design (or none ranked) count as 1.00x; problems whose "
-                               "best design has no compile figure are left out",
-    "problems": "problems in the suite",
-    "counted": "problems counted in these summaries (run, or running; not pending or skipped)",
-    "queries_per_problem": "LLM queries per counted problem (mean)",
-    "usd_per_problem": "money per counted problem (USD, mean; unpriced models count 0)",
-    "device_s_per_problem": "device seconds per counted problem (mean evaluation worker time)",
-}
+def labels(names: BaselineNames) -> dict[str, str]:
+    """What each summary key means, in the words of the problems' domain (`names`); the keys of
+    the compared baseline only when the domain has one."""
+    r, c, long = names.reference, names.compared, names.compared_text
+    out = {
+        **{f"fast_{p:g}": f"fast_{p:g}: share of problems whose best design is correct and > {p:g}x {r}"
+           for p in FAST_P},
+        **({f"fast_{p:g}_{c}": f"fast_{p:g} over {c}: share of problems whose best design is correct and "
+                               f"> {p:g}x {long}" for p in FAST_P} if c else {}),
+        "correct_rate": "correctness rate: share of problems with at least one design that passed every check",
+        "geomean_measured": f"geometric mean of the best speedups over {r}, unclamped: problems without a valid "
+                            "design are left out (counted in geomean_excluded)",
+        "geomean_excluded": f"problems left out of the unclamped geometric mean over {r}: no valid design (or "
+                            "none whose paired timing settled, so none ranked)",
+        "geomean_clamped": f"geometric mean over {r}, clamped at 1x as PIKE reports it: slowdowns and problems "
+                           "without a valid design (or none ranked) count as 1.00x",
+    }
+    if c:
+        out.update({
+            f"geomean_{c}_measured": f"geometric mean of the best speedups over {long}, unclamped: problems "
+                                     f"without a figure over {c} are left out (counted in geomean_{c}_excluded)",
+            f"geomean_{c}_excluded": f"problems left out of the unclamped geometric mean over {c}: no valid "
+                                     f"design, or no {c} baseline measured",
+            f"geomean_{c}_clamped": f"geometric mean over {long}, clamped at 1x as PIKE reports it: slowdowns and "
+                                    "problems without a valid design (or none ranked) count as 1.00x; problems "
+                                    f"whose best design has no {c} figure are left out",
+        })
+    return {
+        **out,
+        "problems": "problems in the suite",
+        "counted": "problems counted in these summaries (run, or running; not pending or skipped)",
+        "queries_per_problem": "LLM queries per counted problem (mean)",
+        "usd_per_problem": "money per counted problem (USD, mean; unpriced models count 0)",
+        "device_s_per_problem": "device seconds per counted problem (mean evaluation worker time)",
+    }
 
 
 @dataclass(frozen=True)
@@ -70,10 +87,11 @@ class ProblemRow:
     problem: str
     policy: str
     speedup: float | None
-    """The best ranked design's paired speedup over eager (None: no ranked design)."""
+    """The best ranked design's paired speedup over the reference (None: no ranked design)."""
     low: float | None
     high: float | None
-    compile_text: str
+    second_text: str
+    """Its ratio over the compared baseline, as every view writes it (`-`: none)."""
     beats: bool
     queries: int
     usd: float
@@ -82,10 +100,11 @@ class ProblemRow:
     state: str = "done"
     """The suite manifest's state (`suite_manifest.ProblemStateName`); `done` for a run given by hand."""
     best_id: str | None = None
-    speedup_compile: float | None = None
-    """The best design's speedup over torch.compile (chained via eager; None: not measured)."""
-    compile_low: float | None = None
-    compile_high: float | None = None
+    second: float | None = None
+    """The best design's speedup over the compared baseline (chained via the reference; None:
+    not measured)."""
+    second_low: float | None = None
+    second_high: float | None = None
     correct: bool = False
     """At least one design passed every check."""
     designs: int = 0
@@ -94,34 +113,42 @@ class ProblemRow:
     """Evaluation worker seconds, on whatever device evaluated."""
     note: str | None = None
     """The run's stop reason, or why the problem failed or was skipped."""
+    domain: str | None = None
+    """The problem's domain (None: no run yet)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, names: BaselineNames | None = None) -> dict[str, Any]:
+        """The row as `bench --json` gives it, its keys in the words of `names` (None: its
+        own domain's): `speedup_<compared>`, `beats_<reference>` (`speedup_compile`,
+        `beats_eager` for PyTorch)."""
+        n = names or names_of(self.domain)
+        second = {} if not n.compared else {
+            f"speedup_{n.compared}": self.second,
+            f"speedup_{n.compared}_ci": None if self.second_low is None or self.second_high is None
+            else [self.second_low, self.second_high]}
         return {"key": self.key or self.problem, "problem": self.problem, "state": self.state,
                 "run_dir": str(self.run_dir) if self.run_dir is not None else None, "policy": self.policy,
                 "best": self.best_id, "correct": self.correct, "designs": self.designs, "valid": self.valid,
                 "speedup": self.speedup,
                 "speedup_ci": None if self.low is None or self.high is None else [self.low, self.high],
-                "speedup_compile": self.speedup_compile,
-                "speedup_compile_ci": None if self.compile_low is None or self.compile_high is None
-                else [self.compile_low, self.compile_high],
-                "beats_eager": self.beats, "queries": self.queries, "usd": self.usd,
-                "device_s": self.device_s, "note": self.note}
+                **second, f"beats_{n.reference.replace(' ', '_')}": self.beats, "queries": self.queries,
+                "usd": self.usd, "device_s": self.device_s, "note": self.note}
 
 
 def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None = None) -> ProblemRow:
     """A run directory's row (read only)."""
     data = load_run(run_dir)
     b = data.best
+    sec = second_of(b) if b else None
     spend = Spend.from_records(data.calls, data.evaluations)
     stop = data.run.stop_reason if data.run else None
     return ProblemRow(run_dir, data.problem, data.run.policy if data.run else "?",
                       b.speedup if b else None, b.speedup_low if b else None, b.speedup_high if b else None,
-                      compile_text(b) if b else "-", bool(b and b.beats_reference), spend.queries, spend.usd,
+                      numbers.compile_text(b) if b else "-", bool(b and b.beats_reference), spend.queries, spend.usd,
                       key=key or data.problem, state=state, best_id=b.id if b else None,
-                      speedup_compile=b.speedup_compile if b else None, compile_low=b.compile_low if b else None,
-                      compile_high=b.compile_high if b else None, correct=any(passed(v) for v in data.views),
+                      second=sec.ratio if sec else None, second_low=sec.low if sec else None,
+                      second_high=sec.high if sec else None, correct=any(passed(v) for v in data.views),
                       designs=len(data.views), valid=sum(1 for v in data.views if passed(v)),
-                      device_s=spend.gpu_seconds, note=note or stop)
+                      device_s=spend.gpu_seconds, note=note or stop, domain=data.domain)
 
 
 def rows_of(run_dirs: Sequence[Path]) -> list[ProblemRow]:
@@ -149,13 +176,20 @@ def rows_of_suite(suite_dir: Path) -> list[ProblemRow]:
     return out
 
 
-def fast_p(rows: Sequence[ProblemRow], p: float, over: str = "eager") -> float:
-    """The share of problems whose best design is correct and faster than p x eager (p = 0:
-    correct at all); `over="compile"`: than p x torch.compile."""
+def fast_p(rows: Sequence[ProblemRow], p: float, over: str | None = None) -> float:
+    """The share of problems whose best design is correct and faster than p x the reference (p
+    = 0: correct at all); `over` (the compared baseline's name, or the reference's): than p x
+    that baseline."""
     if not rows:
         return 0.0
-    s = [r.speedup if over == "eager" else r.speedup_compile for r in rows]
+    s = [r.speedup if over is None or over == suite_names(rows).reference else r.second for r in rows]
     return sum(1 for x in s if x is not None and x > p) / len(rows)
+
+
+def suite_names(rows: Sequence[ProblemRow]) -> BaselineNames:
+    """The words of the rows' domain (the default domain's when they have none or several)."""
+    domains = {r.domain for r in rows if r.domain}
+    return names_of(domains.pop() if len(domains) == 1 else None)
 
 
 def geomean(values: Sequence[float]) -> float | None:
@@ -168,23 +202,29 @@ def counted(rows: Sequence[ProblemRow]) -> list[ProblemRow]:
     return [r for r in rows if r.state not in NOT_COUNTED]
 
 
-def summary(rows: Sequence[ProblemRow]) -> dict[str, float | None]:
-    """The suite's summaries, each key described in `LABELS` (rates in [0, 1], ratios as x)."""
+def summary(rows: Sequence[ProblemRow], names: BaselineNames | None = None) -> dict[str, float | None]:
+    """The suite's summaries, each key described in `labels(names)` (rates in [0, 1], ratios
+    as x; `names`: the rows' own, `suite_names`)."""
+    c = (names or suite_names(rows)).compared
     all_rows = list(rows)
     rows = counted(all_rows)
     n = len(rows)
-    eager = [r.speedup for r in rows if r.speedup is not None]
-    comp = [r.speedup_compile for r in rows if r.speedup_compile is not None]
+    ref = [r.speedup for r in rows if r.speedup is not None]
+    sec = [r.second for r in rows if r.second is not None]
     out: dict[str, float | None] = {"problems": len(all_rows), "counted": n}
     out.update({f"fast_{p:g}": fast_p(rows, p) for p in FAST_P})
-    out.update({f"fast_{p:g}_compile": fast_p(rows, p, "compile") for p in FAST_P})
+    if c:
+        out.update({f"fast_{p:g}_{c}": _fast_second(rows, p) for p in FAST_P})
     out.update(
         correct_rate=sum(1 for r in rows if r.correct) / n if n else 0.0,
-        geomean_measured=geomean(eager), geomean_excluded=n - len(eager),
-        geomean_clamped=geomean([max(1.0, r.speedup) if r.speedup is not None else 1.0 for r in rows]),
-        geomean_compile_measured=geomean(comp), geomean_compile_excluded=n - len(comp),
-        geomean_compile_clamped=geomean([max(1.0, r.speedup_compile) if r.speedup_compile is not None else 1.0
-                                         for r in rows if r.speedup is None or r.speedup_compile is not None]),
+        geomean_measured=geomean(ref), geomean_excluded=n - len(ref),
+        geomean_clamped=geomean([max(1.0, r.speedup) if r.speedup is not None else 1.0 for r in rows]))
+    if c:
+        out.update({
+            f"geomean_{c}_measured": geomean(sec), f"geomean_{c}_excluded": n - len(sec),
+            f"geomean_{c}_clamped": geomean([max(1.0, r.second) if r.second is not None else 1.0
+                                             for r in rows if r.speedup is None or r.second is not None])})
+    out.update(
         queries_per_problem=sum(r.queries for r in rows) / n if n else None,
         usd_per_problem=sum(r.usd for r in rows) / n if n else None,
         device_s_per_problem=sum(r.device_s for r in rows) / n if n else None,
@@ -192,9 +232,15 @@ def summary(rows: Sequence[ProblemRow]) -> dict[str, float | None]:
     return out
 
 
+def _fast_second(rows: Sequence[ProblemRow], p: float) -> float:
+    """fast_p over the compared baseline."""
+    return sum(1 for r in rows if r.second is not None and r.second > p) / len(rows) if rows else 0.0
+
+
 def suite_json(rows: Sequence[ProblemRow]) -> dict[str, Any]:
     """`bench --json`'s results: the summaries, what each means, and every problem's row."""
-    return {"summary": summary(rows), "labels": dict(LABELS), "problems": [r.to_json() for r in rows]}
+    n = suite_names(rows)
+    return {"summary": summary(rows, n), "labels": labels(n), "problems": [r.to_json(n) for r in rows]}
 
 
 def _ratio(x: float | None) -> str:
@@ -211,44 +257,61 @@ def _with_ci(x: float | None, lo: float | None, hi: float | None) -> str:
     return f"{x:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
 
 
-def summary_lines(s: dict[str, float | None]) -> list[tuple[str, str]]:
-    """The summaries as (label, value) pairs, in the order the page and the console give them."""
-    out = [(LABELS[f"fast_{p:g}"].split(": ", 1)[0] + f" (correct and > {p:g}x eager)", _pct(s[f"fast_{p:g}"]))
+def summary_lines(s: dict[str, float | None], names: BaselineNames | None = None) -> list[tuple[str, str]]:
+    """The summaries as (label, value) pairs, in the order the page and the console give them
+    (`names`: the words of `s`'s keys; None: the default domain's, and the compared baseline's
+    lines only where `s` has them)."""
+    n = names or names_of(None)
+    lab, c = labels(n), n.compared if n.compared and f"fast_1_{n.compared}" in s else None
+    out = [(lab[f"fast_{p:g}"].split(": ", 1)[0] + f" (correct and > {p:g}x {n.reference})", _pct(s[f"fast_{p:g}"]))
            for p in FAST_P]
-    out += [(LABELS[f"fast_{p:g}_compile"].split(": ", 1)[0], _pct(s[f"fast_{p:g}_compile"])) for p in FAST_P]
-    out += [(LABELS["correct_rate"], _pct(s["correct_rate"]))]
-    for k in ("geomean_measured", "geomean_clamped", "geomean_compile_measured", "geomean_compile_clamped"):
-        out.append((LABELS[k], _ratio(s[k])))
-    out += [(LABELS["geomean_excluded"], f"{s['geomean_excluded']:g}"),
-            (LABELS["geomean_compile_excluded"], f"{s['geomean_compile_excluded']:g}"),
-            (LABELS["counted"], f"{s['counted']:g} of {s['problems']:g}")]
+    if c:
+        out += [(lab[f"fast_{p:g}_{c}"].split(": ", 1)[0], _pct(s[f"fast_{p:g}_{c}"])) for p in FAST_P]
+    out += [(lab["correct_rate"], _pct(s["correct_rate"]))]
+    for k in ("geomean_measured", "geomean_clamped", *((f"geomean_{c}_measured", f"geomean_{c}_clamped") if c else ())):
+        out.append((lab[k], _ratio(s[k])))
+    out += [(lab["geomean_excluded"], f"{s['geomean_excluded']:g}")]
+    if c:
+        out += [(lab[f"geomean_{c}_excluded"], f"{s[f'geomean_{c}_excluded']:g}")]
+    out += [(lab["counted"], f"{s['counted']:g} of {s['problems']:g}")]
     for k, fmt in (("queries_per_problem", "{:.1f}"), ("usd_per_problem", "{:.3g}"), ("device_s_per_problem", "{:.1f}")):
         v = s[k]
-        out.append((LABELS[k], "-" if v is None else fmt.format(v)))
+        out.append((lab[k], "-" if v is None else fmt.format(v)))
     return out
 
 
 def problem_table_rows(rows: Sequence[ProblemRow]) -> list[tuple[str, ...]]:
     return [(r.key or r.problem, r.state, r.policy, (r.best_id or "-")[:12], _with_ci(r.speedup, r.low, r.high),
-             r.compile_text if r.compile_text != "-" else _with_ci(r.speedup_compile, r.compile_low, r.compile_high),
+             r.second_text if r.second_text != "-" else _with_ci(r.second, r.second_low, r.second_high),
              "yes" if r.correct else "no", "yes" if r.beats else "no", str(r.queries), f"{r.usd:.3g}",
              f"{r.device_s:.1f}", str(r.run_dir or "-")) for r in rows]
 
 
-PROBLEM_HEADER = ["problem", "state", "policy", "best design", "best vs eager [95% CI]",
-                  "vs compile [95% CI], chained via eager", "correct", "beats eager", "queries", "USD",
-                  "device s", "run"]
+def problem_header(names: BaselineNames) -> list[str]:
+    """The problem table's header, in the words of the problems' domain."""
+    r = names.reference
+    return ["problem", "state", "policy", "best design", f"best vs {r} [95% CI]",
+            f"vs {names.compared or '-'} [95% CI], chained via {r}", "correct", f"beats {r}", "queries", "USD",
+            "device s", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    """`PROBLEM_HEADER`: the header in the default domain's words (read by `cli/bench.py`)."""
+    if name == "PROBLEM_HEADER":
+        return problem_header(names_of(None))
+    raise AttributeError(name)
 
 
 def build_suite_page(rows: Sequence[ProblemRow]) -> str:
-    s = summary(rows)
-    table = _table(PROBLEM_HEADER, problem_table_rows(rows))
-    summ = _table(["summary", "value"], summary_lines(s))
+    n = suite_names(rows)
+    s = summary(rows, n)
+    table = _table(problem_header(n), problem_table_rows(rows))
+    summ = _table(["summary", "value"], summary_lines(s, n))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     return (f"<!doctype html><html><head><meta charset=utf-8><title>stratagem suite</title><style>{CSS}</style>"
             f"</head><body><h1>stratagem · {len(rows)} problems</h1><p class=muted>generated {stamp}; speedups are "
-            f"paired (timed beside eager in each design's worker)</p><h2>Summary</h2>{summ}<h2>Problems</h2>{table}"
-            f"</body></html>")
+            f"paired (timed beside {n.reference} in each design's worker)</p><h2>Summary</h2>{summ}"
+            f"<h2>Problems</h2>{table}</body></html>")
 
 
 def build_suite(run_dirs: Sequence[Path]) -> str:

@@ -15,8 +15,16 @@ from stratagem.core.design import files_text
 from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains.base import BaselineNames, baseline_names
 from stratagem.search.numbers import clip
-from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, ReviewRecord
+from stratagem.store.records import (
+    REFERENCE_KEY,
+    DesignRecord,
+    EvaluationRecord,
+    IterationRecord,
+    ReviewRecord,
+)
 
 if TYPE_CHECKING:
     from stratagem.store.sqlite import RunStore
@@ -55,10 +63,16 @@ def design_views(
     reviews: Sequence[ReviewRecord],
     source_of: Callable[[DesignRecord], str],
     tags: Mapping[str, Mapping[str, Any]] | None = None,
+    domain: str | None = None,
 ) -> list[DesignView]:
     """One view per evaluated design, oldest first; the latest evaluation decides its status,
     a review that found cheating turns a valid design into `flagged`, and one whose latest
-    review failed (no verdict) into `unreviewed` (its runtime kept, so it can be retried)."""
+    review failed (no verdict) into `unreviewed` (its runtime kept, so it can be retried).
+
+    The second ratio of each view is the one over the baseline the problem's `domain` sets
+    beside the reference (`BaselineNames.compared`; None: the default domain's, which a record
+    of another domain does not have)."""
+    compared = names_of(domain).compared
     latest: dict[str, EvaluationRecord] = {}
     for ev in evaluations:
         latest[ev.design_id] = ev
@@ -82,26 +96,33 @@ def design_views(
         if status == "valid" and unstable:
             status, report = "unstable", f"[timing] unstable, not ranked until re-timed stably: {why}"
         valid = status in MEASURED
-        eager = ev.speedups.get("eager") or {}
-        comp = ev.speedups.get("compile") or {}
+        ref = ev.speedups.get(REFERENCE_KEY) or {}
+        other = (ev.speedups.get(compared) or {}) if compared else {}
         out.append(DesignView(
             id=d.id, source=source_of(d), status=status,  # type: ignore[arg-type]
             iteration=prov.get("iteration"), strategy=prov.get("strategy"), author=prov.get("author"),
             parents=tuple(d.parent_ids), runtime_ms=ev.runtime_ms if valid else None,
             speedup=ev.speedup if valid else None, report=report, created_at=d.created_at,
-            speedup_low=_num(eager.get("low")) if valid else None,
-            speedup_high=_num(eager.get("high")) if valid else None,
-            speedup_compile=_num(comp.get("ratio")) if valid else None,
-            compile_low=_num(comp.get("low")) if valid else None,
-            compile_high=_num(comp.get("high")) if valid else None,
+            speedup_low=_num(ref.get("low")) if valid else None,
+            speedup_high=_num(ref.get("high")) if valid else None,
+            speedup_compile=_num(other.get("ratio")) if valid else None,
+            compile_low=_num(other.get("low")) if valid else None,
+            compile_high=_num(other.get("high")) if valid else None,
             stability=why,
-            compile_fails=str(comp.get("baseline_fails") or ""),
-            compile_unstable=str(comp.get("baseline_unstable") or ""),
+            compile_fails=str(other.get("baseline_fails") or ""),
+            compile_unstable=str(other.get("baseline_unstable") or ""),
             tags=dict((tags or {}).get(d.id) or {}),
             measures=measures_of(ev),
             timing_notes=timing_notes_of(ev),
         ))
     return out
+
+
+def names_of(domain: str | None) -> BaselineNames:
+    """How the views name the baselines of a run of `domain` (`BaselineNames`); None: the
+    default domain's (a caller that does not say which domain, as views did before runs of
+    other domains existed)."""
+    return baseline_names(get_domain(domain or DEFAULT))
 
 
 def design_text(store: RunStore, d: DesignRecord) -> str:
@@ -116,9 +137,11 @@ def stored_views(
 ) -> list[DesignView]:
     """`design_views` of a whole run store (`show`, reports, `compare`); `designs` and
     `evaluations` when the caller has read them already."""
+    problems = store.problems()
     views = design_views(store.designs() if designs is None else designs,
                          store.evaluations() if evaluations is None else evaluations, store.reviews(),
-                         lambda d: design_text(store, d), store.tags())
+                         lambda d: design_text(store, d), store.tags(),
+                         problems[0].domain if problems else None)
     return with_confirmation(views, store.confirmations())
 
 
@@ -198,8 +221,8 @@ def pending_designs(designs: Sequence[DesignRecord], evaluations: Sequence[Evalu
 
 
 def best_of(views: Sequence[DesignView]) -> DesignView | None:
-    """The ranked design with the highest paired speedup (whether or not it beats eager:
-    `DesignView.beats_reference` says that)."""
+    """The ranked design with the highest paired speedup (whether or not it beats the
+    reference: `DesignView.beats_reference` says that)."""
     valid = ranked(views)
     return valid[0] if valid else None
 

@@ -12,6 +12,12 @@ SCHEMA_VERSION = 6
 policy's metadata per design); 6: `policy_state` (a policy's own state: phases, islands)."""
 
 
+REFERENCE_KEY = "eager"
+"""The key of the reference's own entry in `EvaluationRecord.speedups` and `reference_ms`,
+whatever the domain: its first domain's word, kept as data so that every stored run reads as
+it was written (the code names it only here)."""
+
+
 class ProblemRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     id: str
@@ -36,7 +42,7 @@ class DesignRecord(BaseModel):
 class MeasurementRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
-    """`runtime`, `reference_eager`, `reference_compile`, ..."""
+    """`runtime`, or `reference_<mode>` for each of the domain's baseline modes."""
     unit: str
     median: float
     q1: float
@@ -63,7 +69,7 @@ class EvaluationRecord(BaseModel):
     created_at: float
     speedups: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Baseline mode -> the design's speedup over it: `ratio`, `low`, `high` (95% interval),
-    `pairs`, `chained` (`core.paired.Ratio`). `speedup` is `speedups['eager']['ratio']`."""
+    `pairs`, `chained` (`core.paired.Ratio`). `speedup` is `speedups[REFERENCE_KEY]['ratio']`."""
     stability: dict[str, Any] = Field(default_factory=dict)
     """The timing's stability verdict: `verdict` (`stable` | `unstable`), `reasons`, `notes`."""
 

@@ -29,7 +29,7 @@ from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.domains.base import DomainPolicy
+from stratagem.domains.base import BaselineNames, DomainPolicy
 from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
 from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.graphs import (
@@ -341,6 +341,9 @@ class PyTorchDomain:
 
     reference_label = "eager"
     """What a design's speedup is over, in the views."""
+    baseline_names = BaselineNames("eager", "compile", "torch.compile")
+    """The views' words: the reference (eager) and the baseline beside it (torch.compile's
+    default mode, `compile` in the records)."""
 
     name = NAME
     worker_module = WORKER_MODULE
