@@ -7,79 +7,53 @@ section (the user message). The problem's domain supplies the templates that spe
 programs (`Domain.prompts.template(name)`: the roles, `design` and `pike`, with the words the
 views use, such as what a design is timed against); the domain-free ones (`summarizer`,
 `budget`) are this package's data in `context/prompts/`. All prose lives in the templates: this
-module only fills them from typed inputs, and names no domain's concepts.
+module only fills them from typed inputs, and names no domain's concepts. The template
+machinery is `context/templates.py`; how one design is shown, `context/designs.py`.
 
 Templates are read on first use (never at import) and cached.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from importlib import resources
+from dataclasses import dataclass, field
 from string import Template
 from typing import Any, Literal
 
 from stratagem.config import SearchConfig
 from stratagem.context.curate import Curated, Group, compress_report
+from stratagem.context.designs import (
+    design_summary,
+    lineage,
+    render_design,
+    render_designs,
+    second_baseline_line,
+    standing_words,
+    timing_lines,
+)
+from stratagem.context.templates import (
+    GENERIC,
+    ROLES,
+    SHORT_ID_CHARS,
+    fill,
+    has,
+    reference_word,
+    sections,
+    short_id,
+)
 from stratagem.core.search import (
     DesignView,
     Feedback,
     Plan,
     Remaining,
     SearchState,
-    ratio_text,
-    standing,
 )
-from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains import DEFAULT
 
-ROLES = ("strategist", "analyst", "implementor", "implementor_feedback", "review", "summarizer")
-"""One template file per role (plus `design`, the block every design is shown in, and `pike`)."""
-
-GENERIC = frozenset({"summarizer", "budget"})
-"""Templates that name no domain's concepts: this package's own (`context/prompts/`)."""
-
-SHORT_ID_CHARS = 12
-"""Design ids are shown by their first characters; agents may cite any unique prefix."""
-
-_SECTION = re.compile(r"^<!-- section: ([a-z_]+) -->[ \t]*$", re.MULTILINE)
-
-
-def short_id(design_id: str) -> str:
-    return design_id[:SHORT_ID_CHARS]
-
-
-@functools.cache
-def sections(name: str, domain: str = DEFAULT) -> dict[str, Template]:
-    """The named sections of template `name`: the domain's (`Domain.prompts`), or this package's
-    own for the domain-free ones (`GENERIC`); read once, then cached."""
-    if name in GENERIC:
-        text = (resources.files("stratagem.context") / "prompts" / f"{name}.md").read_text("utf-8")
-    else:
-        text = get_domain(domain).prompts.template(name)
-    parts = _SECTION.split(text)
-    out: dict[str, Template] = {}
-    for i in range(1, len(parts) - 1, 2):
-        out[parts[i]] = Template(parts[i + 1].strip("\n"))
-    return out
-
-
-def fill(name: str, section: str, *, domain: str = DEFAULT, **values: object) -> str:
-    """Fill one section of one template of `domain`; a missing value is a bug and raises KeyError."""
-    return sections(name, domain)[section].substitute({k: str(v) for k, v in values.items()}).strip()
-
-
-def has(name: str, section: str, domain: str = DEFAULT) -> bool:
-    """Whether the domain's template `name` has `section` (the optional ones)."""
-    return section in sections(name, domain)
-
-
-def reference_word(domain: str = DEFAULT) -> str:
-    """What a design is timed against, as the views name it (`design.md`'s `reference`)."""
-    return fill("design", "reference", domain=domain)
-
+__all__ = [  # the template machinery and the design views live beside this module; callers import them here too
+    "GENERIC", "ROLES", "SHORT_ID_CHARS", "design_summary", "fill", "has", "reference_word", "render_design",
+    "render_designs", "second_baseline_line", "sections", "short_id", "standing_words", "timing_lines",
+]
 
 @dataclass(frozen=True)
 class ProblemBrief:
@@ -205,134 +179,6 @@ def _tolerances(tol: Mapping[str, Mapping[str, float]], mode: str = "fixed") -> 
         f"{dtype}: " + ", ".join(f"{k}={v:g}" for k, v in sorted(t.items()))
         for dtype, t in sorted(tol.items())
     )
-
-
-def standing_words(where: str, domain: str = DEFAULT) -> str:
-    """How a design's standing against the reference it is timed beside (`core.search.standing`:
-    the one rule) is written."""
-    ref = reference_word(domain)
-    return {"faster": f"faster than {ref}", "within noise": f"within noise of {ref} (its interval holds 1.00x)",
-            "slower": f"slower than {ref}"}[where]
-
-
-def _performance(view: DesignView, domain: str = DEFAULT) -> str:
-    """The design's headline number: its paired ratio over the reference with its 95% interval,
-    and where that stands against 1.00x (the one rule: within noise when the interval holds it)."""
-    if view.speedup is None:
-        return ""
-    ci = "" if view.speedup_low is not None else " (no interval)"
-    where = standing(view.speedup_low, view.speedup_high)
-    return (f", {view.speedup_text()} vs {reference_word(domain)}{ci}"
-            + (f": {standing_words(where, domain)}" if where else ""))
-
-
-def second_baseline_line(view: DesignView, domain: str = DEFAULT) -> str:
-    """The ratio against the domain's second baseline (`design.md`'s `vs_second`), marked as
-    chained through the reference (it is not paired); '' when the design has none."""
-    if view.speedup_compile is None or not has("design", "vs_second", domain):
-        return ""
-    low, high = view.compile_low, view.compile_high
-    num = (f"{ratio_text(view.speedup_compile)}x [{ratio_text(low)}, {ratio_text(high)}]"
-           if low is not None and high is not None else f"{ratio_text(view.speedup_compile)}x (no interval)")
-    if view.compile_fails:
-        verdict = fill("design", "second_fails", domain=domain, why=view.compile_fails)
-    elif view.compile_unstable:
-        verdict = fill("design", "second_unstable", domain=domain, why=view.compile_unstable)
-    else:
-        where = standing(low, high)
-        verdict = {"faster": ": faster", "slower": ": slower", "within noise": ": on par (its interval holds 1.00x)",
-                   None: ""}[where]
-    return fill("design", "vs_second", domain=domain, num=num, verdict=verdict)
-
-
-def timing_lines(view: DesignView, domain: str = DEFAULT) -> list[str]:
-    """What the harness timed of a design, one fact a line: its own time beside the reference's
-    time of its own evaluation, the chained ratio against the second baseline, the confirmed
-    numbers, unstable timing and the timing notes (`DesignView.timing_notes`)."""
-    out = []
-    m = view.measures
-    ref = reference_word(domain)
-    if view.runtime_ms is not None:
-        beside = f", {ref} {m.reference_ms:.4g} ms timed beside it" if m.reference_ms is not None else ""
-        spread = []
-        if m.runtime_q1_ms is not None and m.runtime_q3_ms is not None:
-            spread.append(f"quartiles {m.runtime_q1_ms:.4g}-{m.runtime_q3_ms:.4g} ms")
-        if m.pairs:
-            spread.append(f"{m.pairs} block pairs")
-        more = f"; {', '.join(spread)}" if spread else ""
-        out.append(f"its own evaluation: design {view.runtime_ms:.4g} ms{beside} (medians{more})")
-    if line := second_baseline_line(view, domain):
-        out.append(line)
-    c = view.confirmed
-    if c is not None and c.vs_eager is not None:
-        v = c.vs_eager
-        comp = ""
-        if c.vs_compile is not None and has("design", "confirmed_second", domain):
-            comp = fill("design", "confirmed_second", domain=domain,
-                        num=f"{ratio_text(c.vs_compile.ratio)}x [{ratio_text(c.vs_compile.low)}, "
-                            f"{ratio_text(c.vs_compile.high)}]")
-        out.append(f"confirmed: {ratio_text(v.ratio)}x [{ratio_text(v.low)}, {ratio_text(v.high)}] vs {ref}"
-                   f": {standing_words(standing(v.low, v.high) or 'within noise', domain)}{comp} (re-timed with the "
-                   "other contenders in fresh processes; the design is ranked on this)")
-    if view.status == "unstable":
-        out.append("timing unstable" + (f": {view.stability}" if view.stability else "")
-                   + " (not ranked until a stable re-timing)")
-    if view.timing_notes:
-        out.append("timing notes: " + "; ".join(view.timing_notes))
-    return out
-
-
-def design_summary(view: DesignView, domain: str = DEFAULT) -> str:
-    """A design on one line: status, paired ratio and standing, its time beside the reference's."""
-    m = view.measures
-    beside = ""
-    if view.runtime_ms is not None:
-        ref = f" beside {reference_word(domain)} {m.reference_ms:.4g} ms" if m.reference_ms is not None else ""
-        beside = f"; design {view.runtime_ms:.4g} ms{ref}"
-    return f"{view.status}{_performance(view, domain)}{beside}"
-
-
-def _lineage(view: DesignView) -> str:
-    bits = []
-    if view.iteration is not None:
-        bits.append(f"iteration {view.iteration}")
-    if view.strategy:
-        bits.append(f"strategy {view.strategy}")
-    if view.author:
-        bits.append(f"by {view.author}")
-    if view.parents:
-        bits.append("from " + ", ".join(f"`{short_id(p)}`" for p in view.parents))
-    return "(" + "; ".join(bits) + ")" if bits else ""
-
-
-def render_design(view: DesignView, *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
-    """One design as every prompt shows it: id, verdict, lineage, source, failure report."""
-    report = view.report.strip()
-    if report_chars is not None:
-        report = compress_report(report, report_chars)
-    if view.status in ("valid", "unreviewed", "unstable"):
-        report_block = ""
-    else:
-        report_block = "Failure report:\n```\n" + report + "\n```" if report else ""
-    others = replace(view.measures, runtime_q1_ms=None, runtime_q3_ms=None).lines()  # timing: timing_lines
-    lines = (*timing_lines(view, domain), *others)
-    return fill(
-        "design",
-        "design",
-        domain=domain,
-        short_id=short_id(view.id),
-        status=view.status,
-        performance=_performance(view, domain),
-        lineage="\n".join([_lineage(view), *(f"- {line}" for line in lines)]).strip("\n"),
-        source=view.source.strip(),
-        report=report_block,
-    )
-
-
-def render_designs(views: Sequence[DesignView], *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
-    if not views:
-        return fill("design", "empty", domain=domain)
-    return "\n\n".join(render_design(v, report_chars=report_chars, domain=domain) for v in views)
 
 
 def instructions(role: str, *, domain: str = DEFAULT, **values: object) -> str:
@@ -509,7 +355,7 @@ def fallback_plan_text(kind: str, reason: str, domain: str = DEFAULT) -> tuple[s
 def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str, domain: str = DEFAULT) -> str:
     """The Analyst's prompt: the Strategist's question and the designs it can read."""
     listing = "\n".join(
-        f"- `{short_id(d.id)}`: {design_summary(d, domain)} {_lineage(d)}".rstrip()
+        f"- `{short_id(d.id)}`: {design_summary(d, domain)} {lineage(d)}".rstrip()
         for d in designs
     ) or "(none yet)"
     return fill("analyst", "prompt", domain=domain, question=question.strip(), designs=listing, docs=docs,
