@@ -251,3 +251,15 @@ def test_code_that_sets_a_moved_key_on_evaluation_config_still_works():
     assert settings(again).integrity == "strict" and settings(again).tolerances["float32"].atol == 1
     dumped = StratagemConfig.model_validate(StratagemConfig.model_validate(stored).model_dump(mode="json"))
     assert settings(dumped.evaluation).integrity == "strict"
+
+
+def test_with_settings_changes_the_pytorch_section_and_validates():
+    from stratagem.domains.pytorch.settings import with_settings
+
+    ev = EvaluationConfig(device="cpu", baselines=["eager"])
+    strict = with_settings(ev, integrity="strict", correctness_trials=2)
+    assert (settings(strict).integrity, settings(strict).correctness_trials, settings(strict).baselines) == (
+        "strict", 2, ["eager"])
+    assert settings(ev).integrity == "lenient"  # the original is untouched
+    with pytest.raises(ConfigError, match=r"pytorch\.integrity"):
+        with_settings(ev, integrity="maybe")
