@@ -222,3 +222,32 @@ cp {EXAMPLE / "designs/fast/kernel.c"} kernel.c
         con.close()
     assert [sorted(f) for f in files] == [["kernel.c"]]
     assert statuses and statuses[0] in ("valid", "unstable"), statuses
+
+
+def test_the_design_read_back_keeps_file_names_and_stays_inside(tmp_path):
+    import asyncio
+
+    from stratagem.agents.agent_command import CommandWriter, design_text
+    from stratagem.agents.writers import WriteRequest
+    from stratagem.config import AgentCommandConfig
+    from stratagem.core.design import text_files
+    from stratagem.domains import load_problem
+
+    sys.path.insert(0, str(ROOT / "tests/domains/command"))
+    from command_fixtures import make_problem
+
+    problem = load_problem(make_problem(tmp_path / "window_sums_small"))
+    # only the second editable file is written: it keeps its name (not read as the main file)
+    writer = CommandWriter(AgentCommandConfig(cmd="echo -O1 > flags.txt"), tmp_path / "work")
+    recorded = []
+    w = asyncio.run(writer.write(WriteRequest(role="fix", worker="b0/c0", prompt="p", problem=problem,
+                                              files={"../escape.c": "x"}, record=recorded.append)))
+    assert w.source is not None and text_files(w.source, "kernel.c") == {"flags.txt": "-O1\n"}
+    # an emptied file is part of the design (an empty flags file is a valid one; the one-text
+    # form gives every file a final line break, as it does for a model's answer)
+    writer = CommandWriter(AgentCommandConfig(cmd=": > flags.txt"), tmp_path / "work2")
+    w = asyncio.run(writer.write(WriteRequest(role="fix", worker="b0/c0", prompt="p", problem=problem,
+                                              files={"kernel.c": "k\n", "flags.txt": "-O3\n"})))
+    assert w.source is not None and text_files(w.source, "kernel.c") == {"kernel.c": "k\n", "flags.txt": "\n"}
+    assert not (tmp_path / "work" / "escape.c").exists() and recorded[0].ok
+    assert design_text({"kernel.c": "k"}, "kernel.c") == "k"

@@ -39,7 +39,7 @@ from stratagem.agents.fix_loop import Written
 from stratagem.agents.models import RoleModels
 from stratagem.agents.writers import WriteRequest, WriterRoutes
 from stratagem.config import AgentCommandConfig, StratagemConfig
-from stratagem.core.design import files_text
+from stratagem.core.design import FILE_MARKER
 from stratagem.core.problem import Problem
 from stratagem.core.search import AgentCall
 from stratagem.errors import ConfigError
@@ -177,7 +177,22 @@ def design_names(problem: Problem, files: Mapping[str, str]) -> list[str]:
     facts = domain.agent_facts(problem, EvaluationConfig())
     editable = facts.get("editable")
     names = [str(n) for n in editable] if isinstance(editable, list | tuple) else [domain.main_file(problem)]
-    return list(dict.fromkeys([*names, *files]))
+    return [n for n in dict.fromkeys([*names, *files]) if _inside(n)]
+
+
+def _inside(name: str) -> bool:
+    """Whether a design's file name stays inside the work directory (relative, no `..`)."""
+    p = Path(name)
+    return bool(name) and not p.is_absolute() and ".." not in p.parts
+
+
+def design_text(files: Mapping[str, str], main: str) -> str:
+    """The design as the one text the Session takes: the main file's text alone when it is the
+    only file, else every file under its `FILE_MARKER` line (so a lone non-main file keeps its name)."""
+    if list(files) == [main]:
+        return files[main]
+    return "".join(f"{FILE_MARKER.format(name=n)}\n{t}{'' if t.endswith(chr(10)) else chr(10)}"
+                   for n, t in sorted(files.items()))
 
 
 def _task_text(req: WriteRequest, names: Sequence[str], timeout_s: float) -> str:
@@ -207,7 +222,7 @@ You are a coding agent working in this directory for stratagem, a search for fas
 """
 
 
-def _check_script(problem: Problem, names: Sequence[str], problem_path: Path, device: str) -> str:
+def _check_script(names: Sequence[str], problem_path: Path, device: str) -> str:
     target = ".selfcheck" if problem_path.is_dir() else f".selfcheck/{names[0]}"
     copies = "\n".join(f'[ -f {shlex.quote(n)} ] && mkdir -p ".selfcheck/$(dirname {shlex.quote(n)})" '
                        f'&& cp {shlex.quote(n)} ".selfcheck/{n}"' for n in names)
@@ -264,11 +279,13 @@ class CommandWriter:
         problem_path = src.resolve() if src is not None and src.exists() else pdir / (src.name if src else "problem.py")
         names = design_names(req.problem, req.files)
         for n, text in req.files.items():
+            if not _inside(n):
+                continue
             (d / n).parent.mkdir(parents=True, exist_ok=True)
             (d / n).write_text(text, encoding="utf-8")
         task = _task_text(req, names, self.cfg.timeout_s)
         (d / TASK_FILE).write_text(task, encoding="utf-8")
-        (d / CHECK_FILE).write_text(_check_script(req.problem, names, problem_path, self.device), encoding="utf-8")
+        (d / CHECK_FILE).write_text(_check_script(names, problem_path, self.device), encoding="utf-8")
         (d / CHECK_FILE).chmod(0o755)
         return d, names, task
 
@@ -292,8 +309,7 @@ class CommandWriter:
         tokens = call.input_tokens + call.output_tokens
         if kind is not None:
             return Written(None, tokens, kind, error)
-        design = {n: t for n, t in left.items() if t.strip()}
-        return Written(files_text(design), tokens)
+        return Written(design_text(left, names[0]), tokens)
 
     def _failure(self, res: RunResult, left: Mapping[str, str], changed: Mapping[str, str]) -> tuple[str | None, str]:
         if res.timed_out:
