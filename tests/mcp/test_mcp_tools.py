@@ -97,6 +97,8 @@ def test_a_command_problem_honest_and_wrong_designs_with_progress() -> None:
                            files={"kernel.c": (WINDOW / "designs/wrong/kernel.c").read_text(),
                                   "flags.txt": ""})
         assert fast.structured_content is not None
+        base = await call(c, "baseline", problem=str(WINDOW), device="cpu")
+        assert base["baseline"]["status"] == "not_measured" and "beside each design" in base["baseline"]["note"]
         return fast.structured_content, wrong
 
     fast, wrong = with_client(body)
@@ -119,6 +121,9 @@ def test_a_pytorch_problem_honest_and_wrong_candidates(tmp_path: Path, config: s
         good = await call(c, "evaluate", problem=str(LINEAR), candidate=str(honest), config=config,
                           run_dir=str(tmp_path / "evals"))
         bad = await call(c, "evaluate", problem=str(LINEAR), files={"candidate.py": WRONG}, config=config)
+        base = await call(c, "baseline", problem=str(LINEAR), config=config)
+        assert base["baseline"]["problem"] == "linear_relu" and base["baseline"]["status"] == "valid", base
+        assert base["baseline"]["reference_ms"]["eager"] > 0
         return good, bad
 
     good, bad = with_client(body)

@@ -76,6 +76,7 @@ async def baseline(problem: str, *, refresh: bool, device: str | None, config: s
         await evaluator.executor.aclose()
     out = json.loads(json.dumps(baseline_json(prob, base), default=str))
     if not base.modes and not base.verdict.results:
+        out["status"] = "not_measured"
         out["note"] = (f"the {prob.domain} domain keeps no separate baselines: it times its reference beside "
                        "each design (see evaluate's speedup)")
     return BaselineResult(baseline=out)

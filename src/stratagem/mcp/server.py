@@ -31,6 +31,7 @@ from stratagem.mcp.records import (
     DesignResult,
     EvaluateResult,
     ExportResult,
+    RunEntry,
     RunListResult,
     ShowRunResult,
     StartRunResult,
@@ -156,8 +157,9 @@ def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
             correctness=correctness, run_dir=run_dir, config=config, on_stage=progress.on_stage))
 
     @server.tool(description="Time the problem's reference (PyTorch: eager and torch.compile, plus max-autotune "
-                             "on a GPU), from the cache unless refresh. A command problem's reference is timed "
-                             "beside each design instead (see evaluate).")
+                             "on a GPU), from the cache unless refresh: `stratagem baseline --json`. A command "
+                             "problem's reference is timed beside each design instead (status not_measured; "
+                             "see evaluate's speedup).")
     async def baseline(
         problem: Problem, ctx: Context,
         refresh: Annotated[bool, Field(description="Measure again even if cached.")] = False,
@@ -256,9 +258,9 @@ def _list_runs(runs: RunManager, root: str | None, limit: int) -> RunListResult:
             try:
                 entry = run_entry(where)
             except Exception as e:  # noqa: BLE001 - one unreadable run does not hide the others
-                entry = harness.RunEntry(run_dir=str(where), status=f"unreadable: {e}")
+                entry = RunEntry(run_dir=str(where), status=f"unreadable: {e}")
         else:
-            entry = harness.RunEntry(run_dir=str(where), status="starting")
+            entry = RunEntry(run_dir=str(where), status="starting")
         entries.append(entry.model_copy(update={"process": bg.state() if bg else None}))
     return RunListResult(runs=entries[:limit])
 
