@@ -201,7 +201,7 @@ def test_an_agent_edits_a_command_problems_files(tmp_path, capsys):
     # a command problem (C, built and run by the harness): the design is the editable files
     # the agent leaves; it starts from the reference in problem/ and writes the fast kernel
     sys.path.insert(0, str(ROOT / "tests/domains/command"))
-    from command_fixtures import EXAMPLE, make_problem
+    from command_fixtures import EXAMPLE, make_problem  # pyright: ignore[reportMissingImports]
 
     problem = make_problem(tmp_path / "window_sums_small")
     agent = _script(tmp_path, "c_agent.sh", f"""test -f problem/problem.toml && test -f problem/reference/kernel.c || exit 3
@@ -234,7 +234,7 @@ def test_the_design_read_back_keeps_file_names_and_stays_inside(tmp_path):
     from stratagem.domains import load_problem
 
     sys.path.insert(0, str(ROOT / "tests/domains/command"))
-    from command_fixtures import make_problem
+    from command_fixtures import make_problem  # pyright: ignore[reportMissingImports]
 
     problem = load_problem(make_problem(tmp_path / "window_sums_small"))
     # only the second editable file is written: it keeps its name (not read as the main file)
