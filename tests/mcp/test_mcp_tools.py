@@ -251,7 +251,14 @@ def test_stop_run_interrupts_a_run_the_way_ctrl_c_does(tmp_path: Path) -> None:
             await asyncio.sleep(0.1)
         assert w["status"] == "running" and not w["done"], w
         await asyncio.sleep(1)
-        stopped = await call(c, "stop_run", run_dir=str(run_dir), grace_s=60)
+        heard: list[str | None] = []
+
+        async def note(_p: float, _t: float | None, message: str | None) -> None:
+            heard.append(message)
+
+        r = await c.call_tool("stop_run", {"run_dir": str(run_dir), "grace_s": 60}, progress_callback=note)
+        stopped = r.structured_content
+        assert stopped is not None and any("sent SIGINT" in (m or "") for m in heard), heard
         again = await call(c, "stop_run", run_dir=str(run_dir))
         watched = await call(c, "watch_run", run_dir=str(run_dir))
         return stopped, again, watched

@@ -187,9 +187,9 @@ class RunManager:
                                   f"{now.valid} valid")
             await asyncio.sleep(POLL_S)
 
-    async def stop(self, run_dir: str, grace_s: float) -> StopResult:
+    async def stop(self, run_dir: str, grace_s: float, on_progress: OnProgress | None = None) -> StopResult:
         """Ctrl-C for a run this server started: SIGINT, then SIGTERM and SIGKILL if it has not
-        ended after `grace_s` each."""
+        ended after `grace_s` each (each signal reported as progress)."""
         if not grace_s > 0:
             raise ToolInputError("grace_s", f"grace_s: {grace_s} is not a positive number of seconds")
         where = inputs.run_dir_path(run_dir, must_exist=False)
@@ -203,6 +203,8 @@ class RunManager:
                 break
             bg.proc.send_signal(sig)
             signalled = True
+            if on_progress is not None:
+                await on_progress(float(sig), None, f"sent {sig.name} to the run's process {bg.proc.pid}")
             if await _ended(bg.proc, grace_s):
                 break
         now = self.snapshot(str(where))

@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -98,10 +98,7 @@ class Progress:
 
     async def send(self, message: str) -> None:
         self.n += 1
-        try:
-            await self.ctx.report_progress(self.n, None, message)
-        except Exception:  # noqa: BLE001 - a client gone away does not fail the work
-            log.debug("progress not delivered", exc_info=True)
+        await reporter(self.ctx)(self.n, None, message)
 
     async def pump(self) -> None:
         while True:
@@ -117,6 +114,18 @@ class Progress:
             return await work()
         finally:
             pump.cancel()
+
+
+def reporter(ctx: Context) -> Callable[[float, float | None, str], Awaitable[None]]:
+    """Progress notifications of one call (a client gone away does not fail the call)."""
+
+    async def report(n: float, total: float | None, message: str) -> None:
+        try:
+            await ctx.report_progress(n, total, message)
+        except Exception:  # noqa: BLE001 - delivery is best effort
+            log.debug("progress not delivered", exc_info=True)
+
+    return report
 
 
 def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
@@ -226,21 +235,15 @@ def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
         run_dir: RunDir, ctx: Context,
         wait_s: Annotated[float, Field(description="Wait up to this long for the run to end (0: answer at once).", ge=0, le=3600)] = 0,
     ) -> Annotated[CallToolResult, WatchResult]:
-        async def report(n: float, total: float | None, message: str) -> None:
-            try:
-                await ctx.report_progress(n, total, message)
-            except Exception:  # noqa: BLE001 - a client gone away does not fail the watch
-                log.debug("progress not delivered", exc_info=True)
-
-        return await answer(WatchResult, runs.watch, run_dir, wait_s, report)
+        return await answer(WatchResult, runs.watch, run_dir, wait_s, reporter(ctx))
 
     @server.tool(description="Stop a run this server started, the way Ctrl-C does: the run and its iteration "
                              "marked interrupted, workers killed (`stratagem resume RUN_DIR` continues it).")
     async def stop_run(
-        run_dir: RunDir,
+        run_dir: RunDir, ctx: Context,
         grace_s: Annotated[float, Field(description="Seconds to wait for a clean stop before a harder signal.", gt=0, le=600)] = 60,
     ) -> Annotated[CallToolResult, StopResult]:
-        return await answer(StopResult, runs.stop, run_dir, grace_s)
+        return await answer(StopResult, runs.stop, run_dir, grace_s, reporter(ctx))
 
     return server
 
