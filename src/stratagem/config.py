@@ -80,9 +80,10 @@ MOVED_KEYS: dict[str, tuple[str, ...]] = {
 (and stored runs' configs) still carry them in `[evaluation]`; they are moved to the domain's
 section, a file's with a deprecation message naming the key and its new place."""
 
-DOMAIN_SECTIONS = tuple(MOVED_KEYS) + ("command",)
+DOMAIN_SECTIONS: tuple[str, ...] = tuple(MOVED_KEYS)
 """Top-level sections of the config file that are a built-in domain's own settings (`[pytorch]`):
-each lands in `EvaluationConfig.domains` and is validated by its domain. A plug-in domain's
+each lands in `EvaluationConfig.domains` and is validated by its domain (a domain without
+settings has none, so a section of its name is an unknown setting). A plug-in domain's
 section is written `[evaluation.domains.<name>]`."""
 
 
