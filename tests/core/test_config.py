@@ -263,3 +263,8 @@ def test_with_settings_changes_the_pytorch_section_and_validates():
     assert settings(ev).integrity == "lenient"  # the original is untouched
     with pytest.raises(ConfigError, match=r"pytorch\.integrity"):
         with_settings(ev, integrity="maybe")
+
+
+def test_a_section_of_a_domain_without_settings_is_unknown(tmp_path):
+    with pytest.raises(ConfigError, match="command: unknown setting"):
+        load_config(write(tmp_path, "[command]\nx = 1\n"))
