@@ -6,6 +6,7 @@ another one stopped the way Ctrl-C stops it. Real CPU harness, no LLM."""
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -243,7 +244,11 @@ def test_stop_run_interrupts_a_run_the_way_ctrl_c_does(tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
 
     async def body(c: Client) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        await call(c, "start_run", problem=str(LINEAR), config=str(slow), iterations=3, run_dir=str(run_dir))
+        ignored = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a server started in a shell's background
+        try:  # the run must hear Ctrl-C all the same
+            await call(c, "start_run", problem=str(LINEAR), config=str(slow), iterations=3, run_dir=str(run_dir))
+        finally:
+            signal.signal(signal.SIGINT, ignored)
         for _ in range(600):  # until the run is under way (its baselines are being measured)
             w = await call(c, "watch_run", run_dir=str(run_dir))
             if w["status"] != "starting":

@@ -1,5 +1,5 @@
 """Owns the runs the MCP server starts in the background: each one a `stratagem run ... --json`
-process of its own session, watched through its run database and stopped the way Ctrl-C stops
+process of its own session (Ctrl-C armed in it whatever the server inherited), watched through its run database and stopped the way Ctrl-C stops
 it (SIGINT: the run and its iteration marked interrupted, its workers killed; `stratagem
 resume RUN_DIR` continues it).
 
@@ -29,6 +29,12 @@ from stratagem.mcp.records import ProcessState, RunEntry, StartRunResult, StopRe
 
 OnProgress = Callable[[float, float | None, str], Awaitable[None]]
 """progress, total (None when unknown), message."""
+
+CTRL_C_ARMED = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                "from stratagem.cli import run_app; run_app()")
+"""`stratagem` with Ctrl-C armed: a process started with SIGINT ignored (a server run in the
+background of a shell, under nohup) passes that on to its children, and `stop_run` would
+then signal in vain."""
 
 LOG_TAIL_CHARS = 4000
 POLL_S = 0.5
@@ -127,7 +133,7 @@ class RunManager:
         mine = self._runs.get(where)
         if mine is not None and mine.proc.poll() is None:
             raise ToolInputError("run_dir", f"run_dir: this server's run in {where} is still going")
-        command = [sys.executable, "-m", "stratagem", "run", str(path), "--run-dir", str(where), "--json",
+        command = [sys.executable, "-c", CTRL_C_ARMED, "run", str(path), "--run-dir", str(where), "--json",
                    *opts.argv()]
         log = self._log_dir() / f"{where.name}-{int(time.time() * 1000)}.log"
         with open(log, "wb") as err:  # the child holds its own descriptor
