@@ -114,7 +114,12 @@ class Prompts(Protocol):
 
 
 class Domain(Protocol):
-    """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe)."""
+    """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe).
+
+    Besides these members a domain may declare `baseline_names` (`BaselineNames`: how the views
+    name its reference and the baseline they set beside it); the views read it through
+    `baseline_names(domain)`, which falls back to `reference_label` alone. Its own config
+    section (`[<name>]`, `EvaluationConfig.domains`) it validates itself when it reads it."""
 
     name: str
     """The registry key, and `Problem.domain` of its problems."""
