@@ -118,3 +118,13 @@ def test_an_old_run_configuration_resumes_with_its_pytorch_settings(tmp_path):
 def test_a_domain_without_a_compared_baseline_gets_its_own_words():
     n = names_of("command")
     assert n.reference == "the reference" and n.compared is None
+
+
+def test_views_of_a_domain_without_a_compared_baseline_have_no_such_column():
+    from stratagem.core.search import DesignView
+
+    v = DesignView(id="a" * 64, source="", status="valid", speedup=2.0, speedup_low=1.9, speedup_high=2.1,
+                   runtime_ms=0.5, iteration=1)
+    board = _text(leaderboard([v], {}, names=names_of("command")))
+    assert "vs the reference [95% CI]" in board and "2.00x" in board
+    assert "compile" not in board and "eager" not in board and "vs - " not in board

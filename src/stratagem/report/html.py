@@ -330,11 +330,11 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     ]
     if analyses:
         sections.append(("Analyses", _analyses(data, xis)))
-    r, c = data.names.reference, data.names.compared or "-"
-    leader = _table(["#", "design", f"vs {r} [95% CI]", f"vs {c} [95% CI], chained via {r}", "iter", "author",
-                     "strategy"],
-                    [(i + 1, v.id[:12], v.speedup_text(), numbers.compile_text(v), v.iteration, v.author, v.strategy)
-                     for i, v in enumerate(ranked(views)[:20])])
+    r, c = data.names.reference, data.names.compared
+    second = [f"vs {c} [95% CI], chained via {r}"] if c else []  # a domain without a second baseline: no column
+    leader = _table(["#", "design", f"vs {r} [95% CI]", *second, "iter", "author", "strategy"],
+                    [(i + 1, v.id[:12], v.speedup_text(), *([numbers.compile_text(v)] if c else []), v.iteration,
+                      v.author, v.strategy) for i, v in enumerate(ranked(views)[:20])])
     sections.insert(1, ("Leaderboard", leader))
     body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -160,7 +160,7 @@ def leaderboard(
     first, second = ratio_header(n.reference), ratio_header(n.compared or "-")
     cols = (Col("#"), Col("design", "left"), Col(first, stack=True), Col(second, stack=True), Col(value),
             Col("iter"), Col(WHO, flex=True))
-    core = ("#", "design", first, second)
+    core = ("#", "design", first, second) if n.compared else ("#", "design", first)  # no second baseline: no column
     layouts = (Layout((*core, value, "iter", WHO)), Layout((*core, WHO)), Layout((*core, WHO), stacked=True),
                Layout(core, stacked=True))
     return FittedTable("Leaderboard", cols, rows, _leaderboard_notes(views, board, reference_ms, n), layouts,
