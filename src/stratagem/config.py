@@ -7,6 +7,7 @@ Unknown keys are errors (`extra='forbid'`). This is the only module that reads `
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 import warnings
 from collections.abc import Mapping
@@ -139,14 +140,32 @@ def _lift(data: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
     return out
 
 
-def moved_in(data: Mapping[str, Any]) -> list[str]:
-    """The deprecated keys a config mapping still has in `[evaluation]`, each said with its new
-    place."""
+def moved_in(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The deprecated keys a config mapping still has in `[evaluation]`, each with a sentence
+    saying its new place."""
     ev = data.get("evaluation")
     if not isinstance(ev, Mapping):
         return []
-    return [f"[evaluation] {key} is deprecated: it is now [{domain}] {key} (applied from there; move it)"
+    return [(key, f"[evaluation] {key} is deprecated: it is now [{domain}] {key} (applied from there; move it)")
             for domain, keys in MOVED_KEYS.items() for key in keys if key in ev]
+
+
+def _line_of(text: str, key: str) -> int:
+    """The line of a TOML text where `[evaluation]`'s `key` is set (`key = ...` after the
+    section's header, or its own `[evaluation.key]` table); 1 when not found."""
+    lines = text.splitlines()
+    table = re.compile(rf"^\s*\[\s*evaluation\s*\.\s*{re.escape(key)}\s*[\].]")
+    assign = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    header = re.compile(r"^\s*\[")
+    inside = False
+    for n, line in enumerate(lines, 1):
+        if table.match(line):
+            return n
+        if header.match(line):
+            inside = re.match(r"^\s*\[\s*evaluation\s*\]", line) is not None
+        elif inside and assign.match(line):
+            return n
+    return 1
 
 
 class EvaluationConfig(BaseModel):
@@ -437,13 +456,14 @@ def load_config(
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            text = Path(path).read_text(encoding="utf-8")
+            data = tomllib.loads(text)
         except FileNotFoundError as e:
             raise ConfigError(f"config file not found: {path}") from e
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
-        for note in moved_in(data):
-            warnings.warn(f"{path}: {note}", ConfigDeprecationWarning, stacklevel=2)
+        for key, note in moved_in(data):  # said at the key's line of the file (`FILE:LINE: ...`)
+            warnings.warn_explicit(note, ConfigDeprecationWarning, str(path), _line_of(text, key))
     try:
         data = _lift(data, strict=True)
         if overrides:
