@@ -203,11 +203,14 @@ def test_an_old_config_file_keeps_every_moved_setting_and_says_where_it_went(tmp
     p = write(tmp_path, OLD)
     with pytest.warns(FutureWarning) as caught:
         ev = load_config(p).evaluation
-    notes = [str(w.message) for w in caught]
+    said = {str(w.message): (w.filename, w.lineno) for w in caught}
+    lines = OLD.splitlines()
     for key in ("correctness_trials", "baselines", "integrity", "roofline_margin", "gpu_memory_fraction",
                 "correctness", "tolerances"):
-        assert any(f"[evaluation] {key} is deprecated: it is now [pytorch] {key}" in n and str(p) in n
-                   for n in notes), (key, notes)
+        note = f"[evaluation] {key} is deprecated: it is now [pytorch] {key} (applied from there; move it)"
+        assert note in said, (key, said)
+        path, line = said[note]  # said at the key's own line of the file
+        assert path == str(p) and key in lines[line - 1], (key, line)
     pt = settings(ev)
     assert (pt.correctness_trials, pt.baselines, pt.integrity, pt.roofline_margin, pt.gpu_memory_fraction) == (
         7, ["eager"], "strict", 0.25, 0.5)
