@@ -112,16 +112,16 @@ class _Worker:
         self.programs = runtime.Programs(reference_module=reference_module, reference=reference_module.Model(),
                                          init_inputs=[], candidate_module=module, candidate=module.ModelNew())
 
-    def _programs(self, need_candidate: bool):
+    def loaded(self, need_candidate: bool):
         return self.programs
 
-    def _inputs(self, p, seed: int):
+    def make_inputs(self, p, seed: int):
         return runtime.make_inputs(p.reference_module, seed, "cpu")
 
-    def _call_candidate(self, model, inputs):
+    def call_candidate(self, model, inputs):
         return model(*inputs)
 
-    def _call_reference(self, model, inputs):
+    def call_reference(self, model, inputs):
         return model(*inputs)
 
     def tolerances(self):
@@ -146,7 +146,7 @@ def in_process(tmp_path, monkeypatch, _isolated_cache):
 
 def _fails(w: _Worker) -> StageFailure:
     with pytest.raises(StageFailure) as e:
-        provenance.run_provenance(w)
+        provenance.run_provenance(w)  # type: ignore[arg-type]  # a stand-in with what the stage uses
     assert sys.getprofile() is None  # the hook never outlives the stage
     return e.value
 

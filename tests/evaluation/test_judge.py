@@ -85,11 +85,11 @@ def test_the_judge_checks_sampled_file_records_as_they_arrive(cpu_config, tmp_pa
     from stratagem.domains.pytorch.worker import runtime
 
     w, rec, j = _judging(cpu_config, tmp_path)
-    p = w._programs(need_candidate=False)
+    p = w.loaded(need_candidate=False)
     j.poll()
     assert j.checked == {}  # nothing recorded yet
     key = record.timed_key(1, 7)
-    inputs = w._inputs(p, record.timed_seed(int(w.req["timing_seed"]), 1, 7))
+    inputs = w.make_inputs(p, record.timed_seed(int(w.req["timing_seed"]), 1, 7))
     with torch.no_grad():
         right = p.reference(*runtime.clone_inputs(inputs))
     (rec / f"{key}.pt.tmp").write_bytes(b"half a file")  # still being written: not read

@@ -18,7 +18,7 @@ import torch
 from stratagem.domains.pytorch.worker import compare, runtime
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.stages import Worker
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:
@@ -38,9 +38,9 @@ def _subsample(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _half(w: Worker, inputs: list[Any]) -> Any:
+def _half(w: StageContext, inputs: list[Any]) -> Any:
     dtype = torch.float16 if w.device.startswith("cuda") else torch.bfloat16
-    p = w._programs(need_candidate=False)
+    p = w.loaded(need_candidate=False)
     model = runtime.instantiate(p.reference_module.Model, p.init_inputs, int(w.req["init_seed"]), w.device)
     model = model.to(dtype)
     low = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
@@ -49,16 +49,16 @@ def _half(w: Worker, inputs: list[Any]) -> Any:
     return out
 
 
-def run_audit(w: Worker) -> dict[str, Any]:
-    p = w._programs(need_candidate=False)
+def run_audit(w: StageContext) -> dict[str, Any]:
+    p = w.loaded(need_candidate=False)
     tol = w.req["tolerances"]
     seeds = [int(s) for s in w.req["seeds"][:2]]
     outputs: list[Any] = []
     nulls: dict[str, list[dict[str, Any]]] = {}
     for seed in seeds:
-        inputs = w._inputs(p, seed)
+        inputs = w.make_inputs(p, seed)
         with torch.no_grad():
-            ref = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+            ref = w.call_reference(p.reference, runtime.clone_inputs(inputs))
         outputs.append(ref)
         t = _first_tensor(ref)
         if t is None:

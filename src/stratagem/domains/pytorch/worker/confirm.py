@@ -21,7 +21,8 @@ from stratagem.domains.pytorch.worker import compare, record, runtime, timing
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.stages import Programs, Worker
+    from stratagem.domains.pytorch.worker.context import StageContext
+    from stratagem.domains.pytorch.worker.runtime import Programs
 
 COMPILE = "compile"
 """The name of torch.compile (default mode) of the reference among the programs."""
@@ -32,16 +33,16 @@ def _summary(stats: dict[str, Any]) -> dict[str, Any]:
             "median_ms": stats["candidate"]["median_ms"], "reference_ms": stats["reference"]["median_ms"]}
 
 
-def _load(w: Worker, p: Programs, index: int, source: str) -> Any:
+def _load(w: StageContext, p: Programs, index: int, source: str) -> Any:
     w.install_builds()
     mod = runtime.load_module(f"stratagem_confirm_{index}", source, w.workdir, f"design_{index}.py")
     with w.hold("shared"):
         return runtime.instantiate(mod.ModelNew, p.init_inputs, int(w.req["init_seed"]), w.device)
 
 
-def _agrees(w: Worker, p: Programs, model: Any) -> str | None:
+def _agrees(w: StageContext, p: Programs, model: Any) -> str | None:
     """Why `model` disagrees with eager on fresh inputs (None: it agrees)."""
-    inputs = w._inputs(p, record.warm_seed(int(w.req["timing_seed"]), 7))
+    inputs = w.make_inputs(p, record.warm_seed(int(w.req["timing_seed"]), 7))
     with w.compiling():
         ref = p.reference(*runtime.clone_inputs(inputs))
         out = model(*runtime.clone_inputs(inputs))
@@ -50,15 +51,15 @@ def _agrees(w: Worker, p: Programs, model: Any) -> str | None:
     return None if cmp.ok else cmp.reason
 
 
-def run_confirm(w: Worker) -> dict[str, Any]:
-    p = w._programs(need_candidate=False)
+def run_confirm(w: StageContext) -> dict[str, Any]:
+    p = w.loaded(need_candidate=False)
     cfg = dict(w.req["timing"])
     designs = {str(d["id"]): str(d["source"]) for d in w.req.get("confirm") or ()}
     order = [str(n) for n in w.req.get("confirm_order") or [*designs]]
     out: dict[str, Any] = {"order": order, "programs": {}}
     t0 = time.perf_counter()
     with torch.no_grad():
-        sets = w._timing_inputs(p)
+        sets = w.timing_inputs(p)
         for i, name in enumerate(order):
             entry: dict[str, Any] = {}
             fn: Any = None
@@ -77,14 +78,14 @@ def run_confirm(w: Worker) -> dict[str, Any]:
                         fn(*sets[k % len(sets)])
                     runtime.synchronize(w.device)
                 with w.hold("exclusive"):
-                    entry["fresh"] = _summary(timing.time_paired(p.reference, fn, sets, cfg, w.device, w._fresh(p, i)))
+                    entry["fresh"] = _summary(timing.time_paired(p.reference, fn, sets, cfg, w.device, w.fresh_inputs(p, i)))
                     # a warm loop: one input set, call after call, caches left as they are
                     warm_cfg = {**cfg, "flush_l2": False}
                     entry["warm"] = _summary(timing.time_paired(p.reference, fn, sets[:1], warm_cfg, w.device, None))
             except StageFailure:
                 raise
             except Exception as e:  # noqa: BLE001 - one program's failure is that program's result
-                w._note_cuda(e)
+                w.note_cuda(e)
                 if w.poisoned:
                     raise StageFailure(runtime.classify_exception(e), f"confirming {name} failed: "
                                        f"{runtime.one_line(e)}", {"traceback": runtime.format_exception(e)}) from e

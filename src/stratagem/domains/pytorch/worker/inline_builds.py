@@ -19,8 +19,8 @@ in a candidate gets the wrapper. A call:
 
 Flags the harness adds: `-gencode` for the device's own architecture alone, without PTX
 (torch's default also embeds PTX; a user's `TORCH_CUDA_ARCH_LIST` is kept), and
-`use_pch=True` for the C++ part where torch supports it (gcc on Linux, torch's include folder
-writable: torch keeps the one precompiled `torch/extension.h` there, rebuilt when the flags
+`use_pch=True` for the C++ part of GPU workers where torch supports it (gcc on Linux, torch's
+include folder writable: torch keeps the one precompiled `torch/extension.h` there, rebuilt when the flags
 change; the wrapper builds it under a machine-wide lock). A candidate's `-O` flags and its own
 `-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs
 as many jobs as there are cores, and a build has at most two compile units.
@@ -45,6 +45,7 @@ import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where ne
 from stratagem.domains.pytorch.build_cache import (
     BuildCache,
     BuildEvent,
+    Fetched,
     build_slot,
     concurrent_builds,
     key_of,
@@ -52,7 +53,8 @@ from stratagem.domains.pytorch.build_cache import (
 from stratagem.domains.pytorch.worker import builds
 
 PCH_VAR = "STRATAGEM_BUILD_PCH"
-"""`0` turns precompiled headers off (to measure what they save)."""
+"""`0` turns precompiled headers off (to measure what they save), `1` on on the CPU device too
+(unset: on for GPU workers only; a CPU worker's first build would pay for the header)."""
 EVENTS: list[BuildEvent] = []
 """Every `load_inline` call of this process, in order (the load stage reports them)."""
 
@@ -72,7 +74,7 @@ def _nothing() -> contextlib.AbstractContextManager[Any]:
 
 
 _state: dict[str, Any] = {"hooks": Hooks(_nothing, _nothing), "original": None, "original_load": None,
-                          "pch": None, "toolchain": None, "cache": None, "arch": None, "signature": None}
+                          "pch": None, "toolchain": None, "cache": None, "arch": None, "signature": None, "device": "cpu"}
 
 
 def cache_root() -> Path | None:
@@ -94,6 +96,7 @@ def install(device: str, hooks: Hooks | None = None) -> None:
 
     if hooks is not None:
         _state["hooks"] = hooks
+    _state["device"] = device
     root = cache_root()
     _state["cache"] = BuildCache(root) if root is not None else None
     if device.startswith("cuda") and not os.environ.get("TORCH_CUDA_ARCH_LIST", ""):
@@ -102,7 +105,13 @@ def install(device: str, hooks: Hooks | None = None) -> None:
         _state["original"], _state["original_load"] = ext.load_inline, ext.load
         _state["signature"] = inspect.signature(ext.load_inline)
     ext.load_inline = load_inline  # type: ignore[assignment]
+    ext.remove_extension_h_precompiler_headers = _keep_header  # type: ignore[assignment]
     ext.load = load  # type: ignore[assignment]
+
+
+def _keep_header() -> None:
+    """torch deletes the precompiled header on every call without `use_pch`, under the feet of
+    builds that read it; a worker never does."""
 
 
 def _device_arch(device: str) -> str | None:
@@ -148,9 +157,13 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
     if got.library is not None and got.module is not None:
         import torch.utils.cpp_extension as ext
 
-        module = ext._import_module_from_library(got.module, str(dest), True)
-        EVENTS.append(BuildEvent(name, key, "hit", time.perf_counter() - t0))
-        return module
+        try:
+            module = ext._import_module_from_library(got.module, str(dest), True)
+        except (ImportError, OSError, AttributeError) as e:  # built again below, as on a miss
+            got = Fetched(None, None, rejected=f"the cached library did not import: {e}")
+        else:
+            EVENTS.append(BuildEvent(name, key, "hit", time.perf_counter() - t0))
+            return module
     dest.mkdir(parents=True, exist_ok=True)
     a["build_directory"] = str(dest)
     with _building(a) as waited:
@@ -253,15 +266,57 @@ def _lock_folder() -> Path:
 @contextlib.contextmanager
 def _building(a: dict[str, Any]) -> Iterator[list[float]]:
     """Around a build: a machine-wide build slot, the device lock let go, and the
-    precompiled header built (once per flag set, under its lock). Yields [seconds waited]."""
+    precompiled header (`_header`). Yields [seconds waited for the slot]."""
     hooks: Hooks = _state["hooks"]
     waited = [0.0]
     with hooks.released(), build_slot(_lock_folder() / "build-slots", concurrent_builds(usable_cores()),
-                                      hooks.waiting) as w:
+                                      hooks.waiting) as w, _header(a):
         waited[0] = w
-        if a.get("use_pch") and not _prepare_pch(a):
-            a["use_pch"] = False
         yield waited
+
+
+@contextlib.contextmanager
+def _header(a: dict[str, Any]) -> Iterator[None]:
+    """torch keeps one precompiled `torch/extension.h` in its include folder for the flags it
+    was last built with, and rebuilds it in place when a call's flags differ. A build that may
+    read it holds `pch.lock` shared; a rebuild holds it exclusive, so no compile reads a header
+    being rewritten. When the header changed between the two holds (another flag set got
+    there first), this build goes without (`use_pch=False`: gcc uses the header only if it
+    fits, and the wrapper keeps torch from deleting it)."""
+    if not a.get("use_pch"):
+        yield
+        return
+    import torch.utils.cpp_extension as ext
+
+    sign = Path(ext._TORCH_PATH) / "include" / "torch" / "extension.h.sign"
+    path = _lock_folder() / "pch.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another flag set's header being built, or builds reading one
+            with _state["hooks"].waiting():
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            ext._check_and_build_extension_h_precompiler_headers(a.get("extra_cflags"), a.get("extra_include_paths"))
+            seen = _read(sign)
+        except Exception:
+            _state["pch"] = False  # not again in this process
+            seen = None
+        fcntl.flock(fd, fcntl.LOCK_SH)  # flock converts: others' rebuilds wait for this build
+        if seen is None or _read(sign) != seen:
+            a["use_pch"] = False
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def _pch_usable(a: dict[str, Any]) -> bool:
@@ -275,9 +330,11 @@ def _pch_usable(a: dict[str, Any]) -> bool:
 
 
 def _pch_supported() -> bool:
-    if not sys.platform.startswith("linux") or os.environ.get("STRATAGEM_BUILD_PCH", "1").strip().lower() in (
-            "0", "off", "false"):
+    wanted = os.environ.get("STRATAGEM_BUILD_PCH", "").strip().lower()
+    if wanted in ("0", "off", "false") or not sys.platform.startswith("linux"):
         return False
+    if wanted not in ("1", "on", "true") and not str(_state["device"]).startswith("cuda"):
+        return False  # on the CPU device only when asked for: its first build costs a compile
     try:
         import torch.utils.cpp_extension as ext
 
@@ -285,23 +342,3 @@ def _pch_supported() -> bool:
         return os.access(folder, os.W_OK) and bool(ext.check_compiler_is_gcc(ext.get_cxx_compiler()))
     except Exception:
         return False
-
-
-def _prepare_pch(a: dict[str, Any]) -> bool:
-    """Build the precompiled header for this call's flags under a machine-wide lock (torch
-    keeps one, in its own include folder, for the last flags it was built with); False when it
-    cannot be built (the call then builds without it)."""
-    import torch.utils.cpp_extension as ext
-
-    path = _lock_folder() / "pch.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        ext._check_and_build_extension_h_precompiler_headers(a.get("extra_cflags"), a.get("extra_include_paths"))
-        return True
-    except Exception:
-        _state["pch"] = False  # not again in this process
-        return False
-    finally:
-        os.close(fd)

@@ -33,7 +33,7 @@ from stratagem.domains.pytorch.worker import compare, guard, runtime
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.stages import Worker
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 POISON_BYTES_MAX = 4 * 2**30
 SMALL_POISON_BLOCKS = 64
@@ -127,9 +127,9 @@ def _children_by_parent(pid: int) -> set[int]:
 class Checker:
     """Runs the candidate under watch: threads, tampering, storage, agreement."""
 
-    def __init__(self, w: Worker) -> None:
+    def __init__(self, w: StageContext) -> None:
         self.w = w
-        self.p = w._programs(need_candidate=True)
+        self.p = w.loaded(need_candidate=True)
         self.tol = w.tolerances()
         self.threads = guard.count_threads()
         self.children = child_processes()
@@ -141,7 +141,7 @@ class Checker:
     def call(self, check: str, inputs: list[Any]) -> Any:
         assert self.p.candidate is not None
         with torch.no_grad():
-            out = self.w._call_candidate(self.p.candidate, inputs)
+            out = self.w.call_candidate(self.p.candidate, inputs)
         changed = self.w.snapshot.changes()
         if changed:
             self.fail("rejected", "harness_tampering", "; ".join(changed[:6]))
@@ -160,7 +160,7 @@ class Checker:
 
     def reference(self, inputs: list[Any]) -> Any:
         with torch.no_grad():
-            return self.w._call_reference(self.p.reference, inputs)
+            return self.w.call_reference(self.p.reference, inputs)
 
     def expect(self, check: str, ref: Any, out: Any, what: str) -> None:
         c = compare.compare_outputs(ref, out, self.tol)
@@ -169,10 +169,10 @@ class Checker:
         self.log.append({"check": check, "max_abs_err": c.max_abs_err})
 
     def inputs(self, seed: int) -> list[Any]:
-        return self.w._inputs(self.p, seed)
+        return self.w.make_inputs(self.p, seed)
 
 
-def run_integrity(w: Worker) -> dict[str, Any]:
+def run_integrity(w: StageContext) -> dict[str, Any]:
     seeds = [int(s) for s in w.req["integrity_seeds"]]
     changed = w.snapshot.changes()
     # Poisoning may start torch's CPU thread pool: do it once before the thread baseline.
@@ -213,12 +213,12 @@ def run_integrity(w: Worker) -> dict[str, Any]:
     return {"checks": [e["check"] for e in c.log], "details": c.log, "seeds": seeds}
 
 
-def run_shapes(w: Worker) -> dict[str, Any]:
+def run_shapes(w: StageContext) -> dict[str, Any]:
     """Correctness with the size constants changed (module globals of the reference)."""
     variants: Sequence[Mapping[str, Any]] = w.req.get("shape_variants") or []
     if not variants:
         return {"variants": [], "note": "no size constants to vary"}
-    p = w._programs(need_candidate=True)
+    p = w.loaded(need_candidate=True)
     original = {k: getattr(p.reference_module, k) for v in variants for k in v if hasattr(p.reference_module, k)}
     variants = [*variants, *each_alone_grown(variants, original)]
     cand_cls = type(p.candidate)
@@ -240,7 +240,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                     ref = ref_model(*runtime.clone_inputs(inputs))
                 runtime.synchronize(w.device)
             except Exception as e:  # noqa: BLE001 - the problem does not support these sizes
-                w._note_cuda(e)
+                w.note_cuda(e)
                 if w.poisoned:  # a device-side assert: nothing more can run in this process
                     raise StageFailure(
                         "problem_error",
@@ -258,7 +258,7 @@ def run_shapes(w: Worker) -> dict[str, Any]:
                     out = cand(*runtime.clone_inputs(inputs))
                 runtime.synchronize(w.device)
             except (Exception, SystemExit) as e:
-                w._note_cuda(e)
+                w.note_cuda(e)
                 _fail(runtime.classify_exception(e), f"with size constants {label}: ModelNew raised: {runtime.one_line(e)}",
                       {"variants": done, "traceback": runtime.format_exception(e)})
             t2 = time.perf_counter()

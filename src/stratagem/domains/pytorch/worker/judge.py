@@ -146,13 +146,13 @@ class Judging:
         """Compare the candidate's output of call `key` with the reference's on the same
         inputs; a disagreement is kept as a finding."""
         w = self.w
-        p = w._programs(need_candidate=False)
+        p = w.loaded(need_candidate=False)
         timed = record.parse_timed(key)
         self.checked[key] = how
         try:
             if timed is not None:
-                inputs = w._inputs(p, record.timed_seed(int(w.req["timing_seed"]), *timed))
-                ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+                inputs = w.make_inputs(p, record.timed_seed(int(w.req["timing_seed"]), *timed))
+                ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
                 cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
                 what = (f"timed_outputs: the output of timed call {timed[1]} (attempt {timed[0]}) differs from the "
                         "reference on the same inputs (honest only outside timing?)")
@@ -161,22 +161,22 @@ class Judging:
                 if not state:
                     self.notes.append("randomised parameters: the reference has no floating parameters or buffers")
                     return
-                inputs = w._inputs(p, self.seeds[0] + 7)
+                inputs = w.make_inputs(p, self.seeds[0] + 7)
                 with params.randomised(p.reference, state) as ref:
-                    ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
+                    ref_out = w.call_reference(ref, runtime.clone_inputs(inputs))
                     cmp = params.judge_randomised(w, ref, ref_out, cand, inputs)
                 what = "judge: with randomised parameters"
             elif key == self.offdist_key:
                 if self.scale is None:
                     return
                 inputs = params.off_distribution_inputs(w, self.seeds[0] + 11, self.scale)
-                ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+                ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
                 cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, self.visible())
                 what = f"judge: with inputs off get_inputs()'s distribution (scaled by {self.scale:g})"
             else:
                 seed = int(key.removeprefix("trial-"))
-                inputs = w._inputs(p, seed)
-                ref_out = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+                inputs = w.make_inputs(p, seed)
+                ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
                 cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
                 what = f"judge: trial seed {seed}"
         except StageFailure as e:  # the reference failed here: not the candidate's doing
@@ -191,10 +191,10 @@ class Judging:
         """The reference's FLOPs and minimum bytes on the timing's first input set (the
         worker's warm-up inputs: the same shapes as every timed call), under the shared lock."""
         w = self.w
-        p = w._programs(need_candidate=False)
+        p = w.loaded(need_candidate=False)
         # the compile limit: most of it is waiting for torch._dynamo's import (preload_work_counter)
         with w.phase("compile"), w.hold("shared"), torch.no_grad():
-            inputs = w._inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0))
+            inputs = w.make_inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0))
             self.work = timed.count_work(p.reference, inputs)
         del inputs
         runtime.free_memory()
@@ -203,8 +203,8 @@ class Judging:
         """The reference output's magnitude on the first trial's inputs (the off-distribution
         tolerance's scale)."""
         if self._visible is None:
-            p = self.w._programs(need_candidate=False)
-            out = self.w._call_reference(p.reference, self.w._inputs(p, self.seeds[0]))
+            p = self.w.loaded(need_candidate=False)
+            out = self.w.call_reference(p.reference, self.w.make_inputs(p, self.seeds[0]))
             self._visible = params.output_magnitude(out)
         return self._visible
 
@@ -227,7 +227,7 @@ class Judging:
             self.require(record.trial_key(seed), "correctness")
         skipped = claim.get("randomised_parameters")
         skipped = skipped.get("skipped") if isinstance(skipped, Mapping) else None
-        has_state = any(t.is_floating_point() and t.numel() for t in self.w._programs(False).reference.state_dict().values())
+        has_state = any(t.is_floating_point() and t.numel() for t in self.w.loaded(False).reference.state_dict().values())
         if not has_state:
             self.notes.append("randomised parameters: the reference has no floating parameters or buffers")
         elif skipped and self.params_key not in self.checked and self.params_key not in record.keys(self.dir):
@@ -239,9 +239,9 @@ class Judging:
         elif self.offdist_key in self.checked or self.offdist_key in record.keys(self.dir):
             self.require(self.offdist_key, "correctness")
         else:  # the worker records nothing when the reference is not finite there: check that
-            p = self.w._programs(False)
+            p = self.w.loaded(False)
             with self.w.hold("shared"):
-                out = self.w._call_reference(p.reference, params.off_distribution_inputs(
+                out = self.w.call_reference(p.reference, params.off_distribution_inputs(
                     self.w, self.seeds[0] + 11, self.scale))
             if params.finite(out):
                 self.require(self.offdist_key, "correctness")  # raises: missing

@@ -18,24 +18,24 @@ from stratagem.domains.pytorch.worker import runtime
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.stages import Worker
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 GIB = 2.0**30
 
 
-def plan(w: Worker) -> dict[str, Any]:
+def plan(w: StageContext) -> dict[str, Any]:
     """The plan of worker `w`'s evaluation (sizes in GiB).
 
     Raises:
         StageFailure: `problem_error` when the evaluation cannot fit, with the numbers."""
-    p = w._programs(need_candidate=False)
+    p = w.loaded(need_candidate=False)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
-    inputs = w._inputs(p, int(w.req["seeds"][0]))
+    inputs = w.make_inputs(p, int(w.req["seeds"][0]))
     in_b = runtime.inputs_nbytes(inputs)
     with torch.no_grad():
-        out = w._call_reference(p.reference, inputs)
+        out = w.call_reference(p.reference, inputs)
     out_b = runtime.output_nbytes(out)
     work_b = max(0, torch.cuda.max_memory_allocated() - base - in_b - out_b)
     _poison(out)  # no right answer left in the memory the candidate's first call may get

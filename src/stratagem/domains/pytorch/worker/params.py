@@ -21,11 +21,14 @@ import contextlib
 import math
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stratagem.domains.pytorch.worker import record, runtime
+
+if TYPE_CHECKING:
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 
 def randomised_state(reference: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -99,7 +102,7 @@ def randomised(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> Ite
                 live[k].copy_(v)
 
 
-def judge_randomised(w: Any, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
+def judge_randomised(w: StageContext, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
     """Compare by worker `w`'s rule, with the anchor of the randomised reference `ref` (built
     only where it decides: in the calibrated mode)."""
     anchor_ref = w.anchor
@@ -111,7 +114,7 @@ def judge_randomised(w: Any, ref: torch.nn.Module, ref_out: Any, cand_out: Any, 
         w.anchor = anchor_ref
 
 
-def run_trial(w: Any, seed: int) -> dict[str, Any]:
+def run_trial(w: StageContext, seed: int) -> dict[str, Any]:
     """The randomised-parameters trial for worker `w`; raises StageFailure when the outputs
     disagree, returns the details (or why it was skipped), with its seconds."""
     t0 = time.perf_counter()
@@ -120,8 +123,9 @@ def run_trial(w: Any, seed: int) -> dict[str, Any]:
     return out
 
 
-def _run_trial(w: Any, seed: int) -> dict[str, Any]:
-    p = w._programs(need_candidate=True)
+def _run_trial(w: StageContext, seed: int) -> dict[str, Any]:
+    p = w.loaded(need_candidate=True)
+    assert p.candidate is not None
     cand = p.candidate
     state = randomised_state(p.reference, seed)
     if not state:
@@ -130,12 +134,12 @@ def _run_trial(w: Any, seed: int) -> dict[str, Any]:
     if not pairs:
         return {"randomised_parameters": {"skipped": how}}
     with torch.no_grad():
-        inputs = w._inputs(p, seed)
+        inputs = w.make_inputs(p, seed)
         with randomised(cand, {ck: state[rk] for ck, rk in pairs.items()}):
-            cand_out = w._call_candidate(cand, runtime.clone_inputs(inputs))
+            cand_out = w.call_candidate(cand, runtime.clone_inputs(inputs))
         w.recorder.save(record.params_key(seed), cand_out)
         with randomised(p.reference, state) as ref:
-            ref_out = w._call_reference(ref, runtime.clone_inputs(inputs))
+            ref_out = w.call_reference(ref, runtime.clone_inputs(inputs))
             cmp = judge_randomised(w, ref, ref_out, cand_out, inputs)
     info = {"mapped": how, "tensors": len(pairs), "seed": seed, **cmp.to_json()}
     if not cmp.ok:
@@ -204,8 +208,8 @@ def off_scale(setting: Any) -> float | None:
     return float(setting) if isinstance(setting, int | float) and not isinstance(setting, bool) else OFF_SCALE
 
 
-def off_distribution_inputs(w: Any, seed: int, scale: float) -> list[Any]:
-    return off_distribution(w._inputs(w._programs(need_candidate=False), seed), scale, seed)
+def off_distribution_inputs(w: StageContext, seed: int, scale: float) -> list[Any]:
+    return off_distribution(w.make_inputs(w.loaded(need_candidate=False), seed), scale, seed)
 
 
 OFF_REL = 1e-2
@@ -213,7 +217,7 @@ OFF_REL = 1e-2
 largest magnitude there."""
 
 
-def judge_off_distribution(w: Any, ref_out: Any, cand_out: Any, inputs: list[Any], visible_magnitude: float) -> tuple[Any, float]:
+def judge_off_distribution(w: StageContext, ref_out: Any, cand_out: Any, inputs: list[Any], visible_magnitude: float) -> tuple[Any, float]:
     """The comparison of the off-distribution trial, the same in both correctness modes: the
     fixed rule's relative tolerance, and an absolute one of OFF_REL x the reference output's
     largest magnitude there. Scaled inputs grow the rounding of intermediate values (a
@@ -233,7 +237,7 @@ def judge_off_distribution(w: Any, ref_out: Any, cand_out: Any, inputs: list[Any
     return compare.compare_outputs(ref_out, cand_out, tol), grow
 
 
-def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
+def run_off_distribution(w: StageContext, seed: int, visible_magnitude: float) -> dict[str, Any]:
     """The trial on inputs off `get_inputs()`'s distribution (`judge_off_distribution`); a
     reference that is not finite there, or a problem that opts out
     (`STRATAGEM = {"off_distribution": False}`), skips it with a note. With its seconds."""
@@ -243,15 +247,16 @@ def run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[st
     return out
 
 
-def _run_off_distribution(w: Any, seed: int, visible_magnitude: float) -> dict[str, Any]:
+def _run_off_distribution(w: StageContext, seed: int, visible_magnitude: float) -> dict[str, Any]:
     scale = off_scale(w.req.get("off_distribution", True))
     if scale is None:
         return {"off_distribution": {"skipped": "the problem opts out (STRATAGEM off_distribution)"}}
-    p = w._programs(need_candidate=True)
+    p = w.loaded(need_candidate=True)
+    assert p.candidate is not None
     inputs = off_distribution_inputs(w, seed, scale)
     with torch.no_grad():  # the candidate on a copy, then the reference on the inputs themselves
-        cand_out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
-        ref_out = w._call_reference(p.reference, inputs)
+        cand_out = w.call_candidate(p.candidate, runtime.clone_inputs(inputs))
+        ref_out = w.call_reference(p.reference, inputs)
         if not finite(ref_out):
             return {"off_distribution": {"skipped": f"the reference is not finite on inputs scaled by {scale:g}"}}
     w.recorder.save(record.offdist_key(seed), cand_out)

@@ -53,7 +53,7 @@ from stratagem.domains.pytorch.worker import builds, compare, integrity, record,
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.stages import Worker
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 OWN_TIME_FRACTION = 0.5
 """The share of the measured calls' time (device time on a GPU, wall time on the CPU) that must
@@ -69,7 +69,7 @@ PROFILE_TOP = 10
 """Kernels kept in a design's per-kernel profile (the heaviest by device time)."""
 
 
-def kernel_profile(w: Worker, model: Any, inputs: list[Any]) -> dict[str, Any]:
+def kernel_profile(w: StageContext, model: Any, inputs: list[Any]) -> dict[str, Any]:
     """One call of a timed (warm) design under torch.profiler, on a GPU: its heaviest kernels
     as [name, microseconds] (what the agents are shown), or why there is no profile. Run after
     timing, under the exclusive lock; its output is not used, so a design that detects the
@@ -82,7 +82,7 @@ def kernel_profile(w: Worker, model: Any, inputs: list[Any]) -> dict[str, Any]:
         with w.hold("exclusive"), torch.no_grad():
             torch.cuda.synchronize()
             with cuda_profile() as prof:
-                w._call_candidate(model, args)
+                w.call_candidate(model, args)
                 torch.cuda.synchronize()
         kernels = sorted(_kernel_times(prof), key=lambda kt: -kt[1])
     except Exception as e:  # noqa: BLE001 - a profile that cannot be taken is only missing
@@ -291,12 +291,12 @@ _SEEN: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionar
 """Per worker: calls of the candidate's own native functions in each watched stage."""
 
 
-def _strict(w: Worker) -> bool:
+def _strict(w: StageContext) -> bool:
     return any(str(s.get("name")) == "provenance" for s in w.req.get("stages") or ())
 
 
 @contextlib.contextmanager
-def watching(w: Worker, stage: str) -> Iterator[None]:
+def watching(w: StageContext, stage: str) -> Iterator[None]:
     """Under the strict policy, count the calls of the candidate's own native functions during
     an untimed stage before timing (`WATCHED`); a no-op otherwise. Timing is never watched."""
     p = w.programs
@@ -317,14 +317,14 @@ def watching(w: Worker, stage: str) -> Iterator[None]:
 
 # -- the stage -----------------------------------------------------------------------------
 
-def _seed(w: Worker, *path: object) -> int:
+def _seed(w: StageContext, *path: object) -> int:
     return record.derived_seed(int(w.req["timing_seed"]), "provenance", *path)
 
 
-def run_provenance(w: Worker) -> dict[str, Any]:
+def run_provenance(w: StageContext) -> dict[str, Any]:
     """The `provenance` stage (strict policy, after timing): the share of measured calls spent
     in the candidate's own code, then the disabled-kernel replay."""
-    p = w._programs(need_candidate=True)
+    p = w.loaded(need_candidate=True)
     assert p.candidate is not None and p.candidate_module is not None
     funcs = own_functions(own_extensions(p.candidate_module, p.candidate))
     before = dict(_SEEN.get(w, {}))
@@ -340,7 +340,7 @@ def run_provenance(w: Worker) -> dict[str, Any]:
     return details
 
 
-def _cpu_share(w: Worker, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
+def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
     assert p.candidate is not None
     cost_py, cost_native = _hook_cost()
     meter = _Meter(funcs)
@@ -349,11 +349,11 @@ def _cpu_share(w: Worker, p: runtime.Programs, funcs: Mapping[int, str]) -> dict
     own_s = wall_s = instr_s = 0.0
     with torch.no_grad():
         for i in range(MEASURED_CALLS["cpu"]):
-            args = w._inputs(p, _seed(w, i))  # made before the call: only the call is measured
+            args = w.make_inputs(p, _seed(w, i))  # made before the call: only the call is measured
             meter.reset()
             t0 = time.perf_counter()
             with _hooked(meter):
-                out = w._call_candidate(p.candidate, args)
+                out = w.call_candidate(p.candidate, args)
             wall = time.perf_counter() - t0
             del out, args
             instr = max(0.0, min(wall - meter.own_s, (meter.events - meter.native_events) * cost_py
@@ -383,16 +383,16 @@ def _fraction(own: float, total: float) -> float:
     return min(1.0, own / total) if total > 0 else 0.0
 
 
-def _gpu_share(w: Worker, p: runtime.Programs, own: list[str]) -> dict[str, Any]:
+def _gpu_share(w: StageContext, p: runtime.Programs, own: list[str]) -> dict[str, Any]:
     assert p.candidate is not None
     calls: list[dict[str, Any]] = []
     kernels: dict[str, float] = {}
     with torch.no_grad():
         for i in range(MEASURED_CALLS["cuda"]):
-            args = w._inputs(p, _seed(w, i))  # made outside the profile: only the call is attributed
+            args = w.make_inputs(p, _seed(w, i))  # made outside the profile: only the call is attributed
             torch.cuda.synchronize()
             with cuda_profile() as prof:
-                w._call_candidate(p.candidate, args)
+                w.call_candidate(p.candidate, args)
                 torch.cuda.synchronize()
             del args
             times = _kernel_times(prof)
@@ -461,18 +461,18 @@ def _decide(details: dict[str, Any], before: int, gpu: bool) -> None:
     raise StageFailure("rejected", reason, details)
 
 
-def _replay(w: Worker, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
+def _replay(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
     """The candidate called with its own kernels disabled, on NaN-poisoned memory: its output
     must no longer match the reference's."""
     assert p.candidate is not None and p.candidate_module is not None
-    inputs = w._inputs(p, _seed(w, "replay"))
+    inputs = w.make_inputs(p, _seed(w, "replay"))
     with torch.no_grad():
-        ref = w._call_reference(p.reference, runtime.clone_inputs(inputs))
+        ref = w.call_reference(p.reference, runtime.clone_inputs(inputs))
     meter = _Meter(funcs)
     with _ghosted(p.candidate_module, p.candidate, funcs) as ghost:
         integrity.poison_allocator(w.device, runtime.inputs_nbytes(inputs), w.req.get("gpu_memory_fraction"))
         with torch.no_grad(), _hooked(meter):
-            out = w._call_candidate(p.candidate, runtime.clone_inputs(inputs))
+            out = w.call_candidate(p.candidate, runtime.clone_inputs(inputs))
     details: dict[str, Any] = {"disabled": ghost.patched, "disabled_outputs": ghost.zeroed}
     if not ghost.patched or (not ghost.triton and not ghost.zeroed):
         details["replay"] = "nothing of the candidate's own was disabled (no tensor it returned)"

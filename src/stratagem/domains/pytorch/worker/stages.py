@@ -1,6 +1,7 @@
 """Owns the PyTorch domain's worker stages: load, correctness, timing, baseline.
 
-Worker-side only. `run_request` drives the requested stages through the same graph rules as
+Worker-side only. The stage modules (integrity, timed, ...) take the Worker as a narrow
+`context.StageContext`. `run_request` drives the requested stages through the graph rules of
 the parent (a failed stage skips its dependents) and reports each result as it finishes. An
 exception in candidate code is a failed stage; a CUDA error also retires the worker: every
 later stage is skipped, since the CUDA context can no longer be trusted.
@@ -150,7 +151,7 @@ class Worker(DeviceUse):
         (when anchored) the float64 run; the candidate runs first, on its own copy, so the
         generated inputs stay pristine for the mutation check and the anchor, and the reference
         then runs on them."""
-        p = self._programs(need_candidate=True)
+        p = self.loaded(need_candidate=True)
         assert p.candidate is not None
         trials: list[dict[str, Any]] = []
         seeds = [int(x) for x in self.req["seeds"]]
@@ -163,12 +164,12 @@ class Worker(DeviceUse):
                 # refills the last trial's very tensors, which the candidate saw last
                 trials_details = {**params.run_trial(self, seeds[0] + 7),
                                   **params.run_off_distribution(self, seeds[0] + 11, visible)}
-            inputs = self._inputs(p, int(seed))
+            inputs = self.make_inputs(p, int(seed))
             cand_in = runtime.clone_inputs(inputs)
             with torch.no_grad():
                 # The first call compiles (torch.compile, Triton autotuning): the compile budget.
                 with self.compiling() if not trials else contextlib.nullcontext():
-                    cand_out = self._call_candidate(p.candidate, cand_in)
+                    cand_out = self.call_candidate(p.candidate, cand_in)
             changed = compare.inputs_unchanged(inputs, cand_in)
             if changed is not None:
                 raise StageFailure("wrong_output", f"trial seed {seed}: the candidate changed its inputs: {changed}",
@@ -178,12 +179,12 @@ class Worker(DeviceUse):
             if anchor is not None:
                 anchored.append(int(seed))
             with torch.no_grad():
-                ref_out = self._call_reference(p.reference, inputs)
+                ref_out = self.call_reference(p.reference, inputs)
             cmp = self.compare_with_anchor(ref_out, cand_out, anchor)
             if not cmp.ok and anchor is None and self.anchor is not None:
                 # a failure says how far each is from float64 (the inputs made again: the
                 # reference may have written into its own)
-                fresh = self._inputs(p, int(seed))
+                fresh = self.make_inputs(p, int(seed))
                 anchor = self.anchor(fresh)
                 if anchor is not None:
                     anchored.append(int(seed))
@@ -280,19 +281,19 @@ class Worker(DeviceUse):
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _programs(self, need_candidate: bool) -> Programs:
+    def loaded(self, need_candidate: bool) -> Programs:
         if self.programs is None or (need_candidate and self.programs.candidate is None):
             raise StageFailure("harness_error", "stage ran without a loaded program")
         return self.programs
 
-    def _inputs(self, p: Programs, seed: int) -> list[Any]:
+    def make_inputs(self, p: Programs, seed: int) -> list[Any]:
         try:
             return runtime.make_inputs(p.reference_module, seed, self.device)
         except Exception as e:
             raise StageFailure("problem_error", f"get_inputs() failed: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
-    def _fresh(self, p: Programs, attempt: int = 0) -> Callable[[int], list[Any]]:
+    def fresh_inputs(self, p: Programs, attempt: int = 0) -> Callable[[int], list[Any]]:
         """Inputs for timed call i, made outside the timed region: freshly generated from the
         problem's `get_inputs()` with a seed of their own (new values at new addresses), on
         every device. No two timed calls share inputs or any relation between them (a scale,
@@ -303,37 +304,37 @@ class Worker(DeviceUse):
         seed = int(self.req["timing_seed"])
 
         def make(i: int) -> list[Any]:
-            return self._inputs(p, record.timed_seed(seed, attempt, i))
+            return self.make_inputs(p, record.timed_seed(seed, attempt, i))
 
         return make
 
-    def _timing_inputs(self, p: Programs) -> list[list[Any]]:
+    def timing_inputs(self, p: Programs) -> list[list[Any]]:
         seed = int(self.req["timing_seed"])
-        first = self._inputs(p, record.warm_seed(seed, 0))
+        first = self.make_inputs(p, record.warm_seed(seed, 0))
         want = int(self.req["timing"]["input_sets"])
         nbytes = runtime.inputs_nbytes(first)
         if self.device.startswith("cuda") and nbytes > 0:
             free = runtime.free_bytes(self.device, self.req.get("gpu_memory_fraction"))
             want = max(1, min(want, int(0.25 * free // nbytes)))
-        return [first] + [self._inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
+        return [first] + [self.make_inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
 
-    def _call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
+    def call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
         try:
             out = model(*inputs)
             runtime.synchronize(self.device)
             return out
         except Exception as e:
-            self._note_cuda(e)
+            self.note_cuda(e)
             raise StageFailure("problem_error", f"the reference Model raised: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
-    def _call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
+    def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
         try:
             out = model(*inputs)
             runtime.synchronize(self.device)
             return out
         except (Exception, SystemExit) as e:
-            self._note_cuda(e)
+            self.note_cuda(e)
             raise self._failure(e, runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}") from e
 
     def _failure(self, e: BaseException, kind: str, reason: str) -> StageFailure:
@@ -346,7 +347,7 @@ class Worker(DeviceUse):
                                 "--device cuda", details)
         return StageFailure(kind, reason, details)
 
-    def _note_cuda(self, e: BaseException) -> None:
+    def note_cuda(self, e: BaseException) -> None:
         if runtime.classify_exception(e) == "cuda_error":
             self.poisoned = runtime.one_line(e)
 
@@ -491,7 +492,7 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
         return ValidatorResult(name, "failed", reason=f.reason, kind=f.kind,  # type: ignore[arg-type]
                                details=f.details, duration_s=time.perf_counter() - t0)
     except (Exception, SystemExit) as e:  # candidate code can raise anything; it becomes data
-        worker._note_cuda(e)
+        worker.note_cuda(e)
         return ValidatorResult(name, "failed", reason=f"{name} raised: {runtime.one_line(e)}",
                                kind=runtime.classify_exception(e),  # type: ignore[arg-type]
                                details={"traceback": runtime.format_exception(e)},

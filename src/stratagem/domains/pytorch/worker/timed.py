@@ -18,7 +18,7 @@ from stratagem.domains.pytorch.worker import compare, provenance, record, roofli
 from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.stages import Worker
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 
 TIMED_CHECKS = 3
@@ -40,11 +40,11 @@ def retime_config(cfg: dict[str, Any], attempt: int) -> dict[str, Any]:
     return {**cfg, "budget_ms": float(cfg["budget_ms"]) * scale, "pairs": int(cfg.get("pairs", 40)) * scale}
 
 
-def run_timing(w: Worker) -> dict[str, Any]:
+def run_timing(w: StageContext) -> dict[str, Any]:
     """The candidate timed paired with the eager reference (alternating blocks under the
     exclusive lock), re-timed up to `max_retimes` times while the result is unstable, each
     re-timing with twice the previous one's budget and pairs (`retime_config`)."""
-    p = w._programs(need_candidate=True)
+    p = w.loaded(need_candidate=True)
     assert p.candidate is not None
     model = p.candidate
     phases: dict[str, float] = {}
@@ -58,7 +58,7 @@ def run_timing(w: Worker) -> dict[str, Any]:
     if w.compiled_state_reset:  # compile again, outside the exclusive lock
         try:
             with w.compiling(), torch.no_grad():
-                w._call_candidate(model, w._inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0)))
+                w.call_candidate(model, w.make_inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0)))
         except StageFailure as e:
             raise StageFailure(e.kind, f"the candidate failed before timing: {e.reason}", e.details) from e
         runtime.free_memory()
@@ -79,15 +79,15 @@ def run_timing(w: Worker) -> dict[str, Any]:
 
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
-            sets = w._timing_inputs(p)
+            sets = w.timing_inputs(p)
             lap("inputs")
             with w.hold("exclusive"):
                 try:
                     stats = timing.time_paired(p.reference, model, sets, retime_config(cfg, attempt), w.device,
-                                               w._fresh(p, attempt),
+                                               w.fresh_inputs(p, attempt),
                                                keep=keep, keep_count=_keep_count(w, sets[0]))
                 except Exception as e:
-                    w._note_cuda(e)
+                    w.note_cuda(e)
                     raise StageFailure(runtime.classify_exception(e),
                                        f"the candidate failed while timed: {runtime.one_line(e)}",
                                        {"traceback": runtime.format_exception(e)}) from e
@@ -170,20 +170,20 @@ def preload_work_counter() -> None:
         import torch._dynamo  # noqa: F401
 
 
-def run_baseline(w: Worker) -> dict[str, Any]:
+def run_baseline(w: StageContext) -> dict[str, Any]:
     """Eager timed alone, and each compiled mode paired with eager: each mode is compiled
     first (its first calls, under the shared lock and the compile budget), then timed, and
     re-timed like a candidate while unstable (`retime_config`, up to `max_retimes` times):
     every speedup over that mode is chained through its ratio, so noise kept there would be
     shown as a result in every design's numbers. Each timing's attempts are kept."""
-    p = w._programs(need_candidate=False)
+    p = w.loaded(need_candidate=False)
     modes = list(w.req.get("baselines") or ["eager"])
     cfg = w.req["timing"]
     rules = _rules(cfg)
     expect = w.req.get("reference_expect_ms")
     out: dict[str, Any] = {}
     with torch.no_grad():
-        sets = w._timing_inputs(p)
+        sets = w.timing_inputs(p)
         for mode in modes:
             if mode == "eager":
                 continue
@@ -202,7 +202,7 @@ def run_baseline(w: Worker) -> dict[str, Any]:
                 for attempt in range(1 + int(cfg.get("max_retimes", 2))):
                     with w.hold("exclusive"):
                         stats = timing.time_paired(p.reference, fn, sets, retime_config(cfg, attempt), w.device,
-                                                   w._fresh(p, attempt))
+                                                   w.fresh_inputs(p, attempt))
                     ratio = paired.Ratio.from_json(stats["speedup"])
                     assert ratio is not None
                     stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
@@ -219,7 +219,7 @@ def run_baseline(w: Worker) -> dict[str, Any]:
                     out["eager"] = {**stats["reference"], "stability": _single(stats["reference"], rules, expect),
                                     "method": stats["method"], "paired_with": mode}
             except Exception as e:
-                w._note_cuda(e)
+                w.note_cuda(e)
                 if w.poisoned:
                     raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
                                        {"traceback": runtime.format_exception(e)}) from e
@@ -232,9 +232,9 @@ def run_baseline(w: Worker) -> dict[str, Any]:
                 try:
                     with w.hold("exclusive"):
                         stats = timing.time_callable(p.reference, sets, retime_config(cfg, attempt), w.device,
-                                                     w._fresh(p, attempt))
+                                                     w.fresh_inputs(p, attempt))
                 except Exception as e:
-                    w._note_cuda(e)
+                    w.note_cuda(e)
                     raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
                                        {"traceback": runtime.format_exception(e)}) from e
                 single = paired.Stability.from_json(_single(stats, rules, expect))
@@ -252,7 +252,7 @@ def _attempt(n: int, cfg: Mapping[str, Any], stats: Mapping[str, Any], stab: pai
             "vs_eager": vs_eager, "stability": stab.to_json()}
 
 
-def _keep_count(w: Worker, inputs: list[Any]) -> int:
+def _keep_count(w: StageContext, inputs: list[Any]) -> int:
     """Timed calls whose outputs are checked afterwards: 3, or 1 when three copies of the
     inputs would take more than a tenth of the free memory."""
     nbytes = runtime.inputs_nbytes(inputs)
@@ -260,7 +260,7 @@ def _keep_count(w: Worker, inputs: list[Any]) -> int:
             else 2 * 2**30)
     return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
 
-def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[str, Any, list[Any]]]) -> list[str]:
+def _check_timed_outputs(w: StageContext, p: Programs, kept: list[tuple[str, Any, list[Any]]]) -> list[str]:
     """The outputs of timed calls drawn at random, against the reference on the very same
     inputs: a candidate honest only outside timing (by call count, elapsed time, stream or
     profiler state) fails here. With a judge they are only recorded: the judge, which makes
@@ -274,7 +274,7 @@ def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[str, Any, list
         return checked
     with w.hold("shared"), torch.no_grad():
         for key, got, args in kept:
-            ref = w._call_reference(p.reference, runtime.clone_inputs(args))
+            ref = w.call_reference(p.reference, runtime.clone_inputs(args))
             cmp = compare.compare_outputs(ref, got, w.tolerances())
             if not cmp.ok:
                 raise StageFailure(cmp.kind, f"timed_outputs: the output of timed call {key} differs from the "
@@ -284,12 +284,12 @@ def _check_timed_outputs(w: Worker, p: Programs, kept: list[tuple[str, Any, list
     return checked
 
 
-def _baseline_correctness(w: Worker, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
+def _baseline_correctness(w: StageContext, p: Programs, fn: Callable[..., Any]) -> dict[str, Any]:
     """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
     the failing trial's reason, or the largest errors."""
     trials = []
     for seed in w.req["seeds"]:
-        inputs = w._inputs(p, int(seed))
+        inputs = w.make_inputs(p, int(seed))
         ref_out = p.reference(*runtime.clone_inputs(inputs))
         out = fn(*runtime.clone_inputs(inputs))
         runtime.synchronize(w.device)
