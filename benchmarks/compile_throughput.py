@@ -9,8 +9,9 @@ the same problem: what is measured is then the C++ build and the evaluation arou
 evaluation runs through the real harness (sandboxed worker, correctness, timing; no
 baselines). Rows:
 
-- `cold, cache off`: the build cache off (`build_cache = false`), fresh extension folders: what
-  every evaluation of a new slot paid before the cache (skip it with `--skip-off`);
+- `cold, cache off`: the build cache off (`build_cache = false`), fresh extension folders (the
+  other build changes stay: one architecture, the precompiled header unless `--no-pch`); with
+  `--no-pch` this is what every evaluation of a new slot paid before (skip it: `--skip-off`);
 - `cold`: a fresh cache (precompiled header as found: the table says whether it existed);
 - `unchanged`: the same source again (a cache hit: no build);
 - `one-line change`: the block size (CUDA) or a constant (C++) changed: a miss, built again.

@@ -192,3 +192,48 @@ def test_real_builds_hit_miss_and_rebuild_a_tampered_entry(tmp_path) -> None:
     assert rebuilt["ok"] and [e["outcome"] for e in rebuilt["events"]] == ["rejected"]
     assert "hash" in rebuilt["events"][0]["note"]
     assert [e["outcome"] for e in _probe(tmp_path, "-O2")["events"]] == ["hit"]  # the rebuilt entry
+
+
+def test_the_precompiled_header_is_read_under_a_shared_lock_and_never_deleted(tmp_path, monkeypatch) -> None:
+    """torch rebuilds its one precompiled header in place and deletes it on calls without
+    use_pch: a worker rebuilds it only exclusively, reads it shared, and never deletes it."""
+    import torch.utils.cpp_extension as ext
+
+    torch_dir = tmp_path / "torch"
+    (torch_dir / "include" / "torch").mkdir(parents=True)
+    sign = torch_dir / "include" / "torch" / "extension.h.sign"
+    monkeypatch.setattr(ext, "_TORCH_PATH", str(torch_dir))
+    monkeypatch.setattr(ext, "_check_and_build_extension_h_precompiler_headers",
+                        lambda cflags, paths: sign.write_text(" ".join(cflags or [])))
+    monkeypatch.setattr(ext, "load_inline", ext.load_inline)
+    monkeypatch.setattr(ext, "load", ext.load)
+    monkeypatch.setattr(ext, "remove_extension_h_precompiler_headers", ext.remove_extension_h_precompiler_headers)
+    monkeypatch.setenv(build_cache.ENV_VAR, str(tmp_path / "cache"))
+    inline_builds.install("cpu")
+    ext.remove_extension_h_precompiler_headers()  # the worker's: a no-op
+    (torch_dir / "include" / "torch" / "extension.h.gch").write_bytes(b"gch")
+    ext.remove_extension_h_precompiler_headers()
+    assert (torch_dir / "include" / "torch" / "extension.h.gch").exists()
+    lock = tmp_path / "cache" / "locks" / "pch.lock"
+
+    def try_lock(flag: int) -> bool:
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, flag | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    call = {"use_pch": True, "extra_cflags": ["-O3"], "extra_include_paths": None}
+    with inline_builds._header(call):
+        assert call["use_pch"] is True and sign.read_text() == "-O3"
+        assert not try_lock(fcntl.LOCK_EX) and try_lock(fcntl.LOCK_SH)  # others read; none rebuilds
+    assert try_lock(fcntl.LOCK_EX)
+
+    reads = iter(["-O3", "-O1"])  # another flag set rebuilt it between this one's two holds
+    monkeypatch.setattr(inline_builds, "_read", lambda _p: next(reads))
+    call = {"use_pch": True, "extra_cflags": ["-O3"], "extra_include_paths": None}
+    with inline_builds._header(call):
+        assert call["use_pch"] is False  # built without the header (gcc ignores one that does not fit)
