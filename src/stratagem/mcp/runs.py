@@ -38,6 +38,9 @@ then signal in vain."""
 
 LOG_TAIL_CHARS = 4000
 POLL_S = 0.5
+HEARTBEAT_S = 10.0
+"""`watch_run` reports progress at least this often while it waits, so a client that resets its
+timeout on progress keeps waiting."""
 
 
 @dataclass
@@ -179,18 +182,20 @@ class RunManager:
         """The run's state, after waiting up to `wait_s` for it to end (reporting each change)."""
         if wait_s < 0:
             raise ToolInputError("wait_s", f"wait_s: {wait_s} is negative (0 answers at once)")
-        deadline = time.monotonic() + wait_s
+        t0 = time.monotonic()
         seen: tuple[Any, ...] | None = None
+        said = t0
         while True:
             now = self.snapshot(run_dir)
-            if now.done or time.monotonic() >= deadline:
+            t = time.monotonic()
+            if now.done or t - t0 >= wait_s:
                 return now
             key = (now.status, now.iterations, now.designs, now.valid)
-            if key != seen:
-                seen = key
+            if key != seen or t - said >= HEARTBEAT_S:  # a change, or a heartbeat while none comes
+                seen, said = key, t
                 await on_progress(float(now.iterations), _limit(Path(now.run_dir or run_dir)),
                                   f"{now.status}: {now.iterations} iterations, {now.designs} designs, "
-                                  f"{now.valid} valid")
+                                  f"{now.valid} valid ({t - t0:.0f} s watched)")
             await asyncio.sleep(POLL_S)
 
     async def stop(self, run_dir: str, grace_s: float, on_progress: OnProgress | None = None) -> StopResult:
