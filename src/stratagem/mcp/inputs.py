@@ -18,6 +18,8 @@ from stratagem.mcp.records import FailureKind, ToolFailure
 
 DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024
 """A design's file is a source: larger ones are refused (as `stratagem eval` refuses them)."""
+DESIGN_MAX_FILES = 200
+"""A design directory holds a design's few files; more means a wrong path (a whole repository)."""
 
 
 class ToolInputError(Exception):
@@ -71,6 +73,8 @@ def candidate_files(candidate: str | None, files: dict[str, str] | None) -> tupl
                 raise ToolInputError("files", f"files: {name!r} is not a relative file name inside the design")
         return dict(files), "inline"
     assert candidate is not None
+    if not candidate.strip():
+        raise ToolInputError("candidate", "candidate: give a path (a .py file, or a directory of a design's files)")
     p = Path(candidate).expanduser().resolve()
     if not p.exists():
         raise ToolInputError("candidate", f"candidate: {p} does not exist")
@@ -80,6 +84,9 @@ def candidate_files(candidate: str | None, files: dict[str, str] | None) -> tupl
     for f in sorted(p.rglob("*")):
         rel = f.relative_to(p)
         if f.is_file() and not f.is_symlink() and not any(part.startswith(".") for part in rel.parts):
+            if len(found) == DESIGN_MAX_FILES:
+                raise ToolInputError("candidate", f"candidate: {p} holds over {DESIGN_MAX_FILES} files: give the "
+                                                  "directory of one design's files")
             found[rel.as_posix()] = _read(f, "candidate")
     if not found:
         raise ToolInputError("candidate", f"candidate: the directory {p} holds no file")
