@@ -17,7 +17,9 @@ baselines). Rows:
 - `one-line change`: the block size (CUDA) or a constant (C++) changed: a miss, built again.
 
 Columns: build s (the load stage's `builds` records: seconds in `load_inline`), whole
-evaluation s (wall clock around `Evaluator.evaluate`), cache (hit, built, uncached).
+evaluation s (wall clock around `Evaluator.evaluate`), cache (hit, built, uncached), pch (the
+row built torch's precompiled header for its flags, reused it, or had none: it lives in torch's
+include folder and outlasts the run, so a second run of the benchmark finds it built).
 
 Usage (from the repository root; needs torch and pydantic, not pydantic-ai):
     PYTHONPATH=src python benchmarks/compile_throughput.py --device cuda [--no-pch] [--skip-off] [--json]
@@ -99,10 +101,21 @@ class ModelNew(nn.Module):
 '''
 
 
-def _pch_exists() -> bool:
+def _pch_sign() -> str | None:
+    """torch's record of the flags its one precompiled header was built with (None: none)."""
     import torch
 
-    return (Path(torch.__file__).parent / "include" / "torch" / "extension.h.gch").exists()
+    folder = Path(torch.__file__).parent / "include" / "torch"
+    try:
+        return (folder / "extension.h.sign").read_text() if (folder / "extension.h.gch").exists() else None
+    except OSError:
+        return None
+
+
+def _pch(before: str | None) -> str:
+    """What the row did with the precompiled header: built it (for its flags), reused it, none."""
+    after = _pch_sign()
+    return "none" if after is None else ("reused" if after == before else "built")
 
 
 def _config(device: str, cache: Path, build_cache: bool) -> Any:
@@ -136,14 +149,17 @@ def run(device: str, pch: bool, skip_off: bool) -> list[dict[str, Any]]:
         if not skip_off:
             cfg = _config(device, Path(tmp) / "off", False)
             ev = Evaluator(cfg, LocalExecutor.for_devices(devices, cfg, env), device)
-            rows.append({"row": "cold, cache off", "pch_before": _pch_exists(), **asyncio.run(_evaluate(ev, first))})
+            before = _pch_sign()
+            row = asyncio.run(_evaluate(ev, first))
+            rows.append({"row": "cold, cache off", "pch": _pch(before), **row})
         cfg = _config(device, Path(tmp) / "on", True)
         ev = Evaluator(cfg, LocalExecutor.for_devices(devices, cfg, env), device)
 
         async def three() -> None:
             for label, src in (("cold", first), ("unchanged", first), ("one-line change", changed)):
-                pch_before = _pch_exists()
-                rows.append({"row": label, "pch_before": pch_before, **await _evaluate(ev, src)})
+                before = _pch_sign()
+                row = await _evaluate(ev, src)
+                rows.append({"row": label, "pch": _pch(before), **row})
 
         asyncio.run(three())
     return rows
@@ -152,7 +168,8 @@ def run(device: str, pch: bool, skip_off: bool) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--no-pch", action="store_true", help="build without precompiled headers")
+    ap.add_argument("--no-pch", action="store_true",
+                    help="build without precompiled headers (deletes torch's, which gcc would use anyway)")
     ap.add_argument("--skip-off", action="store_true", help="skip the cache-off row")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = ap.parse_args(argv)
@@ -160,11 +177,15 @@ def main(argv: list[str] | None = None) -> int:
             "a C++-only load_inline ReLU (no GPU here: the C++ build and the evaluation around it)")
     print(f"compile throughput: {what}, device {args.device}, precompiled headers "
           f"{'off' if args.no_pch else 'on where torch supports them'}")
+    if args.no_pch:  # gcc uses a fitting header wherever it lies, asked for or not
+        import torch.utils.cpp_extension as ext
+
+        ext.remove_extension_h_precompiler_headers()
     rows = run(args.device, not args.no_pch, args.skip_off)
-    print(f"{'row':<18} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch before':>11} {'status':>8}")
+    print(f"{'row':<18} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'status':>8}")
     for r in rows:
-        print(f"{r['row']:<18} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} "
-              f"{'yes' if r['pch_before'] else 'no':>11} {r['status']:>8}")
+        print(f"{r['row']:<18} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} {r['pch']:>7} "
+              f"{r['status']:>8}")
     for r in rows:
         if r["reason"]:
             print(f"\n{r['row']}: {r['reason']}")
