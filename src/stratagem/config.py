@@ -206,12 +206,6 @@ class EvaluationConfig(BaseModel):
     (`domains/pytorch/build_cache.py`; docs/timing.md, "Build cache")."""
     build_cache_dir: Path | None = None
     """Where the build cache lives; None: `builds/` under the cache directory (`cache_dir`)."""
-    build_cache: bool = True
-    """Keep built `load_inline` extensions in a cache shared by every evaluation and run of
-    this user, keyed by source, flags and toolchain, verified by hash when loaded
-    (`domains/pytorch/build_cache.py`; docs/timing.md, "Build cache")."""
-    build_cache_dir: Path | None = None
-    """Where the build cache lives; None: `builds/` under the cache directory (`cache_dir`)."""
     lock_wait_timeout_s: float = Field(default=3600.0, gt=0)
     """Limit on the time a worker waits for its device's lock (never charged to the
     candidate's own limits): other workers timing or compiling hold it."""
@@ -531,13 +525,6 @@ def cache_dir(cfg: EvaluationConfig) -> Path:
         return Path(env).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "stratagem"
-
-
-def build_cache_setting(cfg: EvaluationConfig) -> str:
-    """The worker's build cache (`STRATAGEM_BUILD_CACHE`): a folder, or `off`."""
-    if not cfg.build_cache:
-        return "off"
-    return str(Path(cfg.build_cache_dir).expanduser() if cfg.build_cache_dir is not None else cache_dir(cfg) / "builds")
 
 
 def build_cache_setting(cfg: EvaluationConfig) -> str:
