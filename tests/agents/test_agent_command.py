@@ -84,7 +84,8 @@ cp {HONEST} candidate.py
     [call] = _agent_calls(res["calls"])
     assert call["role"] == "implementor" and call["ok"] == 1 and call["requests"] == 1, call
     assert call["model"] == "command:sh"
-    assert call["cost_usd"] is None and call["input_tokens"] == 0  # no usage reported: unknown price
+    # no usage reported: unknown price and tokens (NULL, not 0)
+    assert call["cost_usd"] is None and call["input_tokens"] is None and call["output_tokens"] is None
     work = tmp_path / "run/work/agents/command"
     [d] = list(work.iterdir())
     assert (d / "candidate.py").read_text() == HONEST.read_text()

@@ -12,8 +12,8 @@ The command runs under `sh -c` in its own process group with stratagem's environ
 agent keeps its credentials; candidate code still runs only in the harness). Past
 `timeout_s` the whole group is killed. Each call is recorded as one query; its tokens and
 money are read from the agent's output when it reports them (`parse_usage`: the formats are
-listed there and in docs/agents.md), else the call's price is unknown (`cost_usd` None) and its
-transcript says the usage is unknown. A failed, hung or silent agent is a failed call (`Written`
+listed there and in docs/agents.md); what it does not report is unknown (None: tokens and
+`cost_usd`), never 0, and its transcript says so (`search/budget.py`: how budgets treat it). A failed, hung or silent agent is a failed call (`Written`
 with an error), as a failed LLM call is.
 """
 
@@ -298,15 +298,15 @@ class CommandWriter:
         kind, error = self._failure(res, left, changed)
         call = AgentCall(
             role=req.role, model=self.label, prompt_hash=prompt_hash(req.instructions, req.prompt),
-            input_tokens=(usage.input_tokens if usage else None) or 0,
-            output_tokens=(usage.output_tokens if usage else None) or 0,
+            input_tokens=usage.input_tokens if usage else None,
+            output_tokens=usage.output_tokens if usage else None,
             requests=1, cost_usd=usage.cost_usd if usage else None, latency_s=res.latency_s,
             ok=kind is None, error=None if kind is None else f"{kind}: {error}",
             messages_json=json.dumps(self._transcript(d, res, usage, sorted(changed), task)),
         )
         if req.record is not None:
             req.record(call)
-        tokens = call.input_tokens + call.output_tokens
+        tokens = (call.input_tokens or 0) + (call.output_tokens or 0)  # the fix loop's count: reported only
         if kind is not None:
             return Written(None, tokens, kind, error)
         return Written(design_text(left, names[0]), tokens)
@@ -330,8 +330,9 @@ class CommandWriter:
             "usage": None if usage is None else {"input_tokens": usage.input_tokens,
                                                  "output_tokens": usage.output_tokens,
                                                  "cost_usd": usage.cost_usd, "format": usage.format},
-            "usage_note": "" if usage is not None else "unknown: the agent reported no usage (tokens recorded as 0 "
-                                                      "are not counted, the price is unknown)",
+            "usage_note": "" if usage is not None else "unknown: the agent reported no usage (its tokens and "
+                                                      "price are recorded as unknown, and a max_tokens budget "
+                                                      "stops the run)",
             "task": task, "stdout_tail": res.stdout[-OUTPUT_TAIL_CHARS:], "stderr_tail": res.stderr[-OUTPUT_TAIL_CHARS:],
         }
 

@@ -120,7 +120,8 @@ class CallOutcome(Generic[OutputT]):
 
     @property
     def total_tokens(self) -> int:
-        return self.call.input_tokens + self.call.output_tokens
+        """Reported tokens (a model's are always reported; an unknown count adds 0)."""
+        return (self.call.input_tokens or 0) + (self.call.output_tokens or 0)
 
 
 def classify(e: BaseException) -> str:

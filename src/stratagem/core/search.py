@@ -328,8 +328,10 @@ class AgentCall:
     model: str
     prompt_hash: str
     """sha256 of the instructions + user prompt sent."""
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int | None = 0
+    """None: unknown (a coding-agent command that reported no usage)."""
+    output_tokens: int | None = 0
+    """None: unknown, as `input_tokens`."""
     requests: int = 0
     cost_usd: float | None = None
     """None when the model's price is unknown."""

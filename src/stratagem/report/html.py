@@ -29,6 +29,7 @@ from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
 from stratagem.search import numbers
 from stratagem.search import state as st
+from stratagem.search.budget import Spend
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
 from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
@@ -139,7 +140,7 @@ def _summary(data: RunData) -> str:
         ("status", f"{run.status} ({run.stop_reason})" if run and run.stop_reason else (run.status if run else "-")),
         ("models", (cfg.get("agents") or {}).get("model") or "- (no LLM)"),
         ("LLM queries (requests)", f"{spend['queries']} in {spend['calls']} agent calls"),
-        ("tokens", f"{spend['tokens']:,}"),
+        ("tokens", spend["tokens_text"]),
         ("money", f"${spend['usd']:.4f}" + (f" ({spend['unpriced']} calls unpriced)" if spend["unpriced"] else "")),
         ("evaluations", f"{len(data.evaluations)} ({spend['gpu_seconds']:.0f} s of worker time)"),
         ("iterations", str(len(data.iterations))), ("designs", counts(data.views).text()),
@@ -166,7 +167,8 @@ def _second_sentence(data: RunData, best: DesignView) -> str:
 
 def st_spend(data: RunData) -> dict[str, Any]:
     return {"queries": sum(c.requests for c in data.calls), "calls": len(data.calls),
-            "tokens": sum(c.input_tokens + c.output_tokens for c in data.calls),
+            "tokens": sum((c.input_tokens or 0) + (c.output_tokens or 0) for c in data.calls),
+            "tokens_text": Spend.from_records(data.calls, ()).tokens_text().removeprefix("tokens "),
             "usd": sum(c.cost_usd or 0.0 for c in data.calls),
             "unpriced": sum(1 for c in data.calls if c.cost_usd is None and c.requests),
             "gpu_seconds": sum(float(v.get("duration_s") or 0.0) for e in data.evaluations for v in e.validators)}

@@ -3,6 +3,14 @@ evaluation (GPU) seconds and wall-clock time.
 
 The spend is rebuilt from the store on resume (agent calls and evaluations are recorded), so
 budgets hold across a killed and resumed run; the wall clock counts the current invocation.
+
+Unknown usage. A coding-agent command that reports no usage leaves its call's tokens unknown
+(None, never a made-up 0). Such a call is counted in `unreported_calls`, and `tokens` sums the
+reported counts only. A token budget (`max_tokens`) cannot be kept over calls whose tokens
+nobody knows, so it is used up (`exhausted`) from the first unreported call on: the run stops
+with a reason that says so, rather than spend without limit while claiming a limit. (It cannot
+refuse to start instead: whether a command reports its usage is known only once it has run.)
+Runs without `max_tokens` go on; their reports say how many calls were unreported.
 """
 
 from __future__ import annotations
@@ -27,7 +35,11 @@ class Spend:
     calls: int = 0
     """Agent calls (one role's run: a plan, an answer, a review), each of one or more requests."""
     input_tokens: int = 0
+    """Reported input tokens (calls whose usage is unknown add nothing: `unreported_calls`)."""
     output_tokens: int = 0
+    """Reported output tokens, as `input_tokens`."""
+    unreported_calls: int = 0
+    """Agent calls whose tokens are unknown (a command that reported no usage): not in `tokens`."""
     usd: float = 0.0
     unpriced_calls: int = 0
     """Agent calls whose model has no known price (their cost is not in `usd`)."""
@@ -39,20 +51,41 @@ class Spend:
 
     @property
     def tokens(self) -> int:
+        """Reported tokens (input + output); see `tokens_known` and `unreported_calls`."""
         return self.input_tokens + self.output_tokens
 
-    def to_json(self) -> dict[str, float | int]:
-        """The `--json` view of the spend: `queries` are LLM requests, `calls` agent calls."""
+    @property
+    def tokens_known(self) -> bool:
+        """Whether any call's tokens are known, or no call went unreported: False when every
+        unreported call is all there is (then `tokens` would be a made-up 0)."""
+        return self.unreported_calls == 0 or self.unreported_calls < self.calls
+
+    def tokens_text(self) -> str:
+        """`tokens 1,234`, `tokens 1,234 (2 of 5 agent calls unreported)`, or `tokens unknown
+        (3 of 3 agent calls unreported)`: never a bare count that leaves unknown calls out."""
+        if self.unreported_calls == 0:
+            return f"tokens {self.tokens:,}"
+        count = f"{self.tokens:,}" if self.tokens_known else "unknown"
+        return f"tokens {count} ({self.unreported_calls} of {self.calls} agent calls unreported)"
+
+    def to_json(self) -> dict[str, float | int | None]:
+        """The `--json` view of the spend: `queries` are LLM requests, `calls` agent calls;
+        `tokens` (and its parts) are the reported ones, null when no call reported any and some
+        did not (`unreported_calls`)."""
+        known = self.tokens_known
         return {"queries": self.queries, "calls": self.calls, "unpriced_calls": self.unpriced_calls,
-                "failed_calls": self.failed_calls, "retries": self.retries, "tokens": self.tokens,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "usd": self.usd,
+                "unreported_calls": self.unreported_calls,
+                "failed_calls": self.failed_calls, "retries": self.retries, "tokens": self.tokens if known else None,
+                "input_tokens": self.input_tokens if known else None,
+                "output_tokens": self.output_tokens if known else None, "usd": self.usd,
                 "gpu_seconds": self.gpu_seconds, "evaluations": self.evaluations}
 
     def add_call(self, call: AgentCall | AgentCallRecord) -> None:
         self.calls += 1
         self.queries += call.requests
-        self.input_tokens += call.input_tokens
-        self.output_tokens += call.output_tokens
+        self.input_tokens += call.input_tokens or 0
+        self.output_tokens += call.output_tokens or 0
+        self.unreported_calls += int(call.input_tokens is None or call.output_tokens is None)
         self.retries += call.retries
         self.failed_calls += int(not call.ok)
         if call.cost_usd is None:
@@ -100,7 +133,7 @@ class Budgets:
         c, s = self.cfg, self.spend
         return Remaining(
             queries=None if c.max_queries is None else max(0, c.max_queries - s.queries - self.held_queries()),
-            tokens=None if c.max_tokens is None else max(0, c.max_tokens - s.tokens),
+            tokens=None if c.max_tokens is None else 0 if s.unreported_calls else max(0, c.max_tokens - s.tokens),
             usd=None if c.max_usd is None else max(0.0, c.max_usd - s.usd),
             gpu_seconds=None if c.max_gpu_seconds is None else max(0.0, c.max_gpu_seconds - s.gpu_seconds),
             wall_seconds=None if c.max_wall_seconds is None else max(0.0, c.max_wall_seconds - self.wall_seconds),
@@ -136,8 +169,13 @@ class Budgets:
         return self._clock() - self._t0
 
     def exhausted(self) -> str | None:
-        """The first budget that is used up, as `max_queries (12/12)`; None while all have room."""
+        """The first budget that is used up, as `max_queries (12 of 12)`; None while all have
+        room. A token budget with an unreported call is used up (the module's docstring)."""
         c, s = self.cfg, self.spend
+        if c.max_tokens is not None and s.unreported_calls:
+            return (f"max_tokens (--max-tokens {c.max_tokens:g} cannot be kept: {s.unreported_calls} of "
+                    f"{s.calls} agent calls reported no token usage; bound such a run with --max-queries or "
+                    "--max-wall-seconds, or have the agent print its usage as docs/agents.md says)")
         checks = (
             ("max_queries", c.max_queries, s.queries),
             ("max_tokens", c.max_tokens, s.tokens),

@@ -6,10 +6,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """2: the search tables (run, iterations, agent_calls, reviews); 3: `reviews.failed`;
 4: `evaluations.speedups` and `evaluations.stability` (paired timing); 5: `design_tags` (a
-policy's metadata per design); 6: `policy_state` (a policy's own state: phases, islands)."""
+policy's metadata per design); 6: `policy_state` (a policy's own state: phases, islands);
+7: `agent_calls.input_tokens` and `output_tokens` nullable (unknown: the agent reported none;
+the 0s of older databases are kept as they were)."""
 
 
 REFERENCE_KEY = "eager"
@@ -111,8 +113,10 @@ class AgentCallRecord(BaseModel):
     role: str
     model: str
     prompt_hash: str
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int | None
+    """None: unknown (a coding-agent command that reported no usage), never a made-up 0."""
+    output_tokens: int | None
+    """None: unknown, as `input_tokens`."""
     requests: int
     cost_usd: float | None
     latency_s: float

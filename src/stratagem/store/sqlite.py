@@ -35,7 +35,18 @@ from stratagem.store.records import (
     RunRecord,
 )
 
-_SCHEMA = """
+_AGENT_CALLS = """
+CREATE TABLE IF NOT EXISTS agent_calls (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, iteration INTEGER, role TEXT NOT NULL,
+    model TEXT NOT NULL, prompt_hash TEXT NOT NULL, input_tokens INTEGER,
+    output_tokens INTEGER, requests INTEGER NOT NULL, cost_usd REAL,
+    latency_s REAL NOT NULL, retries INTEGER NOT NULL, ok INTEGER NOT NULL, error TEXT,
+    messages_hash TEXT NOT NULL, created_at REAL NOT NULL);
+"""
+"""Agent calls; a NULL token count is unknown (the agent reported none). Schemas before 7
+declared both NOT NULL (`_nullable_tokens` rebuilds such a table, keeping its rows)."""
+
+_SCHEMA = _AGENT_CALLS + """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS problems (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, domain TEXT NOT NULL, path TEXT,
@@ -64,12 +75,6 @@ CREATE TABLE IF NOT EXISTS run (
 CREATE TABLE IF NOT EXISTS iterations (
     n INTEGER PRIMARY KEY, status TEXT NOT NULL, context_ids TEXT NOT NULL, plan TEXT,
     design_ids TEXT NOT NULL, note TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL);
-CREATE TABLE IF NOT EXISTS agent_calls (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, iteration INTEGER, role TEXT NOT NULL,
-    model TEXT NOT NULL, prompt_hash TEXT NOT NULL, input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL, requests INTEGER NOT NULL, cost_usd REAL,
-    latency_s REAL NOT NULL, retries INTEGER NOT NULL, ok INTEGER NOT NULL, error TEXT,
-    messages_hash TEXT NOT NULL, created_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS reviews (
     design_id TEXT NOT NULL REFERENCES designs(id), cheating INTEGER NOT NULL,
     reason TEXT NOT NULL, created_at REAL NOT NULL, failed INTEGER NOT NULL DEFAULT 0);
@@ -119,8 +124,7 @@ class RunStore:
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             elif int(row[0]) < SCHEMA_VERSION:  # older databases gain the new tables above
-                _add_missing_columns(conn)
-                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+                _upgrade(conn)
             elif int(row[0]) > SCHEMA_VERSION:
                 raise StoreError(
                     f"{d / cls.DB_NAME} has schema {row[0]}; this stratagem reads up to {SCHEMA_VERSION}"
@@ -175,7 +179,7 @@ class RunStore:
                 conn.close()
                 conn = copy
                 conn.executescript(_SCHEMA)
-                _add_missing_columns(conn)
+                _upgrade(conn)
                 conn.execute("PRAGMA query_only=ON")
         except (sqlite3.DatabaseError, StoreError, OSError) as e:
             if conn is not None:
@@ -511,11 +515,43 @@ def _connect_uri(db: Path, params: str) -> sqlite3.Connection:
     return sqlite3.connect(f"{db.resolve().as_uri()}?{params}", uri=True, timeout=30, isolation_level=None)
 
 
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Bring an older database to `SCHEMA_VERSION` in one transaction (another process opening
+    the same run at once finds it done, or waits): the columns later schemas added, the token
+    columns made nullable (their rows kept: an old run's 0s stay 0s), then the version."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None or int(row[0]) < SCHEMA_VERSION:
+            _add_missing_columns(conn)
+            _nullable_tokens(conn)
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET "
+                         "value=excluded.value", (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+
+
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
     for table, column, decl in ADDED_COLUMNS:
         have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
         if column not in have:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+
+
+def _nullable_tokens(conn: sqlite3.Connection) -> None:
+    """Schema 7: rebuild an `agent_calls` table whose token columns are NOT NULL (SQLite cannot
+    alter a column's constraint), copying every row as it is."""
+    not_null = {r[1]: bool(r[3]) for r in conn.execute("PRAGMA table_info(agent_calls)")}
+    if not (not_null.get("input_tokens") or not_null.get("output_tokens")):
+        return
+    cols = ", ".join(not_null)
+    conn.execute("ALTER TABLE agent_calls RENAME TO agent_calls_before_7")
+    conn.execute(_AGENT_CALLS)
+    conn.execute(f"INSERT INTO agent_calls ({cols}) SELECT {cols} FROM agent_calls_before_7")
+    conn.execute("DROP TABLE agent_calls_before_7")
 
 
 def _design(r: tuple[object, ...]) -> DesignRecord:
