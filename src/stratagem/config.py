@@ -379,6 +379,10 @@ class SearchConfig(BaseModel):
     head the run's results with that (`stratagem confirm`; 0: no confirmation round)."""
     confirm_blocks: int = Field(default=3, ge=2)
     """Independent worker processes of a confirmation round (the order rotated in each)."""
+    tune_evaluations: int = Field(default=6, ge=0)
+    """Points the loop evaluates when an agent (`auto`'s Implementor, a PIKE writer) returns a
+    template instead of a fixed design (docs/tune.md, "Agents hand templates to the tuner"),
+    charged to the run's budgets; 0: the template's defaults, evaluated as one design."""
 
 
 class StratagemConfig(BaseModel):

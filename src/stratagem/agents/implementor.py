@@ -31,6 +31,7 @@ from stratagem.context import render
 from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, Session
+from stratagem.core.template import TemplateError, is_template, parse_template
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains import DEFAULT, get_domain
 from stratagem.domains.base import Precheck
@@ -69,6 +70,21 @@ def strip_fences(source: str) -> str:
     return (m.group(1) if m else source).strip("\n") + "\n"
 
 
+def checked_text(source: str) -> str:
+    """What the static checks read of an answer: a template (docs/tune.md: the loop tunes it)
+    rendered at its defaults, so a placeholder is not taken for broken code; any other answer,
+    and a template that cannot be read or rendered (the loop records why), as it is."""
+    files = {"design": source}
+    if not is_template(files):
+        return source
+    try:
+        t = parse_template(files)
+        point = t.defaults if not t.violations(t.defaults) else next(t.points(), t.defaults)
+        return t.render(point)["design"]
+    except TemplateError:
+        return source
+
+
 def build_implementor(
     *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
 ) -> Agent[ImplementorDeps, CandidateOutput]:
@@ -85,7 +101,7 @@ def build_implementor(
         source = strip_fences(out.source)
         deps = ctx.deps
         if deps.precheck is not None:
-            result: ValidatorResult = deps.precheck(source)
+            result: ValidatorResult = deps.precheck(checked_text(source))
             if result.outcome == "failed":
                 reason = result.reason or "rejected"
                 deps.rejected.append((source, reason))

@@ -44,6 +44,7 @@ from stratagem.core.search import (
     Session,
 )
 from stratagem.domains import get_domain
+from stratagem.search.policies.handoff import handoff_session
 
 SleepFn = Callable[[float], Awaitable[None]]
 
@@ -231,7 +232,8 @@ class AutoPolicy:
             )
             for k, variant in enumerate(implementor_variants(plan, self.cfg.search.implementors), start=1)
         ]
-        return await _all_or_raise([run_implementor(t, session, runtime) for t in tasks])
+        writers = handoff_session(session, self.cfg, self.problem, state.designs)  # a template is tuned
+        return await _all_or_raise([run_implementor(t, writers, runtime) for t in tasks])
 
     @staticmethod
     def _unusable(sres: StrategistResult, results: Sequence[ImplementorResult]) -> str | None:

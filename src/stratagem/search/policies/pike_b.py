@@ -40,6 +40,7 @@ from stratagem.core.search import (
     ranked,
 )
 from stratagem.core.text import clip
+from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
 from stratagem.search.policies.pike_slots import SlotSpec, run_slots
@@ -218,7 +219,8 @@ class PikeBPolicy(PikeBase):
                       else prompts.improve(brief, parent, slot.get("direction")))
             specs.append(SlotSpec(key, "optimize", prompt, (parent.id,) if parent else (),
                                   {"phase": phase, "branch": slot["branch"]}))
-        outcome = await run_slots(session, self.agents(session), brief, specs, max_fix=self.s.max_fix_attempts,
+        outcome = await run_slots(handoff_session(session, self.cfg, self.problem, state.designs),
+                                  self.agents(session), brief, specs, max_fix=self.s.max_fix_attempts,
                                   designs=state.designs)
         results = outcome.results
         # One pass closes the phase, even one a budget or a failing model cut short (only a

@@ -24,6 +24,7 @@ from stratagem.config import StratagemConfig
 from stratagem.context import pike as prompts
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
+from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.islands import ProgramDB
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeOSettings
@@ -85,14 +86,16 @@ class PikeOPolicy(PikeBase):
         specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, views, state),
                           (str(ch["parent"]),) if ch.get("parent") else (),
                           {"batch": batch, "island": ch["island"]}) for ch in plan["children"]]
-        outcome = await run_slots(session, self.agents(session), self.brief(state), specs,
+        writers = handoff_session(session, self.cfg, self.problem, state.designs)
+        outcome = await run_slots(writers, self.agents(session), self.brief(state), specs,
                                   max_fix=self.s.max_fix_attempts, designs=state.designs)
         results = outcome.results
         added = 0
         for ch, r in zip(plan["children"], results, strict=True):
             fb = session.feedback(r.design_id) if r.design_id else None
             if r.ok and fb is not None and fb.status == "valid" and fb.speedup is not None:
-                db.add(str(r.design_id), r.source, float(fb.speedup), int(ch["island"]))
+                source = writers.rendered.get(str(r.design_id), r.source)  # a tuned point's, not its template's
+                db.add(str(r.design_id), source, float(fb.speedup), int(ch["island"]))
                 added += 1
         moves = db.migrate_due()
         session.save_state("db", {"db": db.to_json(), "batches_done": batch + 1})

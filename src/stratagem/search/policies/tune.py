@@ -65,6 +65,9 @@ TAG_PARAMS = "params"
 """The tag holding a design's parameter values (name -> value)."""
 TAG_TEMPLATE = "template"
 """The tag holding the id (content hash) of the template a design was rendered from."""
+TAG_HANDOFF = "handoff"
+"""The tag of a point tuned from an agent's template (`search/policies/handoff.py`): `author`
+(who wrote the template), `point` (its number in that hand-off, from 1), `of` (the points given)."""
 STATE_TEMPLATE = "template"
 """The policy state holding the template's files (a resumed run uses these)."""
 STATE_INFEASIBLE = "infeasible"
@@ -417,6 +420,11 @@ class Shares:
     """Points the tuner evaluated."""
     written: int
     """Designs written otherwise that passed the harness."""
+    template_authors: tuple[str, ...] = ()
+    """Who wrote the templates the tuned points came from, when agents handed theirs to the
+    tuner (`handoff` tags: `search/policies/handoff.py`); empty: the `tune` policy's template."""
+    best_template_author: str | None = None
+    """The author of the template the run's best came from, when it is a tuned point of an agent's."""
 
     @property
     def tuner_factor(self) -> float | None:
@@ -428,6 +436,8 @@ class Shares:
     def sentence(self) -> str:
         """`the run's best (0123abcd4567, 3.1x) came from the tuner: ...`."""
         src = "the tuner" if self.from_tuner else f"{self.best_author or 'a written design'} (not the tuner)"
+        if self.from_tuner and self.best_template_author:
+            src = f"the tuner, tuning a template {self.best_template_author} wrote"
         tuned = f"{self.tuned_best.speedup:.3g}x" if self.tuned_best and self.tuned_best.speedup is not None \
             else "none ranked"
         factor = f" ({self.tuner_factor:.3g}x the written best)" if self.tuner_factor is not None else ""
@@ -444,7 +454,8 @@ class Shares:
                                 "speedup": self.tuned_best.speedup} if self.tuned_best else None),
                 "written_best": {"design_id": self.written_best.id, "author": self.written_best.author,
                                  "speedup": self.written_best.speedup},
-                "tuner_factor": self.tuner_factor}
+                "tuner_factor": self.tuner_factor, "template_authors": list(self.template_authors),
+                "best_template_author": self.best_template_author}
 
 
 def shares(designs: Sequence[DesignView], study: Tuning) -> Shares | None:
@@ -456,5 +467,14 @@ def shares(designs: Sequence[DesignView], study: Tuning) -> Shares | None:
     if not written or not top:
         return None
     best = top[0]
+    authors = {d.id: _template_author(d) for d in designs if d.id in tuned}
     return Shares(best.id, best.speedup, best.author, best.id in tuned, study.best,
-                  max(written, key=lambda d: d.speedup or 0.0), len(study.points), len(written))
+                  max(written, key=lambda d: d.speedup or 0.0), len(study.points), len(written),
+                  tuple(sorted({a for a in authors.values() if a})), authors.get(best.id))
+
+
+def _template_author(d: DesignView) -> str | None:
+    """Who wrote the template a tuned point came from (its `handoff` tag), or None (the `tune`
+    policy's template)."""
+    raw = d.tags.get(TAG_HANDOFF)
+    return str(raw.get("author") or "an agent") if isinstance(raw, dict) else None
