@@ -74,6 +74,10 @@ class BuildEvent:
     """Seconds waiting for a machine-wide build slot (not building)."""
     note: str | None = None
     """Why the call was not cached, or why an entry was rejected."""
+    header_diet: str | None = None
+    """What the header diet did to the CUDA sources (`header_diet.py`): `lightened` (built or
+    loaded lightened), `fell back` (the lightened source did not compile: built as written),
+    `as written` (a hit on an entry built as written), `skipped: why`; None: nothing to do."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "key": self.key, "outcome": self.outcome,
@@ -82,6 +86,8 @@ class BuildEvent:
             out["slot_wait_s"] = round(self.slot_wait_s, 3)
         if self.note:
             out["note"] = self.note
+        if self.header_diet:
+            out["header_diet"] = self.header_diet
         return out
 
 

@@ -42,10 +42,10 @@ from typing import Any
 
 import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where needed)
 
+from stratagem.domains.pytorch import header_diet
 from stratagem.domains.pytorch.build_cache import (
     BuildCache,
     BuildEvent,
-    Fetched,
     build_slot,
     concurrent_builds,
     key_of,
@@ -55,6 +55,10 @@ from stratagem.domains.pytorch.worker import builds
 PCH_VAR = "STRATAGEM_BUILD_PCH"
 """`0` turns precompiled headers off (to measure what they save), `1` on on the CPU device too
 (unset: on for GPU workers only; a CPU worker's first build would pay for the header)."""
+DIET_VAR = "STRATAGEM_BUILD_HEADER_DIET"
+"""`0` builds CUDA sources as written; unset or anything else puts them on the header diet
+(`header_diet.py`: `torch/extension.h` in a `.cu` becomes `torch/types.h`, built as written when
+that does not compile)."""
 EVENTS: list[BuildEvent] = []
 """Every `load_inline` call of this process, in order (the load stage reports them)."""
 
@@ -140,40 +144,96 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
     if _pch_usable(a):
         a["use_pch"] = True
     _only_this_arch(a)
+    light, diet_note = _lightened(a)
     cache: BuildCache | None = _state["cache"]
     why = _uncacheable(a)
     if cache is None or why is not None:
         t0 = time.perf_counter()
         with _building(a) as waited:
-            module = real(**a)
+            module, diet_note = _build(real, a, light, diet_note)
         EVENTS.append(BuildEvent(name, None, "uncached", time.perf_counter() - t0 - waited[0], waited[0],
-                                 why or "the build cache is off"))
+                                 why or "the build cache is off", diet_note))
         return module
     inputs = build_inputs(a)
     key = key_of(inputs)
-    dest = builds.build_root() / f"{name}-{key[:16]}"
+    light_inputs = {**build_inputs(light), "header_diet": header_diet.VERSION} if light is not None else None
+    light_key = key_of(light_inputs) if light_inputs is not None else None
+    dest = builds.build_root() / f"{name}-{(light_key or key)[:16]}"
     t0 = time.perf_counter()
-    got = cache.fetch(key, dest)
-    if got.library is not None and got.module is not None:
-        import torch.utils.cpp_extension as ext
+    rejected: str | None = None
+    # lightened first, then one built as written (an earlier fallback, or the diet off)
+    for k, note in ((light_key, "lightened"), (key, "as written" if light is not None else diet_note)):
+        if k is None:
+            continue
+        got = cache.fetch(k, dest)
+        if got.library is not None and got.module is not None:
+            import torch.utils.cpp_extension as ext
 
-        try:
-            module = ext._import_module_from_library(got.module, str(dest), True)
-        except (ImportError, OSError, AttributeError) as e:  # built again below, as on a miss
-            got = Fetched(None, None, rejected=f"the cached library did not import: {e}")
-        else:
-            EVENTS.append(BuildEvent(name, key, "hit", time.perf_counter() - t0))
-            return module
+            try:
+                module = ext._import_module_from_library(got.module, str(dest), True)
+            except (ImportError, OSError, AttributeError) as e:  # built again below, as on a miss
+                rejected = rejected or f"the cached library did not import: {e}"
+            else:
+                EVENTS.append(BuildEvent(name, k, "hit", time.perf_counter() - t0, header_diet=note))
+                return module
+        rejected = rejected or got.rejected
     dest.mkdir(parents=True, exist_ok=True)
     a["build_directory"] = str(dest)
+    if light is not None:
+        light["build_directory"] = str(dest)  # a fallback reuses main.cpp's object
     with _building(a) as waited:
-        module = real(**a)
+        module, diet_note = _build(real, a, light, diet_note)
+    built_key, built_inputs = (light_key, light_inputs) if diet_note == "lightened" else (key, inputs)
     library = Path(str(getattr(module, "__file__", "")))
-    if library.is_file():
-        cache.publish(key, library, library.name.split(".")[0], inputs)
-    outcome = "rejected" if got.rejected else "built"
-    EVENTS.append(BuildEvent(name, key, outcome, time.perf_counter() - t0 - waited[0], waited[0], got.rejected))
+    if library.is_file() and built_key is not None and built_inputs is not None:
+        cache.publish(built_key, library, library.name.split(".")[0], built_inputs)
+    outcome = "rejected" if rejected else "built"
+    EVENTS.append(BuildEvent(name, built_key, outcome, time.perf_counter() - t0 - waited[0], waited[0], rejected,
+                             diet_note))
     return module
+
+
+def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The call with its CUDA sources on the header diet (`header_diet.py`), or None, and a
+    note for the build record."""
+    sources = _texts(a.get("cuda_sources"))
+    if not sources or not _diet_on():
+        return None, None
+    diet = header_diet.lighten(sources)
+    if diet.sources is None:
+        return None, f"skipped: {diet.skipped}" if diet.skipped else None
+    return {**a, "cuda_sources": diet.sources}, "lightened"
+
+
+def _build(real: Callable[..., Any], a: dict[str, Any], light: dict[str, Any] | None,
+           note: str | None) -> tuple[Any, str | None]:
+    """Build `light` (the call on the header diet) when there is one, and the call as written
+    when there is none or it does not compile (the candidate then gets torch's own error)."""
+    if light is None:
+        return real(**a), note
+    import torch.utils.cpp_extension as ext
+
+    versions: dict[str, Any] = ext.JIT_EXTENSION_VERSIONER.entries
+    name = str(a["name"])
+    before = versions.get(name)
+    t0 = time.perf_counter()
+    try:  # `use_pch` as `_header` left it for this build
+        return real(**{**light, "use_pch": a.get("use_pch", False)}), "lightened"
+    except Exception as e:  # a compile error (torch's RuntimeError) or an import failure
+        # torch counted the lightened sources as a new version of `name`; the build as written
+        # gets the name and version torch would have given it without the diet
+        if before is None:
+            versions.pop(name, None)
+        else:
+            versions[name] = before
+        spent = time.perf_counter() - t0
+        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        module = real(**a)
+        return module, f"fell back: the lightened source did not build in {spent:.1f} s ({first})"
+
+
+def _diet_on() -> bool:
+    return os.environ.get(DIET_VAR, "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def load(*args: Any, **kwargs: Any) -> Any:

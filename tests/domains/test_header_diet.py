@@ -1,0 +1,289 @@
+"""The header diet of `load_inline` CUDA sources (issue 28, item 4): `torch/extension.h` in a
+`.cu` becomes `torch/types.h`; a source that needs the full headers is left as written, one
+that does not compile lightened is built as written, and a lightened and an as-written build
+never share a cache entry."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stratagem.domains.pytorch import build_cache, header_diet
+from stratagem.domains.pytorch.build_cache import BuildCache, key_of
+from stratagem.domains.pytorch.header_diet import lighten
+from stratagem.domains.pytorch.worker import inline_builds
+
+KERNELBENCH_RELU = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+torch::Tensor relu_cuda(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+STREAM_MATMUL = r"""
+#include "torch/extension.h"   // quoted, with a comment
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
+
+template <typename scalar_t>
+__global__ void scale_kernel(const scalar_t* x, scalar_t* y, scalar_t s, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * s;
+}
+
+at::Tensor scale_cuda(at::Tensor x, double s) {
+    auto y = at::empty_like(x);
+    auto stream = at::cuda::getCurrentCUDAStream();
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "scale", [&] {
+        scale_kernel<scalar_t><<<(x.numel() + 255) / 256, 256, 0, stream>>>(
+            x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), (scalar_t)s, x.numel());
+    });
+    return y;
+}
+"""
+USES_NN = r"""
+#include <torch/extension.h>
+namespace F = torch::nn::functional;
+torch::Tensor act(torch::Tensor x) { return F::gelu(x); }
+"""
+DEFINES_MODULE = r"""
+#include <torch/extension.h>
+torch::Tensor id(torch::Tensor x) { return x; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("id", &id); }
+"""
+
+
+def test_the_full_header_becomes_torch_types_on_the_same_line() -> None:
+    diet = lighten([KERNELBENCH_RELU])
+    assert diet.sources is not None and diet.removed == ("torch/extension.h",) and diet.skipped is None
+    out = diet.sources[0]
+    assert "#include <torch/types.h>" in out and "#include <torch/extension.h>" not in out
+    assert out.count("\n") == KERNELBENCH_RELU.count("\n")  # error messages keep the user's line numbers
+    assert out.splitlines()[2:] == KERNELBENCH_RELU.splitlines()[2:]  # nothing else changed
+    assert "#include <cuda_runtime.h>" in out
+
+
+@pytest.mark.parametrize("line", [
+    "#include <torch/extension.h>", '#include "torch/extension.h"', "#include<torch/extension.h>",
+    "  #  include <torch/extension.h>  // the torch API", "#include <torch/torch.h>", "#include <torch/all.h>",
+])
+def test_include_forms(line: str) -> None:
+    src = f"{line}\n__global__ void k() {{}}\n"
+    diet = lighten([src])
+    assert diet.sources is not None, line
+    first = diet.sources[0].splitlines()[0]
+    assert "<torch/types.h>" in first and "torch/extension.h>" not in first.split("/*")[0]
+    if "//" in line:
+        assert first.endswith("// the torch API")
+
+
+@pytest.mark.parametrize("src", [
+    "#include <torch/types.h>\n__global__ void k() {}\n",
+    "#include <ATen/ATen.h>\n#include <torch/extension_helpers.h>\n",
+    "// #include <torch/extension.h>\n__global__ void k() {}\n",  # commented out: nothing to lighten
+    '#include <torch/extension.hpp>\n',
+])
+def test_sources_without_a_heavy_include_are_left_alone(src: str) -> None:
+    assert lighten([src]) == header_diet.Diet(None)
+
+
+def test_a_stream_source_keeps_its_cuda_headers() -> None:
+    diet = lighten([STREAM_MATMUL])
+    assert diet.sources is not None
+    out = diet.sources[0]
+    assert "#include <ATen/cuda/CUDAContext.h>" in out and "#include <c10/cuda/CUDAStream.h>" in out
+    assert "// quoted, with a comment" in out.splitlines()[1]
+
+
+@pytest.mark.parametrize("src,named", [
+    (USES_NN, "torch::nn"), (DEFINES_MODULE, "PYBIND11_"),
+    ("#include <torch/extension.h>\nvoid f() { torch::manual_seed(0); }\n", "torch::manual_seed"),
+    ("#include <torch/extension.h>\nnamespace py = pybind11;\n", "pybind11"),
+    ("#include <torch/extension.h>\nat::Tensor f(at::Tensor x) { return torch :: fft :: fft(x); }\n",
+     "torch :: fft"),
+])
+def test_sources_that_need_the_full_headers_are_left_as_written(src: str, named: str) -> None:
+    diet = lighten([src])
+    assert diet.sources is None and diet.removed and diet.skipped is not None and named in diet.skipped
+
+
+def test_a_mention_in_a_comment_does_not_keep_the_full_headers() -> None:
+    src = "#include <torch/extension.h>\n// like torch::nn::functional::relu\n/* PYBIND11_MODULE */\n"
+    assert lighten([src]).sources is not None
+
+
+def test_every_source_of_a_call_is_lightened_or_none() -> None:
+    diet = lighten([KERNELBENCH_RELU, "__device__ int two() { return 2; }\n"])
+    assert diet.sources is not None and len(diet.sources) == 2 and diet.sources[1].startswith("__device__")
+    assert lighten([KERNELBENCH_RELU, USES_NN]).sources is None  # one needs them: the call is built as written
+
+
+# The wrapper: fallback, cache keys, the switch
+
+
+def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool) -> list[str]:
+    """torch's load_inline replaced by a fake that 'builds' (writes a library file) and fails on
+    lightened sources when `fail_light`; returns the log of what it built."""
+    import torch.utils.cpp_extension as ext
+
+    log: list[str] = []
+
+    def fake(name, cpp_sources, cuda_sources=None, build_directory=None, **_kw):
+        text = "\n".join(cuda_sources or [])
+        light = "stratagem header diet" in text
+        log.append("light" if light else "written")
+        ext.JIT_EXTENSION_VERSIONER.entries[name] = ("bumped", light)  # torch counts every new source as a version of `name`
+        if light and fail_light:
+            raise RuntimeError("Error building extension 'relu_ext'\nerror: identifier \"std::cout\" is undefined")
+        folder = Path(build_directory or tmp_path / "torch-default")
+        folder.mkdir(parents=True, exist_ok=True)
+        lib = folder / f"{name}.so"
+        lib.write_bytes(b"\x7fELF " + text.encode())
+        return types.SimpleNamespace(__file__=str(lib), light=light)
+
+    monkeypatch.setenv(build_cache.ENV_VAR, str(tmp_path / "cache"))
+    monkeypatch.setenv(inline_builds.PCH_VAR, "0")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.delenv(inline_builds.DIET_VAR, raising=False)
+    monkeypatch.setitem(inline_builds._state, "signature", inspect.signature(ext.load_inline))
+    monkeypatch.setitem(inline_builds._state, "original", fake)
+    monkeypatch.setitem(inline_builds._state, "original_load", fake)
+    monkeypatch.setitem(inline_builds._state, "pch", None)
+    monkeypatch.setattr(ext, "load_inline", ext.load_inline)
+    monkeypatch.setattr(ext, "load", ext.load)
+    monkeypatch.setattr(ext, "remove_extension_h_precompiler_headers", ext.remove_extension_h_precompiler_headers)
+    monkeypatch.setattr(ext, "_import_module_from_library",
+                        lambda module, path, is_python: types.SimpleNamespace(__file__=f"{path}/{module}.so", hit=True))
+    monkeypatch.setattr(ext.JIT_EXTENSION_VERSIONER, "entries", dict(ext.JIT_EXTENSION_VERSIONER.entries))
+    inline_builds.install("cpu")
+    return log
+
+
+def _load(**kw: Any) -> Any:
+    """torch's `load_inline` as a candidate calls it (the wrapper, once installed)."""
+    import torch.utils.cpp_extension as ext
+
+    return getattr(ext, "load_inline")(**kw)  # noqa: B009 - torch types it as returning a path
+
+
+def _call() -> dict:
+    return {"name": "relu_ext", "cpp_sources": "torch::Tensor relu_cuda(torch::Tensor x);",
+            "cuda_sources": KERNELBENCH_RELU, "functions": ["relu_cuda"], "extra_cuda_cflags": ["-O3"]}
+
+
+def test_a_lightened_build_is_cached_under_its_own_key(tmp_path, monkeypatch) -> None:
+
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False)
+    module = _load(**_call())
+    assert module.light and log == ["light"]
+    event = inline_builds.EVENTS[-1]
+    assert event.outcome == "built" and event.header_diet == "lightened"
+    assert event.to_json()["header_diet"] == "lightened"
+    written = key_of(inline_builds.build_inputs({**_call(), "cuda_sources": [KERNELBENCH_RELU]}))
+    assert event.key is not None and event.key != written  # never the entry of the source as written
+    assert BuildCache(tmp_path / "cache").entry(event.key).is_dir()
+    assert not BuildCache(tmp_path / "cache").entry(written).exists()
+    again = _load(**_call())
+    assert again.hit and log == ["light"]
+    assert inline_builds.EVENTS[-1].outcome == "hit" and inline_builds.EVENTS[-1].key == event.key
+
+    monkeypatch.setenv(inline_builds.DIET_VAR, "0")  # the diet off: built as written, its own entry
+    assert not _load(**_call()).light and log == ["light", "written"]
+    assert inline_builds.EVENTS[-1].key == written and inline_builds.EVENTS[-1].header_diet is None
+
+
+def test_a_source_that_does_not_compile_lightened_is_built_as_written(tmp_path, monkeypatch) -> None:
+    import torch.utils.cpp_extension as ext
+
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=True)
+    ext.JIT_EXTENSION_VERSIONER.entries.pop("relu_ext", None)
+    module = _load(**_call())
+    assert not module.light and log == ["light", "written"]
+    event = inline_builds.EVENTS[-1]
+    assert event.outcome == "built" and event.header_diet is not None and event.header_diet.startswith("fell back")
+    assert "Error building extension" in event.header_diet
+    written = key_of(inline_builds.build_inputs({**_call(), "cuda_sources": [KERNELBENCH_RELU]}))
+    assert event.key == written  # published as what it is: the source as written
+    # the fallback's version of the name is torch's own: the failed attempt was taken back
+    assert ext.JIT_EXTENSION_VERSIONER.entries["relu_ext"] == ("bumped", False)
+    again = _load(**_call())  # no second failed attempt: the as-written entry is found
+    assert again.hit and log == ["light", "written"]
+    assert inline_builds.EVENTS[-1].header_diet == "as written"
+
+
+def test_a_source_that_fails_as_written_too_gets_torchs_error(tmp_path, monkeypatch) -> None:
+
+    _fake_torch(monkeypatch, tmp_path, fail_light=True)
+
+    def broken(name, cpp_sources, cuda_sources=None, **_kw):
+        raise RuntimeError("the candidate's own error" if "header diet" not in "".join(cuda_sources or []) else "light")
+
+    monkeypatch.setitem(inline_builds._state, "original", broken)
+    with pytest.raises(RuntimeError, match="the candidate's own error"):
+        _load(**_call())
+
+
+def test_a_skipped_source_says_why(tmp_path, monkeypatch) -> None:
+
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False)
+    _load(**{**_call(), "cuda_sources": USES_NN})
+    assert log == ["written"]
+    note = inline_builds.EVENTS[-1].header_diet
+    assert note is not None and note.startswith("skipped") and "torch::nn" in note
+
+
+def _torch_include() -> Path:
+    import torch.utils.cpp_extension as ext
+
+    return Path(ext._TORCH_PATH) / "include"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_nvcc_compiles_the_lightened_kernelbench_sources(tmp_path) -> None:
+    """nvcc with torch's own flags compiles both lightened sources (a CPU build of torch ships
+    the ATen/cuda and c10/cuda headers), and a source that needs what the diet removed fails,
+    which is the wrapper's cue to build it as written."""
+    inc = _torch_include()
+    if not (inc / "ATen" / "cuda" / "CUDAContext.h").exists():
+        pytest.skip("torch's include folder has no ATen/cuda headers")
+    import sysconfig
+
+    flags = ["-DTORCH_EXTENSION_NAME=diet_test", "-DTORCH_API_INCLUDE_EXTENSION_H",
+             "-isystem", str(inc), "-isystem", str(inc / "torch" / "csrc" / "api" / "include"),
+             "-isystem", str(sysconfig.get_path("include")), "-D__CUDA_NO_HALF_OPERATORS__",
+             "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+             "--expt-relaxed-constexpr", "--compiler-options", "-fPIC", "-O3",
+             "-gencode=arch=compute_90,code=sm_90", "-std=c++20"]
+    prefix = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # load_inline's
+    needs_more = ("#include <torch/extension.h>\n"  # nn:: without torch:: in front: the check misses it
+                  "torch::Tensor f(torch::Tensor x) { using namespace torch; return nn::functional::relu(x); }\n")
+    for name, src, ok in (("relu", KERNELBENCH_RELU, True), ("stream", STREAM_MATMUL, True),
+                          ("needs_more", needs_more, False)):
+        diet = lighten([src])
+        assert diet.sources is not None
+        cu = tmp_path / f"{name}.cu"
+        cu.write_text(prefix + diet.sources[0])
+        out = subprocess.run(["nvcc", *flags, "-c", str(cu), "-o", str(tmp_path / f"{name}.o")],
+                             capture_output=True, text=True, timeout=1500, check=False,
+                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+        assert (out.returncode == 0) is ok, (name, out.stderr[-3000:])
