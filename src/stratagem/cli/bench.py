@@ -33,7 +33,7 @@ def bench_cmd(
     resume: Annotated[Path | None, typer.Option("--resume", metavar="SUITE_DIR", help="Continue this suite problem by problem (a finished problem is never run again) with the settings it started with.")] = None,
     levels: Annotated[str | None, typer.Option("--levels", metavar="LEVELS", help="The checkout's levels: 1,2,3 (KernelBench) or 3-pike,5 (PIKE). Default: every level* folder found.")] = None,
     problems: Annotated[str | None, typer.Option("--problems", metavar="IDS", help="Problem ids: 1-20, 1,3,7-9, or a file listing them.")] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", metavar="N", help="Problems at once (default 1), sharing one evaluator in this process.")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", metavar="N", help="Problems at once, sharing one executor in this process, each run on the GPU with the fewest runs (default: one per GPU slot, workers_per_gpu per GPU; 1 on the CPU).")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM as for `stratagem run`. None: the recipes policy.")] = None,
     endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto, pike-b, pike-o (need --model) or recipes.")] = None,
@@ -87,13 +87,13 @@ def bench_cmd(
         ids = parse_ids(problems) if problems else None
         found = find_problems(suite_path, chosen_levels, ids)
         suite_dir = run_dir or default_suite_dir(suite_path)
-        new_suite(suite_dir, suite_path.resolve(), found, cfg, jobs=1 if jobs is None else jobs, levels=chosen_levels,
+        new_suite(suite_dir, suite_path.resolve(), found, cfg, jobs=jobs, levels=chosen_levels,
                   ids=sorted(ids) if ids is not None else None)
     except ConfigError as e:
         fail(console, e, as_json, 2)
     except StratagemError as e:
         fail(console, e, as_json, 1)
-    console.print(f"suite: {suite_dir} · {len(found)} problems · {1 if jobs is None else jobs} at once",
+    console.print(f"suite: {suite_dir} · {len(found)} problems · {jobs or 'one per GPU slot (1 on the CPU)'} at once",
                   highlight=False)
     _drive(console, as_json, suite_dir, None)
 
@@ -112,7 +112,8 @@ def _drive(console: Console, as_json: bool, suite_dir: Path, jobs: int | None) -
         c = manifest.counts()
         ended = sum(c.get(k, 0) for k in ("done", "failed", "skipped"))
         why = f" ({entry.stop_reason})" if entry.stop_reason else ""
-        console.print(f"[{ended}/{len(manifest.problems)}] {entry.key}: {entry.state}{why}", highlight=False)
+        where = f" on {entry.device}" if entry.device and entry.state == "running" else ""
+        console.print(f"[{ended}/{len(manifest.problems)}] {entry.key}: {entry.state}{where}{why}", highlight=False)
 
     def on_term(_sig: int, _frame: Any) -> None:
         os.kill(os.getpid(), signal.SIGINT)

@@ -25,8 +25,8 @@ from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_wor
 from stratagem.evaluation.slots import TIMING_CORES_MIN, Slot, make_slots, reserve_timing_cores
 from stratagem.worker_api.protocol import EvalRequest
 
-__all__ = ["TIMING_CORES_MIN", "Executor", "LocalExecutor", "Slot", "make_executor", "reserve_timing_cores",
-           "resolve_device", "visible_gpus"]
+__all__ = ["TIMING_CORES_MIN", "Executor", "LocalExecutor", "PinnedExecutor", "Slot", "gpu_slots", "make_executor",
+           "reserve_timing_cores", "resolve_device", "visible_gpus"]
 
 
 class Executor(Protocol):
@@ -215,3 +215,47 @@ class LocalExecutor:
 
     async def aclose(self) -> None:
         self._free, self._ready = None, None
+
+
+def gpu_slots(executor: Executor) -> int:
+    """How many GPU evaluations `executor` runs at once: its slots on GPUs (a local executor:
+    `workers_per_gpu` per GPU), its whole capacity when its workers are elsewhere and serve
+    GPUs (queue, Ray), 0 on the CPU."""
+    devices = executor.devices()
+    if not any(d.startswith("cuda") for d in devices):
+        return 0
+    slots: list[Slot] | None = getattr(executor, "slots", None)
+    if slots is None:
+        return executor.capacity
+    return sum(1 for s in slots if s.physical.startswith("cuda"))
+
+
+class PinnedExecutor:
+    """One physical device of a shared executor: every request it is given goes to `device`
+    (unless the caller names another), so the evaluations, baselines and peaks of whatever uses
+    it all land on that device, through the shared executor's slots, locks and caches. A
+    suite gives each problem's run the device with the fewest runs on it (`search/suite.py`).
+    Closing it closes nothing: the shared executor belongs to its owner."""
+
+    def __init__(self, inner: Executor, device: str) -> None:
+        if device not in inner.devices():
+            raise ConfigError(f"no slot of this executor is on {device} (its devices: {', '.join(inner.devices())})")
+        self.inner = inner
+        self.device = device
+        slots: list[Slot] | None = getattr(inner, "slots", None)
+        self.capacity = sum(1 for s in slots if s.physical == device) if slots is not None else 1
+
+    async def submit(
+        self, request: EvalRequest, timeout_s: float, compile_timeout_s: float | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None, device: str | None = None,
+    ) -> tuple[Slot, SandboxResult]:
+        return await self.inner.submit(request, timeout_s, compile_timeout_s, on_event, device or self.device)
+
+    def devices(self) -> list[str]:
+        return [self.device]
+
+    def host(self) -> str | None:
+        return self.inner.host()
+
+    async def aclose(self) -> None:
+        return None

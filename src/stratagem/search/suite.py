@@ -1,9 +1,19 @@
 """Owns running a suite (`stratagem bench`): one run per problem under one suite directory,
-at most `jobs` problems at once, every run in this process sharing one evaluator (so
-baselines, the device's peaks, reference facts and compile caches are measured once and
-reused). `resume_suite` goes on problem by problem: a `done` (or `skipped`) problem is never
-run again; an interrupted, failed or killed one continues from its run database, as
-`stratagem resume` does.
+at most `jobs` problems at once (default `default_jobs`: as many as the executor has GPU
+slots), every run in this process sharing one executor and its caches (baselines, the
+device's peaks, reference facts and compile caches are measured once and reused).
+`resume_suite` goes on problem by problem: a `done` (or `skipped`) problem is never run again;
+an interrupted, failed or killed one continues from its run database, as `stratagem resume`
+does.
+
+Spreading (issue 29): on a local executor with several devices, each problem's run is given
+the device with the fewest runs on it (the first on ties) when it starts, and every request
+of that run (its designs, its baseline, the peaks) goes to that device (`PinnedExecutor`),
+through one evaluator per device. k problems on k GPUs thus run on all k at once, each design
+compared with a reference timed on its own GPU (never measured again on every GPU a design
+might land on); the device lock keeps timings on one GPU apart, and with `workers_per_gpu`
+2 a GPU's second worker builds and checks while the first times. Executors whose workers are
+elsewhere (queue, Ray) place requests themselves: their runs are not pinned.
 
 Layout: SUITE_DIR/suite.json (`suite_manifest.py`) and SUITE_DIR/runs/KEY/ (a run directory
 like any other: `stratagem show`, `export`, `report` read it).
@@ -13,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +32,7 @@ from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.domains import load_problem
 from stratagem.errors import ConfigError, StratagemError
 from stratagem.evaluation.api import make_evaluator
+from stratagem.evaluation.executors import Executor, PinnedExecutor, gpu_slots
 from stratagem.evaluation.service import Evaluator
 from stratagem.search.api import _own, _preflight, _stored_problem, check_policy, make_policy
 from stratagem.search.loop import RunOutcome, SearchLoop
@@ -50,15 +62,25 @@ def default_suite_dir(source: Path, root: Path = Path("runs")) -> Path:
     return root / f"suite-{source.resolve().name or 'problems'}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def default_jobs(executor: Executor) -> int:
+    """Problems at once when the user does not say (`--jobs`): one per GPU slot of the
+    executor (`workers_per_gpu` per GPU: every GPU busy, one design timing while another
+    builds), so that no GPU idles while problems wait; 1 on the CPU, where problems at once
+    would build and time on the same cores."""
+    return max(1, gpu_slots(executor))
+
+
 def new_suite(suite_dir: Path, source: Path, problems: Sequence[SuiteProblem], cfg: StratagemConfig, *,
-              jobs: int = 1, levels: Sequence[str] | None = None, ids: Sequence[int] | None = None) -> SuiteManifest:
+              jobs: int | None = None, levels: Sequence[str] | None = None,
+              ids: Sequence[int] | None = None) -> SuiteManifest:
     """Write a new suite directory's manifest (every problem pending); nothing runs yet.
+    `jobs` None: decided when the suite runs (`default_jobs`).
 
     Raises:
         ConfigError: the policy cannot run with `cfg`, `jobs` < 1, or `suite_dir` already holds
             a suite (continue it with `stratagem bench --resume`).
     """
-    if jobs < 1:
+    if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs {jobs}: give 1 or more problems at once")
     check_policy(cfg)
     if is_suite_dir(suite_dir):
@@ -87,8 +109,9 @@ def suite_config(manifest: SuiteManifest) -> StratagemConfig:
 async def run_suite(suite_dir: Path, *, jobs: int | None = None, on_change: OnChange | None = None,
                     evaluator: Evaluator | None = None) -> SuiteManifest:
     """Run (or continue) every problem of the suite not yet done, `jobs` at once (default the
-    manifest's), all through one evaluator (`evaluator`, else one built from the suite's
-    configuration and closed at the end). Returns the manifest at the end.
+    manifest's, else `default_jobs`), all through one executor (`evaluator`'s, else one built
+    from the suite's configuration and closed at the end), spread over its devices (the
+    module's docstring). Returns the manifest at the end.
 
     A problem's error is recorded in its entry (`failed`, with the reason) and the suite goes
     on; cancellation (Ctrl-C) marks the running problems `interrupted` and propagates.
@@ -110,10 +133,11 @@ async def run_suite(suite_dir: Path, *, jobs: int | None = None, on_change: OnCh
     ev = evaluator if evaluator is not None else make_evaluator(cfg.evaluation)
     _own(ev, suite_dir)
     state = _State(suite_dir, manifest, on_change)
-    gate = asyncio.Semaphore(manifest.jobs)
+    gate = asyncio.Semaphore(manifest.jobs or default_jobs(ev.executor))
+    devices = _Devices(ev)
     todo = [p.key for p in manifest.problems if p.state not in FINAL_STATES]
     try:
-        await asyncio.gather(*(_one(state, key, cfg, ev, gate) for key in todo))
+        await asyncio.gather(*(_one(state, key, cfg, devices, gate) for key in todo))
     finally:
         if own:
             await ev.executor.aclose()
@@ -136,27 +160,61 @@ class _State:
             self.on_change(entry, self.manifest)
 
 
-async def _one(state: _State, key: str, cfg: StratagemConfig, evaluator: Evaluator,
+class _Devices:
+    """Which device each running problem has (the module's docstring): the one with the fewest
+    runs on it, with one evaluator per device shared by the runs on it. Without several
+    devices of a known machine, every run shares the suite's evaluator as it is."""
+
+    def __init__(self, evaluator: Evaluator) -> None:
+        ex = evaluator.executor
+        self.shared = evaluator
+        self.spread = ex.host() is not None and len(ex.devices()) > 1
+        self.running = dict.fromkeys(ex.devices(), 0)
+        self.evaluators: dict[str, Evaluator] = {}
+
+    @contextmanager
+    def take(self) -> Iterator[tuple[Evaluator, str | None]]:
+        """(the evaluator of the run, its device: None when runs are not pinned)."""
+        if not self.spread:
+            yield self.shared, None
+            return
+        dev = min(self.running, key=lambda d: self.running[d])
+        self.running[dev] += 1
+        try:
+            if dev not in self.evaluators:
+                self.evaluators[dev] = Evaluator(self.shared.cfg, PinnedExecutor(self.shared.executor, dev), dev)
+            yield self.evaluators[dev], dev
+        finally:
+            self.running[dev] -= 1
+
+
+async def _one(state: _State, key: str, cfg: StratagemConfig, devices: _Devices,
                gate: asyncio.Semaphore) -> None:
     async with gate:
-        entry = state.manifest.entry(key)
-        state.set(key, state="running", started_at=time.time(), finished_at=None, stop_reason=None)
-        try:
-            outcome = await _run_problem(entry, state.suite_dir / entry.run_dir, cfg, evaluator)
-        except asyncio.CancelledError:
-            state.set(key, state="interrupted", stop_reason="interrupted by the user", finished_at=time.time())
-            raise
-        except _Skip as e:
-            state.set(key, state="skipped", stop_reason=str(e), finished_at=time.time())
-            return
-        except StratagemError as e:
-            state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())
-            return
-        except Exception as e:  # noqa: BLE001 - one problem's crash must not stop the other problems
-            state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())
-            return
-        state.set(key, state="done", stop_reason=outcome.stop_reason if outcome else "finished before",
-                  finished_at=time.time())
+        with devices.take() as (evaluator, device):
+            await _one_on(state, key, cfg, evaluator, device)
+
+
+async def _one_on(state: _State, key: str, cfg: StratagemConfig, evaluator: Evaluator, device: str | None) -> None:
+    """Run one problem through `evaluator` (on `device`, when runs are pinned), recording its state."""
+    entry = state.manifest.entry(key)
+    state.set(key, state="running", started_at=time.time(), finished_at=None, stop_reason=None, device=device)
+    try:
+        outcome = await _run_problem(entry, state.suite_dir / entry.run_dir, cfg, evaluator)
+    except asyncio.CancelledError:
+        state.set(key, state="interrupted", stop_reason="interrupted by the user", finished_at=time.time())
+        raise
+    except _Skip as e:
+        state.set(key, state="skipped", stop_reason=str(e), finished_at=time.time())
+        return
+    except StratagemError as e:
+        state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())
+        return
+    except Exception as e:  # noqa: BLE001 - one problem's crash must not stop the other problems
+        state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())
+        return
+    state.set(key, state="done", stop_reason=outcome.stop_reason if outcome else "finished before",
+              finished_at=time.time())
 
 
 async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,

@@ -45,6 +45,8 @@ class ProblemEntry:
     started_at: float | None = None
     """Unix time the problem's latest run (or resumption) started."""
     finished_at: float | None = None
+    device: str | None = None
+    """The device its latest run was given (`cuda:1`) when the suite spreads runs over several."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,9 @@ class SuiteManifest:
     problems: tuple[ProblemEntry, ...]
     config: dict[str, Any]
     """The whole StratagemConfig as JSON: every problem's run starts with it."""
-    jobs: int = 1
-    """Problems run at once (in one process, sharing one evaluator)."""
+    jobs: int | None = 1
+    """Problems run at once (in one process, sharing one executor); None: as many as the
+    executor has GPU slots, 1 on the CPU (`search/suite.py:default_jobs`)."""
     levels: tuple[str, ...] | None = None
     ids: tuple[int, ...] | None = None
     """`--problems`' ids, when given."""
@@ -91,7 +94,7 @@ class SuiteManifest:
     def from_json(cls, d: dict[str, Any]) -> SuiteManifest:
         try:
             return cls(source=str(d["source"]), problems=tuple(ProblemEntry(**p) for p in d["problems"]),
-                       config=dict(d["config"]), jobs=int(d.get("jobs", 1)),
+                       config=dict(d["config"]), jobs=None if d.get("jobs", 1) is None else int(d.get("jobs", 1)),
                        levels=tuple(d["levels"]) if d.get("levels") is not None else None,
                        ids=tuple(int(i) for i in d["ids"]) if d.get("ids") is not None else None,
                        created_at=float(d.get("created_at", 0.0)), version=int(d.get("version", 1)))
