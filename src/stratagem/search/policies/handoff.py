@@ -12,8 +12,10 @@ handling; the template's defaults first, the agent's own guess):
   design once), stored with the tags `params`, `template` (the study's id) and `handoff` (the
   template's author, the point's number), as the writer's design: its author, strategy and
   parents, so a point's parent is the template's author's parent;
-- tuning stops after the configured number of points, when a run budget is spent (at least
-  one point is evaluated, as any written design is), or when every feasible point is known;
+- tuning stops after the configured number of points, when the run's device-seconds or wall
+  budget is spent (at least one point is evaluated, as any written design is; the query, token
+  and money budgets are the writers', and tuning asks no model), or when every feasible point
+  is known;
 - the writer gets back the best point's feedback, its report headed by every point's verdict,
   so the fix loop goes on as after any evaluation (a valid best ends it); the best point is a
   design of the run like any other, and prompts show its parameters (`context/designs.py`);
@@ -211,7 +213,7 @@ class HandoffSession:
         m = max(n, 1)
         stop = f"the {m} {'point' if m == 1 else 'points'} a hand-off is given (tune_evaluations) were evaluated"
         while len(done) < m:
-            if done and (spent := self.inner.budget_left()) is not None:
+            if done and (spent := self._spent()) is not None:
                 stop = f"the run's {spent} budget is spent"
                 break
             point, why = self._next(template, trials, study, first=not done, random_ok=n >= 1)
@@ -233,6 +235,16 @@ class HandoffSession:
             return replace(fb, report=f"Your template was not tuned again: {stop} ({known} points known). Its best "
                            f"point so far is design `{fb.design_id[:12]}`.\n\n{fb.report}")
         return self._answer(template, done, known, stop, tags)
+
+    def _spent(self) -> str | None:
+        """The evaluation budget that is spent (device seconds, wall), if one is: tuning asks no
+        model, so the query, token and money budgets (the writer's) do not stop it."""
+        left = self.inner.budget_remaining()
+        if left.gpu_seconds is not None and left.gpu_seconds <= 0:
+            return "max_gpu_seconds"
+        if left.wall_seconds is not None and left.wall_seconds <= 0:
+            return "max_wall_seconds"
+        return None
 
     def _trials_of(self, template: Template) -> list[Trial]:
         """What the study of `template` knows: its points among the run's designs at the start
