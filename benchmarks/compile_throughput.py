@@ -21,16 +21,35 @@ evaluation s (wall clock around `Evaluator.evaluate`), cache (hit, built, uncach
 row built torch's precompiled header for its flags, reused it, or had none: it lives in torch's
 include folder and outlasts the run, so a second run of the benchmark finds it built).
 
+`--header-diet off` builds the CUDA file as written (`STRATAGEM_BUILD_HEADER_DIET=0` for the
+workers); on (the default) its `torch/extension.h` becomes `torch/types.h` (`header_diet.py`),
+and the `diet` column says what the wrapper did (lightened, fell back, as written, skipped).
+
+`--nvcc-only` needs no GPU and no evaluation: it times nvcc alone on the CUDA candidate's
+`cuda.cu` as `load_inline` writes it, with torch's own flags (`COMMON_NVCC_FLAGS`, its include
+paths, `-std=c++20`, `-O3`, one architecture, `-MD`), as written, lightened, and a lightened
+source that fails to compile (what the fallback costs before it builds the source as written):
+wall seconds and CPU seconds (user + system of nvcc and its children; on a loaded machine the
+CPU seconds are the steadier figure).
+
 Usage (from the repository root; needs torch and pydantic, not pydantic-ai):
-    PYTHONPATH=src python benchmarks/compile_throughput.py --device cuda [--no-pch] [--skip-off] [--json]
+    PYTHONPATH=src python benchmarks/compile_throughput.py --device cuda [--no-pch] [--skip-off] \
+        [--header-diet on|off] [--json]
+    PYTHONPATH=src python benchmarks/compile_throughput.py --nvcc-only [--arch 90] [--repeat N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import os
+import resource
+import shutil
+import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -134,11 +153,21 @@ async def _evaluate(ev: Evaluator, source: str) -> dict[str, Any]:
     builds = list((load.details or {}).get("builds") or []) if load is not None else []
     return {"status": out.verdict.status, "whole_s": wall, "build_s": sum(float(b["build_s"]) for b in builds),
             "cache": ",".join(str(b["outcome"]) for b in builds) or "-", "builds": builds,
+            "diet": ",".join(str(b.get("header_diet") or "-").split(":")[0] for b in builds) or "-",
             "load_s": load.duration_s if load is not None else None,
             "reason": None if out.verdict.status == "valid" else out.verdict.report()[-600:]}
 
 
-def run(device: str, pch: bool, skip_off: bool) -> list[dict[str, Any]]:
+def _executor(devices: list[str], cfg: Any, env: dict[str, str], diet: bool) -> LocalExecutor:
+    """The local executor, its slots telling the workers whether to diet (the variable is set in
+    the slots' own environment: the sandbox passes only allowlisted variables of the parent)."""
+    ex = LocalExecutor.for_devices(devices, cfg, env)
+    slots = [dataclasses.replace(s, env={**s.env, "STRATAGEM_BUILD_HEADER_DIET": "1" if diet else "0"})
+             for s in ex.slots]
+    return LocalExecutor(slots, cfg, env)
+
+
+def run(device: str, pch: bool, skip_off: bool, diet: bool = True) -> list[dict[str, Any]]:
     template = CUDA_CANDIDATE if device == "cuda" else CPU_CANDIDATE
     first, changed = template.replace("BLOCK", "256"), template.replace("BLOCK", "512")
     env = dict(environment())
@@ -148,12 +177,12 @@ def run(device: str, pch: bool, skip_off: bool) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="stratagem-compile-bench-") as tmp:
         if not skip_off:
             cfg = _config(device, Path(tmp) / "off", False)
-            ev = Evaluator(cfg, LocalExecutor.for_devices(devices, cfg, env), device)
+            ev = Evaluator(cfg, _executor(devices, cfg, env, diet), device)
             before = _pch_sign()
             row = asyncio.run(_evaluate(ev, first))
             rows.append({"row": "cold, cache off", "pch": _pch(before), **row})
         cfg = _config(device, Path(tmp) / "on", True)
-        ev = Evaluator(cfg, LocalExecutor.for_devices(devices, cfg, env), device)
+        ev = Evaluator(cfg, _executor(devices, cfg, env, diet), device)
 
         async def three() -> None:
             for label, src in (("cold", first), ("unchanged", first), ("one-line change", changed)):
@@ -165,27 +194,113 @@ def run(device: str, pch: bool, skip_off: bool) -> list[dict[str, Any]]:
     return rows
 
 
+NEEDS_MORE = """
+#include <torch/extension.h>
+torch::Tensor gelu_cuda(torch::Tensor x) { using namespace torch; return nn::functional::gelu(x); }
+"""
+"""A source the diet's check lets through but that needs the frontend (nn without `torch::`):
+the lightened compile fails, the cost of the fallback's first attempt."""
+
+
+def _cuda_source() -> str:
+    """The CUDA candidate's `cuda_src` (block 256)."""
+    text = CUDA_CANDIDATE.replace("BLOCK", "256")
+    return text.split('cuda_src = r"""', 1)[1].split('"""', 1)[0]
+
+
+def nvcc_command(cu: Path, arch: str) -> list[str]:
+    """nvcc as torch's ninja file runs it for `load_inline` (cpp_extension's flags, read from
+    torch), with the benchmark candidate's `-O3` and one architecture."""
+    import torch.utils.cpp_extension as ext
+
+    try:
+        inc = ext.include_paths("cuda")
+    except OSError:  # a CPU build of torch finds no CUDA_HOME: nvcc's own
+        inc = [*ext.include_paths("cpu"), str(Path(shutil.which("nvcc") or "nvcc").resolve().parent.parent / "include")]
+    inc.append(sysconfig.get_path("include", scheme="posix_prefix"))
+    flags = ["-DTORCH_EXTENSION_NAME=bench_relu_cuda", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for folder in inc:
+        flags += ["-isystem", folder]
+    flags += [*ext.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", "-O3",
+              f"-gencode=arch=compute_{arch},code=sm_{arch}", "-std=c++20"]
+    return ["nvcc", "-MD", "-MF", f"{cu}.d", *flags, "-c", str(cu), "-o", f"{cu}.o"]
+
+
+def _timed(cmd: list[str]) -> dict[str, Any]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "ok": out.returncode == 0, "error": out.stderr[-400:] if out.returncode else None}
+
+
+def nvcc_only(arch: str, repeat: int) -> list[dict[str, Any]]:
+    """nvcc alone over the candidate's `cuda.cu`: as written, lightened, and a failing lightened one."""
+    from stratagem.domains.pytorch.header_diet import lighten
+
+    prefix = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # load_inline's
+    written = _cuda_source()
+    light = lighten([written]).sources
+    failing = lighten([NEEDS_MORE]).sources
+    assert light is not None and failing is not None
+    cases = [("as written", written), ("lightened", light[0]), ("lightened, fails", failing[0])]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="stratagem-nvcc-bench-") as tmp:
+        for _ in range(repeat):
+            for label, text in cases:
+                cu = Path(tmp) / "cuda.cu"
+                cu.write_text(prefix + text)
+                rows.append({"row": label, **_timed(nvcc_command(cu, arch))})
+    return rows
+
+
+def _main_nvcc(args: argparse.Namespace) -> int:
+    if shutil.which("nvcc") is None:
+        print("no nvcc on PATH")
+        return 2
+    version = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, check=False).stdout
+    print(f"nvcc alone on the CUDA candidate's cuda.cu, sm_{args.arch}, {os.cpu_count()} cores; "
+          f"{version.strip().splitlines()[-1] if version.strip() else 'nvcc ?'}")
+    print(" ".join(nvcc_command(Path("cuda.cu"), args.arch)))
+    rows = nvcc_only(args.arch, args.repeat)
+    print(f"{'row':<18} {'wall s':>8} {'cpu s':>8} {'compiled':>9}")
+    for r in rows:
+        print(f"{r['row']:<18} {r['wall_s']:>8.1f} {r['cpu_s']:>8.1f} {'yes' if r['ok'] else 'no':>9}")
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    return 0 if all(r["ok"] == (r["row"] != "lightened, fails") for r in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--no-pch", action="store_true",
                     help="build without precompiled headers (deletes torch's, which gcc would use anyway)")
     ap.add_argument("--skip-off", action="store_true", help="skip the cache-off row")
+    ap.add_argument("--header-diet", choices=("on", "off"), default="on",
+                    help="the CUDA file's torch/extension.h as torch/types.h (on, the default) or as written")
+    ap.add_argument("--nvcc-only", action="store_true", help="time nvcc alone on the CUDA file (no GPU needed)")
+    ap.add_argument("--arch", default="90", help="with --nvcc-only: the architecture (90: H100/H200)")
+    ap.add_argument("--repeat", type=int, default=1, help="with --nvcc-only: rounds of the three compiles")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = ap.parse_args(argv)
+    if args.nvcc_only:
+        return _main_nvcc(args)
     what = ("a CUDA load_inline ReLU (torch/extension.h in the .cu)" if args.device == "cuda" else
             "a C++-only load_inline ReLU (no GPU here: the C++ build and the evaluation around it)")
     print(f"compile throughput: {what}, device {args.device}, precompiled headers "
-          f"{'off' if args.no_pch else 'on where torch supports them'}")
+          f"{'off' if args.no_pch else 'on where torch supports them'}, header diet {args.header_diet}")
     if args.no_pch:  # gcc uses a fitting header wherever it lies, asked for or not
         import torch.utils.cpp_extension as ext
 
         ext.remove_extension_h_precompiler_headers()
-    rows = run(args.device, not args.no_pch, args.skip_off)
-    print(f"{'row':<18} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'status':>8}")
+    rows = run(args.device, not args.no_pch, args.skip_off, args.header_diet == "on")
+    print(f"{'row':<18} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'diet':>10} {'status':>8}")
     for r in rows:
         print(f"{r['row']:<18} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} {r['pch']:>7} "
-              f"{r['status']:>8}")
+              f"{r['diet']:>10} {r['status']:>8}")
     for r in rows:
         if r["reason"]:
             print(f"\n{r['row']}: {r['reason']}")
