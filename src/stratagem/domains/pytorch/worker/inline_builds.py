@@ -24,6 +24,11 @@ include folder writable: torch keeps the one precompiled `torch/extension.h` the
 change; the wrapper builds it under a machine-wide lock). A candidate's `-O` flags and its own
 `-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs
 as many jobs as there are cores, and a build has at most two compile units.
+
+Header diet (`header_diet.py`, `STRATAGEM_BUILD_HEADER_DIET=0` turns it off): the CUDA sources'
+`#include <torch/extension.h>` becomes `<torch/types.h>`; a lightened call has its own key, is
+looked up first, then the call as written; a lightened source that does not build is built as
+written in the same folder and published under the as-written key.
 """
 
 from __future__ import annotations
