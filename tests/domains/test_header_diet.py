@@ -128,6 +128,13 @@ def test_sources_that_need_the_full_headers_are_left_as_written(src: str, named:
 def test_a_mention_in_a_comment_does_not_keep_the_full_headers() -> None:
     src = "#include <torch/extension.h>\n// like torch::nn::functional::relu\n/* PYBIND11_MODULE */\n"
     assert lighten([src]).sources is not None
+    message = '#include <torch/extension.h>\nvoid f(bool ok) { TORCH_CHECK(ok, "not a PyTorch CUDA tensor"); }\n'
+    assert lighten([message]).sources is not None  # "PyTorch" is no Python API name
+
+
+@pytest.mark.parametrize("name", ["PyObject* o", "Py_INCREF(o)", "PyErr_SetString(e, m)", "PyGILState_Ensure()"])
+def test_python_api_names_keep_the_full_headers(name: str) -> None:
+    assert lighten([f"#include <torch/extension.h>\nvoid f() {{ {name}; }}\n"]).sources is None
 
 
 def test_every_source_of_a_call_is_lightened_or_none() -> None:

@@ -49,7 +49,8 @@ _INCLUDE = re.compile(
     r'^(?P<lead>[ \t]*#[ \t]*include[ \t]*)(?P<open>[<"])(?P<path>torch/(?:extension|torch|all)\.h)[>"]'
     r'(?P<rest>[^\n]*)$', re.M)
 _NEEDS_FULL = re.compile(
-    r"\bpybind11\b|\bPYBIND11_|\bpy::|\bPy[A-Z_]\w*|Python\.h|\bTORCH_EXTENSION_NAME\b"
+    r"\bpybind11\b|\bPYBIND11_|\bpy::|\bPy_\w+|\bPy[A-Z]\w*?_\w+|\bPy(?:Object|TypeObject)\b|Python\.h"
+    r"|\bTORCH_EXTENSION_NAME\b"
     r"|\btorch\s*::\s*(?:nn|optim|data|jit|autograd|serialize|fft|special|linalg|nested|sparse|cuda|mps|xpu"
     r"|python|save|load|manual_seed|NoGradGuard|AutoGradMode|enable_grad|InferenceMode)\b"
     r"|\bnamespace\s+\w+\s*=\s*torch\s*::\s*nn\b")
