@@ -306,3 +306,12 @@ def test_nvcc_compiles_the_lightened_kernelbench_sources(tmp_path) -> None:
                              capture_output=True, text=True, timeout=1500, check=False,
                              env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
         assert (out.returncode == 0) is ok, (name, out.stderr[-3000:])
+
+
+def test_the_diet_switch_reaches_the_sandboxed_worker() -> None:
+    """A user's `STRATAGEM_BUILD_HEADER_DIET=0` survives the sandbox's environment scrub (else the
+    documented switch would do nothing in the worker that builds)."""
+    from stratagem.evaluation.sandbox import scrub_environment
+
+    assert scrub_environment({"STRATAGEM_BUILD_HEADER_DIET": "0"}) == {"STRATAGEM_BUILD_HEADER_DIET": "0"}
+    assert scrub_environment({"STRATAGEM_BUILD_PCH": "0"}) == {"STRATAGEM_BUILD_PCH": "0"}
