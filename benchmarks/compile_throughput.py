@@ -189,6 +189,8 @@ def run(device: str, pch: bool, skip_off: bool, diet: bool = True) -> list[dict[
                 before = _pch_sign()
                 row = await _evaluate(ev, src)
                 rows.append({"row": label, "pch": _pch(before), **row})
+                print(f"  {label}: build {row.get('build_s')} s, whole {row.get('whole_s', 0):.1f} s, "
+                      f"{row.get('cache')}, {row.get('status')}", flush=True)  # a cut run still says what it got
 
         asyncio.run(three())
     return rows
