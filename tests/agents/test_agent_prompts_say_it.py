@@ -49,7 +49,7 @@ STORE = (
     view(4, "valid", 1.01, (0.93, 1.09)),  # within noise too, by the same rule
     view(5, "error"),
     view(6, "valid", 0.70, (0.65, 0.75)),  # slower than eager beyond its interval
-    view(7, "valid", 2.40, (2.30, 2.50), speedup_compile=1.21, compile_low=1.10, compile_high=1.33),
+    view(7, "valid", 2.40, (2.30, 2.50), speedup_compared=1.21, compared_low=1.10, compared_high=1.33),
     view(8, "invalid"),
     view(9, "valid", 1.60, (1.50, 1.70)),  # the newest valid design, a best one
 )

@@ -42,7 +42,7 @@ PROBLEM = render.ProblemBrief(
 )
 BEST = DesignView("1" * 64, "class ModelNew:  # fused\n    pass\n", "valid", 3, "refine",
                   "implementor-1", ("0" * 64,), runtime_ms=0.0205, speedup=2.01, speedup_low=1.95,
-                  speedup_high=2.08, speedup_compile=1.89, compile_low=1.80, compile_high=1.97,
+                  speedup_high=2.08, speedup_compared=1.89, compared_low=1.80, compared_high=1.97,
                   measures=Measures(runtime_q1_ms=0.0201, runtime_q3_ms=0.0209, reference_ms=0.0431, pairs=20))
 WORST = DesignView("2" * 64, "class ModelNew:  # slow\n    pass\n", "valid", 1, "innovate",
                    "implementor-2", runtime_ms=0.0398, speedup=1.04, speedup_low=0.97, speedup_high=1.10,

@@ -16,6 +16,7 @@ from fakes_path import FakeEvaluator, ScriptedPolicy, make_loop, src  # noqa: F4
 from stratagem.cli import main
 from stratagem.core.design import Design
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.settings import with_settings
 from stratagem.domains.pytorch.worker import compare
 from stratagem.domains.pytorch.worker.anchor import Anchor
 from stratagem.evaluation.executors import LocalExecutor
@@ -89,8 +90,7 @@ def _evaluate(cfg, candidate: str, problem: str = "problem.py"):
 
 @pytest.fixture
 def calibrated(cpu_config):
-    return cpu_config.model_copy(update={
-        "correctness": {"mode": "calibrated"}, "correctness_trials": 2})
+    return with_settings(cpu_config, correctness={"mode": "calibrated"}, correctness_trials=2)
 
 
 def test_end_to_end_calibrated_mode_passes_a_reordering_and_fails_a_sloppy_sum(calibrated) -> None:
@@ -110,7 +110,7 @@ def test_fixed_mode_anchors_only_where_it_is_cheap_or_a_trial_fails(cpu_config, 
     """The fixed rule decides without the anchor: it reports the first trial's errors against
     float64 while that is cheap, anchors a failing trial to say how far each is, and says in
     the verdict which trials were anchored."""
-    cfg = cpu_config.model_copy(update={"correctness_trials": 3})
+    cfg = with_settings(cpu_config, correctness_trials=3)
     ev = _evaluate(cfg, "reordered.py")
     c = ev.verdict.result("correctness")
     assert c is not None and c.details["mode"] == "fixed"
@@ -127,7 +127,7 @@ def test_fixed_mode_anchors_only_where_it_is_cheap_or_a_trial_fails(cpu_config, 
 
 def test_a_failing_compile_baseline_is_flagged_in_eval_json(capsys, tmp_path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[evaluation]\ndevice = "cpu"\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
+    cfg.write_text('[evaluation]\ndevice = "cpu"\n[pytorch]\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
                    "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n")
     code = main(["eval", str(ANCHOR / "exact_problem.py"), str(ANCHOR / "exact_same.py"), "--config", str(cfg), "--json"])
     out = json.loads(capsys.readouterr().out)
@@ -141,7 +141,7 @@ def test_a_failing_compile_baseline_is_flagged_in_eval_json(capsys, tmp_path) ->
 def test_a_failing_compile_baseline_is_flagged_in_show_and_the_context(tmp_path, capsys) -> None:
     from stratagem.context.render import render_design
 
-    ev = FakeEvaluator(compile_fails="trial seed 1: output: 59 of 64 elements outside atol=0")
+    ev = FakeEvaluator(compared_fails="trial seed 1: output: 59 of 64 elements outside atol=0")
     loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
     asyncio.run(loop.run())
     assert main(["show", str(store.run_dir)]) == 0

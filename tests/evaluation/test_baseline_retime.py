@@ -51,7 +51,7 @@ def test_a_compile_baseline_that_stays_unstable_is_flagged_beside_every_ratio(ca
     measurement meets): its three attempts are kept, and `eval --json` marks the speedup over
     it `baseline_unstable` while the paired speedup over eager carries no such mark."""
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[evaluation]\ndevice = "cpu"\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
+    cfg.write_text('[evaluation]\ndevice = "cpu"\n[pytorch]\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
                    "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n"
                    "pairs = 6\nmax_retimes = 2\n[evaluation.timing.stability]\nci_max = 1e-9\n")
     code = main(["eval", str(ANCHOR / "exact_problem.py"), str(ANCHOR / "exact_same.py"), "--config", str(cfg),
@@ -68,7 +68,7 @@ def test_an_unstable_compile_baseline_is_flagged_in_show_and_the_context(tmp_pat
     from stratagem.context.render import render_design
 
     why = "ratio drift: the first half's median 3.951 and the second half's 2.835 differ by 39%"
-    ev = FakeEvaluator(compile_unstable=why)
+    ev = FakeEvaluator(compared_unstable=why)
     loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
     asyncio.run(loop.run())
     assert main(["show", str(store.run_dir)]) == 0
@@ -79,5 +79,5 @@ def test_an_unstable_compile_baseline_is_flagged_in_show_and_the_context(tmp_pat
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["compile_unstable"].startswith("ratio drift")
     view = loop.views()[0]
-    assert view.compile_text() == "1.60x (compile baseline unstable)"
+    assert view.compared_text("compile") == "1.60x (compile baseline unstable)"
     assert "timing unstable" in render_design(view)

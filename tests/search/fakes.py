@@ -24,11 +24,11 @@ def stats(ms: float) -> dict[str, object]:
     return {"median_ms": ms, "q1_ms": ms, "q3_ms": ms, "samples_ms": [ms, ms, ms]}
 
 
-def fake_baseline(problem_id: str, cached: bool, compile_fails: str | None = None,
-                  compile_unstable: str | None = None) -> Baseline:
+def fake_baseline(problem_id: str, cached: bool, compared_fails: str | None = None,
+                  compared_unstable: str | None = None) -> Baseline:
     r = EAGER_MS / COMPILE_MS
-    check = {"ok": False, "reason": compile_fails} if compile_fails else {"ok": True}
-    stability = ({"verdict": "unstable", "reasons": [compile_unstable], "notes": []} if compile_unstable
+    check = {"ok": False, "reason": compared_fails} if compared_fails else {"ok": True}
+    stability = ({"verdict": "unstable", "reasons": [compared_unstable], "notes": []} if compared_unstable
                  else {"verdict": "stable", "reasons": [], "notes": []})
     return Baseline(problem_id, {"eager": stats(EAGER_MS),
                                  "compile": {**stats(COMPILE_MS), "vs_eager": {"ratio": r, "low": r, "high": r},
@@ -53,10 +53,10 @@ class FakeEvaluator:
     physical_device = "cpu"
     on_gpu = False
 
-    def __init__(self, delay_s: float = 0.0, seconds_per_eval: float = 1.0, compile_fails: str | None = None,
-                 compile_unstable: str | None = None) -> None:
-        self.compile_fails = compile_fails
-        self.compile_unstable = compile_unstable
+    def __init__(self, delay_s: float = 0.0, seconds_per_eval: float = 1.0, compared_fails: str | None = None,
+                 compared_unstable: str | None = None) -> None:
+        self.compared_fails = compared_fails
+        self.compared_unstable = compared_unstable
         """Why the fake torch.compile baseline's timing is unstable (None: it is stable)."""
         """Why the fake torch.compile baseline fails the correctness rule (None: it passes)."""
         self.baselines: list[bool] = []
@@ -71,7 +71,7 @@ class FakeEvaluator:
 
     async def baseline(self, problem: Problem, *, refresh: bool = False, **_: object) -> Baseline:
         self.baselines.append(refresh)
-        return fake_baseline(problem.id, not refresh, self.compile_fails, self.compile_unstable)
+        return fake_baseline(problem.id, not refresh, self.compared_fails, self.compared_unstable)
 
     async def evaluate(
         self, problem: Problem, design: Design, *, refresh_baseline: bool = False,
@@ -105,7 +105,7 @@ class FakeEvaluator:
                                        details=timing_details(float(ms.group(1)), "# unstable" in src,
                                                               float(ci.group(1)) if (ci := re.search(r"# ci=([0-9.]+)", src)) else 0.01),
                                        duration_s=d / 2))
-            baseline = baseline or fake_baseline(problem.id, not refresh_baseline, self.compile_fails, self.compile_unstable)
+            baseline = baseline or fake_baseline(problem.id, not refresh_baseline, self.compared_fails, self.compared_unstable)
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
                           environment={}, seeds=(1,), baseline=baseline)
 

@@ -19,6 +19,7 @@ PROBLEM = ROOT / "tests/adversarial/problems/linear_relu.py"
 CONFIG = """
 [evaluation]
 device = "cpu"
+[pytorch]
 baselines = ["eager"]
 correctness_trials = 2
 [evaluation.timing]

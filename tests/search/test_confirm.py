@@ -125,7 +125,7 @@ def test_a_run_ends_with_a_round_whose_best_heads_it(tmp_path) -> None:
     assert len(ev.confirm_blocks) == 3 and len({tuple(o) for o in ev.confirm_blocks}) == 3  # rotated
     assert "compile" in ev.confirm_blocks[0]
     assert out.best is not None and out.best.source == b and out.best.confirmed is not None
-    assert out.best.confirmed.vs_eager is not None and abs(out.best.confirmed.vs_eager.ratio - 1 / 0.55) < 0.01
+    assert out.best.confirmed.vs_reference is not None and abs(out.best.confirmed.vs_reference.ratio - 1 / 0.55) < 0.01
     written = out.best_path.read_text() if out.best_path is not None else ""
     assert "# confirmed vs eager: 1.8" in written and "rank 1 of the round" in written and b.rstrip("\n") in written
     assert "confirmed vs torch.compile: 1.45x" in written  # 1.82 / 1.25, timed in the same blocks

@@ -67,7 +67,7 @@ class ModelNew(nn.Module):
 def _view(source: str) -> DesignView:
     return DesignView(id="d" * 64, source=source, status="valid", iteration=2, author="recipe:inference_mode",
                       strategy="recipes", runtime_ms=0.5, speedup=1.5, speedup_low=1.4, speedup_high=1.6,
-                      speedup_compile=0.9, compile_low=0.85, compile_high=0.95)
+                      speedup_compared=0.9, compared_low=0.85, compared_high=0.95)
 
 
 @pytest.mark.parametrize("source", [WRAPPER, RENAMED], ids=["wrapper", "renamed"])

@@ -26,7 +26,7 @@ from stratagem.report.leaderboard import failures_table, iterations_table, leade
 from stratagem.report.live import LiveView
 from stratagem.search.api import show_run
 from stratagem.search.export import provenance_header
-from stratagem.search.numbers import compile_sentence, compile_text, counts
+from stratagem.search.numbers import counts, second_sentence, second_text
 from stratagem.store.records import IterationRecord
 
 SHAKY = src("shaky", 1 / 1.03) + "# unstable\n"  # valid at 1.03x, but its timing never settles
@@ -79,8 +79,8 @@ def test_counts_agree_between_the_live_view_show_and_json(tmp_path, capsys):
 def test_every_ratio_against_compile_carries_its_interval_or_is_marked_chained(tmp_path, capsys):
     loop, store = unstable_run(tmp_path)
     best = show_run(store.run_dir).best
-    assert best is not None and best.compile_low is not None
-    text = compile_text(best)
+    assert best is not None and best.compared_low is not None
+    text = second_text(best)
     assert re.fullmatch(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\]", text)
     # the export header (and best/candidate.py, written by the same function)
     assert main(["export", str(store.run_dir)]) == 0
@@ -90,7 +90,7 @@ def test_every_ratio_against_compile_carries_its_interval_or_is_marked_chained(t
     # show --json carries the interval and says the ratio is chained
     assert main(["show", str(store.run_dir), "--json"]) == 0
     j = json.loads(capsys.readouterr().out)["best"]
-    assert j["speedup_compile_ci"] == [best.compile_low, best.compile_high] and j["compile_chained"] is True
+    assert j["speedup_compile_ci"] == [best.compared_low, best.compared_high] and j["compile_chained"] is True
     # the table and the report
     board = _render(leaderboard([best], {}), 120)
     assert text in board and "chained via eager" in board
@@ -99,13 +99,13 @@ def test_every_ratio_against_compile_carries_its_interval_or_is_marked_chained(t
 
 def test_the_issues_on_par_design_is_said_to_be_on_par_with_its_interval(tmp_path) -> None:
     v = DesignView(id="e" * 64, source="", status="valid", runtime_ms=1.0, speedup=4.12, speedup_low=3.9,
-                   speedup_high=4.3, speedup_compile=1.02, compile_low=0.97, compile_high=1.07)
+                   speedup_high=4.3, speedup_compared=1.02, compared_low=0.97, compared_high=1.07)
     header = provenance_header(v, "06_fused_block", tmp_path, "cpu")
     assert "on par with torch.compile: 1.02x [0.97, 1.07], chained via eager, an interval that holds 1.00x" in header
     assert "vs torch.compile: 1.02x\n" not in header
-    bare = DesignView(id="f" * 64, source="", status="valid", speedup=2.0, speedup_compile=1.02)
-    assert compile_text(bare) == "1.02x (chained via eager, no interval)"
-    assert "no interval" in compile_sentence(bare)
+    bare = DesignView(id="f" * 64, source="", status="valid", speedup=2.0, speedup_compared=1.02)
+    assert second_text(bare) == "1.02x (chained via eager, no interval)"
+    assert "no interval" in second_sentence(bare)
 
 
 def test_the_plots_of_a_three_design_run(tmp_path) -> None:
@@ -174,8 +174,8 @@ def _long_views() -> list[DesignView]:
     def v(i: str, status: str, sp: float | None, author: str, **kw) -> DesignView:
         return DesignView(id=i * 64, source="", status=status, runtime_ms=1 / sp if sp else None, speedup=sp,
                           speedup_low=sp * 0.95 if sp else None, speedup_high=sp * 1.04 if sp else None,
-                          speedup_compile=sp / 4 if sp else None, compile_low=sp / 4.2 if sp else None,
-                          compile_high=sp / 3.8 if sp else None, author=author, strategy="recipe", iteration=1,
+                          speedup_compared=sp / 4 if sp else None, compared_low=sp / 4.2 if sp else None,
+                          compared_high=sp / 3.8 if sp else None, author=author, strategy="recipe", iteration=1,
                           **kw)
     return [v("a", "valid", 4.12, "recipe:compile-max-autotune", created_at=1),
             v("b", "valid", 3.5, "recipe:compile", created_at=2),

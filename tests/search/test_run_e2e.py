@@ -39,8 +39,8 @@ HONEST = (ADV / "honest/addmm_fused.py").read_text()
 CHEAT = (ADV / "candidates/shape_hardwired_view.py").read_text()  # passes static checks
 WRONG = HONEST.replace("mul_(2.0)", "mul_(2.5)")
 HONEST2 = HONEST.replace(".mul_(2.0)", ".mul(2.0)")  # the same result by another program
-FAST_EVAL = {"device": "cpu", "baselines": ["eager"], "correctness_trials": 2,
-             "timing": {"warmup_ms": 5, "budget_ms": 20, "min_reps": 3, "max_reps": 30}}
+FAST_EVAL = {"device": "cpu", "timing": {"warmup_ms": 5, "budget_ms": 20, "min_reps": 3, "max_reps": 30}}
+FAST_PYTORCH = {"baselines": ["eager"], "correctness_trials": 2}
 
 
 def _prompts(messages: list[ModelMessage]) -> list[str]:
@@ -70,7 +70,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
         cheats = any("with a view of fixed shape" in p for p in _prompts(messages))
         return _answer(info, {"source": CHEAT if cheats else WRONG, "notes": "first try"})
 
-    cfg = load_config(None, {"evaluation": FAST_EVAL, "agents": {"model": "test", "max_retries": 0},
+    cfg = load_config(None, {"evaluation": FAST_EVAL, "pytorch": FAST_PYTORCH, "agents": {"model": "test", "max_retries": 0},
                              "search": {"iterations": 1, "implementors": 2}})
     problem = load_problem(PROBLEM)
     policy = AutoPolicy.from_config(cfg, problem, tmp_path / "work", models={
@@ -110,7 +110,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
 
 def test_cli_run_with_the_test_model_completes(tmp_path, capsys):
     cfg = tmp_path / "fast.toml"
-    cfg.write_text('[evaluation]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
+    cfg.write_text('[pytorch]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
                    "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n")
     code = main(["run", str(PROBLEM), "--model", "test", "--iterations", "1", "--implementors", "1",
                  "--device", "cpu", "--run-dir", str(tmp_path / "run"), "--config", str(cfg), "--json"])

@@ -19,6 +19,7 @@ from stratagem.cli.common import (
     JsonOpt,
     QueueOpt,
     app,
+    domain_over,
     executor_over,
     fail,
     wide_console,
@@ -73,8 +74,8 @@ def bench_cmd(
     if suite_path is None:
         fail(console, ConfigError("bench: give SUITE_PATH (or --resume SUITE_DIR)"), as_json, 2)
     overrides = {
-        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness},
-                       **executor_over(executor, queue)},
+        "evaluation": {"device": device, **executor_over(executor, queue)},
+        **domain_over(integrity, correctness),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
@@ -139,10 +140,11 @@ def print_results(console: Console, as_json: bool, suite_dir: Path) -> None:
     from rich.table import Table
 
     from stratagem.report.suite import (
-        PROBLEM_HEADER,
+        problem_header,
         problem_table_rows,
         rows_of_suite,
         suite_json,
+        suite_names,
         summary,
         summary_lines,
     )
@@ -153,19 +155,21 @@ def print_results(console: Console, as_json: bool, suite_dir: Path) -> None:
         print(json.dumps({"suite_dir": str(suite_dir), "states": read_manifest(suite_dir).counts(),
                           **suite_json(rows)}))
         return
+    names = suite_names(rows)
+    header = problem_header(names)
     t = Table(title="Problems")
-    keep = [PROBLEM_HEADER.index(h) for h in ("problem", "state", "best vs eager [95% CI]",
-                                              "vs compile [95% CI], chained via eager", "correct", "queries",
-                                              "USD", "device s")]
+    # problem, state, best vs the reference, vs the compared baseline (a domain with one), correct,
+    # queries, USD, device s
+    keep = [0, 1, 4, *([5] if names.compared else []), 6, 8, 9, 10]
     for i in keep:
-        t.add_column(PROBLEM_HEADER[i].replace(", chained via eager", ""), no_wrap=i == 0)
+        t.add_column(header[i].split(", chained via ")[0], no_wrap=i == 0)
     for r in problem_table_rows(rows):
         t.add_row(*[r[i] for i in keep])
     console.print(t)
     s = Table(title="Summary")
     s.add_column("summary")
     s.add_column("value")
-    for label, value in summary_lines(summary(rows)):
+    for label, value in summary_lines(summary(rows, names), names):
         s.add_row(label, value)
     console.print(s)
     console.print(f"suite directory: {suite_dir}\nnext:\n  stratagem report --suite {suite_dir}  (an HTML page)\n"

@@ -63,13 +63,19 @@ def executor_over(executor: str | None, queue: Path | None) -> dict[str, object]
     return {"executor": executor or ("queue" if queue is not None else None), "queue_dir": queue}
 
 
+def domain_over(integrity: str | None, correctness: str | None) -> dict[str, object]:
+    """The overrides of --integrity and --correctness: settings of the PyTorch domain's own
+    section (`[pytorch]`, as `config.OPTIONS` names them)."""
+    return {"pytorch": {"integrity": integrity, "correctness": {"mode": correctness}}}
+
+
 def config_for(
     config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None,
     correctness: str | None = None, executor: str | None = None, queue: Path | None = None,
 ) -> StratagemConfig:
-    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout, "integrity": integrity,
-                                               "correctness": {"mode": correctness},
-                                               **executor_over(executor, queue)}})
+    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout,
+                                               **executor_over(executor, queue)},
+                                **domain_over(integrity, correctness)})
 
 
 CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from stratagem.cli.common import DeviceOpt, JsonOpt, app, fail, wide_console
+from stratagem.core.confirmed import COMPARED_JSON, REFERENCE_JSON
+from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StratagemError
 
 
@@ -46,8 +48,10 @@ def confirm_cmd(
     if as_json:
         print(json.dumps(body))
         return
-    console.print(confirmed_table(body))
-    console.print(confirmed_summary(body), highlight=False)
+    from stratagem.cli.search import _stored_domain
+    from stratagem.search.state import names_of
+
+    print_confirmed(console, body, names_of(_stored_domain(run_dir)))
 
 
 def _r(d: dict[str, Any] | None) -> str:
@@ -56,24 +60,30 @@ def _r(d: dict[str, Any] | None) -> str:
     return f"{d['ratio']:.2f}x [{d['low']:.2f}, {d['high']:.2f}]"
 
 
-def confirmed_table(body: dict[str, Any]) -> Table:
-    """The round's designs: rank (tied with the best: =1), confirmed ratio over eager with its
-    interval, over torch.compile, a warm loop's ratio, and the search-time figure beside it."""
+def confirmed_table(body: dict[str, Any], names: BaselineNames | None = None) -> Table:
+    """The round's designs: rank (tied with the best: =1), confirmed ratio over the reference
+    with its interval, over the compared baseline (a domain with one), a warm loop's ratio, and
+    the search-time figure beside it; in the words of `names` (None: the default domain's)."""
+    from stratagem.search.state import names_of
+
+    n = names or names_of(None)
     t = Table(title=f"confirmed: {body.get('blocks')} independent blocks, interleaved", title_justify="left")
-    for col in ("#", "design", "confirmed vs eager", "vs compile", "warm loop", "search time"):
+    second = (f"vs {n.compared}",) if n.compared else ()
+    for col in ("#", "design", f"confirmed vs {n.reference}", *second, "warm loop", "search time"):
         t.add_column(col, no_wrap=col in ("#", "design"))
     for d in body.get("designs") or ():
         rank = d.get("rank")
         mark = "-" if rank is None else ("=1" if d.get("tied_with_best") and len(body["designs"]) > 1 else str(rank))
         held = d.get("search_holds")
         search = _r(d.get("search")) + ("" if held is None else (" (holds)" if held else " (misses)"))
-        t.add_row(mark, str(d["design_id"])[:10], _r(d.get("vs_eager")) if not d.get("error") else d["error"][:40],
-                  _r(d.get("vs_compile")), _r(d.get("warm")), search)
+        t.add_row(mark, str(d["design_id"])[:10],
+                  _r(d.get(REFERENCE_JSON)) if not d.get("error") else d["error"][:40],
+                  *((_r(d.get(COMPARED_JSON)),) if second else ()), _r(d.get("warm")), search)
     return t
 
 
 def confirmed_summary(body: dict[str, Any]) -> str:
-    designs = [d for d in body.get("designs") or () if d.get("vs_eager")]
+    designs = [d for d in body.get("designs") or () if d.get(REFERENCE_JSON)]
     tied = [d for d in designs if d.get("tied_with_best")]
     held = [d for d in designs if d.get("search_holds") is not None]
     lines = []
@@ -87,6 +97,7 @@ def confirmed_summary(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def print_confirmed(console: Console, body: dict[str, Any]) -> None:
-    console.print(confirmed_table(body))
+def print_confirmed(console: Console, body: dict[str, Any], names: BaselineNames | None = None) -> None:
+    """The round's table and what it means (`names`: the run's domain's words)."""
+    console.print(confirmed_table(body, names))
     console.print(confirmed_summary(body), highlight=False)

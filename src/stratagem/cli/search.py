@@ -19,6 +19,7 @@ from stratagem.cli.common import (
     JsonOpt,
     QueueOpt,
     app,
+    domain_over,
     executor_over,
     fail,
     wide_console,
@@ -59,8 +60,8 @@ def run_cmd(
     the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
     resume RUN_DIR` continues."""
     overrides = {
-        "evaluation": {"device": device, "integrity": integrity, "correctness": {"mode": correctness},
-                       **executor_over(executor, queue)},
+        "evaluation": {"device": device, **executor_over(executor, queue)},
+        **domain_over(integrity, correctness),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
@@ -99,7 +100,7 @@ def run_cmd(
                  as_json, 2)
         console.print(f"live report: http://127.0.0.1:{server.server_address[1]}/")
     try:
-        _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where)
+        _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where, loaded.domain)
     finally:
         if server is not None:
             server.shutdown()
@@ -116,7 +117,20 @@ def resume_cmd(
 
     console = wide_console(stderr=as_json)
     over = {"search": {"iterations": iterations}}
-    _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir)
+    _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir, _stored_domain(run_dir))
+
+
+def _stored_domain(run_dir: Path) -> str | None:
+    """The domain of the problem a run directory holds (None: none readable yet; the run's
+    own error says why)."""
+    from stratagem.store.sqlite import RunStore
+
+    try:
+        with RunStore.read(run_dir) as store:
+            problems = store.problems()
+    except (StratagemError, OSError):
+        return None
+    return problems[0].domain if problems else None
 
 
 def _print_best_cases(console: Console, run_dir: Path, design_id: str) -> None:
@@ -146,6 +160,7 @@ def show_cmd(
     )
     from stratagem.search.api import show_run
     from stratagem.search.numbers import counts
+    from stratagem.search.state import names_of
 
     console = wide_console()
     try:
@@ -155,18 +170,19 @@ def show_cmd(
     except StratagemError as e:
         fail(console, e, as_json, 1)
     best = r.best
+    names = names_of(r.domain)
     if as_json:
         print(json.dumps({
             "run_dir": str(r.run_dir), "problem": r.problem, "domain": r.domain,
             "objective": dataclasses.asdict(_objective(r.domain)),
             "status": r.run.status if r.run else None, "stop_reason": r.run.stop_reason if r.run else None,
             "iterations": len(r.iterations), **counts(r.views).to_json(),
-            "best": None if best is None else _design_json(best),
+            "best": None if best is None else _design_json(best, names),
             "beats_reference": bool(best is not None and best.beats_reference),
             "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
             "spend": r.spend.to_json(),
-            "leaderboard": [_design_json(v) for v in ranked(r.views)],
-            "all_designs": [_design_entry(v) for v in sorted(r.views, key=lambda v: v.created_at)],
+            "leaderboard": [_design_json(v, names) for v in ranked(r.views)],
+            "all_designs": [_design_entry(v, names) for v in sorted(r.views, key=lambda v: v.created_at)],
             "iteration_log": _iteration_log(r.iterations, r.views),
             "confirmation": r.confirmation,
             **({"tuning": tuned.to_json()} if (tuned := _tuning(r.views)) is not None else {}),
@@ -179,19 +195,19 @@ def show_cmd(
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 
-        print_confirmed(console, r.confirmation)
+        print_confirmed(console, r.confirmation, names)
         console.print("the leaderboard below gives each design's search-time figures", highlight=False)
-    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
+    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain), names=names))
     if best is not None:
         _print_best_cases(console, r.run_dir, best.id)
     failed = failures_table(r.views)
     if failed is not None:
         console.print(failed)
-    console.print(iterations_table(r.iterations, r.views))
+    console.print(iterations_table(r.iterations, r.views, names=names))
     console.print(strategy_table(r.strategy_counts))
     tuned = _tuning(r.views)
     if tuned is not None:
-        _print_tuning(console, tuned)
+        _print_tuning(console, tuned, names.reference)
     console.print(spend_line(r.spend))
 
 
@@ -221,7 +237,10 @@ def export_cmd(
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
-    console.print(f"wrote {out} (design {view.id[:12]}, {view.speedup_text()} vs eager)", highlight=False)
+    from stratagem.search.state import names_of
+
+    console.print(f"wrote {out} (design {view.id[:12]}, {view.speedup_text()} vs {names_of(r.domain).reference})",
+                  highlight=False)
 
 
 def _tuning(views: Any) -> Any:
@@ -231,14 +250,15 @@ def _tuning(views: Any) -> Any:
     return tuning(views)
 
 
-def _print_tuning(console: Console, t: Any) -> None:
+def _print_tuning(console: Console, t: Any, reference: str) -> None:
     """The points a tune study tried (in order, with the best marked) and, per parameter
-    value, how many points used it and the best speedup among them."""
+    value, how many points used it and the best speedup among them (over `reference`, as the
+    run's domain names it)."""
     from rich.table import Table
 
     names = list(t.points[0].point)
     table = Table(title=f"tuning: {len(t.points)} points (docs/tune.md)")
-    for col in ["#", "design", *names, "status", "vs eager"]:
+    for col in ["#", "design", *names, "status", f"vs {reference}"]:
         table.add_column(col)
     for i, p in enumerate(t.points, start=1):
         mark = " (best)" if t.best is not None and p.design_id == t.best.design_id else ""
@@ -250,13 +270,13 @@ def _print_tuning(console: Console, t: Any) -> None:
         console.print(f"  {name}: {shown}", highlight=False)
 
 
-def _design_entry(v: Any) -> dict[str, Any]:
+def _design_entry(v: Any, names: Any) -> dict[str, Any]:
     """One design of `show --json`'s `all_designs`: its numbers, lineage and, when it did not
     pass, the validator that failed it and why."""
     from stratagem.report.leaderboard import failure
     from stratagem.search.numbers import did_not_pass
 
-    out = {**_design_json(v), "iteration": v.iteration, "author": v.author, "strategy": v.strategy,
+    out = {**_design_json(v, names), "iteration": v.iteration, "author": v.author, "strategy": v.strategy,
            "parents": list(v.parents), "created_at": v.created_at, "measures": dataclasses.asdict(v.measures)}
     if did_not_pass(v):
         where, why = failure(v)
@@ -301,30 +321,35 @@ def _iteration_log(iterations: Any, views: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _design_json(v: Any) -> dict[str, Any]:
+def _design_json(v: Any, names: Any) -> dict[str, Any]:
     """One design's numbers as `show --json` and `run --json` give them (valid, ranked and the
-    compile verdict by `search/numbers.py`, as every view says them)."""
-    from stratagem.search.numbers import is_ranked, not_ranked_because, passed, vs_compile
+    verdict over the compared baseline by `search/numbers.py`, as every view says them). The
+    compared baseline's keys carry its name (`names.compared`; PyTorch: `speedup_compile`,
+    `vs_compile`, ...); a domain without one has none (docs/show-json.md)."""
+    from stratagem.search.numbers import is_ranked, not_ranked_because, passed, vs_second
 
+    c = names.compared
+    second = {} if not c else {
+        f"speedup_{c}": v.speedup_compared,
+        f"speedup_{c}_ci": None if v.compared_low is None or v.compared_high is None
+        else [v.compared_low, v.compared_high],
+        f"{c}_chained": v.speedup_compared is not None, f"vs_{c}": vs_second(v),
+        f"{c}_fails": v.compared_fails or None, f"{c}_unstable": v.compared_unstable or None}
     return {"id": v.id, "status": v.status, "valid": passed(v), "ranked": is_ranked(v),
             "not_ranked": not_ranked_because(v) or None, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
             "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
-            "speedup_compile": v.speedup_compile,
-            "speedup_compile_ci": None if v.compile_low is None or v.compile_high is None
-            else [v.compile_low, v.compile_high],
-            "compile_chained": v.speedup_compile is not None, "vs_compile": vs_compile(v),
-            "compile_fails": v.compile_fails or None,
-            "compile_unstable": v.compile_unstable or None, "tags": dict(v.tags),
+            **second, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
             "stability": v.stability or "stable", "timing_notes": list(v.timing_notes),
             "confirmed": v.confirmed.to_json() if v.confirmed is not None else None}
 
 
 
-def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
+def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: str | None) -> None:
     """Run a search coroutine with the live view. Ctrl-C, and SIGTERM (`kill`, `timeout`)
     the same way, stop it cleanly: the run and its iteration marked interrupted, workers
-    killed, their temporary directories removed, exit 130."""
+    killed, their temporary directories removed, exit 130. `domain`: the problem's, whose
+    words the live view speaks (None: the default domain's)."""
     import asyncio
     import os
     import signal
@@ -332,14 +357,14 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.search import state as st
-    from stratagem.search.numbers import compile_sentence, counts, passed, vs_compile
+    from stratagem.search.numbers import counts, passed, second_sentence, vs_second
 
     def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
         os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        with LiveView(console) as view:
+        with LiveView(console, reference=st.names_of(domain).reference) as view:
             outcome = asyncio.run(start(None if as_json else view))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: everything so far is saved; continue with "
@@ -355,34 +380,35 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path) -> None:
 
     best = outcome.best
     r = show_run(outcome.run_dir)
+    names = st.names_of(r.domain)
     if as_json:
         print(json.dumps({
             "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
             "iterations": outcome.iterations, **counts(r.views).to_json(),
-            "best": None if best is None else {**_design_json(best), "path": str(outcome.best_path)},
+            "best": None if best is None else {**_design_json(best, names), "path": str(outcome.best_path)},
             "no_gain": outcome.no_gain,
             "best_path": str(outcome.best_path) if outcome.best_path else None,
-            "fastest": None if outcome.top is None else _design_json(outcome.top),
+            "fastest": None if outcome.top is None else _design_json(outcome.top, names),
             "reference_ms": outcome.reference_ms,
             "spend": outcome.spend.to_json(),
         }))
         return
     console.print(f"stopped: {outcome.stop_reason}")
-    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain)))
+    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain), names=names))
     console.print(strategy_table(st.strategy_counts(r.views)))
     console.print(spend_line(r.spend))
     console.print(counts(r.views).text(), highlight=False)
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 
-        print_confirmed(console, r.confirmation)
+        print_confirmed(console, r.confirmation, names)
     if best is not None:
-        how = (best.headline_text() + " vs eager" if best.confirmed is not None
-               else f"{best.speedup_text()} vs eager (paired, 95% interval)")
+        how = (f"{best.headline_text()} vs {names.reference}" if best.confirmed is not None
+               else f"{best.speedup_text()} vs {names.reference} (paired, 95% interval)")
         console.print(f"best design: [bold]{outcome.best_path}[/]\n  {how}", highlight=False)
-        said = compile_sentence(best)
+        said = second_sentence(best, names)
         if said:
-            style = {"slower": "yellow", "unknown": "yellow", "unfair": "yellow"}.get(vs_compile(best) or "")
+            style = {"slower": "yellow", "unknown": "yellow", "unfair": "yellow"}.get(vs_second(best) or "")
             console.print(Text("  " + said, style=style or ""))
     else:
         console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",

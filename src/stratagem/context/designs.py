@@ -37,15 +37,15 @@ def _performance(view: DesignView, domain: str = DEFAULT) -> str:
 def second_baseline_line(view: DesignView, domain: str = DEFAULT) -> str:
     """The ratio against the domain's second baseline (`design.md`'s `vs_second`), marked as
     chained through the reference (it is not paired); '' when the design has none."""
-    if view.speedup_compile is None or not has("design", "vs_second", domain):
+    if view.speedup_compared is None or not has("design", "vs_second", domain):
         return ""
-    low, high = view.compile_low, view.compile_high
-    num = (f"{ratio_text(view.speedup_compile)}x [{ratio_text(low)}, {ratio_text(high)}]"
-           if low is not None and high is not None else f"{ratio_text(view.speedup_compile)}x (no interval)")
-    if view.compile_fails:
-        verdict = fill("design", "second_fails", domain=domain, why=view.compile_fails)
-    elif view.compile_unstable:
-        verdict = fill("design", "second_unstable", domain=domain, why=view.compile_unstable)
+    low, high = view.compared_low, view.compared_high
+    num = (f"{ratio_text(view.speedup_compared)}x [{ratio_text(low)}, {ratio_text(high)}]"
+           if low is not None and high is not None else f"{ratio_text(view.speedup_compared)}x (no interval)")
+    if view.compared_fails:
+        verdict = fill("design", "second_fails", domain=domain, why=view.compared_fails)
+    elif view.compared_unstable:
+        verdict = fill("design", "second_unstable", domain=domain, why=view.compared_unstable)
     else:
         where = standing(low, high)
         verdict = {"faster": ": faster", "slower": ": slower", "within noise": ": on par (its interval holds 1.00x)",
@@ -72,13 +72,13 @@ def timing_lines(view: DesignView, domain: str = DEFAULT) -> list[str]:
     if line := second_baseline_line(view, domain):
         out.append(line)
     c = view.confirmed
-    if c is not None and c.vs_eager is not None:
-        v = c.vs_eager
+    if c is not None and c.vs_reference is not None:
+        v = c.vs_reference
         comp = ""
-        if c.vs_compile is not None and has("design", "confirmed_second", domain):
+        if c.vs_compared is not None and has("design", "confirmed_second", domain):
             comp = fill("design", "confirmed_second", domain=domain,
-                        num=f"{ratio_text(c.vs_compile.ratio)}x [{ratio_text(c.vs_compile.low)}, "
-                            f"{ratio_text(c.vs_compile.high)}]")
+                        num=f"{ratio_text(c.vs_compared.ratio)}x [{ratio_text(c.vs_compared.low)}, "
+                            f"{ratio_text(c.vs_compared.high)}]")
         out.append(f"confirmed: {ratio_text(v.ratio)}x [{ratio_text(v.low)}, {ratio_text(v.high)}] vs {ref}"
                    f": {standing_words(standing(v.low, v.high) or 'within noise', domain)}{comp} (re-timed with the "
                    "other contenders in fresh processes; the design is ranked on this)")

@@ -57,7 +57,7 @@ class Measures:
     runtime_q3_ms: float | None = None
     """The candidate's timed calls' quartiles (its median is `DesignView.runtime_ms`)."""
     reference_ms: float | None = None
-    """Eager's median, timed beside it in the same worker."""
+    """The reference's median, timed beside it in the same worker."""
     pairs: int | None = None
     """Block pairs the paired speedup was computed from."""
     compile_s: float | None = None
@@ -70,11 +70,12 @@ class Measures:
     kernels: tuple[tuple[str, float], ...] = ()
     """The top kernels by device time (name, microseconds), when a profile exists (GPU)."""
 
-    def lines(self) -> list[str]:
-        """The measurements as short lines (what a prompt and `read_design` show)."""
+    def lines(self, reference: str = "the reference") -> list[str]:
+        """The measurements as short lines (what a prompt and `read_design` show); `reference`:
+        the reference as the domain names it (`BaselineNames.reference`)."""
         out = []
         if self.runtime_q1_ms is not None and self.runtime_q3_ms is not None:
-            ref = f"; eager beside it {self.reference_ms:.4g} ms" if self.reference_ms is not None else ""
+            ref = f"; {reference} beside it {self.reference_ms:.4g} ms" if self.reference_ms is not None else ""
             pairs = f" over {self.pairs} block pairs" if self.pairs else ""
             out.append(f"timed: quartiles {self.runtime_q1_ms:.4g}-{self.runtime_q3_ms:.4g} ms{pairs}{ref}")
         if self.compile_s is not None:
@@ -98,34 +99,35 @@ class DesignView:
     iteration: int | None = None
     strategy: str | None = None
     author: str | None = None
-    """`implementor-2`, `recipe:compile-max-autotune`, `file`, ..."""
+    """`implementor-2`, `recipe:NAME`, `file`, ..."""
     parents: tuple[str, ...] = ()
     runtime_ms: float | None = None
     speedup: float | None = None
-    """The paired speedup over eager (eager time / design time, timed side by side in the
-    design's own worker); None unless valid and timed."""
+    """The paired speedup over the reference (reference time / design time, timed side by side
+    in the design's own worker); None unless valid and timed."""
     report: str = ""
     """The validators' failure report (`Verdict.report()`), or the review's reason."""
     created_at: float = 0.0
     speedup_low: float | None = None
     speedup_high: float | None = None
     """The paired speedup's 95% interval."""
-    speedup_compile: float | None = None
-    """The speedup over torch.compile (chained through the run's eager/compile ratio)."""
-    compile_low: float | None = None
-    compile_high: float | None = None
+    speedup_compared: float | None = None
+    """The speedup over the baseline the domain sets beside the reference
+    (`BaselineNames.compared`), chained through the run's reference/baseline ratio."""
+    compared_low: float | None = None
+    compared_high: float | None = None
     """The chained speedup's interval (None when unknown)."""
     stability: str = ""
     """Why the timing is unstable ('' when stable or unknown)."""
-    compile_fails: str = ""
-    """Why the torch.compile baseline fails the correctness rule ('' when it passes): its
-    `speedup_compile` is then against a baseline no candidate could be."""
+    compared_fails: str = ""
+    """Why the compared baseline fails the correctness rule ('' when it passes): its
+    `speedup_compared` is then against a baseline no candidate could be."""
     tags: dict[str, Any] = field(default_factory=dict)
     """The policy's own metadata for this design (`Session.tag`: an island, a parent
     selector's notes, a recipe's name), persisted in the run database."""
-    compile_unstable: str = ""
-    """Why the torch.compile baseline's timing stayed unstable after re-timing ('' when
-    stable): its `speedup_compile` then carries the baseline's noise, not a result."""
+    compared_unstable: str = ""
+    """Why the compared baseline's timing stayed unstable after re-timing ('' when stable): its
+    `speedup_compared` then carries the baseline's noise, not a result."""
     measures: Measures = field(default_factory=Measures)
     """What else the harness measured (spread, compile time, errors, failures, kernels)."""
     confirmed: ConfirmedDesign | None = None
@@ -136,21 +138,26 @@ class DesignView:
     program's samples, say), and how long it waited for the timing lock; the agents and `show`
     see them."""
 
-    def compile_text(self) -> str:
-        """`1.23x`, `1.23x (compile fails correctness)` or `1.23x (compile baseline unstable)`:
-        never a bare ratio against a baseline that fails the rule every candidate must pass, or
-        whose own timing did not settle."""
-        if self.speedup_compile is None:
+    def compared_text(self, name: str) -> str:
+        """`1.23x`, `1.23x (NAME fails correctness)` or `1.23x (NAME baseline unstable)`, `name`
+        the compared baseline's (`BaselineNames.compared`): never a bare ratio against a
+        baseline that fails the rule every candidate must pass, or whose own timing did not
+        settle."""
+        if self.speedup_compared is None:
             return "-"
-        mark = (" (compile fails correctness)" if self.compile_fails else
-                " (compile baseline unstable)" if self.compile_unstable else "")
-        return f"{ratio_text(self.speedup_compile)}x{mark}"
+        mark = (f" ({name} fails correctness)" if self.compared_fails else
+                f" ({name} baseline unstable)" if self.compared_unstable else "")
+        return f"{ratio_text(self.speedup_compared)}x{mark}"
 
-    def vs_eager(self) -> Standing | None:
-        """Where the design stands against eager by the one rule every view uses (`standing`):
+    def compile_text(self) -> str:
+        """`compared_text` in the first domain's words (what `agents/analyst.py` still reads)."""
+        return self.compared_text("compile")
+
+    def vs_reference(self) -> Standing | None:
+        """Where the design stands against the reference by the one rule every view uses (`standing`):
         on its confirmed interval when it was confirmed, else on its paired one; None when not
         timed, or timed without an interval."""
-        c = self.confirmed.vs_eager if self.confirmed is not None else None
+        c = self.confirmed.vs_reference if self.confirmed is not None else None
         if c is not None:
             return standing(c.low, c.high)
         if self.speedup is None:
@@ -159,18 +166,18 @@ class DesignView:
 
     @property
     def beats_reference(self) -> bool:
-        """Faster than eager by more than the measurement's own interval (the confirmed one,
-        when the design was confirmed)."""
-        c = self.confirmed.vs_eager if self.confirmed is not None else None
+        """Faster than the reference by more than the measurement's own interval (the confirmed
+        one, when the design was confirmed)."""
+        c = self.confirmed.vs_reference if self.confirmed is not None else None
         if c is not None:
             return self.status == "valid" and c.low > 1.0
         low = self.speedup_low if self.speedup_low is not None else self.speedup
         return self.status == "valid" and low is not None and low > 1.0
 
     def headline_text(self) -> str:
-        """The design's speedup over eager as the run's headline says it: the confirmed one with
+        """The design's speedup over the reference as the run's headline says it: the confirmed one with
         the search-time figure beside it, or the search-time one alone."""
-        c = self.confirmed.vs_eager if self.confirmed is not None else None
+        c = self.confirmed.vs_reference if self.confirmed is not None else None
         if c is None:
             return self.speedup_text()
         return (f"{ratio_text(c.ratio)}x [{ratio_text(c.low)}, {ratio_text(c.high)}] confirmed "
@@ -199,7 +206,7 @@ class SearchState:
     tolerances: dict[str, dict[str, float]] = field(default_factory=dict)
     """dtype name -> {atol, rtol} in force for this problem (the fixed rule)."""
     correctness_mode: str = "fixed"
-    """`fixed` (the tolerances above) or `calibrated` (within a factor of eager's own error
+    """`fixed` (the tolerances above) or `calibrated` (within a factor of the reference's own error
     against a float64 anchor: the admitted precision is measured, not known beforehand)."""
     integrity: str = "lenient"
     """The integrity policy in force (`lenient` | `strict`: the heavy work in the design's own kernels)."""
@@ -256,7 +263,7 @@ def ranked(designs: Sequence[DesignView]) -> list[DesignView]:
     def key(d: DesignView) -> tuple[int, float, float, str]:
         # confirmed designs (a confirmation round re-timed the contenders together) first, by
         # their confirmed ratio; the rest were not contenders when it ran
-        c = d.confirmed.vs_eager if d.confirmed is not None else None
+        c = d.confirmed.vs_reference if d.confirmed is not None else None
         if c is not None:
             return (0, -c.ratio, d.created_at, d.id)
         return (1, -(d.speedup or 0.0), d.created_at, d.id)

@@ -17,13 +17,14 @@ from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.store.records import EvaluationRecord, MeasurementRecord
+from stratagem.store.records import REFERENCE_KEY, EvaluationRecord, MeasurementRecord
 
-REFERENCE_MODE = "eager"
+REFERENCE_MODE = REFERENCE_KEY
 """The record name of the reference timed as written, the first of a domain's baseline modes
-(`speedups`, `reference_ms`, a baseline's `modes` and the worker's `vs_eager` are keyed by it,
-whatever the domain): a record field kept under its first domain's word until the records are
-renamed."""
+(`speedups`, `reference_ms`, a baseline's `modes` and each mode's ratio over it are keyed by
+it, whatever the domain): the store's `REFERENCE_KEY`."""
+VS_REFERENCE = f"vs_{REFERENCE_KEY}"
+"""The key of a baseline mode's paired ratio over the reference in the worker's results."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,11 @@ class Baseline:
         v = m.get("median_ms")
         return float(v) if isinstance(v, int | float) else None
 
-    def vs_eager(self, mode: str) -> Ratio | None:
+    def vs_reference(self, mode: str) -> Ratio | None:
         """The mode's paired speedup over the reference (reference time / mode time)."""
         if mode == REFERENCE_MODE:
             return Ratio(1.0, 1.0, 1.0)
-        return Ratio.from_json((self.modes.get(mode) or {}).get("vs_eager"))
+        return Ratio.from_json((self.modes.get(mode) or {}).get(VS_REFERENCE))
 
     def stability(self, mode: str) -> Stability:
         return Stability.from_json((self.modes.get(mode) or {}).get("stability"))
@@ -141,7 +142,7 @@ class Evaluation:
         out = {REFERENCE_MODE: p}
         if self.baseline is not None and self.baseline_matches_device:
             for mode in self.baseline.modes:
-                r = self.baseline.vs_eager(mode)
+                r = self.baseline.vs_reference(mode)
                 if mode != REFERENCE_MODE and r is not None and r.ratio > 0:
                     out[mode] = divide(p, r)
         return out

@@ -1,11 +1,12 @@
 """Owns `stratagem compare`: several runs of one problem side by side, at equal budgets.
 
 Runs are of one problem when their problems have the same content (the source's hash), whatever
-their folders or files are called. For each run, the best paired speedup over eager found so
-far (as `show` gives it: valid, stably timed designs only) is followed against the LLM queries
-spent and against money: one step curve (`RunCurve.curve`) that the JSON lists and the plot
-draws, each design's own ratio kept apart (`designs` in the JSON). Before its first valid
-design a run stands at 1.00x (no design falls back to eager, as PIKE's scoring does). The area
+their folders or files are called. For each run, the best paired speedup over the reference
+found so far (as `show` gives it: valid, stably timed designs only; the reference as the
+problem's domain names it) is followed against the LLM queries spent and against money: one
+step curve (`RunCurve.curve`) that the JSON lists and the plot draws, each design's own ratio
+kept apart (`designs` in the JSON). Before its first valid design a run stands at 1.00x (no
+design falls back to the reference, as PIKE's scoring does). The area
 under each curve is taken over the budget every run reached (the smallest total), divided by
 that budget: the mean best speedup over it, so policies and models compare at equal budgets,
 whatever each run was given. Money is compared only when every run's calls were priced; the
@@ -76,6 +77,8 @@ class RunCurve:
     """The run's tune study (None: no design carries parameters)."""
     shares: Shares | None = None
     """Where the best came from, in a run mixing tuning and designs written otherwise."""
+    domain: str | None = None
+    """The problem's domain (None: unknown, the default domain's words)."""
 
     def tuning_json(self) -> dict[str, Any] | None:
         """The study as the JSON gives it: points tried, how many passed, the best point, the
@@ -149,6 +152,7 @@ def load_curve(run_dir: str | Path) -> RunCurve:
         best=st.best_of(views), problem_id=problem.id if problem else "",
         any_priced=any(c.cost_usd is not None for c in billed),
         tuning=study, shares=shares(views, study) if study is not None else None,
+        domain=problem.domain if problem else None,
     )
 
 
@@ -169,6 +173,11 @@ class Comparison:
         """The problem's name; its other names when the runs' files were named differently."""
         names = list(dict.fromkeys(c.problem for c in self.curves))
         return names[0] + (f" (also named {', '.join(names[1:])})" if len(names) > 1 else "") if names else "?"
+
+    @property
+    def reference(self) -> str:
+        """The reference as the runs' domain names it (`BaselineNames.reference`)."""
+        return st.names_of(self.curves[0].domain if self.curves else None).reference
 
     def money_note(self) -> str:
         """Why money is not compared ('' when it is)."""
@@ -220,7 +229,7 @@ def compare_runs(run_dirs: Sequence[str | Path]) -> Comparison:
 
 
 def table(cmp: Comparison) -> Table:
-    t = Table(title=f"{cmp.problem}: best paired speedup vs eager at equal budgets")
+    t = Table(title=f"{cmp.problem}: best paired speedup vs {cmp.reference} at equal budgets")
     for col in ("run", "policy", "model", "queries", "USD", "best", f"mean best @ {cmp.query_budget} queries",
                 f"mean best @ ${cmp.usd_budget:.3g}" if cmp.usd_budget else "mean best @ $ (not all priced)"):
         t.add_column(col, justify="right" if col not in ("run", "policy", "model") else "left")
@@ -287,7 +296,7 @@ def figure(cmp: Comparison) -> Any:
         elif max(every, default=0.0) == 0.0:
             ax.set_xlim(0.0, 1.0)
         ax.set_xlabel("LLM queries" if axis == "queries" else "USD")
-        ax.set_ylabel("best speedup vs eager (paired)")
+        ax.set_ylabel(f"best speedup vs {cmp.reference} (paired)")
         ax.grid(alpha=0.3)
     note = cmp.money_note()
     if note:

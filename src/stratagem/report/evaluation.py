@@ -26,7 +26,7 @@ def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:
         "problem_id": prob.id,
         "domain": prob.domain,
         "reference_ms": {m: base.median_ms(m) for m in base.modes},
-        "vs_eager": {m: r.to_json() for m in base.modes if (r := base.vs_eager(m)) is not None},
+        "vs_eager": {m: r.to_json() for m in base.modes if (r := base.vs_reference(m)) is not None},
         "unstable": {m: list(r) for m, r in base.unstable().items()},
         "fails_correctness": base.failing(),
         "baselines": {m: dict(v) for m, v in base.modes.items()},
@@ -45,7 +45,7 @@ def print_baseline(console: Console, name: str, base: Baseline, out: dict[str, A
     unstable = base.unstable()
     for mode, stats in base.modes.items():
         if "median_ms" in stats:
-            r = base.vs_eager(mode)
+            r = base.vs_reference(mode)
             vs = "-" if r is None or mode == REFERENCE_MODE else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
             flag = "[yellow]unstable[/]" if mode in unstable else "stable"
             if base.fails(mode):

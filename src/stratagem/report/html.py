@@ -162,7 +162,7 @@ def _second_sentence(data: RunData, best: DesignView) -> str:
     n = data.names
     if not n.compared:
         return "no other baseline"
-    return numbers.compile_sentence(best) or f"not measured against {n.compared_text}"
+    return numbers.second_sentence(best, n) or f"not measured against {n.compared_text}"
 
 
 def st_spend(data: RunData) -> dict[str, Any]:
@@ -212,7 +212,7 @@ def _best(data: RunData) -> str:
              f"{html.escape(_second_sentence(data, best))}; "
              f"by {html.escape(str(best.author))}, "
              f"strategy {html.escape(str(best.strategy))}, iteration {best.iteration}.</p>"]
-    lines = best.measures.lines()
+    lines = best.measures.lines(data.names.reference)
     if lines:
         parts.append("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>")
     timing = _timing(data, best.id)
@@ -335,7 +335,7 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     r, c = data.names.reference, data.names.compared
     second = [f"vs {c} [95% CI], chained via {r}"] if c else []  # a domain without a second baseline: no column
     leader = _table(["#", "design", f"vs {r} [95% CI]", *second, "iter", "author", "strategy"],
-                    [(i + 1, v.id[:12], v.speedup_text(), *([numbers.compile_text(v)] if c else []), v.iteration,
+                    [(i + 1, v.id[:12], v.speedup_text(), *([numbers.second_text(v, names=data.names)] if c else []), v.iteration,
                       v.author, v.strategy) for i, v in enumerate(ranked(views)[:20])])
     sections.insert(1, ("Leaderboard", leader))
     body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)

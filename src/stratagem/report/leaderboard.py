@@ -23,7 +23,7 @@ from stratagem.search import numbers
 from stratagem.search.budget import Spend
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because
 from stratagem.search.state import names_of
-from stratagem.store.records import IterationRecord
+from stratagem.store.records import REFERENCE_KEY, IterationRecord
 
 RUNTIME = Objective("runtime", "ms", "minimize")
 
@@ -153,8 +153,8 @@ def leaderboard(
     board = ranked(views)[:top]
     rows = []
     for i, v in enumerate(board, 1):
-        noise = " ~" if v.vs_eager() == "within noise" else ""  # the one rule: the interval holds 1.00x
-        rows.append((str(i), v.id[:10], v.speedup_text() + noise, _second(v), f"{v.runtime_ms or 0.0:.4g}",
+        noise = " ~" if v.vs_reference() == "within noise" else ""  # the one rule: the interval holds 1.00x
+        rows.append((str(i), v.id[:10], v.speedup_text() + noise, _second(v, n), f"{v.runtime_ms or 0.0:.4g}",
                      "-" if v.iteration is None else str(v.iteration), who(v)))
     value = f"{objective.name} {objective.unit}"
     first, second = ratio_header(n.reference), ratio_header(n.compared or "-")
@@ -183,13 +183,13 @@ class Second:
 
 def second_of(v: DesignView) -> Second:
     """`v`'s `Second` (the one place the views read the design view's second-ratio fields)."""
-    return Second(v.speedup_compile, v.compile_low, v.compile_high, v.compile_fails, v.compile_unstable)
+    return Second(v.speedup_compared, v.compared_low, v.compared_high, v.compared_fails, v.compared_unstable)
 
 
-def _second(v: DesignView) -> str:
+def _second(v: DesignView, n: BaselineNames) -> str:
     """The chained ratio over the compared baseline, `*` when that baseline is no fair comparison."""
     s = second_of(v)
-    return numbers.compile_text(v, mark=False) + (" *" if s.fails or s.unstable else "")
+    return numbers.second_text(v, mark=False, names=n) + (" *" if s.fails or s.unstable else "")
 
 
 def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
@@ -199,10 +199,11 @@ def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
     if board and any(second_of(v).ratio is not None for v in board):
         notes.append(f"vs {c}: chained via {r} (design/{r} x {r}/{c}, timed in different workers), "
                      "with the interval of both")
-    if any(v.vs_eager() == "within noise" for v in board):
+    if any(v.vs_reference() == "within noise" for v in board):
         notes.append(f"~ within noise of {r}: the interval holds 1.00x")
     if any(reference_ms.values()):
-        notes.append("reference: " + ", ".join(f"{k} {v:.4f} ms" for k, v in reference_ms.items() if v))
+        notes.append("reference: " + ", ".join(f"{r if k == REFERENCE_KEY else k} {v:.4f} ms"
+                                               for k, v in reference_ms.items() if v))
     c = counts(views)
     if c.ranked < c.valid:
         notes.append("valid, not ranked: " + "; ".join(

@@ -143,7 +143,7 @@ def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None =
     stop = data.run.stop_reason if data.run else None
     return ProblemRow(run_dir, data.problem, data.run.policy if data.run else "?",
                       b.speedup if b else None, b.speedup_low if b else None, b.speedup_high if b else None,
-                      numbers.compile_text(b) if b else "-", bool(b and b.beats_reference), spend.queries, spend.usd,
+                      numbers.second_text(b, names=names_of(data.domain)) if b else "-", bool(b and b.beats_reference), spend.queries, spend.usd,
                       key=key or data.problem, state=state, best_id=b.id if b else None,
                       second=sec.ratio if sec else None, second_low=sec.low if sec else None,
                       second_high=sec.high if sec else None, correct=any(passed(v) for v in data.views),
@@ -293,13 +293,6 @@ def problem_header(names: BaselineNames) -> list[str]:
     return ["problem", "state", "policy", "best design", f"best vs {r} [95% CI]",
             f"vs {names.compared or '-'} [95% CI], chained via {r}", "correct", f"beats {r}", "queries", "USD",
             "device s", "run"]
-
-
-def __getattr__(name: str) -> Any:
-    """`PROBLEM_HEADER`: the header in the default domain's words (read by `cli/bench.py`)."""
-    if name == "PROBLEM_HEADER":
-        return problem_header(names_of(None))
-    raise AttributeError(name)
 
 
 def build_suite_page(rows: Sequence[ProblemRow]) -> str:

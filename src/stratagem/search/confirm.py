@@ -1,10 +1,12 @@
-"""Owns the confirmation round of a run: eager, torch.compile and the top designs re-timed
-together in several fresh workers, combined into ratios whose intervals hold the variance
-between independent timings, stored in the run database, and the run's headline from then on.
+"""Owns the confirmation round of a run: the reference, the baseline the domain sets beside it
+(`BaselineNames.compared`, when the domain measures it) and the top designs re-timed together
+in several fresh workers, combined into ratios whose intervals hold the variance between
+independent timings, stored in the run database, and the run's headline from then on.
 
-Why: a design's search-time ratio is paired with the eager of its own evaluation only. An
+Why: a design's search-time ratio is paired with the reference of its own evaluation only. An
 independent re-timing of a real run found every estimate outside the reported interval, two
-designs "clearly apart" tied, and eager's own time moving 22% between evaluations (issue 23).
+designs "clearly apart" tied, and the reference's own time moving 22% between evaluations
+(issue 23).
 Here every program of the round is timed in the same processes, and the interval covers the
 spread between processes (`core/confirmed.py`).
 """
@@ -16,18 +18,26 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from stratagem.core.confirmed import ConfirmedDesign, between_blocks, per_block, ranked
+from stratagem.core.confirmed import (
+    REFERENCE_JSON,
+    ConfirmedDesign,
+    between_blocks,
+    per_block,
+    ranked,
+)
 from stratagem.core.paired import Ratio
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView
 from stratagem.core.search import ranked as ranked_views
 from stratagem.domains import get_domain
 from stratagem.evaluation.service import Evaluator
-from stratagem.search.state import stored_views
+from stratagem.search.state import names_of, stored_views
+from stratagem.store.records import REFERENCE_KEY
 from stratagem.store.sqlite import RunStore
 
-COMPILE = "compile"
-"""The name of torch.compile of the reference in a block's order (the worker's `confirm.COMPILE`)."""
+COMPARED_KEY = "compile"
+"""The key of the compared baseline's ratios in a stored round's body (`compile`: the first
+domain's word, kept so stored rounds read as written)."""
 
 
 def chosen(views: Sequence[DesignView], top: int) -> list[DesignView]:
@@ -70,26 +80,32 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     if not picked:
         return None
     sources = {v.id: v.source for v in picked}
-    names = [*sources, *([COMPILE] if _wants_compile(problem, evaluator) else [])]
-    eager_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
+    words = names_of(problem.domain)
+    second = compared_program(problem, evaluator)
+    names = [*sources, *([second] if second else [])]
+    reference_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
     results: list[dict[str, Any]] = []
     t0 = time.monotonic()
     for b in range(blocks):
         order = rotated(names, b)
-        say(f"confirming: block {b + 1} of {blocks} ({len(sources)} designs, eager"
-            f"{', torch.compile' if COMPILE in names else ''})")
-        results.append(await evaluator.confirm_block(problem, sources, order, eager_ms))
-    confirmed = combine(results, picked)
+        say(f"confirming: block {b + 1} of {blocks} ({len(sources)} designs, {words.reference}"
+            f"{f', {words.compared_text}' if second else ''})")
+        results.append(await evaluator.confirm_block(problem, sources, order, reference_ms))
+    confirmed = combine(results, picked, second)
     body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in confirmed],
-            "compile": _compile_json(results), "eager_ms": _eager_ms(results),
+            COMPARED_KEY: _compared_json(results, second), REFERENCE_KEY + "_ms": _reference_ms(results),
             "wall_s": round(time.monotonic() - t0, 3),
             "environment": results[-1].get("environment", {}) if results else {}}
     store.add_confirmation(body)
     return body
 
 
-def _wants_compile(problem: Problem, evaluator: Evaluator) -> bool:
-    return COMPILE in get_domain(problem.domain).baselines(evaluator.cfg, evaluator.on_gpu)
+def compared_program(problem: Problem, evaluator: Evaluator) -> str | None:
+    """The compared baseline's name in a block's order (`BaselineNames.compared`: the domain's
+    confirmation worker times it under that name), when the domain measures it here; None
+    otherwise."""
+    second = names_of(problem.domain).compared
+    return second if second and second in get_domain(problem.domain).baselines(evaluator.cfg, evaluator.on_gpu) else None
 
 
 def _ratios(results: Sequence[dict[str, Any]], name: str, condition: str) -> list[list[float]]:
@@ -105,30 +121,32 @@ def _medians(blocks: Sequence[Sequence[float]]) -> list[float]:
     return [statistics.median(b) for b in blocks if b]
 
 
-def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView]) -> list[ConfirmedDesign]:
-    """Every picked design's confirmed numbers from the blocks' results, ranked."""
-    comp = _medians(_ratios(results, COMPILE, "fresh"))
+def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView],
+            second: str | None = None) -> list[ConfirmedDesign]:
+    """Every picked design's confirmed numbers from the blocks' results, ranked (`second`: the
+    compared baseline's program, `compared_program`; None: none timed)."""
+    comp = _medians(_ratios(results, second, "fresh")) if second else []
     out = []
     for v in picked:
         fresh = _ratios(results, v.id, "fresh")
         errors = [str(((r.get("programs") or {}).get(v.id) or {}).get("error") or "") for r in results]
         meds = _medians(fresh)
-        vs_compile = None
+        vs_compared = None
         if comp and len(comp) == len(meds):
-            vs_compile = per_block([m / c for m, c in zip(meds, comp, strict=True) if c > 0])
+            vs_compared = per_block([m / c for m, c in zip(meds, comp, strict=True) if c > 0])
         search = (Ratio(v.speedup, v.speedup_low, v.speedup_high) if v.speedup is not None
                   and v.speedup_low is not None and v.speedup_high is not None else None)
         out.append(ConfirmedDesign(
-            design_id=v.id, vs_eager=between_blocks(fresh) if all(fresh) else None,
-            warm=between_blocks(_ratios(results, v.id, "warm")), vs_compile=vs_compile,
+            design_id=v.id, vs_reference=between_blocks(fresh) if all(fresh) else None,
+            warm=between_blocks(_ratios(results, v.id, "warm")), vs_compared=vs_compared,
             block_medians=tuple(round(m, 6) for m in meds), search=search,
             error=next((e for e in errors if e), "" if all(fresh) else "a block did not time it"),
         ))
     return ranked(out)
 
 
-def _eager_ms(results: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
-    """Eager's median time in each block under each condition (the median over the pairings
+def _reference_ms(results: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
+    """The reference's median time in each block under each condition (the median over the pairings
     of that block): what the two conditions cost the reference itself."""
     out: dict[str, list[float]] = {"fresh": [], "warm": []}
     for r in results:
@@ -140,9 +158,11 @@ def _eager_ms(results: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
-def _compile_json(results: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    r = between_blocks(_ratios(results, COMPILE, "fresh"))
-    return {"vs_eager": r.to_json()} if r is not None else None
+def _compared_json(results: Sequence[dict[str, Any]], second: str | None) -> dict[str, Any] | None:
+    """The compared baseline's own ratio over the reference across blocks (stored under
+    `REFERENCE_JSON`, as the first domain's rounds wrote it)."""
+    r = between_blocks(_ratios(results, second, "fresh")) if second else None
+    return {REFERENCE_JSON: r.to_json()} if r is not None else None
 
 
 def latest(store: RunStore) -> tuple[list[ConfirmedDesign], dict[str, Any]] | None:

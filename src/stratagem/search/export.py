@@ -24,7 +24,7 @@ import stratagem
 from stratagem.core.search import DesignView
 from stratagem.domains import get_domain
 from stratagem.errors import StoreError
-from stratagem.search.numbers import clip, compile_sentence, not_ranked_because, passed
+from stratagem.search.numbers import clip, not_ranked_because, passed, second_sentence
 
 
 def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str | None,
@@ -38,7 +38,7 @@ def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str
         *confirmed_lines(view),
         f"speedup vs eager (paired, 95% interval){' at search time' if view.confirmed else ''}: "
         f"{view.speedup_text()}",
-        compile_sentence(view) or "vs torch.compile: not measured",
+        second_sentence(view) or "vs torch.compile: not measured",
         f"device: {device or '-'} · runtime {view.runtime_ms:.4f} ms" if view.runtime_ms else f"device: {device or '-'}",
     ]
     if reference_ms:
@@ -50,14 +50,14 @@ def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str
 def confirmed_lines(view: DesignView) -> list[str]:
     """The confirmation round's numbers of `view` (the headline when it was confirmed)."""
     c = view.confirmed
-    if c is None or c.vs_eager is None:
+    if c is None or c.vs_reference is None:
         return []
-    r = c.vs_eager
+    r = c.vs_reference
     out = [f"confirmed vs eager: {r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}] (re-timed with the other "
            f"contenders in {len(c.block_medians)} independent workers, interval across them; "
            f"rank {c.rank if c.rank is not None else '-'} of the round{', tied' if c.tied_with_best else ''})"]
-    if c.vs_compile is not None:
-        k = c.vs_compile
+    if c.vs_compared is not None:
+        k = c.vs_compared
         out.append(f"confirmed vs torch.compile: {k.ratio:.3g}x [{k.low:.3g}, {k.high:.3g}] (timed in the same workers)")
     if c.warm is not None:
         out.append(f"in a warm loop over one input set: {c.warm.ratio:.3g}x [{c.warm.low:.3g}, {c.warm.high:.3g}] vs eager")

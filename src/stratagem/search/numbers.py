@@ -15,9 +15,10 @@ Counting:
   review (`flagged`).
 
 Ratios: every speedup is written with its 95% interval (`DesignView.speedup_text`). The ratio
-against torch.compile is chained (design/eager, timed beside the design, times eager/compile,
-timed beside the compile baseline in another worker); it is written with the chained
-interval, or marked as chained where no interval exists, and never bare.
+over the baseline the domain sets beside the reference (`BaselineNames.compared`) is chained
+(design/reference, timed beside the design, times reference/baseline, timed beside that
+baseline in another worker); it is written with the chained interval, or marked as chained
+where no interval exists, and never bare. Each is said in the words of the run's domain.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Literal
 
 from stratagem.core.search import MEASURED, DesignView, ranked, ratio_text
 from stratagem.core.text import clip
+from stratagem.domains.base import BaselineNames, baseline_names
 
 UNSTABLE = "unstable"
 UNREVIEWED = "unreviewed"
@@ -104,64 +106,79 @@ def interval_text(value: float, low: float | None, high: float | None) -> str:
     return f"{ratio_text(value)}x [{ratio_text(low)}, {ratio_text(high)}]"
 
 
-CHAINED = "chained via eager"
-"""How a ratio against torch.compile is marked: design/eager x eager/compile, two paired
-ratios timed in different workers."""
+def _names(names: BaselineNames | None) -> BaselineNames:
+    """`names`, or the default domain's (a caller that does not say whose run it shows)."""
+    if names is not None:
+        return names
+    from stratagem.domains import DEFAULT, get_domain
+
+    return baseline_names(get_domain(DEFAULT))
 
 
-def compile_text(v: DesignView, mark: bool = True) -> str:
-    """The chained speedup over torch.compile with its interval: `1.02x [0.97, 1.08]`
-    (`(chained via eager, no interval)` where none was recorded); `mark`: append why the
+def chained_text(names: BaselineNames | None = None) -> str:
+    """How a ratio over the compared baseline is marked: `chained via REFERENCE` (design/reference
+    x reference/baseline, two paired ratios timed in different workers)."""
+    return f"chained via {_names(names).reference}"
+
+
+def second_text(v: DesignView, mark: bool = True, names: BaselineNames | None = None) -> str:
+    """The chained speedup over the compared baseline (`BaselineNames.compared`; `names`: the
+    run's domain's, None: the default domain's) with its interval: `1.02x [0.97, 1.08]`
+    (`(chained via REFERENCE, no interval)` where none was recorded); `mark`: append why the
     baseline is no fair comparison (it fails correctness, or its timing did not settle)."""
-    if v.speedup_compile is None:
+    if v.speedup_compared is None:
         return "-"
-    if v.compile_low is None or v.compile_high is None:
-        text = f"{ratio_text(v.speedup_compile)}x ({CHAINED}, no interval)"
+    n = _names(names)
+    if v.compared_low is None or v.compared_high is None:
+        text = f"{ratio_text(v.speedup_compared)}x ({chained_text(n)}, no interval)"
     else:
-        text = interval_text(v.speedup_compile, v.compile_low, v.compile_high)
-    if mark and v.compile_fails:
-        text += " (compile fails correctness)"
-    elif mark and v.compile_unstable:
-        text += " (compile baseline unstable)"
+        text = interval_text(v.speedup_compared, v.compared_low, v.compared_high)
+    if mark and v.compared_fails:
+        text += f" ({n.compared} fails correctness)"
+    elif mark and v.compared_unstable:
+        text += f" ({n.compared} baseline unstable)"
     return text
 
 
-CompileVerdict = Literal["faster", "on par", "slower", "unknown", "unfair"]
+SecondVerdict = Literal["faster", "on par", "slower", "unknown", "unfair"]
 
 
-def vs_compile(v: DesignView) -> CompileVerdict | None:
-    """How a design stands against torch.compile: `on par` when the chained interval holds
-    1.00x, `faster` or `slower` beyond it, `unknown` when the compile baseline's timing did
-    not settle, `unfair` when the baseline fails the correctness rule; None: not measured."""
-    if v.speedup_compile is None:
+def vs_second(v: DesignView) -> SecondVerdict | None:
+    """How a design stands against the compared baseline: `on par` when the chained interval
+    holds 1.00x, `faster` or `slower` beyond it, `unknown` when the baseline's timing did not
+    settle, `unfair` when the baseline fails the correctness rule; None: not measured."""
+    if v.speedup_compared is None:
         return None
-    if v.compile_unstable:
+    if v.compared_unstable:
         return "unknown"
-    if v.compile_fails:
+    if v.compared_fails:
         return "unfair"
-    if v.compile_low is not None and v.compile_high is not None and v.compile_low <= 1.0 <= v.compile_high:
+    if v.compared_low is not None and v.compared_high is not None and v.compared_low <= 1.0 <= v.compared_high:
         return "on par"
-    return "faster" if v.speedup_compile >= 1.0 else "slower"
+    return "faster" if v.speedup_compared >= 1.0 else "slower"
 
 
-def compile_sentence(v: DesignView) -> str:
-    """One plain sentence on the design against torch.compile, its number and interval
+def second_sentence(v: DesignView, names: BaselineNames | None = None) -> str:
+    """One plain sentence on the design against the compared baseline, its number and interval
     included ('' when not measured): what the run's last lines, the export header and the
     report say."""
-    verdict = vs_compile(v)
-    if verdict is None or v.speedup_compile is None:
+    verdict = vs_second(v)
+    if verdict is None or v.speedup_compared is None:
         return ""
-    num = f"{compile_text(v, mark=False)}, {CHAINED}" if v.compile_low is not None else compile_text(v, mark=False)
+    n = _names(names)
+    base, short = n.compared_text, n.compared or n.compared_text
+    num = (f"{second_text(v, mark=False, names=n)}, {chained_text(n)}" if v.compared_low is not None
+           else second_text(v, mark=False, names=n))
     if verdict == "unknown":
-        return (f"compared with torch.compile: unknown ({num}): the compile baseline's timing stayed unstable "
-                f"after re-timing ({clip(v.compile_unstable, 160)})")
+        return (f"compared with {base}: unknown ({num}): the {short} baseline's timing stayed unstable "
+                f"after re-timing ({clip(v.compared_unstable, 160)})")
     if verdict == "unfair":
-        return (f"compared with torch.compile: no fair comparison ({num}): the compile baseline fails the "
-                f"correctness check every design must pass ({clip(v.compile_fails, 160)})")
+        return (f"compared with {base}: no fair comparison ({num}): the {short} baseline fails the "
+                f"correctness check every design must pass ({clip(v.compared_fails, 160)})")
     if verdict == "on par":
-        return f"on par with torch.compile: {num}, an interval that holds 1.00x"
+        return f"on par with {base}: {num}, an interval that holds 1.00x"
     if verdict == "faster":
-        return f"faster than torch.compile too: {num}"
-    return (f"slower than torch.compile: {num}; torch.compile of the reference runs "
-            f"{1 / v.speedup_compile:.2f}x faster than this design here, so it is the better choice unless "
-            "you cannot compile")
+        return f"faster than {base} too: {num}"
+    return (f"slower than {base}: {num}; {base} of the reference runs "
+            f"{1 / v.speedup_compared:.2f}x faster than this design here, so it is the better choice unless "
+            f"you cannot {short}")

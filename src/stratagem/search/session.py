@@ -151,7 +151,7 @@ class RunSession:
         if self._views is None:
             self._views = {v.id: v for v in st.design_views(
                 self.store.designs(self.problem.id), self.store.evaluations(), self.store.reviews(),
-                self._source, self.store.tags())}
+                self._source, self.store.tags(), domain=self.problem.domain)}
         return list(self._views.values())
 
     def _source(self, d: DesignRecord) -> str:
@@ -170,7 +170,7 @@ class RunSession:
             return
         reviews = [r for r in self.store.reviews() if r.design_id == design_id]
         for v in st.design_views([rec], self.store.evaluations(design_id), reviews, self._source,
-                                 self.store.tags(design_id)):
+                                 self.store.tags(design_id), domain=self.problem.domain):
             self._views[v.id] = v
 
     def state(self, iteration: int) -> SearchState:
@@ -205,7 +205,8 @@ class RunSession:
         p.counts = counts_of(views)
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
-        noise = {"within noise": " (within noise)", "slower": " (slower than eager)"}.get(best.vs_eager() or "", "") if best else ""
+        slower = f" (slower than {st.names_of(self.problem.domain).reference})"
+        noise = {"within noise": " (within noise)", "slower": slower}.get(best.vs_reference() or "", "") if best else ""
         p.best_text = best.speedup_text() + noise if best else "-"
         if self.view is not None:
             self.view.update(p)

@@ -105,12 +105,12 @@ def design_views(
             speedup=ev.speedup if valid else None, report=report, created_at=d.created_at,
             speedup_low=_num(ref.get("low")) if valid else None,
             speedup_high=_num(ref.get("high")) if valid else None,
-            speedup_compile=_num(other.get("ratio")) if valid else None,
-            compile_low=_num(other.get("low")) if valid else None,
-            compile_high=_num(other.get("high")) if valid else None,
+            speedup_compared=_num(other.get("ratio")) if valid else None,
+            compared_low=_num(other.get("low")) if valid else None,
+            compared_high=_num(other.get("high")) if valid else None,
             stability=why,
-            compile_fails=str(other.get("baseline_fails") or ""),
-            compile_unstable=str(other.get("baseline_unstable") or ""),
+            compared_fails=str(other.get("baseline_fails") or ""),
+            compared_unstable=str(other.get("baseline_unstable") or ""),
             tags=dict((tags or {}).get(d.id) or {}),
             measures=measures_of(ev),
             timing_notes=timing_notes_of(ev),
@@ -155,7 +155,7 @@ def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str,
         c = by_id.get(v.id)
         if c is None:
             out.append(v)
-        elif v.status == "unstable" and c.vs_eager is not None:
+        elif v.status == "unstable" and c.vs_reference is not None:
             # re-timed in independent workers, with an interval across them: ranked on that
             note = f"search-time timing was unstable ({clip(v.stability, 120)}); ranked on the confirmation round"
             out.append(dataclasses.replace(v, confirmed=c, status="valid", stability="",
