@@ -2,7 +2,7 @@
 
 Submits N evaluations of one honest candidate at once to an evaluator over the local executor
 with `--slots` CPU slots (or the device's GPU slots), then over the Ray executor with as many
-runner actors (a local Ray instance started for the benchmark, or `--ray-address`), and prints
+runner actors of one slot each (the same number of slots in all) (a local Ray instance started for the benchmark, or `--ray-address`), and prints
 evaluations per minute for each. Baselines are not measured (`with_baseline=False`): the
 figure is the executors' throughput of design evaluations, the same work in both.
 
@@ -60,8 +60,8 @@ def main() -> None:
     for k in [int(x) for x in args.slots.split(",")]:
         for name in args.executors.split(","):
             cfg: dict = {**FAST, "device": args.device, "executor": name}
-            if args.device == "cpu":
-                cfg["cpu_slots"] = k
+            if args.device == "cpu":  # k slots in all: k local slots, or k Ray runners of one slot each
+                cfg["cpu_slots"] = 1 if name == "ray" else k
             if name == "ray":
                 cfg["ray_actors"] = k
                 if args.ray_address:
