@@ -20,6 +20,7 @@ from stratagem.core.design import Design
 from stratagem.domains import load_problem
 from stratagem.report.html import build_report
 from stratagem.search.budget import Spend
+from stratagem.search.export import exported_source
 from stratagem.store.records import REFERENCE_KEY, EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
@@ -130,3 +131,8 @@ def test_the_last_lines_of_a_command_run_name_no_pytorch_baseline(small_problem,
     text = console.export_text()
     assert "vs the reference (paired, 95% interval)" in text and "2.00x" in text
     _no_pytorch_word(text.replace(str(tmp_path), ""))
+    # the export header (`export`, and the run's best/ folder): the reference in its own words
+    header = exported_source(view, "window_sums_small", run_dir, "cpu", {REFERENCE_KEY: 1.0}, "command")
+    header = header.split("\n\n", 1)[0]
+    assert "speedup vs the reference (paired, 95% interval): 2.00x" in header and "the reference 1.0000 ms" in header
+    _no_pytorch_word(header.replace(str(tmp_path), ""))
