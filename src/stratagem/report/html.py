@@ -86,10 +86,28 @@ def load_run(run_dir: str | Path) -> RunData:
         evaluations = store.evaluations()
         views = st.stored_views(store, designs, evaluations)
         problems = store.problems()
-        source = store.get_artifact(problems[0].source_hash) if problems else ""
+        source = _reference_text(problems[0], store.get_artifact(problems[0].source_hash)) if problems else ""
         return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
                        sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
                        {r.id: r.created_at for r in designs}, problems[0].domain if problems else None)
+
+
+def _reference_text(rec: Any, source: str) -> str:
+    """The reference as a design's text, what the best design is diffed against: the problem's
+    source itself (PyTorch), or for a domain whose problem is more than the reference (a command
+    problem: `reference_source_files`) the reference's editable files as written, as one text."""
+    from stratagem.core.design import files_text
+    from stratagem.domains import get_domain
+    from stratagem.errors import StratagemError
+
+    domain = get_domain(rec.domain)
+    files = getattr(domain, "reference_source_files", None)
+    if files is None:
+        return source
+    try:
+        return files_text(files(domain.parse_problem(source, name=rec.name, path=rec.path)))
+    except (StratagemError, OSError, ValueError):
+        return source  # a stored problem this version cannot read: diffed as stored
 
 
 def version(run_dir: str | Path) -> str:

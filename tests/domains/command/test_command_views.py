@@ -99,6 +99,8 @@ def test_compare_and_report_of_command_runs_name_no_pytorch_baseline(small_probl
     assert not [k for k in _keys(json.loads(capsys.readouterr().out)) if IN_KEY.search(k)]
     page = build_report(a, analyses=False)
     assert "vs the reference [95% CI]" in page
+    diff = page.split("Diff against the reference", 1)[1]  # against the reference's files, not the problem's bundle
+    assert "stratagem-command/1" not in diff and "every window summed from scratch" in diff
     # the stored configuration is shown as stored (`compile_timeout_s` is the build's limit)
     _no_pytorch_word(re.sub(r"<script.*?</script>|<style.*?</style>|<details><summary>configuration.*?</details>",
                             "", page, flags=re.S))
