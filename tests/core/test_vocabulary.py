@@ -27,9 +27,10 @@ shows them as each command's help).
 the run's domain (`BaselineNames`: `search/numbers.py`, the design view's `compared` fields,
 the confirmation round, `show`/`run`/`compare`), and stored keys are named once as data
 (`REFERENCE_KEY`, `REFERENCE_JSON`); what is left is prose in comments and docstrings that
-speaks of the first domain (the loop, the paired statistics, the export header), the
-analyst's `compile_text` (an alias of `compared_text`), typer's `is_eager` and the app's
-help text, for the later steps of issue 25 item 1. A count may only go down: a new occurrence fails the test
+speaks of the first domain (the loop, the paired statistics, the session), the stored key's
+value itself (`REFERENCE_KEY = "eager"`), the environment keys the report lists, the
+analyst's `compile_text` (an alias of `compared_text`) and typer's `is_eager`, for the later
+steps of issue 25 item 1. A count may only go down: a new occurrence fails the test
 (which prints file, line and word), and so does a file that now has fewer than allowed (lower
 its count, or drop the file, in the same change).
 """
