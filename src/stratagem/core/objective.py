@@ -34,7 +34,7 @@ class Measured:
     reference_value: float | None
     """The reference's value measured beside it."""
     ratio: Ratio | None
-    """The paired improvement over the reference (PyTorch: eager time / design time)."""
+    """The paired improvement over the reference (for a time objective: the reference's time / the design's)."""
     stability: Stability | None
     stats: dict[str, Any]
     """The design's raw summary (`median_ms`, `q1_ms`, `q3_ms`, `samples_ms`, ...)."""

@@ -37,7 +37,7 @@ class Ratio:
     pairs: int = 0
     """Block pairs it was measured from (0 for a chained ratio)."""
     chained: bool = False
-    """A product of two paired ratios measured in different processes (vs compile)."""
+    """A product of two paired ratios measured in different processes (over a second baseline)."""
 
     @property
     def rel_halfwidth(self) -> float:
@@ -98,7 +98,7 @@ def bootstrap_median(values: Sequence[float], seed: int = 0, resamples: int = BO
 
 
 def chain(a: Ratio, b: Ratio) -> Ratio:
-    """a x b, for two independent ratios (candidate/eager x eager/compile = candidate/compile).
+    """a x b, for two independent ratios (design/reference x reference/baseline = design/baseline).
     The interval adds the two log half-widths in quadrature."""
     r = a.ratio * b.ratio
 
@@ -114,7 +114,7 @@ def chain(a: Ratio, b: Ratio) -> Ratio:
 
 
 def divide(a: Ratio, b: Ratio) -> Ratio:
-    """a / b for independent ratios (candidate/eager over compile/eager)."""
+    """a / b for independent ratios (design/reference over baseline/reference)."""
     inv = Ratio(1 / b.ratio, 1 / b.high if b.high > 0 else 0.0, 1 / b.low if b.low > 0 else math.inf, b.pairs)
     return chain(a, inv)
 

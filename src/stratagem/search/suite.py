@@ -1,7 +1,7 @@
 """Owns running a suite (`stratagem bench`): one run per problem under one suite directory,
 at most `jobs` problems at once (default `default_jobs`: as many as the executor has GPU
 slots), every run in this process sharing one executor and its caches (baselines, the
-device's peaks, reference facts and compile caches are measured once and reused).
+device's peaks, reference facts and build caches are measured once and reused).
 `resume_suite` goes on problem by problem: a `done` (or `skipped`) problem is never run again;
 an interrupted, failed or killed one continues from its run database, as `stratagem resume`
 does.

@@ -4,7 +4,7 @@ the authors' OpenEvolve fork (0.2.8, `openevolve/database.py`) keeps them.
 
 It is plain data (`to_json` / `from_json`), saved by the policy after every change, so a
 killed run resumes with the same islands, archive and grid. Fitness is the paired speedup over
-eager (higher is better). The grid's two features are code size (characters, binned against
+the reference (higher is better). The grid's two features are code size (characters, binned against
 `size_scale`, four times the reference's length) and diversity (the mean difference of the
 program's code from the archive's, 1 - difflib's ratio, in [0, 1]). A cell keeps its fittest
 program; a population over `population_size` drops its least fit program that is neither in
