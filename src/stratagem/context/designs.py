@@ -113,6 +113,22 @@ def lineage(view: DesignView) -> str:
     return "(" + "; ".join(bits) + ")" if bits else ""
 
 
+def tuned_lines(view: DesignView) -> list[str]:
+    """A point of a template (the `tune` policy's, or an agent's template the loop tuned): its
+    parameters (the `params` tag) and, for an agent's, whose template it was (the `handoff`
+    tag, `search/policies/handoff.py`); empty for any other design."""
+    params = view.tags.get("params")
+    if not isinstance(params, dict) or not params:
+        return []
+    values = ", ".join(f"{k}={v}" for k, v in params.items())
+    handoff = view.tags.get("handoff")
+    whose = ""
+    if isinstance(handoff, dict):
+        whose = (f" (the template {handoff.get('author') or 'an agent'} wrote; point {handoff.get('point')} of "
+                 f"{handoff.get('of')})")
+    return [f"tuned from a template: {values}{whose}"]
+
+
 def render_design(view: DesignView, *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
     """One design as every prompt shows it: id, verdict, lineage, source, failure report."""
     report = view.report.strip()
@@ -123,7 +139,7 @@ def render_design(view: DesignView, *, report_chars: int | None = None, domain: 
     else:
         report_block = "Failure report:\n```\n" + report + "\n```" if report else ""
     others = replace(view.measures, runtime_q1_ms=None, runtime_q3_ms=None).lines()  # timing: timing_lines
-    lines = (*timing_lines(view, domain), *others)
+    lines = (*tuned_lines(view), *timing_lines(view, domain), *others)
     return fill(
         "design",
         "design",

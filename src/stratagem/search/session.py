@@ -30,6 +30,7 @@ from stratagem.core.search import (
     Reservation,
     SearchState,
 )
+from stratagem.core.verdict import FailureKind, ValidatorResult
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
@@ -252,6 +253,37 @@ class RunSession:
             raise
         finally:
             self._inflight.pop(design.id, None)
+
+    def record_rejected(
+        self, source: str, *, reason: str, validator: str, kind: FailureKind, strategy: str,
+        parents: Sequence[str] = (), author: str = "", tags: Mapping[str, Any] | None = None,
+        files: Mapping[str, str] | None = None,
+    ) -> Feedback:
+        """Store a design refused before any harness stage (a writer's template that cannot be
+        tuned: `search/policies/handoff.py`) with one failed validator, `validator` (of `kind`,
+        saying `reason`): a failed attempt kept as data, never run, costing no evaluation time.
+        The same files refused again get their stored verdict."""
+        provenance = {"iteration": self.iteration, "strategy": strategy, "author": author or "unknown"}
+        main = get_domain(self.problem.domain).main_file(self.problem)
+        design = Design(files={**text_files(source, main), **dict(files or {})}, parent_ids=tuple(parents),
+                        provenance=provenance)
+        if self.iteration is not None and design.id not in self.iteration_ids:
+            self.iteration_ids.append(design.id)
+        done = self.store.evaluations(design.id)
+        if done:
+            return self._feedback(design.id, done[-1], reused=True)
+        self.store.add_design(self.problem.id, design, tags)
+        result = ValidatorResult(validator, "failed", reason, kind, duration_s=0.0)
+        rec = EvaluationRecord(design_id=design.id, problem_id=self.problem.id, status="invalid",
+                               device=self.evaluator.physical_device, runtime_ms=None, speedup=None,
+                               validators=[result.to_json()], environment={}, seeds=[], reference_ms={},
+                               created_at=time.time())
+        self.store.add_evaluation(rec)
+        self._update_view(design.id)
+        self.spend.add_evaluation(rec)
+        self.progress.event(f"{design.id[:10]} refused: {reason[:60]}")
+        self.refresh()
+        return self._feedback(design.id, rec)
 
     def _forms(self) -> dict[str, str]:
         """Normal form -> the first stored design with it (built from the store on first use)."""

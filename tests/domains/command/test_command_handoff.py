@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from stratagem.agents.models import RoleModels
 from stratagem.config import EvaluationConfig, environment, load_config
 from stratagem.core.design import Design
-from stratagem.core.search import DesignView, Feedback
+from stratagem.core.search import DesignView, Feedback, Remaining
 from stratagem.core.template import parse_template
 from stratagem.domains import load_problem
 from stratagem.evaluation.executors import LocalExecutor
@@ -29,7 +30,8 @@ from stratagem.search import state as st
 from stratagem.search.loop import RunOutcome, SearchLoop
 from stratagem.search.policies.auto import AutoPolicy
 from stratagem.search.policies.handoff import HandoffSession, HandoffSettings
-from stratagem.search.policies.registry import resolved_config
+from stratagem.search.policies.pike_b import PikeBPolicy
+from stratagem.search.policies.registry import policy_settings, resolved_config
 from stratagem.search.policies.tune import TAG_HANDOFF, TAG_PARAMS, TAG_TEMPLATE, shares, tuning
 from stratagem.store.sqlite import RunStore
 
@@ -184,8 +186,8 @@ class Recorder:
         return Feedback(Design(files={"scan.c": source}).id, "valid", "All validators passed.", 1.0,
                         10.0 / (abs(block - 32) + 1))
 
-    def budget_left(self) -> str | None:
-        return "max_gpu_seconds" if self.spent else None
+    def budget_remaining(self) -> Remaining:
+        return Remaining(gpu_seconds=0.0 if self.spent else None)
 
     def save_state(self, key: str, value: object) -> None:
         self.state[key] = value
@@ -211,3 +213,50 @@ def test_a_template_handed_off_again_continues_its_study(problem_dir: Path) -> N
     assert blocks[0] == 4 and len(blocks) == 5 == len(set(blocks))  # the space has 5 points: all, once
     assert "tuned it" in first.report and first.speedup is not None
     assert "4 points of this template were known from before" in second.report
+    rec.spent = True  # a spent device budget: one point (the first is always evaluated), then stop
+    other = TEMPLATE.replace("choice(8)", "choice(8, 16)")
+    third = asyncio.run(s.evaluate(other, strategy="innovate", author="a"))
+    assert len(rec.evaluated) == 7 and "max_gpu_seconds budget is spent" in third.report
+
+
+def test_a_pike_optimizers_template_is_tuned(problem_dir: Path, cpu_config: EvaluationConfig, tmp_path: Path) -> None:
+    """PIKE-B's optimizer answers with a template in its code block: the slot's design is the best
+    point (it carries the slot's tag), every point a design of the slot's writer."""
+
+    def optimizer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(f"A template:\n```text\n{TEMPLATE}```\n")])
+
+    cfg = resolved_config(load_config(None, {
+        "search": {"policy": "pike-b", "max_queries": 1, "confirm_top": 0, "tune_evaluations": 2},
+        "agents": {"model": "test"},
+        "policies": {"pike-b": {"num_branches": 1, "queries_per_phase": 1, "brainstorm": False,
+                                "max_fix_attempts": 0}}}))
+    cfg = cfg.model_copy(update={"evaluation": cpu_config})
+    problem = load_problem(problem_dir)
+    ev = Evaluator(cpu_config, LocalExecutor.for_devices(["cpu"], cpu_config, environment()), "cpu")
+    with RunStore.open(tmp_path / "run") as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, "pike-b", cfg.model_dump(mode="json"))
+        policy = PikeBPolicy(cfg, problem, tmp_path / "work", RoleModels.of({"default": FunctionModel(optimizer)}),
+                             policy_settings(cfg))  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(cfg, problem, store, ev, policy).run())
+        views = st.stored_views(store)
+    tuned = points(views)
+    assert [v.tags[TAG_PARAMS]["BLOCK"] for v in tuned][0] == 4 and len(tuned) == 2
+    assert all(v.strategy == "optimize" for v in tuned)
+    slotted = [v for v in tuned if any(k.startswith("slot ") for k in v.tags)]
+    assert len(slotted) == 1  # the slot's design: the best point
+
+
+def test_where_the_best_came_from_names_the_templates_author() -> None:
+    tuned = DesignView("a" * 64, "int a;\n", "valid", runtime_ms=1.0, speedup=3.0, speedup_low=2.9, speedup_high=3.1,
+                       author="implementor-1", created_at=1.0,
+                       tags={TAG_PARAMS: {"BLOCK": 32}, TAG_HANDOFF: {"author": "implementor-1", "point": 2, "of": 3}})
+    written = DesignView("b" * 64, "int b;\n", "valid", runtime_ms=1.5, speedup=2.0, speedup_low=1.9,
+                         speedup_high=2.1, author="implementor-2", created_at=2.0)
+    study = tuning([tuned, written])
+    assert study is not None
+    share = shares([tuned, written], study)
+    assert share is not None and share.from_tuner and share.template_authors == ("implementor-1",)
+    assert "the tuner, tuning a template implementor-1 wrote" in share.sentence()
+    assert share.to_json()["best_template_author"] == "implementor-1"
