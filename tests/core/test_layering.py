@@ -44,7 +44,7 @@ ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     "stratagem.domains.pytorch.worker.builds": frozenset({"TORCH_EXTENSIONS_DIR"}),
     # The build cache the slot names, the header switch, and the toolchain a build's key records.
     "stratagem.domains.pytorch.worker.inline_builds": frozenset({
-        "STRATAGEM_BUILD_CACHE", "STRATAGEM_BUILD_PCH", "CXX", "CC", "CUDAHOSTCXX", "CUDA_HOME",
+        "STRATAGEM_BUILD_CACHE", "STRATAGEM_BUILD_PCH", "STRATAGEM_BUILD_HEADER_DIET", "CXX", "CC", "CUDAHOSTCXX", "CUDA_HOME",
         "TORCH_CUDA_ARCH_LIST"}),
 }
 """module -> the variables it may read with `os.environ.get("NAME", ...)`, and nothing else."""

@@ -238,7 +238,7 @@ def _build(real: Callable[..., Any], a: dict[str, Any], light: dict[str, Any] | 
 
 
 def _diet_on() -> bool:
-    return os.environ.get(DIET_VAR, "").strip().lower() not in ("0", "off", "false", "no")
+    return os.environ.get("STRATAGEM_BUILD_HEADER_DIET", "").strip().lower() not in ("0", "off", "false", "no")
 
 
 def load(*args: Any, **kwargs: Any) -> Any:
