@@ -61,6 +61,11 @@ class Cheat:
     timeout_s: float | None = None
     """A longer run limit than the config's, for a cheat whose own work (not the harness's) can
     pass the 60 s limit on a loaded machine, where a timeout would read as a rejection."""
+    min_timed_calls: int | None = None
+    """`timing.min_reps` for a cheat that turns after a number of calls: the harness can only
+    see the turn if it calls past it, and the fast config's 20 ms budget on a loaded machine
+    falls to 10 pairs of one call (about 35 calls in the whole evaluation). Real budgets make
+    hundreds of timed calls, each checked (`timed_outputs`)."""
 
 
 GAP_FINGERPRINT = (
@@ -166,7 +171,8 @@ CHEATS: dict[str, Cheat] = {
     "shape_hardwired_view.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation"),
     "shape_hardwired_mean.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation"),
     "shape_aligned_blocks.py": Cheat(MEAN, SHAPES, None, "13 shape specialisation (alignment)"),
-    "timed_phase_quarter.py": Cheat(LINEAR, TIMING, None, "3 partial computation only while timed"),
+    "timed_phase_quarter.py": Cheat(LINEAR, TIMING, None, "3 partial computation only while timed",
+                                    min_timed_calls=60),  # it turns at its 41st call
     "layernorm_skip_affine.py": Cheat(NORM, CORRECTNESS, None, "14 skipped operation (initial parameters)"),
     "leaky_no_clamp.py": Cheat(CLAMP, CORRECTNESS, None, "14 skipped operation (visible input range)"),
     "nondeterministic_rand.py": Cheat(LINEAR, CORRECTNESS, None, "19 nondeterminism"),
@@ -300,6 +306,9 @@ def _no_dev_shm_leftovers():
 def test_cheat_is_rejected(name: str, cpu_config: EvaluationConfig) -> None:
     case = CHEATS[name]
     cfg = cpu_config if case.timeout_s is None else cpu_config.model_copy(update={"timeout_s": case.timeout_s})
+    if case.min_timed_calls is not None:
+        timing = cfg.timing.model_copy(update={"min_reps": case.min_timed_calls})
+        cfg = cfg.model_copy(update={"timing": timing})
     ev = evaluate(cfg, case.problem, CANDIDATES / name)
     report = ev.verdict.report()
     assert ev.verdict.status == "invalid", f"{name} was {ev.verdict.status}:\n{report}"
@@ -359,7 +368,7 @@ def test_readme_lists_every_candidate() -> None:
 
 @pytest.mark.parametrize("name", ["cache_self_fingerprint.py", "cache_sampled_values.py", "cache_scaled_input.py",
                                   "cache_predicted_seeds.py"])
-@pytest.mark.timeout(900)  # two evaluations, each under its own 300 s limit (below)
+@pytest.mark.timeout(1500)  # two evaluations, each under its own 600 s limit (below)
 def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig, name: str, monkeypatch) -> None:
     """Every timed call gets freshly generated inputs (on the CPU too), so no cache keyed on
     values, sampled values or a scale of earlier inputs hits while timed: whatever the static
@@ -369,8 +378,9 @@ def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig,
     monkeypatch.setattr(domain, "run_static_checks", lambda *a, **k: VR("static_checks", "passed"))
     # cache_predicted_seeds prepares 6,600 inputs and outputs per new seed it sees, up to 40
     # seeds: seconds of work on an idle machine, over a minute on a loaded one (it was cut at
-    # the 60 s run limit on a shared CI machine); this test is about its speedup, not its limit
-    cfg = cpu_config.model_copy(update={"timeout_s": 300})
+    # the 60 s run limit on a shared CI machine, and at 300 s beside the whole suite and a CPU
+    # hog: 17x its idle 17.6 s); this test is about its speedup, not its limit
+    cfg = cpu_config.model_copy(update={"timeout_s": 600})
     cheat = evaluate(cfg, LINEAR, CANDIDATES / name)
     honest = evaluate(cfg, LINEAR, HONEST / "functional_linear.py")
     assert cheat.speedup is not None and honest.speedup is not None, cheat.verdict.report()
