@@ -12,7 +12,7 @@
 # the machine has): pydantic-ai-slim==2.68.0 openai==3.57.0 jiter==0.19.0 sniffio==1.3.1
 # optuna==5.0.0 scipy==1.17.1 (about 50 MB; carry stays under 64 MiB with .kb's level folders).
 #
-# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise [--only a,b]
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise|bench [--only a,b]
 # STEP_S (default 560) is each step's timeout: lower it to run two steps in one command.
 # `integrity` runs benchmarks/integrity_cost.py --device cuda --repeats 3 with its arguments.
 # `modes` runs recipes_run.py under the fixed and the calibrated rule at once (issue 10; about
@@ -59,6 +59,18 @@ fi
 if [[ $what == integrity ]]; then
   timeout $T python3 benchmarks/integrity_cost.py --device cuda --repeats 3 "${@:2}" 2>&1 \
     | tee "$OUT/integrity_cost.log" | tail -30
+fi
+if [[ $what == bench ]]; then  # issue 28: the suite's standing numbers (recipes over KernelBench's levels)
+  # SUITE_DIR (default /tmp/suite, kept on a warm machine between calls) continues with --resume when it
+  # exists; the limit stops it with SIGINT (the running problems marked interrupted, resumable).
+  S="${SUITE_DIR:-/tmp/suite}"
+  if [[ -f $S/suite.json ]]; then args=(--resume "$S"); else args=(.kb --run-dir "$S" "${@:2}"); fi
+  t0=$(date +%s)
+  timeout -s INT -k 60 $T python3 -m stratagem bench "${args[@]}" > "$OUT/bench.log" 2>&1
+  echo "bench rc=$? wall_s=$(( $(date +%s) - t0 ))"; grep -v Warning "$OUT/bench.log" | tail -40
+  python3 -c "import sys; from pathlib import Path; from rich.console import Console; from stratagem.cli.bench import print_results; print_results(Console(width=200), sys.argv[2] == 'json', Path(sys.argv[1]))" "$S" json > "$OUT/bench.json"
+  python3 -c "import sys; from pathlib import Path; from rich.console import Console; from stratagem.cli.bench import print_results; print_results(Console(width=200), False, Path(sys.argv[1]))" "$S" x | tail -30
+  tar czf "$OUT/suite.tgz" -C "$(dirname "$S")" "$(basename "$S")"
 fi
 if [[ $what == harness ]]; then
   timeout $T python3 benchmarks/harness.py --repeats 3 --out "$OUT/harness.json" 2>&1 | tail -60
