@@ -146,19 +146,26 @@ def test_every_source_of_a_call_is_lightened_or_none() -> None:
 # The wrapper: fallback, cache keys, the switch
 
 
-def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool) -> list[str]:
+def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool, fail: tuple[str, ...] = ()) -> list[str]:
     """torch's load_inline replaced by a fake that 'builds' (writes a library file) and fails on
-    lightened sources when `fail_light`; returns the log of what it built."""
+    the kinds of sources in `fail` (`lean`, `light`; `fail_light`: both); returns the log of
+    what it built."""
     import torch.utils.cpp_extension as ext
 
     log: list[str] = []
+    failing = set(fail) | ({"lean", "light"} if fail_light else set())
 
-    def fake(name, cpp_sources, cuda_sources=None, build_directory=None, **_kw):
+    def fake(name, cpp_sources, cuda_sources=None, build_directory=None, no_implicit_headers=False, **_kw):
         text = "\n".join(cuda_sources or [])
-        light = "stratagem header diet" in text
-        log.append("light" if light else "written")
+        kind = ("lean" if header_diet.LEAN_MARK in text else "light" if "stratagem header diet" in text
+                else "written")
+        assert (kind == "lean") == bool(no_implicit_headers)  # torch's own headers left out for lean only
+        if kind == "lean":
+            assert cpp_sources[0] == "#include <torch/extension.h>"  # what torch would have put first
+        light = kind != "written"
+        log.append(kind)
         ext.JIT_EXTENSION_VERSIONER.entries[name] = ("bumped", light)  # torch counts every new source as a version of `name`
-        if light and fail_light:
+        if kind in failing:
             raise RuntimeError("Error building extension 'relu_ext'\nerror: identifier \"std::cout\" is undefined")
         folder = Path(build_directory or tmp_path / "torch-default")
         folder.mkdir(parents=True, exist_ok=True)
@@ -200,20 +207,20 @@ def test_a_lightened_build_is_cached_under_its_own_key(tmp_path, monkeypatch) ->
 
     log = _fake_torch(monkeypatch, tmp_path, fail_light=False)
     module = _load(**_call())
-    assert module.light and log == ["light"]
+    assert module.light and log == ["lean"]
     event = inline_builds.EVENTS[-1]
-    assert event.outcome == "built" and event.header_diet == "lightened"
-    assert event.to_json()["header_diet"] == "lightened"
+    assert event.outcome == "built" and event.header_diet == "lean"
+    assert event.to_json()["header_diet"] == "lean"
     written = key_of(inline_builds.build_inputs({**_call(), "cuda_sources": [KERNELBENCH_RELU]}))
     assert event.key is not None and event.key != written  # never the entry of the source as written
     assert BuildCache(tmp_path / "cache").entry(event.key).is_dir()
     assert not BuildCache(tmp_path / "cache").entry(written).exists()
     again = _load(**_call())
-    assert again.hit and log == ["light"]
+    assert again.hit and log == ["lean"]
     assert inline_builds.EVENTS[-1].outcome == "hit" and inline_builds.EVENTS[-1].key == event.key
 
     monkeypatch.setenv(inline_builds.DIET_VAR, "0")  # the diet off: built as written, its own entry
-    assert not _load(**_call()).light and log == ["light", "written"]
+    assert not _load(**_call()).light and log == ["lean", "written"]
     assert inline_builds.EVENTS[-1].key == written and inline_builds.EVENTS[-1].header_diet is None
 
 
@@ -223,17 +230,69 @@ def test_a_source_that_does_not_compile_lightened_is_built_as_written(tmp_path, 
     log = _fake_torch(monkeypatch, tmp_path, fail_light=True)
     ext.JIT_EXTENSION_VERSIONER.entries.pop("relu_ext", None)
     module = _load(**_call())
-    assert not module.light and log == ["light", "written"]
+    assert not module.light and log == ["lean", "light", "written"]
     event = inline_builds.EVENTS[-1]
     assert event.outcome == "built" and event.header_diet is not None and event.header_diet.startswith("fell back")
-    assert "Error building extension" in event.header_diet
+    assert "Error building extension" in event.header_diet and event.header_diet.endswith("built as written")
     written = key_of(inline_builds.build_inputs({**_call(), "cuda_sources": [KERNELBENCH_RELU]}))
     assert event.key == written  # published as what it is: the source as written
     # the fallback's version of the name is torch's own: the failed attempt was taken back
     assert ext.JIT_EXTENSION_VERSIONER.entries["relu_ext"] == ("bumped", False)
     again = _load(**_call())  # no second failed attempt: the as-written entry is found
-    assert again.hit and log == ["light", "written"]
+    assert again.hit and log == ["lean", "light", "written"]
     assert inline_builds.EVENTS[-1].header_diet == "as written"
+
+
+def test_a_source_that_does_not_compile_lean_is_built_on_the_diet(tmp_path, monkeypatch) -> None:
+    import torch.utils.cpp_extension as ext
+
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False, fail=("lean",))
+    ext.JIT_EXTENSION_VERSIONER.entries.pop("relu_ext", None)
+    module = _load(**_call())
+    assert module.light and log == ["lean", "light"]
+    event = inline_builds.EVENTS[-1]
+    assert event.header_diet is not None and event.header_diet.startswith("fell back: the lean source")
+    assert event.header_diet.endswith("built lightened")
+    light = key_of({**inline_builds.build_inputs({**_call(), "cuda_sources": lighten([KERNELBENCH_RELU]).sources}),
+                    "header_diet": header_diet.VERSION})
+    assert event.key == light  # published under the diet's key, never the lean one
+    assert ext.JIT_EXTENSION_VERSIONER.entries["relu_ext"] == ("bumped", True)
+    again = _load(**_call())
+    assert again.hit and log == ["lean", "light"] and inline_builds.EVENTS[-1].header_diet == "lightened"
+
+
+def test_a_torch_without_no_implicit_headers_gets_the_diet(tmp_path, monkeypatch) -> None:
+    """An older torch whose `load_inline` always adds its headers: no lean attempt."""
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False)
+
+    def older(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None, extra_cuda_cflags=None,
+              extra_ldflags=None, extra_include_paths=None, build_directory=None, verbose=False, with_cuda=None,
+              is_python_module=True, with_pytorch_error_handling=True, keep_intermediates=True, use_pch=False):
+        raise AssertionError("not called")
+
+    monkeypatch.setitem(inline_builds._state, "signature", inspect.signature(older))
+    assert _load(**_call()).light and log == ["light"]
+
+
+def test_lean_headers_name_the_operators_the_source_uses() -> None:
+    have = {"empty_like", "zeros", "matmul", "relu", "add"}
+    src = KERNELBENCH_RELU + "torch::Tensor g(torch::Tensor a) { return at::matmul(a, torch::zeros({2})); }\n"
+    got = header_diet.lean([src], ["torch::Tensor relu_cuda(torch::Tensor x);"], have.__contains__)
+    assert got.operators == ("empty_like", "matmul", "zeros")
+    assert got.cuda_sources is not None and got.cpp_sources is not None
+    prefix, body = got.cuda_sources
+    assert "#include <ATen/ops/matmul.h>" in prefix and "#include <ATen/ops/relu.h>" not in prefix
+    assert "#include <torch/extension.h>" not in body.replace(f"/* {header_diet.LEAN_MARK}: #include <torch/extension.h> */", "")
+    assert body.count("\n") == src.count("\n")  # the source's own lines keep their numbers
+    assert got.cpp_sources == ["#include <torch/extension.h>", "torch::Tensor relu_cuda(torch::Tensor x);"]
+    assert "variable_factories" not in prefix  # no autograd factories unless the source asks for them
+    using = "using namespace torch;\ntorch::Tensor h(torch::Tensor a) { return relu(add(a, a)); }\n"
+    assert header_diet.lean([using], [], have.__contains__).operators == ("add", "relu")
+    grad = "torch::Tensor k(torch::Tensor a) { return torch::zeros({2}, a.options().requires_grad(false)); }\n"
+    prefix = header_diet.lean([grad], [], have.__contains__).cuda_sources[0]
+    assert "variable_factories" in prefix  # torch::zeros is then torch's own, as in torch/types.h
+    assert header_diet.lean([USES_NN], [], have.__contains__).cuda_sources is None  # needs the full headers
+    assert header_diet.lean([DEFINES_MODULE], [], have.__contains__).skipped
 
 
 def test_a_source_that_fails_as_written_too_gets_torchs_error(tmp_path, monkeypatch) -> None:
@@ -252,7 +311,7 @@ def test_a_skipped_source_says_why(tmp_path, monkeypatch) -> None:
 
     log = _fake_torch(monkeypatch, tmp_path, fail_light=False)
     _load(**{**_call(), "cuda_sources": USES_NN})
-    assert log == ["written"]
+    assert log == ["written"]  # neither lean nor lightened
     note = inline_builds.EVENTS[-1].header_diet
     assert note is not None and note.startswith("skipped") and "torch::nn" in note
 
@@ -267,7 +326,8 @@ def _torch_include() -> Path:
 @pytest.mark.timeout(1800)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_nvcc_compiles_the_lightened_kernelbench_sources(tmp_path) -> None:
-    """nvcc with torch's own flags compiles the lightened sources, and a source that needs what
+    """nvcc with torch's own flags compiles the lightened and the lean sources (tensor
+    operators, factories and dtype constants included), and a source that needs what
     the diet removed fails, which is the wrapper's cue to build it as written. The sources
     that include torch's CUDA headers are compiled only where those headers are whole (a CUDA
     build of torch and the CUDA math libraries' headers)."""
@@ -295,17 +355,26 @@ def test_nvcc_compiles_the_lightened_kernelbench_sources(tmp_path) -> None:
         capture_output=True, text=True, timeout=300, check=False).returncode == 0
     cases = [("relu", KERNELBENCH_RELU, True), ("stream", STREAM_MATMUL, True), ("rownorm", rownorm, True),
              ("needs_more", needs_more, False)]
+    ops = inc / "ATen" / "ops"
+    tensor_ops = ("torch::Tensor more(torch::Tensor a) {\n  auto z = torch::zeros({a.size(0)}, a.options().dtype(torch::kFloat32));\n"
+                  "  return (a * 2 + z).contiguous();\n}\n")
+    cases.append(("tensor_ops", KERNELBENCH_RELU + tensor_ops, True))
     for name, src, ok in cases:
         if name in ("stream", "rownorm") and not libs:
             continue
         diet = lighten([src])
-        assert diet.sources is not None
-        cu = tmp_path / f"{name}.cu"
-        cu.write_text(prefix + diet.sources[0])
-        out = subprocess.run(["nvcc", *flags, "-c", str(cu), "-o", str(tmp_path / f"{name}.o")],
-                             capture_output=True, text=True, timeout=1500, check=False,
-                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
-        assert (out.returncode == 0) is ok, (name, out.stderr[-3000:])
+        lean = header_diet.lean([src], [], lambda n: (ops / f"{n}.h").is_file())
+        assert lean.cuda_sources is not None
+        texts = [(f"{name}_lean", "\n".join(lean.cuda_sources))]
+        if diet.sources is not None:
+            texts.append((name, prefix + diet.sources[0]))
+        for label, text in texts:
+            cu = tmp_path / f"{label}.cu"
+            cu.write_text(text)
+            out = subprocess.run(["nvcc", *flags, "-c", str(cu), "-o", str(tmp_path / f"{label}.o")],
+                                 capture_output=True, text=True, timeout=1500, check=False,
+                                 env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+            assert (out.returncode == 0) is ok, (label, out.stderr[-3000:])
 
 
 def test_the_diet_switch_reaches_the_sandboxed_worker() -> None:

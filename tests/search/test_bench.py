@@ -15,7 +15,7 @@ import pytest
 
 from stratagem.cli import main
 from stratagem.errors import ConfigError
-from stratagem.report.suite import ProblemRow, fast_p, summary
+from stratagem.report.suite import ProblemRow, fast_p, summary, union_s
 from stratagem.search import suite as suite_mod
 from stratagem.search.suite_manifest import read_manifest, write_manifest
 from stratagem.search.suite_problems import find_problems, parse_ids, parse_levels
@@ -135,7 +135,10 @@ def test_bench_runs_a_folder_on_the_cpu_with_one_evaluator(tiny_suite, fast_toml
     assert s["problems"] == 2 and s["counted"] == 2
     assert set(s) >= {"fast_0", "fast_1", "fast_1.5", "fast_2", "geomean_measured", "geomean_clamped",
                       "geomean_compile_measured", "geomean_compile_clamped", "correct_rate", "usd_per_problem",
-                      "device_s_per_problem", "queries_per_problem"}
+                      "device_s_per_problem", "queries_per_problem", "wall_s_per_problem",
+                      "evaluations_per_gpu_hour", "evaluations_per_device_hour"}
+    assert all(p["evaluations"] >= p["designs"] and p["wall_s"] > 0 for p in out["problems"])
+    assert s["evaluations_per_gpu_hour"] > 0 and s["evaluations_per_device_hour"] > 0
     assert "PIKE" in out["labels"]["geomean_clamped"] and "left out" in out["labels"]["geomean_measured"]
     m = read_manifest(out_dir)
     assert m.jobs == 2 and m.config["search"]["iterations"] == 1 and m.source == str(tiny_suite.resolve())
@@ -269,7 +272,21 @@ def test_fast_p_and_both_geometric_means_on_synthetic_rows() -> None:
     assert s["usd_per_problem"] == 4.0 / 5 and s["device_s_per_problem"] == 8.0 and s["queries_per_problem"] == 0.8
 
 
+def test_throughput_counts_the_suites_wall_once_per_gpu() -> None:
+    """Evaluations per GPU-hour: overlapping runs share the wall; two GPUs double the hours."""
+    import dataclasses
+
+    a = dataclasses.replace(_row("a", 1.0, device_s=900), evaluations=6, span=(0.0, 1800.0), slots=frozenset({"h/cuda:0"}))
+    b = dataclasses.replace(_row("b", 1.0, device_s=900), evaluations=6, span=(900.0, 3600.0), slots=frozenset({"h/cuda:0"}))
+    s = summary([a, b])
+    assert s["evaluations_per_gpu_hour"] == 12.0  # 12 evaluations over one hour (0-3600 s), one GPU
+    assert s["evaluations_per_device_hour"] == 24.0 and s["wall_s_per_problem"] == (1800 + 2700) / 2
+    b2 = dataclasses.replace(b, slots=frozenset({"h/cuda:1"}))
+    assert summary([a, b2])["evaluations_per_gpu_hour"] == 6.0
+    assert union_s([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
+
+
 def test_summaries_of_nothing_are_empty_not_errors() -> None:
     s = summary([_row("p", None, state="pending")])
     assert s["counted"] == 0 and s["geomean_measured"] is None and s["geomean_clamped"] is None
-    assert s["fast_1"] == 0.0 and s["usd_per_problem"] is None
+    assert s["fast_1"] == 0.0 and s["usd_per_problem"] is None and s["evaluations_per_gpu_hour"] is None

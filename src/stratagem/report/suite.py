@@ -75,6 +75,11 @@ def labels(names: BaselineNames) -> dict[str, str]:
         "queries_per_problem": "LLM queries per counted problem (mean)",
         "usd_per_problem": "money per counted problem (USD, mean; unpriced models count 0)",
         "device_s_per_problem": "device seconds per counted problem (mean evaluation worker time)",
+        "wall_s_per_problem": "wall seconds per counted problem (mean, its run's start to its last record: "
+                              "baselines, search and confirmation)",
+        "evaluations_per_gpu_hour": "evaluations per GPU-hour: every evaluation (designs and baselines) over the "
+                                    "suite's wall time (the union of its runs' spans) times the GPUs that evaluated",
+        "evaluations_per_device_hour": "evaluations per hour of evaluation worker time (device seconds)",
     }
 
 
@@ -115,6 +120,12 @@ class ProblemRow:
     """The run's stop reason, or why the problem failed or was skipped."""
     domain: str | None = None
     """The problem's domain (None: no run yet)."""
+    evaluations: int = 0
+    """Every evaluation record of the run (designs and baselines)."""
+    span: tuple[float, float] | None = None
+    """The run's start and its last record (Unix seconds)."""
+    slots: frozenset[str] = frozenset()
+    """The devices its evaluations ran on (`host/physical device`)."""
 
     def to_json(self, names: BaselineNames | None = None) -> dict[str, Any]:
         """The row as `bench --json` gives it, its keys in the words of `names` (None: its
@@ -131,7 +142,8 @@ class ProblemRow:
                 "speedup": self.speedup,
                 "speedup_ci": None if self.low is None or self.high is None else [self.low, self.high],
                 **second, f"beats_{n.reference.replace(' ', '_')}": self.beats, "queries": self.queries,
-                "usd": self.usd, "device_s": self.device_s, "note": self.note}
+                "usd": self.usd, "device_s": self.device_s, "evaluations": self.evaluations,
+                "wall_s": None if self.span is None else round(self.span[1] - self.span[0], 3), "note": self.note}
 
 
 def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None = None) -> ProblemRow:
@@ -148,7 +160,26 @@ def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None =
                       second=sec.ratio if sec else None, second_low=sec.low if sec else None,
                       second_high=sec.high if sec else None, correct=any(passed(v) for v in data.views),
                       designs=len(data.views), valid=sum(1 for v in data.views if passed(v)),
-                      device_s=spend.gpu_seconds, note=note or stop, domain=data.domain)
+                      device_s=spend.gpu_seconds, note=note or stop, domain=data.domain,
+                      evaluations=len(data.evaluations),
+                      span=(data.run.created_at, data.run.updated_at) if data.run else None,
+                      slots=frozenset(_slot(e.environment, e.device) for e in data.evaluations))
+
+
+def _slot(environment: dict[str, Any], device: str) -> str:
+    """Where an evaluation ran: its worker's host and physical device."""
+    return f"{environment.get('host') or environment.get('hostname') or '?'}/{environment.get('physical_device') or device}"
+
+
+def union_s(spans: Sequence[tuple[float, float]]) -> float:
+    """The length of the union of time intervals (seconds)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
 
 
 def rows_of(run_dirs: Sequence[Path]) -> list[ProblemRow]:
@@ -229,6 +260,16 @@ def summary(rows: Sequence[ProblemRow], names: BaselineNames | None = None) -> d
         usd_per_problem=sum(r.usd for r in rows) / n if n else None,
         device_s_per_problem=sum(r.device_s for r in rows) / n if n else None,
     )
+    spans = [r.span for r in rows if r.span is not None]
+    evaluations = sum(r.evaluations for r in rows)
+    gpus = len(frozenset().union(*(r.slots for r in rows)))
+    wall_s = union_s(spans)
+    device_s = sum(r.device_s for r in rows)
+    out.update(
+        wall_s_per_problem=sum(b - a for a, b in spans) / len(spans) if spans else None,
+        evaluations_per_gpu_hour=evaluations * 3600 / (wall_s * gpus) if wall_s > 0 and gpus else None,
+        evaluations_per_device_hour=evaluations * 3600 / device_s if device_s > 0 else None,
+    )
     return out
 
 
@@ -274,7 +315,9 @@ def summary_lines(s: dict[str, float | None], names: BaselineNames | None = None
     if c:
         out += [(lab[f"geomean_{c}_excluded"], f"{s[f'geomean_{c}_excluded']:g}")]
     out += [(lab["counted"], f"{s['counted']:g} of {s['problems']:g}")]
-    for k, fmt in (("queries_per_problem", "{:.1f}"), ("usd_per_problem", "{:.3g}"), ("device_s_per_problem", "{:.1f}")):
+    for k, fmt in (("queries_per_problem", "{:.1f}"), ("usd_per_problem", "{:.3g}"), ("device_s_per_problem", "{:.1f}"),
+                   ("wall_s_per_problem", "{:.1f}"), ("evaluations_per_gpu_hour", "{:.0f}"),
+                   ("evaluations_per_device_hour", "{:.0f}")):
         v = s[k]
         out.append((lab[k], "-" if v is None else fmt.format(v)))
     return out

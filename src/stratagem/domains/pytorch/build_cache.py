@@ -75,9 +75,10 @@ class BuildEvent:
     note: str | None = None
     """Why the call was not cached, or why an entry was rejected."""
     header_diet: str | None = None
-    """What the header diet did to the CUDA sources (`header_diet.py`): `lightened` (built or
-    loaded lightened), `fell back` (the lightened source did not compile: built as written),
-    `as written` (a hit on an entry built as written), `skipped: why`; None: nothing to do."""
+    """What the header diet did to the CUDA sources (`header_diet.py`): `lean` or `lightened`
+    (built or loaded so), `fell back: ...; built X` (the lighter attempts did not compile, each
+    with its first error line), `as written` (built or loaded as written after a lighter
+    attempt), `skipped: why`; None: nothing to do."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "key": self.key, "outcome": self.outcome,

@@ -25,10 +25,13 @@ change; the wrapper builds it under a machine-wide lock). A candidate's `-O` fla
 `-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs
 as many jobs as there are cores, and a build has at most two compile units.
 
-Header diet (`header_diet.py`, `STRATAGEM_BUILD_HEADER_DIET=0` turns it off): the CUDA sources'
-`#include <torch/extension.h>` becomes `<torch/types.h>`; a lightened call has its own key, is
-looked up first, then the call as written; a lightened source that does not build is built as
-written in the same folder and published under the as-written key.
+Header diet (`header_diet.py`, `STRATAGEM_BUILD_HEADER_DIET=0` turns it off): three builds are
+tried in order, lightest first: lean headers (`header_diet.lean`: the tensor API and the
+per-operator headers the source names, with `no_implicit_headers=True`, where torch's
+`load_inline` has it), the diet (`torch/extension.h` in the `.cu` becomes `torch/types.h`), then
+the call as written, whose error is the candidate's. Each has its own cache key, looked up in
+the same order; a build is published under the key of the attempt that built, in the same
+folder (a fallback reuses main.cpp's object where its flags are the same).
 """
 
 from __future__ import annotations
@@ -61,9 +64,8 @@ PCH_VAR = "STRATAGEM_BUILD_PCH"
 """`0` turns precompiled headers off (to measure what they save), `1` on on the CPU device too
 (unset: on for GPU workers only; a CPU worker's first build would pay for the header)."""
 DIET_VAR = "STRATAGEM_BUILD_HEADER_DIET"
-"""`0` builds CUDA sources as written; unset or anything else puts them on the header diet
-(`header_diet.py`: `torch/extension.h` in a `.cu` becomes `torch/types.h`, built as written when
-that does not compile)."""
+"""`0` builds CUDA sources as written; unset or anything else tries lean headers, then the header
+diet (`header_diet.py`), then the sources as written, until one compiles."""
 EVENTS: list[BuildEvent] = []
 """Every `load_inline` call of this process, in order (the load stage reports them)."""
 
@@ -149,27 +151,22 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
     if _pch_usable(a):
         a["use_pch"] = True
     _only_this_arch(a)
-    light, diet_note = _lightened(a)
+    attempts = _attempts(a)
     cache: BuildCache | None = _state["cache"]
     why = _uncacheable(a)
     if cache is None or why is not None:
         t0 = time.perf_counter()
         with _building(a) as waited:
-            module, diet_note = _build(real, a, light, diet_note)
+            module, diet_note, _i = _build(real, attempts)
         EVENTS.append(BuildEvent(name, None, "uncached", time.perf_counter() - t0 - waited[0], waited[0],
                                  why or "the build cache is off", diet_note))
         return module
-    inputs = build_inputs(a)
-    key = key_of(inputs)
-    light_inputs = {**build_inputs(light), "header_diet": header_diet.VERSION} if light is not None else None
-    light_key = key_of(light_inputs) if light_inputs is not None else None
-    dest = builds.build_root() / f"{name}-{(light_key or key)[:16]}"
+    keyed = [(call, note, key_of(inputs), inputs) for call, note, inputs in attempts]
+    dest = builds.build_root() / f"{name}-{keyed[0][2][:16]}"
     t0 = time.perf_counter()
     rejected: str | None = None
-    # lightened first, then one built as written (an earlier fallback, or the diet off)
-    for k, note in ((light_key, "lightened"), (key, "as written" if light is not None else diet_note)):
-        if k is None:
-            continue
+    # the lightest first, then each heavier one (an earlier fallback, or the diet off)
+    for _call, note, k, _inputs in keyed:
         got = cache.fetch(k, dest)
         if got.library is not None and got.module is not None:
             import torch.utils.cpp_extension as ext
@@ -183,19 +180,34 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
                 return module
         rejected = rejected or got.rejected
     dest.mkdir(parents=True, exist_ok=True)
-    a["build_directory"] = str(dest)
-    if light is not None:
-        light["build_directory"] = str(dest)  # a fallback reuses main.cpp's object
+    for call, *_ in keyed:
+        call["build_directory"] = str(dest)  # a fallback reuses main.cpp's object where it can
     with _building(a) as waited:
-        module, diet_note = _build(real, a, light, diet_note)
-    built_key, built_inputs = (light_key, light_inputs) if diet_note == "lightened" else (key, inputs)
+        module, diet_note, i = _build(real, attempts)
+    built = keyed[i]
     library = Path(str(getattr(module, "__file__", "")))
-    if library.is_file() and built_key is not None and built_inputs is not None:
-        cache.publish(built_key, library, library.name.split(".")[0], built_inputs)
+    if library.is_file():
+        cache.publish(built[2], library, library.name.split(".")[0], built[3])
     outcome = "rejected" if rejected else "built"
-    EVENTS.append(BuildEvent(name, built_key, outcome, time.perf_counter() - t0 - waited[0], waited[0], rejected,
+    EVENTS.append(BuildEvent(name, built[2], outcome, time.perf_counter() - t0 - waited[0], waited[0], rejected,
                              diet_note))
     return module
+
+
+def _attempts(a: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, dict[str, Any]]]:
+    """The builds to try in order, each (call, note, cache-key inputs): lean headers, the header
+    diet, then the call as written (the last one's note says why the lighter ones were not
+    tried, or None)."""
+    light, diet_note = _lightened(a)
+    leaned, lean_note = _leaned(a)
+    out: list[tuple[dict[str, Any], str | None, dict[str, Any]]] = []
+    if leaned is not None:
+        out.append((leaned, "lean", {**build_inputs(leaned), "header_diet": f"lean-{header_diet.LEAN_VERSION}"}))
+    if light is not None:
+        out.append((light, "lightened", {**build_inputs(light), "header_diet": header_diet.VERSION}))
+    last = "as written" if out else (diet_note or lean_note)
+    out.append((a, last, build_inputs(a)))
+    return out
 
 
 def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
@@ -210,31 +222,60 @@ def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     return {**a, "cuda_sources": diet.sources}, "lightened"
 
 
-def _build(real: Callable[..., Any], a: dict[str, Any], light: dict[str, Any] | None,
-           note: str | None) -> tuple[Any, str | None]:
-    """Build `light` (the call on the header diet) when there is one, and the call as written
-    when there is none or it does not compile (the candidate then gets torch's own error)."""
-    if light is None:
-        return real(**a), note
+def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The call with lean headers (`header_diet.lean`), where torch's `load_inline` can leave
+    out its own headers (`no_implicit_headers`) and the call did not already, or None."""
+    sources = _texts(a.get("cuda_sources"))
+    if (not sources or not _diet_on() or a.get("no_implicit_headers")
+            or "no_implicit_headers" not in _state["signature"].parameters):
+        return None, None
+    ops = _operator_folder()
+    got = header_diet.lean(sources, _texts(a.get("cpp_sources")),
+                           lambda n: ops is not None and (ops / f"{n}.h").is_file())
+    if got.cuda_sources is None:
+        return None, f"skipped: {got.skipped}" if got.skipped else None
+    return {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}, "lean"
+
+
+def _operator_folder() -> Path | None:
+    """torch's `ATen/ops` include folder (per-operator headers), None when it has none."""
+    import torch.utils.cpp_extension as ext
+
+    for inc in ext.include_paths():
+        if (Path(inc) / "ATen" / "ops").is_dir():
+            return Path(inc) / "ATen" / "ops"
+    return None
+
+
+def _build(real: Callable[..., Any], attempts: list[tuple[dict[str, Any], str | None, dict[str, Any]]]
+           ) -> tuple[Any, str | None, int]:
+    """Build the attempts in order until one compiles (the last, the call as written, gets
+    torch's own error): the module, a note saying which built and what the lighter ones
+    failed on, and the index of the attempt that built."""
     import torch.utils.cpp_extension as ext
 
     versions: dict[str, Any] = ext.JIT_EXTENSION_VERSIONER.entries
-    name = str(a["name"])
-    before = versions.get(name)
-    t0 = time.perf_counter()
-    try:  # `use_pch` as `_header` left it for this build
-        return real(**{**light, "use_pch": a.get("use_pch", False)}), "lightened"
-    except Exception as e:  # a compile error (torch's RuntimeError) or an import failure
-        # torch counted the lightened sources as a new version of `name`; the build as written
-        # gets the name and version torch would have given it without the diet
-        if before is None:
-            versions.pop(name, None)
-        else:
-            versions[name] = before
-        spent = time.perf_counter() - t0
-        first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        module = real(**a)
-        return module, f"fell back: the lightened source did not build in {spent:.1f} s ({first})"
+    failed: list[str] = []
+    for i, (call, note, _inputs) in enumerate(attempts[:-1]):
+        name = str(call["name"])
+        before = versions.get(name)
+        t0 = time.perf_counter()
+        try:  # `use_pch` as `_header` left it for this build
+            module = real(**{**call, "use_pch": attempts[-1][0].get("use_pch", False)})
+        except Exception as e:  # a compile error (torch's RuntimeError) or an import failure
+            # torch counted these sources as a new version of `name`; the next build gets the
+            # name and version torch would have given it without this attempt
+            if before is None:
+                versions.pop(name, None)
+            else:
+                versions[name] = before
+            first = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+            failed.append(f"the {note} source did not build in {time.perf_counter() - t0:.1f} s ({first})")
+            continue
+        return module, note if not failed else f"fell back: {'; '.join(failed)}; built {note}", i
+    call, note, _inputs = attempts[-1]
+    module = real(**call)
+    return module, note if not failed else f"fell back: {'; '.join(failed)}; built as written", len(attempts) - 1
 
 
 def _diet_on() -> bool:

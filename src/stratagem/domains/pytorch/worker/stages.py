@@ -43,7 +43,7 @@ from stratagem.domains.pytorch.worker import (
     timed,
 )
 from stratagem.domains.pytorch.worker.anchor import Anchor
-from stratagem.domains.pytorch.worker.device_use import DeviceUse, Emit
+from stratagem.domains.pytorch.worker.device_use import DeviceUse, Emit, watch_compile_modes
 from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
 
 ANCHOR_REPORT_BYTES = 1 << 30
@@ -69,6 +69,7 @@ class Worker(DeviceUse):
         self.workdir = workdir
         self.programs: Programs | None = None
         self.poisoned: str | None = None
+        watch_compile_modes()  # the harness's own wrapper, in place before the snapshot sees torch.compile
         self.snapshot = guard.Snapshot()  # before any candidate code is imported
         self.last_inputs: list[Any] | None = None
         self.compiled_state_reset = False
