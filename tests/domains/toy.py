@@ -91,6 +91,9 @@ class ToyDomain:
     def reference_design(self, reference_source: str, why: str) -> str:
         return f"# the reference itself: {why}\n" + reference_source
 
+    def calibration_problem(self) -> Problem | None:
+        return None
+
     def claims(self, path: Path) -> bool:
         return str(path).endswith(".toy.py")
 

@@ -161,6 +161,12 @@ class Domain(Protocol):
 
     def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem: ...
 
+    def calibration_problem(self) -> Problem | None:
+        """The problem `stratagem calibrate` hands the evaluator to measure the device's peaks
+        with (only `calibrate_graph` runs on it: its reference is never timed); None: the domain
+        reads no peaks and has nothing to calibrate."""
+        ...
+
     def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph: ...
 
     def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,

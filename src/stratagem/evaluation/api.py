@@ -14,8 +14,8 @@ from stratagem.config import EvaluationConfig, cache_dir, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
-from stratagem.domains import load_problem, parse_problem
-from stratagem.errors import CandidateError
+from stratagem.domains import DEFAULT, get_domain, load_problem
+from stratagem.errors import CandidateError, ProblemError
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
 from stratagem.store.sqlite import RunStore
@@ -67,18 +67,19 @@ def record(run_dir: str | Path, evaluation: Evaluation) -> int:
         return store.add_evaluation(evaluation.to_record())
 
 
-_CALIBRATION_PROBLEM = (
-    "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
-    "def get_inputs():\n    return [torch.zeros(1)]\n\n\ndef get_init_inputs():\n    return []\n"
-)
-
-
-def calibrate_device(cfg: EvaluationConfig) -> tuple[dict[str, Any] | None, Path]:
+def calibrate_device(cfg: EvaluationConfig, domain: str = DEFAULT) -> tuple[dict[str, Any] | None, Path]:
     """Measure this device's peaks again (bandwidth, matmul rates per math mode) and replace
     the cached ones; returns them (None if the calibration failed) and where they live (under
-    the host and device of the worker that measured them)."""
+    the host and device of the worker that measured them). The problem they are measured with
+    is `domain`'s (`Domain.calibration_problem`).
+
+    Raises:
+        ProblemError: `domain` is unknown or has no peaks to calibrate.
+    """
+    problem = get_domain(domain).calibration_problem()
+    if problem is None:
+        raise ProblemError(f"the {domain} domain reads no device peaks: there is nothing to calibrate")
     evaluator = make_evaluator(cfg)
-    problem = parse_problem(_CALIBRATION_PROBLEM, name="calibration")
 
     async def go() -> dict[str, Any] | None:
         return await evaluator.device_peaks(problem, refresh=True)

@@ -150,6 +150,10 @@ class CommandDomain:
     export_footer = ""
     export_note = ""
 
+    def calibration_problem(self) -> Problem | None:
+        """None: no parent validator reads the device's peaks."""
+        return None
+
     def reference_design(self, reference_source: str, why: str) -> str:
         b = problems.bundle_of(reference_source)
         parts = [f"# stratagem: the reference's editable files, not a design: {why}."]

@@ -31,7 +31,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.base import BaselineNames, DomainPolicy
 from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
-from stratagem.domains.pytorch.floor import PEAKS_VERSION, roofline_result
+from stratagem.domains.pytorch.floor import CALIBRATION_SOURCE, PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.graphs import (
     AUDIT_GRAPH,
     BASELINE_GRAPH,
@@ -376,6 +376,11 @@ class PyTorchDomain:
         from stratagem.domains.pytorch.problem import parse_problem
 
         return parse_problem(source, name=name, path=path)
+
+    def calibration_problem(self) -> Problem | None:
+        """An identity module (`floor.CALIBRATION_SOURCE`): the calibrate stage measures the
+        device, not the problem."""
+        return self.parse_problem(CALIBRATION_SOURCE, name="calibration")
 
     def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
         return validator_graph(problem, integrity_policy(problem, cfg))

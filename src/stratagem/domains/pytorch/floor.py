@@ -31,6 +31,13 @@ and sum do not reach every core's load ports, an honest vectorised kernel may.""
 PEAKS_VERSION = 2
 """The calibration's format: cached peaks of another version are measured again."""
 
+CALIBRATION_SOURCE = (
+    "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
+    "def get_inputs():\n    return [torch.zeros(1)]\n\n\ndef get_init_inputs():\n    return []\n"
+)
+"""The problem the peaks are calibrated with (`PyTorchDomain.calibration_problem`): the
+smallest valid one, an identity; only the calibrate stage runs on it."""
+
 DEFAULT_MARGIN = 0.5
 """A runtime under half the floor is impossible: measured peaks sit within ~10-20% of real
 ones, so honest code never comes near this."""
