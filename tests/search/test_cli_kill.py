@@ -83,6 +83,10 @@ def test_sigkill_mid_evaluation_then_resume(tmp_path):
     db = run_dir / "run.db"
     assert rows(db, "SELECT COUNT(*) FROM evaluations") == [(0,)]
     assert rows(db, "SELECT status FROM iterations") == [("running",)]
+    shown = subprocess.run([sys.executable, "-m", "stratagem", "show", str(run_dir), "--json"],
+                           capture_output=True, text=True, timeout=120)
+    body = json.loads(shown.stdout)  # the database says running; no process holds its lease
+    assert body["status"] == "interrupted" and body["stop_reason"].startswith("killed"), body
     out = resume(tmp_path, run_dir)
     # inference_mode is about as fast as eager: it is evaluated and ranked, not necessarily the best
     assert out["fastest"] is not None and out["stop_reason"] == "the policy has nothing more to propose"

@@ -79,7 +79,9 @@ class RunEntry(BaseModel):
     domain: str | None = None
     policy: str | None = None
     status: str | None = None
-    """`running`, `finished` or `interrupted` (the run database's); `starting` before it has one."""
+    """`running`, `finished` or `interrupted` (the run database's, as `RunStore.run` sees it: a
+    run marked `running` whose process is gone, killed outright, is `interrupted`); `starting`
+    before it has one."""
     stop_reason: str | None = None
     iterations: int = 0
     designs: int = 0
@@ -130,8 +132,10 @@ class WatchResult(ToolResult):
 
     run_dir: str | None = None
     status: str | None = None
-    """`starting` (no database yet), `running`, `finished`, `interrupted`, or `exited` (the
-    process ended without marking its run: a usage error or a crash; see `process.log_tail`)."""
+    """`starting` (no database yet), `running`, `finished`, `interrupted` (also a run marked
+    `running` that no process runs any more: killed outright, `stop_reason` says so; the rule
+    is `store/liveness.py`'s, as `stratagem show` applies it), or `exited` (this server's
+    process ended before it recorded its run: a usage error or a crash; see `process.log_tail`)."""
     done: bool = False
     """The run will change no more (finished, interrupted, or its process ended)."""
     stop_reason: str | None = None

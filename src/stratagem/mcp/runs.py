@@ -170,7 +170,7 @@ class RunManager:
         status = (entry.status if entry is not None else None) or "starting"
         ended = proc is not None and not proc.alive
         if ended and status in ("starting", "running"):
-            status = "exited"  # it ended without marking its run: a usage error or a crash
+            status = "exited"  # it ended before recording its run (or where no lease is held): a usage error, a crash
         done = ended or (proc is None and status in ("finished", "interrupted"))
         best = _best(where) if entry is not None and entry.valid else None
         return WatchResult(run_dir=str(where), status=status, done=done,

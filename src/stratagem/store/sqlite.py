@@ -1,8 +1,9 @@
 """Owns the SQLite run database (WAL) in a run directory, and its artifact directory; opening
 it to read only (`RunStore.read`), which writes nothing into the run directory.
 
-Layout: `<run_dir>/run.db` and `<run_dir>/artifacts/<hash[:2]>/<hash>` (sources, logs) by
-sha256 of their content. Inserts are append-only; re-adding a problem or design with the same
+Layout: `<run_dir>/run.db`, `<run_dir>/artifacts/<hash[:2]>/<hash>` (sources, logs) by
+sha256 of their content, and `<run_dir>/run.lock`, the lease of the process running the search
+(`store/liveness.py`). Inserts are append-only; re-adding a problem or design with the same
 id is a no-op, so a resumed run never duplicates them. The only module with SQL.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem, content_hash
 from stratagem.errors import StoreError
+from stratagem.store.liveness import RunLease, observed
 from stratagem.store.records import (
     SCHEMA_VERSION,
     AgentCallRecord,
@@ -103,6 +105,8 @@ class RunStore:
         """Opened by `read`: every write raises StoreError and nothing is written in `run_dir`."""
         self._scratch = scratch
         """A private copy of the database a read works on (removed on close), when it needs one."""
+        self._lease: RunLease | None = None
+        """Held while this store has the run marked `running` (`store/liveness.py`)."""
 
     @classmethod
     def open(cls, run_dir: str | Path) -> RunStore:
@@ -192,6 +196,7 @@ class RunStore:
         return cls(d, conn, read_only=True, scratch=scratch)
 
     def close(self) -> None:
+        self._release()
         self._conn.close()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
@@ -360,6 +365,7 @@ class RunStore:
             StoreError: the directory already holds a run of another problem.
         """
         now = time.time()
+        self._hold()  # before the database says running: readers never see it unheld
         with self._tx() as c:
             c.execute("INSERT OR IGNORE INTO run VALUES (1,?,?,?,?,?,?,?)",
                       (problem_id, policy, json.dumps(config), "running", None, now, now))
@@ -370,17 +376,34 @@ class RunStore:
         return run
 
     def run(self) -> RunRecord | None:
+        """The directory's run, its status as it really is: one marked `running` that no
+        process runs (killed outright) is `interrupted` (`liveness.observed`)."""
         r = self._conn.execute("SELECT problem_id, policy, config, status, stop_reason, created_at,"
                                " updated_at FROM run WHERE id=1").fetchone()
         if r is None:
             return None
-        return RunRecord(problem_id=r[0], policy=r[1], config=json.loads(r[2]), status=r[3],
-                         stop_reason=r[4], created_at=r[5], updated_at=r[6])
+        return observed(RunRecord(problem_id=r[0], policy=r[1], config=json.loads(r[2]), status=r[3],
+                                  stop_reason=r[4], created_at=r[5], updated_at=r[6]), self.run_dir)
 
     def set_run_status(self, status: str, stop_reason: str | None = None) -> None:
+        """Mark the run; `running` holds the run's lease (`store/liveness.py`) until it is marked
+        otherwise or the store closes, so readers can tell a live run from a killed one."""
+        if status == "running":
+            self._hold()
         with self._tx() as c:
             c.execute("UPDATE run SET status=?, stop_reason=?, updated_at=? WHERE id=1",
                       (status, stop_reason, time.time()))
+        if status != "running":
+            self._release()
+
+    def _hold(self) -> None:
+        if self._lease is None and not self.read_only:
+            self._lease = RunLease.take(self.run_dir)
+
+    def _release(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     def start_iteration(self, n: int, context_ids: dict[str, list[str]]) -> None:
         """Open iteration `n` (re-opening one a killed run left `running` keeps its start)."""
