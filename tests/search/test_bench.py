@@ -177,6 +177,8 @@ def test_resume_after_a_kill_between_problems_redoes_nothing(tiny_suite, fast_to
     m = read_manifest(out_dir)
     # the second never ran: still pending, or cancelled as it started (asyncio.run cancels what is left)
     assert m.problems[0].state == "done" and m.problems[1].state in ("pending", "interrupted")
+    assert len(m.sessions) == 1 and m.problems[0].active_s > 0
+    first_active = m.problems[0].active_s
     first = out_dir / m.problems[0].run_dir
     with RunStore.read(first) as store:
         evaluations_before = len(store.evaluations())
@@ -188,6 +190,9 @@ def test_resume_after_a_kill_between_problems_redoes_nothing(tiny_suite, fast_to
     with RunStore.read(first) as store:
         assert len(store.evaluations()) == evaluations_before
     assert (first / RunStore.DB_NAME).stat().st_mtime_ns == stamp  # the finished problem was not opened
+    m = read_manifest(out_dir)  # the resumption is a session of its own; the done problem's time unchanged
+    assert len(m.sessions) == 2 and m.sessions[1][0] >= m.sessions[0][1]
+    assert m.problems[0].active_s == first_active and m.problems[1].active_s > 0
 
     # a problem left unfinished (killed mid-run) continues through the run's own resume
     m = read_manifest(out_dir)
@@ -284,6 +289,12 @@ def test_throughput_counts_the_suites_wall_once_per_gpu() -> None:
     b2 = dataclasses.replace(b, slots=frozenset({"h/cuda:1"}))
     assert summary([a, b2])["evaluations_per_gpu_hour"] == 6.0
     assert union_s([(0, 10), (5, 20), (30, 40), (32, 35)]) == 30
+    # a suite's rows: its sessions are the wall (not the night between them), each problem's active time its own
+    sessions = ((0.0, 1000.0), (90000.0, 91000.0))
+    a3 = dataclasses.replace(a, active_s=600.0, sessions=sessions)
+    b3 = dataclasses.replace(b, active_s=1400.0, sessions=sessions, span=(0.0, 91000.0))
+    s3 = summary([a3, b3])
+    assert s3["wall_s_per_problem"] == 1000.0 and s3["evaluations_per_gpu_hour"] == 12 * 3600 / 2000
 
 
 def test_summaries_of_nothing_are_empty_not_errors() -> None:

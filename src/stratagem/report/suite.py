@@ -19,6 +19,7 @@ domain (the default domain's when they have several).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -75,10 +76,11 @@ def labels(names: BaselineNames) -> dict[str, str]:
         "queries_per_problem": "LLM queries per counted problem (mean)",
         "usd_per_problem": "money per counted problem (USD, mean; unpriced models count 0)",
         "device_s_per_problem": "device seconds per counted problem (mean evaluation worker time)",
-        "wall_s_per_problem": "wall seconds per counted problem (mean, its run's start to its last record: "
-                              "baselines, search and confirmation)",
+        "wall_s_per_problem": "wall seconds per counted problem (mean time its runs ran: baselines, search and "
+                              "confirmation, summed over resumptions)",
         "evaluations_per_gpu_hour": "evaluations per GPU-hour: every evaluation (designs and baselines) over the "
-                                    "suite's wall time (the union of its runs' spans) times the GPUs that evaluated",
+                                    "suite's wall time (its bench sessions, not the gaps between them) times the "
+                                    "GPUs that evaluated",
         "evaluations_per_device_hour": "evaluations per hour of evaluation worker time (device seconds)",
     }
 
@@ -124,6 +126,16 @@ class ProblemRow:
     """Every evaluation record of the run (designs and baselines)."""
     span: tuple[float, float] | None = None
     """The run's start and its last record (Unix seconds)."""
+    active_s: float | None = None
+    """Seconds it ran (a suite's manifest: summed over sessions, never the gaps); None: the span's length."""
+    sessions: tuple[tuple[float, float], ...] = ()
+    """Its suite's sessions (the suite's wall time; empty for a run given by hand)."""
+
+    @property
+    def wall_s(self) -> float | None:
+        if self.active_s is not None:
+            return self.active_s
+        return None if self.span is None else self.span[1] - self.span[0]
     slots: frozenset[str] = frozenset()
     """The devices its evaluations ran on (`host/physical device`)."""
 
@@ -143,7 +155,7 @@ class ProblemRow:
                 "speedup_ci": None if self.low is None or self.high is None else [self.low, self.high],
                 **second, f"beats_{n.reference.replace(' ', '_')}": self.beats, "queries": self.queries,
                 "usd": self.usd, "device_s": self.device_s, "evaluations": self.evaluations,
-                "wall_s": None if self.span is None else round(self.span[1] - self.span[0], 3), "note": self.note}
+                "wall_s": None if self.wall_s is None else round(self.wall_s, 3), "note": self.note}
 
 
 def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None = None) -> ProblemRow:
@@ -199,7 +211,10 @@ def rows_of_suite(suite_dir: Path) -> list[ProblemRow]:
     for e in manifest.problems:
         d = Path(suite_dir) / e.run_dir
         if (d / RunStore.DB_NAME).exists():
-            out.append(row_of(d, key=e.key, state=e.state, note=e.stop_reason))
+            running = time.time() - e.started_at if e.state == "running" and e.started_at else 0.0
+            out.append(dataclasses.replace(row_of(d, key=e.key, state=e.state, note=e.stop_reason),
+                                           active_s=e.active_s + running if manifest.sessions else None,
+                                           sessions=manifest.sessions))
         else:
             out.append(ProblemRow(None, Path(e.path).stem if e.path.endswith(".py") else Path(e.path).name,
                                   policy, None, None, None, "-", False, 0, 0.0, key=e.key, state=e.state,
@@ -260,13 +275,15 @@ def summary(rows: Sequence[ProblemRow], names: BaselineNames | None = None) -> d
         usd_per_problem=sum(r.usd for r in rows) / n if n else None,
         device_s_per_problem=sum(r.device_s for r in rows) / n if n else None,
     )
-    spans = [r.span for r in rows if r.span is not None]
+    # the suite's wall: its sessions (runs given by hand: their own spans), overlaps counted once
+    spans = [x for r in rows for x in (r.sessions or ((r.span,) if r.span is not None else ()))]
+    walls = [w for w in (r.wall_s for r in rows) if w is not None]
     evaluations = sum(r.evaluations for r in rows)
     gpus = len(frozenset().union(*(r.slots for r in rows)))
     wall_s = union_s(spans)
     device_s = sum(r.device_s for r in rows)
     out.update(
-        wall_s_per_problem=sum(b - a for a, b in spans) / len(spans) if spans else None,
+        wall_s_per_problem=sum(walls) / len(walls) if walls else None,
         evaluations_per_gpu_hour=evaluations * 3600 / (wall_s * gpus) if wall_s > 0 and gpus else None,
         evaluations_per_device_hour=evaluations * 3600 / device_s if device_s > 0 else None,
     )

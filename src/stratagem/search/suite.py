@@ -151,10 +151,18 @@ class _State:
         self.suite_dir = suite_dir
         self.manifest = manifest
         self.on_change = on_change
+        self._session_open = False
 
     def set(self, key: str, **changes: object) -> None:
-        entry = replace(self.manifest.entry(key), **changes)  # type: ignore[arg-type]
-        self.manifest = self.manifest.with_entry(entry)
+        old = self.manifest.entry(key)
+        entry = replace(old, **changes)  # type: ignore[arg-type]
+        now = time.time()
+        if old.state == "running" and entry.state != "running" and old.started_at is not None:
+            entry = replace(entry, active_s=old.active_s + max(0.0, (entry.finished_at or now) - old.started_at))
+        sessions = self.manifest.sessions
+        if not self._session_open:  # this invocation's first change opens its session
+            sessions, self._session_open = (*sessions, (now, now)), True
+        self.manifest = replace(self.manifest.with_entry(entry), sessions=(*sessions[:-1], (sessions[-1][0], now)))
         write_manifest(self.suite_dir, self.manifest)
         if self.on_change is not None:
             self.on_change(entry, self.manifest)

@@ -47,6 +47,8 @@ class ProblemEntry:
     finished_at: float | None = None
     device: str | None = None
     """The device its latest run was given (`cuda:1`) when the suite spreads runs over several."""
+    active_s: float = 0.0
+    """Seconds its runs have run, summed over the suite's sessions (a resumption adds its own)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class SuiteManifest:
     """`--problems`' ids, when given."""
     created_at: float = field(default_factory=time.time)
     version: int = MANIFEST_VERSION
+    sessions: tuple[tuple[float, float], ...] = ()
+    """Each `bench` (or `bench --resume`) that ran problems: its start and its latest change
+    (Unix seconds); the suite's wall time is their sum, never the gaps between them."""
 
     def entry(self, key: str) -> ProblemEntry:
         for p in self.problems:
@@ -88,6 +93,7 @@ class SuiteManifest:
         d["levels"] = list(self.levels) if self.levels is not None else None
         d["ids"] = list(self.ids) if self.ids is not None else None
         d["problems"] = [asdict(p) for p in self.problems]
+        d["sessions"] = [list(x) for x in self.sessions]
         return d
 
     @classmethod
@@ -97,7 +103,8 @@ class SuiteManifest:
                        config=dict(d["config"]), jobs=None if d.get("jobs", 1) is None else int(d.get("jobs", 1)),
                        levels=tuple(d["levels"]) if d.get("levels") is not None else None,
                        ids=tuple(int(i) for i in d["ids"]) if d.get("ids") is not None else None,
-                       created_at=float(d.get("created_at", 0.0)), version=int(d.get("version", 1)))
+                       created_at=float(d.get("created_at", 0.0)), version=int(d.get("version", 1)),
+                       sessions=tuple((float(a), float(b)) for a, b in d.get("sessions") or ()))
         except (KeyError, TypeError, ValueError) as e:
             raise StoreError(f"the suite manifest is malformed ({type(e).__name__}: {e})") from e
 
