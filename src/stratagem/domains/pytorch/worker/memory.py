@@ -2,8 +2,8 @@
 against what this process and the device have, before any candidate call.
 
 Worker-side only. The worker's peak is the integrity stage's: three input-sized tensors (the
-inputs, their copy, the poisoned block) and three outputs, plus the reference's workspace (a
-correctness trial holds two of each); the judge, a process of its own, holds one call's
+inputs, their copy, the poisoned block) and three outputs (four with the judge: the copy it reads,
+`ipc.py`), plus the reference's workspace (a correctness trial holds two of each); the judge, a process of its own, holds one call's
 inputs, output and workspace beside it. The per-process cap (`gpu_memory_fraction`) bounds
 each process; the device's free memory bounds both.
 """
@@ -42,7 +42,7 @@ def plan(w: StageContext) -> dict[str, Any]:
     del inputs, out
     runtime.free_memory()
     cap = w.req.get("gpu_memory_fraction")
-    worker_b = 3 * in_b + 3 * out_b + work_b
+    worker_b = 3 * in_b + (4 if w.req.get("judge") else 3) * out_b + work_b  # + the judge's copy (ipc.py)
     judge_b = in_b + out_b + work_b if w.req.get("judge") else 0
     room = runtime.free_bytes(w.device, cap)  # the plan's call freed: what this process may add
     device_free = runtime.free_bytes(w.device)
