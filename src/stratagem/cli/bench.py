@@ -106,22 +106,16 @@ def _drive(console: Console, as_json: bool, suite_dir: Path, jobs: int | None) -
     import os
     import signal
 
+    from stratagem.report.suite_live import SuiteLiveView
     from stratagem.search.suite import run_suite
-    from stratagem.search.suite_manifest import ProblemEntry, SuiteManifest
-
-    def said(entry: ProblemEntry, manifest: SuiteManifest) -> None:
-        c = manifest.counts()
-        ended = sum(c.get(k, 0) for k in ("done", "failed", "skipped"))
-        why = f" ({entry.stop_reason})" if entry.stop_reason else ""
-        where = f" on {entry.device}" if entry.device and entry.state == "running" else ""
-        console.print(f"[{ended}/{len(manifest.problems)}] {entry.key}: {entry.state}{where}{why}", highlight=False)
 
     def on_term(_sig: int, _frame: Any) -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
-        asyncio.run(run_suite(suite_dir, jobs=jobs, on_change=said))
+        with SuiteLiveView(console, suite_dir) as view:  # a table on a terminal, lines elsewhere
+            asyncio.run(run_suite(suite_dir, jobs=jobs, on_change=view.changed))
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: finished problems are kept; continue with "
                       f"`stratagem bench --resume {suite_dir}`", highlight=False)

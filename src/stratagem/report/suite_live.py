@@ -1,0 +1,110 @@
+"""Owns the live terminal view of a suite (`stratagem bench` on a terminal): the counts by
+state, every running problem (its device, how long it has run, its best design so far), the
+latest finished problems with their best speedup, and how many are left. On a non-terminal it
+prints a line per change of state instead."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from stratagem.report.suite import ProblemRow, row_of
+from stratagem.search.suite_manifest import ProblemEntry, SuiteManifest
+from stratagem.store.sqlite import RunStore
+
+ENDED = ("done", "failed", "skipped")
+
+
+class SuiteLiveView:
+    """`on_change` for `run_suite` that redraws a table (terminal) or prints lines."""
+
+    def __init__(self, console: Console, suite_dir: Path, recent: int = 8, reread_s: float = 5.0) -> None:
+        self.console = console
+        self.suite_dir = Path(suite_dir)
+        self.recent = recent
+        self.reread_s = reread_s
+        """How often a problem's best so far is read again from its run database."""
+        self.manifest: SuiteManifest | None = None
+        self._rows: dict[str, tuple[float, ProblemRow | None]] = {}
+        self._live: Live | None = None
+
+    def __enter__(self) -> SuiteLiveView:
+        if self.console.is_terminal:
+            self._live = Live(console=self.console, refresh_per_second=2, transient=False,
+                              get_renderable=self.render)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def changed(self, entry: ProblemEntry, manifest: SuiteManifest) -> None:
+        self.manifest = manifest
+        self._rows.pop(entry.key, None)  # read again: its state moved
+        if self._live is None:
+            self.console.print(line(entry, manifest), highlight=False)
+
+    def render(self) -> Group:
+        m = self.manifest
+        t = Table(expand=False)
+        head = Text(title(m, self.suite_dir))
+        for name in ("problem", "state", "device", "time", "best so far", "note"):
+            t.add_column(name, no_wrap=name in ("problem", "time"))
+        if m is None:
+            return Group(head, t)
+        running = [e for e in m.problems if e.state == "running"]
+        ended = sorted((e for e in m.problems if e.state in (*ENDED, "interrupted")),
+                       key=lambda e: e.finished_at or 0.0, reverse=True)[: self.recent]
+        now = time.time()
+        for e in [*running, *ended]:
+            r = self._row(e, now)
+            spent = (e.active_s + (now - e.started_at if e.state == "running" and e.started_at else 0.0))
+            best = "-" if r is None or r.speedup is None else f"{r.speedup:.2f}x"
+            if r is not None and r.speedup is not None and r.low is not None and r.high is not None:
+                best += f" [{r.low:.2f}, {r.high:.2f}]"
+            t.add_row(escape(e.key), e.state, e.device or "-", f"{spent:.0f} s" if spent else "-", best,
+                      escape((e.stop_reason or "")[:60]))
+        pending = sum(1 for e in m.problems if e.state == "pending")
+        if pending:
+            t.add_row(f"... {pending} pending", "", "", "", "", "")
+        return Group(head, t)
+
+    def _row(self, e: ProblemEntry, now: float) -> ProblemRow | None:
+        """The problem's row, read again every `reread_s` while it runs (None: no run yet)."""
+        seen = self._rows.get(e.key)
+        if seen is not None and (e.state != "running" or now - seen[0] < self.reread_s):
+            return seen[1]
+        d = self.suite_dir / e.run_dir
+        row = None
+        if (d / RunStore.DB_NAME).exists():
+            try:
+                row = row_of(d, key=e.key, state=e.state)
+            except Exception:  # noqa: BLE001 - a database mid-write: shown as unknown, read next time
+                row = None
+        self._rows[e.key] = (now, row)
+        return row
+
+
+def title(m: SuiteManifest | None, suite_dir: Path) -> str:
+    if m is None:
+        return f"suite {suite_dir}: starting"
+    c = m.counts()
+    parts = [f"{c[s]} {s}" for s in ("done", "running", "interrupted", "failed", "skipped", "pending") if c.get(s)]
+    return f"suite {suite_dir} · {len(m.problems)} problems · " + " · ".join(parts)
+
+
+def line(entry: ProblemEntry, manifest: SuiteManifest) -> str:
+    """One change of state as a line: `[ended/total] key: state on device (why)`."""
+    c = manifest.counts()
+    ended = sum(c.get(k, 0) for k in ENDED)
+    why = f" ({entry.stop_reason})" if entry.stop_reason else ""
+    where = f" on {entry.device}" if entry.device and entry.state == "running" else ""
+    return f"[{ended}/{len(manifest.problems)}] {entry.key}: {entry.state}{where}{why}"
