@@ -24,7 +24,7 @@ PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests i
 SRC = PKG.parent
 
 WORKER_TORCH_MODULES = frozenset(
-    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds", "memory", "environment", "confirm", "device_use", "inline_builds", "context")
+    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds", "memory", "environment", "confirm", "device_use", "inline_builds", "context", "prebuild")
 )
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 
@@ -42,10 +42,11 @@ ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     # The build root torch itself uses for extensions: the slot's TORCH_EXTENSIONS_DIR, read
     # the way torch reads it, so the worker claims the directory its builds really use.
     "stratagem.domains.pytorch.worker.builds": frozenset({"TORCH_EXTENSIONS_DIR"}),
-    # The build cache the slot names, the header switch, and the toolchain a build's key records.
+    # The build cache the slot names, the header switch, the architecture a prebuild worker
+    # builds for (no GPU to ask), and the toolchain a build's key records.
     "stratagem.domains.pytorch.worker.inline_builds": frozenset({
-        "STRATAGEM_BUILD_CACHE", "STRATAGEM_BUILD_PCH", "STRATAGEM_BUILD_HEADER_DIET", "CXX", "CC", "CUDAHOSTCXX", "CUDA_HOME",
-        "TORCH_CUDA_ARCH_LIST"}),
+        "STRATAGEM_BUILD_CACHE", "STRATAGEM_BUILD_PCH", "STRATAGEM_BUILD_HEADER_DIET", "STRATAGEM_BUILD_ARCH", "CXX",
+        "CC", "CUDAHOSTCXX", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST"}),
 }
 """module -> the variables it may read with `os.environ.get("NAME", ...)`, and nothing else."""
 

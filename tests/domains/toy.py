@@ -94,6 +94,9 @@ class ToyDomain:
     def calibration_problem(self) -> Problem | None:
         return None
 
+    def prebuild_request(self, problem: Problem, design: Any, cfg: Any) -> Any:
+        return None
+
     def claims(self, path: Path) -> bool:
         return str(path).endswith(".toy.py")
 

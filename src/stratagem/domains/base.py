@@ -167,6 +167,12 @@ class Domain(Protocol):
         reads no peaks and has nothing to calibrate."""
         ...
 
+    def prebuild_request(self, problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
+        """A request that compiles what `design` compiles, run on a CPU worker before the design
+        takes a GPU slot (its builds land in the shared build cache its evaluation then loads
+        from); None: nothing to build ahead (the executor then goes straight to the slot)."""
+        ...
+
     def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph: ...
 
     def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,

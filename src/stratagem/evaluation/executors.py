@@ -12,9 +12,11 @@ reserved for that GPU's timing: workers run off the reserved cores except while 
 from __future__ import annotations
 
 import asyncio
+import os
 import platform
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -119,6 +121,32 @@ def resolve_device(device: str, env: Mapping[str, str]) -> list[str]:
     return [device]
 
 
+_CAPABILITY: dict[str, str | None] = {}
+
+
+def gpu_capability(device: str) -> str | None:
+    """`90` for `cuda:N` an H200 is (nvidia-smi's compute capability, read once per device);
+    None when nvidia-smi cannot say."""
+    if device not in _CAPABILITY:
+        exe = shutil.which("nvidia-smi")
+        value = None
+        if exe is not None and device.startswith("cuda:"):
+            try:
+                out = subprocess.run([exe, "--query-gpu=compute_cap", "--format=csv,noheader", "-i",
+                                      device.split(":", 1)[1]], capture_output=True, text=True, timeout=20)
+                digits = out.stdout.strip().replace(".", "")
+                value = digits if out.returncode == 0 and digits.isdigit() else None
+            except (OSError, subprocess.SubprocessError):
+                value = None
+        _CAPABILITY[device] = value
+    return _CAPABILITY[device]
+
+
+def _ensure(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 class LocalExecutor:
     """Worker slots on this machine."""
 
@@ -132,6 +160,8 @@ class LocalExecutor:
         self._free: list[Slot] | None = None
         self._ready: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._builds: asyncio.Semaphore | None = None
+        """Prebuilds at once (`prebuild`): the cores / 2, as the workers' build slots."""
 
     @classmethod
     def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
@@ -213,6 +243,40 @@ class LocalExecutor:
         finally:
             await self._give(slot)
 
+    async def prebuild(self, request: EvalRequest, timeout_s: float, device: str | None = None) -> SandboxResult | None:
+        """Run `request` (a domain's `prebuild_request`) in a CPU build worker for the GPU
+        `device` (default: this executor's first), outside every slot and device lock, at most
+        cores/2 at once, so the GPU's slots time other designs while it compiles; the builds
+        land in the shared build cache that the design's own evaluation then loads from. None
+        (nothing run) when this executor has no GPU or the GPU's architecture cannot be read.
+        The worker sees no GPU and builds for that architecture (`STRATAGEM_BUILD_ARCH`), off
+        the cores reserved for timing, in a folder of its own removed afterwards."""
+        gpus = [s for s in self.slots if s.physical.startswith("cuda") and device in (None, s.physical)]
+        arch = gpu_capability(gpus[0].physical) if gpus else None
+        if not gpus or arch is None:
+            return None
+        return await self._run_prebuild(request, timeout_s, gpus[0], arch)
+
+    async def _run_prebuild(self, request: EvalRequest, timeout_s: float, slot: Slot, arch: str) -> SandboxResult:
+        """`prebuild`'s worker for `slot`'s device, building for `arch`."""
+        if self._builds is None:
+            self._builds = asyncio.Semaphore(max(1, (os.cpu_count() or 2) // 2))
+        async with self._builds:
+            folder = Path(tempfile.mkdtemp(prefix="prebuild-", dir=_ensure(cache_dir(self._cfg) / "slots")))
+            try:
+                env = {**slot.env, "CUDA_VISIBLE_DEVICES": "", "STRATAGEM_BUILD_ARCH": arch,
+                       "STRATAGEM_BUILD_PCH": "1", "TORCH_EXTENSIONS_DIR": str(folder / "torch_extensions"),
+                       "TRITON_CACHE_DIR": str(folder / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")}
+                req = request.model_copy(update={"device": "cpu", "timing_lock": None, "timing_cores": [],
+                                                 "reserved_cores": list(slot.reserved_cores)})
+                settings = SandboxSettings(
+                    timeout_s=timeout_s, base_env=self._base_env, slot_env=env, network=self._cfg.network,
+                    memory_limit_bytes=int(self._cfg.memory_limit_gb * 2**30) if self._cfg.memory_limit_gb else None,
+                    max_response_bytes=self._cfg.max_response_bytes)
+                return await run_worker(req.model_dump_json(), settings)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
     async def aclose(self) -> None:
         self._free, self._ready = None, None
 
@@ -250,6 +314,11 @@ class PinnedExecutor:
         on_event: Callable[[dict[str, Any]], None] | None = None, device: str | None = None,
     ) -> tuple[Slot, SandboxResult]:
         return await self.inner.submit(request, timeout_s, compile_timeout_s, on_event, device or self.device)
+
+    async def prebuild(self, request: EvalRequest, timeout_s: float, device: str | None = None) -> SandboxResult | None:
+        """The shared executor's prebuild, for this executor's device (None: it has none)."""
+        inner = getattr(self.inner, "prebuild", None)
+        return None if inner is None else await inner(request, timeout_s, device or self.device)
 
     def devices(self) -> list[str]:
         return [self.device]

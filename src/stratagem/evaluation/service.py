@@ -29,7 +29,7 @@ from typing import Any
 
 from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.core.design import Design
-from stratagem.core.graph import GraphRun, ValidatorGraph
+from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.jsonish import mapping
 from stratagem.core.paired import Stability
 from stratagem.core.problem import Problem
@@ -110,6 +110,7 @@ class Evaluator:
         the roofline above all, use that device's identity)."""
         ran_host = self.executor.host()
         """The machine of that slot (None before a remote worker answered)."""
+        environment.update(await self._prebuild(problem, design, timeout_s, stage))  # {"prebuild": ...} or {}
         while (step := run.next_step()) is not None:
             if step.kind == "inline":
                 spec = step.specs[0]
@@ -178,6 +179,35 @@ class Evaluator:
             environment=environment, seeds=seeds, baseline=baseline, sandbox=sandbox,
             wall_s=time.monotonic() - t0,
         )
+
+    async def _prebuild(self, problem: Problem, design: Design, timeout_s: float | None,
+                        stage: Callable[[str], None]) -> dict[str, Any]:
+        """Compile what `design` compiles on a CPU build worker before it takes a GPU slot
+        (`LocalExecutor.prebuild`), where the executor has one and the domain has something to
+        build (`Domain.prebuild_request`): `{"prebuild": what happened}` as data, or {}. A
+        failure costs only the attempt: the design's own worker builds what is not cached."""
+        run = getattr(self.executor, "prebuild", None)
+        domain = get_domain(problem.domain)
+        req = domain.prebuild_request(problem, design, self.cfg) if run is not None else None
+        if run is None or req is None:
+            return {}
+        stage("building on a CPU worker")
+        # the compile limit (or the user's run limit, which then bounds the whole evaluation)
+        limit = domain.compile_timeout_s(problem, self.cfg, timeout_s) or timeout_s or self.cfg.compile_timeout_s
+        t0 = time.monotonic()
+        try:
+            sr = await run(owned(req, design.id[:10]), limit)
+        except (OSError, HarnessError) as e:
+            return {"prebuild": {"wall_s": round(time.monotonic() - t0, 3), "error": f"{type(e).__name__}: {e}"}}
+        if sr is None:
+            return {}
+        out = interpret([ValidatorSpec(s.name) for s in req.stages], sr, req.request_id, limit)
+        result = out.results[0] if out.results else None
+        details = result.details if result is not None and isinstance(result.details, dict) else {}
+        return {"prebuild": {"wall_s": round(time.monotonic() - t0, 3),
+                             "outcome": result.outcome if result else "missing", "timed_out": sr.timed_out,
+                             "builds": details.get("builds", []),
+                             "note": details.get("note") or (result.reason if result is not None else None)}}
 
     async def baseline(
         self,

@@ -154,6 +154,10 @@ class CommandDomain:
         """None: no parent validator reads the device's peaks."""
         return None
 
+    def prebuild_request(self, problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
+        """None: a command problem's build is part of its own evaluation (its build command)."""
+        return None
+
     def reference_design(self, reference_source: str, why: str) -> str:
         b = problems.bundle_of(reference_source)
         parts = [f"# stratagem: the reference's editable files, not a design: {why}."]

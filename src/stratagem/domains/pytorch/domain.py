@@ -251,6 +251,10 @@ def build_request(
     )
 
 
+_BUILDS = re.compile(r"\bload_inline\b|\bcpp_extension\b")
+"""What a design that builds a C++/CUDA extension names (`prebuild_request`)."""
+
+
 class Payload(BaseModel):
     """What the PyTorch worker needs besides the envelope (`EvalRequest.payload`)."""
 
@@ -399,6 +403,13 @@ class PyTorchDomain:
     def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
                            peaks: Mapping[str, Any]) -> dict[str, Any] | None:
         return demonstrated_peaks(earlier, result, peaks)
+
+    def prebuild_request(self, problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
+        """The `prebuild` stage (`worker/prebuild.py`) for a design whose source names torch's
+        C++/CUDA extension builder (`load_inline`, `cpp_extension`)."""
+        if not _BUILDS.search("\n".join(design.files.values())):
+            return None
+        return build_request(problem, design, [ValidatorSpec("prebuild")], cfg)
 
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),

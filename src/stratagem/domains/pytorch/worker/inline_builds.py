@@ -112,6 +112,9 @@ def install(device: str, hooks: Hooks | None = None) -> None:
     _state["cache"] = BuildCache(root) if root is not None else None
     if device.startswith("cuda") and not os.environ.get("TORCH_CUDA_ARCH_LIST", ""):
         _state["arch"] = _device_arch(device)
+    elif device == "cpu" and not os.environ.get("TORCH_CUDA_ARCH_LIST", ""):
+        # a prebuild worker (worker/prebuild.py): no GPU, the target GPU's capability given
+        _state["arch"] = _capped_arch(os.environ.get("STRATAGEM_BUILD_ARCH", ""))
     if _state["original"] is None:
         _state["original"], _state["original_load"] = ext.load_inline, ext.load
         _state["signature"] = inspect.signature(ext.load_inline)
@@ -130,12 +133,30 @@ def _device_arch(device: str) -> str | None:
 
     try:
         major, minor = torch.cuda.get_device_capability(torch.device(device))
-        built = [a for a in torch.cuda.get_arch_list() if a.startswith("sm_")]
-        newest = max((int(a[3:-1] if a[-1].isalpha() else a[3:]) for a in built), default=major * 10 + minor)
-        cap = min(major * 10 + minor, newest)
-        return str(cap)
     except Exception:  # no arch list: torch's default
         return None
+    return _capped_arch(f"{major}{minor}")
+
+
+def _capped_arch(capability: str) -> str | None:
+    """A compute capability (`90`, `9.0`) capped at the newest architecture torch was built for
+    (None: not a capability)."""
+    digits = capability.replace(".", "").strip()
+    if not digits.isdigit():
+        return None
+    try:
+        # torch's build flags need no device (get_arch_list is empty where no GPU is visible)
+        listed = torch.cuda.get_arch_list() or str(getattr(torch._C, "_cuda_getArchFlags", lambda: "")() or "").split()
+        built = [a for a in listed if a.startswith("sm_")]
+        newest = max((int(a[3:-1] if a[-1].isalpha() else a[3:]) for a in built), default=int(digits))
+    except Exception:  # noqa: BLE001 - no arch list: the capability as read
+        newest = int(digits)
+    return str(min(int(digits), newest))
+
+
+def target_arch() -> str | None:
+    """The architecture this process builds CUDA code for (None: torch's default)."""
+    return _state.get("arch")
 
 
 def load_inline(*args: Any, **kwargs: Any) -> Any:

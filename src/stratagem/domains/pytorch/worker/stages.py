@@ -36,6 +36,7 @@ from stratagem.domains.pytorch.worker import (
     integrity,
     memory,
     params,
+    prebuild,
     provenance,
     record,
     roofline,
@@ -365,6 +366,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "timing": timed.run_timing,
     "baseline": timed.run_baseline,
     "confirm": confirm.run_confirm,
+    "prebuild": prebuild.run_prebuild,
 }
 
 
