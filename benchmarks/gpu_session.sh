@@ -12,6 +12,11 @@
 # the machine has): pydantic-ai-slim==2.68.0 openai==3.57.0 jiter==0.19.0 sniffio==1.3.1
 # optuna==5.0.0 scipy==1.17.1 (about 50 MB; carry stays under 64 MiB with .kb's level folders).
 #
+# For the Ray executor on the device (issue 29's H200 benchmark): Ray's wheel (79 MB) is over the
+# 64 MiB carry; `python benchmarks/ray_wheel.py` writes .whl-ray/ (Ray without its Java jars,
+# 47 MB, and its dependencies: 48 MiB), which fits beside the five pydantic wheels above and
+# .head.tgz (carry [".whl-ray", ".whl-min", ".head.tgz"], with .whl-min holding only those five);
+# install both folders with pip --target and run benchmarks/executor_throughput.py --device cuda.
 # Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise|bench [--only a,b]
 # STEP_S (default 560) is each step's timeout: lower it to run two steps in one command.
 # `integrity` runs benchmarks/integrity_cost.py --device cuda --repeats 3 with its arguments.
