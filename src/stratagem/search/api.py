@@ -53,9 +53,9 @@ async def start_run(
     # Everything that can be refused (device, policy, recipe names, models) is built before the
     # run directory is written, so a bad option leaves nothing behind.
     evaluator = make_evaluator(cfg.evaluation)
-    _own(evaluator, run_dir)
+    claim_queue(evaluator, run_dir)
     policy = make_policy(cfg, problem, evaluator, run_dir)
-    await _preflight(policy)  # a model that cannot answer stops the run before it starts
+    await preflight(policy)  # a model that cannot answer stops the run before it starts
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
         store.start_run(problem.id, policy_name(cfg, problem), cfg.model_dump(mode="json"))
@@ -82,11 +82,11 @@ async def resume_run(run_dir: str | Path, view: RunView | None = None,
             cfg = StratagemConfig.model_validate(data)
         except Exception as e:  # noqa: BLE001 - a config written by another version
             raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
-        problem = _stored_problem(store, run)
+        problem = stored_problem(store, run)
         return await _run(cfg, problem, store, view)
 
 
-def _stored_problem(store: RunStore, run: RunRecord) -> Problem:
+def stored_problem(store: RunStore, run: RunRecord) -> Problem:
     rec = next((p for p in store.problems() if p.id == run.problem_id), None)
     if rec is None:
         raise StoreError(f"the run's problem {run.problem_id[:12]} is missing from {store.run_dir}")
@@ -95,9 +95,9 @@ def _stored_problem(store: RunStore, run: RunRecord) -> Problem:
 
 async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: RunView | None) -> RunOutcome:
     evaluator = make_evaluator(cfg.evaluation)
-    _own(evaluator, store.run_dir)
+    claim_queue(evaluator, store.run_dir)
     policy = make_policy(cfg, problem, evaluator, store.run_dir)
-    await _preflight(policy)
+    await preflight(policy)
     loop = SearchLoop(cfg, problem, store, evaluator, policy, view)
     try:
         return await loop.run()
@@ -126,7 +126,7 @@ async def confirm_stored_run(run_dir: str | Path, top: int | None = None, blocks
             cfg = StratagemConfig.model_validate(apply_overrides(run.config, {"evaluation": {"device": device}}))
         except Exception as e:  # noqa: BLE001 - a config written by another version
             raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
-        problem = _stored_problem(store, run)
+        problem = stored_problem(store, run)
         evaluator = make_evaluator(cfg.evaluation)
         try:
             return await confirm_run(store, problem, evaluator, top=cfg.search.confirm_top if top is None else top,
@@ -136,14 +136,14 @@ async def confirm_stored_run(run_dir: str | Path, top: int | None = None, blocks
             await evaluator.executor.aclose()
 
 
-def _own(evaluator: Evaluator, run_dir: Path) -> None:
+def claim_queue(evaluator: Evaluator, run_dir: Path) -> None:
     """A queue executor's requests belong to this run directory (a resumed run finds its own)."""
     own = getattr(evaluator.executor, "own", None)
     if callable(own):
         own(str(Path(run_dir).resolve()))
 
 
-async def _preflight(policy: Policy) -> None:
+async def preflight(policy: Policy) -> None:
     """The policy's models answer (policies without an LLM have nothing to check).
 
     Raises:

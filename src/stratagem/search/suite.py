@@ -34,7 +34,7 @@ from stratagem.errors import ConfigError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.executors import Executor, PinnedExecutor, gpu_slots
 from stratagem.evaluation.service import Evaluator
-from stratagem.search.api import _own, _preflight, _stored_problem, check_policy, make_policy
+from stratagem.search.api import check_policy, claim_queue, make_policy, preflight, stored_problem
 from stratagem.search.loop import RunOutcome, SearchLoop
 from stratagem.search.policies.registry import policy_name, resolved_config
 from stratagem.search.suite_manifest import (
@@ -131,7 +131,7 @@ async def run_suite(suite_dir: Path, *, jobs: int | None = None, on_change: OnCh
     cfg = resolved_config(cfg)
     own = evaluator is None
     ev = evaluator if evaluator is not None else make_evaluator(cfg.evaluation)
-    _own(ev, suite_dir)
+    claim_queue(ev, suite_dir)
     state = _State(suite_dir, manifest, on_change)
     gate = asyncio.Semaphore(manifest.jobs or default_jobs(ev.executor))
     devices = _Devices(ev)
@@ -239,9 +239,9 @@ async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,
                     run_cfg = StratagemConfig.model_validate(apply_overrides(run.config, None))
                 except Exception as e:  # noqa: BLE001 - a config written by another version
                     raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
-                problem = _stored_problem(store, run)
+                problem = stored_problem(store, run)
                 policy = make_policy(run_cfg, problem, evaluator, run_dir)
-                await _preflight(policy)
+                await preflight(policy)
                 return await SearchLoop(run_cfg, problem, store, evaluator, policy).run()
     problem = load_problem(entry.path)
     try:  # the policy named for this problem (its domain's default when none is) or why there is none
@@ -249,7 +249,7 @@ async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,
     except ConfigError as e:
         raise _Skip(str(e)) from e
     policy = make_policy(cfg, problem, evaluator, run_dir)
-    await _preflight(policy)
+    await preflight(policy)
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
         store.start_run(problem.id, policy_name(cfg, problem), cfg.model_dump(mode="json"))
