@@ -57,7 +57,8 @@ class Cheat:
     """Set when the harness lets the cheat through: the test is a strict xfail with this reason."""
     also: tuple[tuple[str, str | None], ...] = ()
     """Other (validator, check) pairs accepted as the first failure, only where which one comes
-    first depends on what the CPU allocator hands back (documented in README.md)."""
+    first depends on what the CPU allocator hands back (documented in README.md) or on when the
+    judge reads a record the cheat is still writing."""
     timeout_s: float | None = None
     """A longer run limit than the config's, for a cheat whose own work (not the harness's) can
     pass the 60 s limit on a loaded machine, where a timeout would read as a rejection."""
@@ -236,8 +237,12 @@ BACKSTOP: dict[str, Cheat] = {
     # The forged response says every stage passed, but the judge (a process that never ran the
     # candidate) finds no recorded outputs behind the correctness trials it claims.
     "forge_response.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "17 forged in-process verdict"),
-    # Records behind the forged verdict: the judge runs the reference itself and compares.
-    "forge_records_wrong.py": Cheat(LINEAR, CORRECTNESS, "judge", "17 forged verdict with forged records"),
+    # Records behind the forged verdict: the judge runs the reference itself and compares. The
+    # judge reads records as they come, and the cheat writes them in place (torch.save), never
+    # whole-or-absent as the worker does: a record read mid-write is refused as tampering
+    # ("not a recorded output") before any comparison. Which comes first is the judge's timing.
+    "forge_records_wrong.py": Cheat(LINEAR, CORRECTNESS, "judge", "17 forged verdict with forged records",
+                                    also=((CORRECTNESS, "harness_tampering"),)),
     # A pickle planted for the judge: records load with weights_only, which refuses it.
     "forge_record_pickle.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "17 code planted for the judge"),
     # A forked helper still there after the call: the integrity stage lists this process's children
@@ -330,7 +335,8 @@ def test_runtime_backstop(name: str, cpu_config: EvaluationConfig) -> None:
     if case.gap:
         return
     first = verdict.failures[0]
-    assert _caught_by(first, case.validator, case.check), f"{name}:\n{verdict.report()}"
+    expected = [(case.validator, case.check), *case.also]
+    assert any(_caught_by(first, v, c) for v, c in expected), f"{name}:\n{verdict.report()}"
 
 
 def _caught_by(first: ValidatorResult, validator: str, check: str | None) -> bool:
