@@ -288,6 +288,8 @@ def test_lean_headers_name_the_operators_the_source_uses() -> None:
     assert "variable_factories" not in prefix  # no autograd factories unless the source asks for them
     using = "using namespace torch;\ntorch::Tensor h(torch::Tensor a) { return relu(add(a, a)); }\n"
     assert header_diet.lean([using], [], have.__contains__).operators == ("add", "relu")
+    adl = "at::Tensor h(at::Tensor a) { return relu(a); }\n"  # found by argument-dependent lookup
+    assert header_diet.lean([adl], [], have.__contains__).operators == ("relu",)
     grad = "torch::Tensor k(torch::Tensor a) { return torch::zeros({2}, a.options().requires_grad(false)); }\n"
     prefix = header_diet.lean([grad], [], have.__contains__).cuda_sources[0]
     assert "variable_factories" in prefix  # torch::zeros is then torch's own, as in torch/types.h

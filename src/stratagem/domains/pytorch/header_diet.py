@@ -40,7 +40,8 @@ kernel: 43 s with `torch/types.h`, 19 s lean). The lean prefix declares the tens
 kernel file uses: `at::Tensor` with its methods, the tensor operators, `AT_DISPATCH_*`,
 `TORCH_CHECK`, device guards, `torch::` as an alias of `at::` with `torch/types.h`'s dtype
 constants, and the per-operator header (`ATen/ops/NAME.h`) of each operator the source names
-(`torch::NAME`, `at::NAME`, or any called name under `using namespace torch|at`). The
+(`torch::NAME`, `at::NAME`, or any name it calls: `empty_like(x)` found by argument-dependent
+lookup, or under `using namespace torch`). The
 `#include` of a full header in the source (`torch/extension.h`, `torch/types.h`,
 `ATen/ATen.h`, ...) becomes a comment on the same line. The C++ part gets the
 `#include <torch/extension.h>` torch would have put there. What a lean source sees is a subset
@@ -115,7 +116,6 @@ _FULL_INCLUDE = re.compile(
     r'[>"](?P<rest>[^\n]*)$', re.M)
 _NAMED = re.compile(r"\b(?:torch|at)\s*::\s*(\w+)\b(?!\s*::)")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
-_USING = re.compile(r"\busing\s+namespace\s+(?:torch|at)\s*;")
 _FACTORIES = re.compile(r"\brequires_grad\b|\bfrom_blob\b|\btorch\s*::\s*tensor\b")
 _DTYPES = ("kUInt8 = at::kByte", "kInt8 = at::kChar", "kInt16 = at::kShort", "kInt32 = at::kInt",
            "kInt64 = at::kLong", "kUInt16 = at::kUInt16", "kUInt32 = at::kUInt32", "kUInt64 = at::kUInt64",
@@ -150,10 +150,9 @@ def lean(cuda_sources: Sequence[str], cpp_sources: Sequence[str], has_operator: 
         if hit is not None:
             return Lean(None, skipped=f"the CUDA source names {hit.group(0).strip()!r}")
     names: set[str] = set()
-    for text in texts:
+    for text in texts:  # qualified names, and every called name: a call found by ADL on a Tensor too
         names.update(_NAMED.findall(text))
-        if _USING.search(text):
-            names.update(_CALLED.findall(text))
+        names.update(_CALLED.findall(text))
     ops = tuple(sorted(n for n in names if has_operator(n)))
     joined = "\n".join(texts)
     lines = ["// " + LEAN_MARK + ": torch/types.h's tensor API without every ATen operator (header_diet.py)",
