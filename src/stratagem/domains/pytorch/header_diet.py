@@ -55,7 +55,7 @@ that does not compile is built on the diet, then as written (`worker/inline_buil
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 VERSION = 1
@@ -103,10 +103,9 @@ def lighten(cuda_sources: Sequence[str]) -> Diet:
         removed += [m.group("path") for m in _INCLUDE.finditer(text)]
     if not removed:
         return Diet(None)
-    for text in cuda_sources:
-        hit = _NEEDS_FULL.search(_strip_comments(text))
-        if hit is not None:
-            return Diet(None, tuple(removed), f"the CUDA source names {hit.group(0).strip()!r}")
+    why = _needs_full(_strip_comments(t) for t in cuda_sources)
+    if why is not None:
+        return Diet(None, tuple(removed), why)
     out = [_INCLUDE.sub(_light_line, text) for text in cuda_sources]
     return Diet(out, tuple(removed))
 
@@ -145,10 +144,9 @@ def lean(cuda_sources: Sequence[str], cpp_sources: Sequence[str], has_operator: 
     if not cuda_sources:
         return Lean(None)
     texts = [_strip_comments(t) for t in cuda_sources]
-    for text in texts:
-        hit = _NEEDS_FULL.search(text)
-        if hit is not None:
-            return Lean(None, skipped=f"the CUDA source names {hit.group(0).strip()!r}")
+    why = _needs_full(texts)
+    if why is not None:
+        return Lean(None, skipped=why)
     names: set[str] = set()
     for text in texts:  # qualified names, and every called name: a call found by ADL on a Tensor too
         names.update(_NAMED.findall(text))
@@ -173,6 +171,15 @@ def lean(cuda_sources: Sequence[str], cpp_sources: Sequence[str], has_operator: 
 
 def _lean_line(m: re.Match[str]) -> str:
     return f'/* {LEAN_MARK}: #include <{m.group("path")}> */{m.group("rest")}'
+
+
+def _needs_full(texts: Iterable[str]) -> str | None:
+    """Why sources (comments stripped) need the full headers (`_NEEDS_FULL`), or None."""
+    for text in texts:
+        hit = _NEEDS_FULL.search(text)
+        if hit is not None:
+            return f"the CUDA source names {hit.group(0).strip()!r}"
+    return None
 
 
 def _light_line(m: re.Match[str]) -> str:
