@@ -16,7 +16,10 @@ baselines). Rows:
 - `unchanged`: the same source again (a cache hit: no build);
 - `one-line change`: the block size (CUDA) or a constant (C++) changed: a miss, built again.
 
-Columns: build s (the load stage's `builds` records: seconds in `load_inline`), whole
+Columns: prebuild s and prebuilt (the CPU build worker that compiles a design before it takes
+the GPU slot, `LocalExecutor.prebuild`: its wall and what it did, `built` or `hit`; the slot's
+worker then finds the cache), build s (the load stage's `builds` records: seconds in
+`load_inline` on the GPU slot, about 0 after a prebuild), whole
 evaluation s (wall clock around `Evaluator.evaluate`), cache (hit, built, uncached), pch (the
 row built torch's precompiled header for its flags, reused it, or had none: it lives in torch's
 include folder and outlasts the run, so a second run of the benchmark finds it built).
@@ -155,6 +158,10 @@ async def _evaluate(ev: Evaluator, source: str) -> dict[str, Any]:
             "cache": ",".join(str(b["outcome"]) for b in builds) or "-", "builds": builds,
             "diet": ",".join(str(b.get("header_diet") or "-").split(":")[0] for b in builds) or "-",
             "load_s": load.duration_s if load is not None else None,
+            # the CPU build worker's part (`LocalExecutor.prebuild`): its wall and what it built
+            "prebuild_s": float((out.environment.get("prebuild") or {}).get("wall_s") or 0.0),
+            "prebuild": ",".join(str(b.get("outcome")) for b in (out.environment.get("prebuild") or {}).get("builds") or [])
+            or str((out.environment.get("prebuild") or {}).get("outcome") or "-"),
             "reason": None if out.verdict.status == "valid" else out.verdict.report()[-600:]}
 
 
@@ -189,7 +196,7 @@ def run(device: str, pch: bool, skip_off: bool, diet: bool = True) -> list[dict[
                 before = _pch_sign()
                 row = await _evaluate(ev, src)
                 rows.append({"row": label, "pch": _pch(before), **row})
-                print(f"  {label}: build {row.get('build_s')} s, whole {row.get('whole_s', 0):.1f} s, "
+                print(f"  {label}: prebuild {row.get('prebuild_s')} s ({row.get('prebuild')}), build {row.get('build_s')} s, whole {row.get('whole_s', 0):.1f} s, "
                       f"{row.get('cache')}, {row.get('status')}", flush=True)  # a cut run still says what it got
 
         asyncio.run(three())
@@ -310,9 +317,9 @@ def main(argv: list[str] | None = None) -> int:
 
         ext.remove_extension_h_precompiler_headers()
     rows = run(args.device, not args.no_pch, args.skip_off, args.header_diet == "on")
-    print(f"{'row':<18} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'diet':>10} {'status':>8}")
+    print(f"{'row':<18} {'prebuild s':>10} {'prebuilt':>9} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'diet':>10} {'status':>8}")
     for r in rows:
-        print(f"{r['row']:<18} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} {r['pch']:>7} "
+        print(f"{r['row']:<18} {r['prebuild_s']:>10.1f} {r['prebuild']:>9} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} {r['pch']:>7} "
               f"{r['diet']:>10} {r['status']:>8}")
     for r in rows:
         if r["reason"]:

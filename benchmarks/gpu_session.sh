@@ -17,7 +17,9 @@
 # 47 MB, and its dependencies: 48 MiB), which fits beside the five pydantic wheels above and
 # .head.tgz (carry [".whl-ray", ".whl-min", ".head.tgz"], with .whl-min holding only those five);
 # install both folders with pip --target and run benchmarks/executor_throughput.py --device cuda.
-# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise|bench [--only a,b]
+# `ray` runs that benchmark: the GPU (local and Ray, one slot) then the CPU (1, 2, 4 slots), its
+# arguments passed to both (e.g. --evaluations 8).
+# Usage (on the device): bash benchmarks/gpu_session.sh tests|recipes|modes|integrity|harness|noise|bench|ray [--only a,b]
 # STEP_S (default 560) is each step's timeout: lower it to run two steps in one command.
 # `integrity` runs benchmarks/integrity_cost.py --device cuda --repeats 3 with its arguments.
 # `modes` runs recipes_run.py under the fixed and the calibrated rule at once (issue 10; about
@@ -36,7 +38,9 @@ what="${1:?usage: gpu_session.sh tests|recipes|modes|integrity|harness|noise}"
 T="${STEP_S:-560}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+# every wheel folder carried: .whl (all), or .whl-min (the five pydantic wheels) with .whl-ray
+wheels=(); for d in .whl .whl-min .whl-ray; do [[ -d $d ]] && wheels+=("$d"/*.whl); done
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}"
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 STRATAGEM_CACHE_DIR=$PWD/.sc MAX_JOBS=8
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if [[ $what == tests ]]; then
@@ -79,4 +83,11 @@ if [[ $what == bench ]]; then  # issue 28: the suite's standing numbers (recipes
 fi
 if [[ $what == harness ]]; then
   timeout $T python3 benchmarks/harness.py --repeats 3 --out "$OUT/harness.json" 2>&1 | tail -60
+fi
+if [[ $what == ray ]]; then  # issue 29: evaluations per minute, local against Ray, on the H200 and its cores
+  export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+  timeout $T python3 benchmarks/executor_throughput.py --device cuda --slots 1 "${@:2}" 2>&1 \
+    | grep -v Warning | tee "$OUT/ray_cuda.log" | tail -8
+  timeout $T python3 benchmarks/executor_throughput.py --device cpu --slots 1,2,4 "${@:2}" 2>&1 \
+    | grep -v Warning | tee "$OUT/ray_cpu.log" | tail -12
 fi
