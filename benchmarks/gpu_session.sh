@@ -39,7 +39,11 @@ T="${STEP_S:-560}"
 OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 # every wheel folder carried: .whl (all), or .whl-min (the five pydantic wheels) with .whl-ray
-wheels=(); for d in .whl .whl-min .whl-ray; do [[ -d $d ]] && wheels+=("$d"/*.whl); done
+# (each file once: a wheel in two folders would be two requirements to pip)
+declare -A seen; wheels=()
+for w in .whl/*.whl .whl-min/*.whl .whl-ray/*.whl; do
+  [[ -f $w && -z ${seen[$(basename "$w")]:-} ]] && { seen[$(basename "$w")]=1; wheels+=("$w"); }
+done
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}"
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 STRATAGEM_CACHE_DIR=$PWD/.sc MAX_JOBS=8
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
