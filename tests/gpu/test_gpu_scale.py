@@ -98,4 +98,4 @@ def test_an_honest_cuda_graph_design_is_valid_with_the_judge(tmp_path) -> None:
                                             "cache_dir": str(tmp_path / "cache")}}).evaluation
     ev = asyncio.run(make_evaluator(cfg).evaluate(load_problem(tmp_path / "relu.py"), Design.from_source(CUDA_GRAPHS),
                                                   with_baseline=False))
-    assert ev.status == "valid", [(v.name, v.outcome, v.reason) for v in ev.validators]
+    assert ev.verdict.status == "valid", ev.verdict.report()
