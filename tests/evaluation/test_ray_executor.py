@@ -95,3 +95,21 @@ def test_a_request_whose_runner_dies_twice_fails_saying_why(executor) -> None:
     report = ev.verdict.report()
     assert "Ray runner" in report and "lost" in report, report
     assert ex.runners()[0]["lost"] == 2
+
+
+def test_a_design_that_builds_goes_through_the_runners_prebuild(executor) -> None:
+    """The driver asks a runner's node for the CPU build (`NodeRunner.prebuild`); a CPU-only
+    node has no GPU to build for, so nothing is built and the evaluation is the usual one."""
+    cfg, ex = executor
+    problem = load_problem(FIX / "problem.py")
+    source = "# builds with load_inline (named here only)\n" + (FIX / "same.py").read_text()
+    ev = asyncio.run(Evaluator(cfg, ex, ex.devices()[0]).evaluate(problem, Design.from_source(source),
+                                                                  with_baseline=False))
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert "prebuild" not in ev.environment
+    from stratagem.domains import get_domain
+
+    request = get_domain("pytorch").prebuild_request(problem, Design.from_source(source), cfg)
+    assert request is not None
+    assert asyncio.run(ex.prebuild(request, 60.0)) is None  # the actor's own prebuild ran, found no GPU
+    assert ex.runners()[0]["lost"] == 0

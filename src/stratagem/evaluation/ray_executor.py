@@ -10,7 +10,9 @@ the node, so a result is the same in content as a local one, its slot naming the
 and physical device. The driver keeps the count of free slots per runner and sends each
 request to the runner with the most; a runner that dies mid-request (its node lost, its
 process killed: the worker dies with it, by PDEATHSIG) is replaced and the request redone
-once, on any runner; a second loss is the request's failure, as data. Ray is an optional
+once, on any runner; a second loss is the request's failure, as data. A design that builds an
+extension is first built on a CPU build worker of a runner's node (`prebuild`, as the local
+executor does), outside the GPU's slots. Ray is an optional
 dependency (`pip install 'stratagem[ray]'`), imported only when this executor is made.
 """
 
@@ -74,6 +76,11 @@ class NodeRunner:
         slot, result = await self.executor.submit(EvalRequest.model_validate_json(request_json), timeout_s,
                                                   compile_timeout_s, events.append, device)
         return slot, result, events
+
+    async def prebuild(self, request_json: str, timeout_s: float, device: str | None) -> SandboxResult | None:
+        """The node's CPU build worker for `device` (`LocalExecutor.prebuild`): the build lands
+        in this node's build cache; None when the node has no GPU to build for."""
+        return await self.executor.prebuild(EvalRequest.model_validate_json(request_json), timeout_s, device)
 
 
 def _actor_class(ray: Any) -> Any:
@@ -221,6 +228,23 @@ class RayExecutor:
                     on_event(ev)
             return slot, result
         return self._lost_slot(avoid, device), _lost_result(why, time.monotonic() - t0)
+
+    async def prebuild(self, request: EvalRequest, timeout_s: float, device: str | None = None) -> SandboxResult | None:
+        """Build `request` (a domain's `prebuild_request`) on a CPU build worker of a runner's
+        node (on `device`'s runner when given, else the least busy runner), outside its slots, so
+        its GPU times other designs meanwhile; the node's evaluations then load the build from
+        its build cache. A runner on another node than the evaluation's builds in vain and the
+        design's own worker builds; a runner lost mid-build is replaced later by `submit` and
+        costs only the attempt (None: nothing built)."""
+        fits = [r for r in self._runners if device is None or device in r.devices]
+        if not fits:
+            return None
+        runner = min(fits, key=lambda r: r.busy / max(1, r.capacity))
+        errors = self._ray.exceptions
+        try:
+            return await runner.handle.prebuild.remote(request.model_dump_json(), timeout_s, device)
+        except (errors.RayActorError, errors.ActorDiedError, errors.ActorUnavailableError):
+            return None
 
     def _lost_slot(self, runner: _Runner | None, device: str | None) -> Slot:
         r = runner or self._runners[0]
