@@ -83,6 +83,13 @@ def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp
         views = stored_views(store)
         body = asyncio.run(confirm_run(store, problem, evaluator, blocks=2, designs=views))
         assert body is not None and body["blocks"] == 2
+        costs = body["block_costs"]  # where each block's time went, per program
+        assert len(costs) == 2 and all(c["wall_s"] >= c["worker_s"] > 0 for c in costs), costs
+        for c in costs:
+            assert set(c["programs_s"]) == set(ids.values())
+            for seconds in c["programs_s"].values():
+                assert set(seconds) == {"load_and_check", "first_calls", "fresh", "warm"}
+                assert seconds["fresh"] > 0 and seconds["warm"] > 0
         got = {d["design_id"]: d for d in body["designs"]}
         same, twice = got[ids["same.py"]], got[ids["twice.py"]]
         for d, truth in ((same, 1.0), (twice, 0.5)):

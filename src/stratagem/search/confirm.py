@@ -85,19 +85,31 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     names = [*sources, *([second] if second else [])]
     reference_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
     results: list[dict[str, Any]] = []
+    costs: list[dict[str, Any]] = []
     t0 = time.monotonic()
     for b in range(blocks):
         order = rotated(names, b)
         say(f"confirming: block {b + 1} of {blocks} ({len(sources)} designs, {words.reference}"
             f"{f', {words.compared_text}' if second else ''})")
+        tb = time.monotonic()
         results.append(await evaluator.confirm_block(problem, sources, order, reference_ms))
+        costs.append(block_cost(results[-1], time.monotonic() - tb))
     confirmed = combine(results, picked, second)
     body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in confirmed],
             COMPARED_KEY: _compared_json(results, second), REFERENCE_KEY + "_ms": _reference_ms(results),
-            "wall_s": round(time.monotonic() - t0, 3),
+            "wall_s": round(time.monotonic() - t0, 3), "block_costs": costs,
             "environment": results[-1].get("environment", {}) if results else {}}
     store.add_confirmation(body)
     return body
+
+
+def block_cost(result: dict[str, Any], wall_s: float) -> dict[str, Any]:
+    """Where one block's time went: its whole wall (a fresh worker's start included), the
+    worker's part after loading the reference, its timing inputs, and each program's seconds
+    (`load_and_check`, `first_calls`, `fresh`, `warm`), as the worker reported them."""
+    programs = result.get("programs") or {}
+    return {"wall_s": round(wall_s, 3), "worker_s": result.get("wall_s"), "inputs_s": result.get("inputs_s"),
+            "programs_s": {k: v.get("seconds") for k, v in programs.items() if isinstance(v, dict) and v.get("seconds")}}
 
 
 def compared_program(problem: Problem, evaluator: Evaluator) -> str | None:

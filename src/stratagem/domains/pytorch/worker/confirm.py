@@ -60,9 +60,12 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
     t0 = time.perf_counter()
     with torch.no_grad():
         sets = w.timing_inputs(p)
+        out["inputs_s"] = round(time.perf_counter() - t0, 3)
         for i, name in enumerate(order):
             entry: dict[str, Any] = {}
             fn: Any = None
+            seconds: dict[str, float] = {}  # where the block's time went, per program
+            t = time.perf_counter()
             try:
                 if name == COMPILE:
                     runtime.reset_compiled()
@@ -73,15 +76,22 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
                     if why is not None:
                         out["programs"][name] = {"error": f"no longer agrees with eager: {why}"}
                         continue
+                seconds["load_and_check"] = time.perf_counter() - t
+                t = time.perf_counter()
                 with w.compiling():
                     for k in range(3):
                         fn(*sets[k % len(sets)])
                     runtime.synchronize(w.device)
+                seconds["first_calls"] = time.perf_counter() - t
                 with w.hold("exclusive"):
+                    t = time.perf_counter()
                     entry["fresh"] = _summary(timing.time_paired(p.reference, fn, sets, cfg, w.device, w.fresh_inputs(p, i)))
+                    seconds["fresh"] = time.perf_counter() - t
                     # a warm loop: one input set, call after call, caches left as they are
                     warm_cfg = {**cfg, "flush_l2": False}
+                    t = time.perf_counter()
                     entry["warm"] = _summary(timing.time_paired(p.reference, fn, sets[:1], warm_cfg, w.device, None))
+                    seconds["warm"] = time.perf_counter() - t
             except StageFailure:
                 raise
             except Exception as e:  # noqa: BLE001 - one program's failure is that program's result
@@ -95,6 +105,7 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
                     runtime.reset_compiled()
                 fn = None  # one design in memory at a time (a GPU holds KernelBench-sized weights)
                 runtime.free_memory()
+            entry["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
             out["programs"][name] = entry
     changed = w.snapshot.changes()
     if changed:
