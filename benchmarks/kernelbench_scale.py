@@ -80,6 +80,8 @@ def summary(ev: Any, wall_s: float) -> dict[str, Any]:
             "pairs": td.get("pairs"), "calls_per_block": td.get("calls_per_block"),
             "baseline_unstable": unstable, "status": v.status, "failures": [f"{r.name}: {r.reason}"[:300] for r in v.failures], "wall_s": wall_s,
             "stages_s": stages, "judge": judge, "memory": (load.details.get("memory") if load else None),
+            "memory_peak_gb": {r.name: r.details.get("memory_peak_gb") for r in v.results
+                               if isinstance(r.details, dict) and r.details.get("memory_peak_gb") is not None},
             "records": corr.details.get("records") if corr is not None else None,
             "anchored": corr.details.get("anchored") if corr is not None else None,
             "baseline_cached": base.cached if base is not None else None, "baseline_cost_s": costs,
@@ -121,9 +123,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(out: dict[str, Any]) -> str:
-    rows, base_rows, judge_rows = [], [], []
+    rows, base_rows, judge_rows, memory_rows = [], [], [], []
     for name, runs in out.items():
         cold, warm = runs[0], runs[-1]
+        plan = cold.get("memory") or {}
+        peaks = cold.get("memory_peak_gb") or {}
+        if plan:
+            top = max(peaks.values(), default=None)
+            memory_rows.append([name, f(plan.get("inputs_gb"), ".2f"), f(plan.get("output_gb"), ".2f"),
+                                f(plan.get("worker_needs_gb"), ".2f"),
+                                *[f(peaks.get(s), ".2f") for s in ("correctness", "integrity", "shapes", "timing")],
+                                "yes" if top is not None and top <= plan.get("worker_needs_gb", 0) else "NO"])
         st = warm["stages_s"]
         rows.append([name, warm["status"], f(cold["wall_s"]), f(warm["wall_s"]) if len(runs) > 1 else "-",
                      *[f(st.get(s)) for s in STAGES], f(warm["runtime_ms"], ".3f")])
@@ -138,6 +148,9 @@ def report(out: dict[str, Any]) -> str:
         table("Baselines measured cold (s per compiled mode; eager is timed beside each)",
               ["problem", "mode", "compile", "check", "timing"], base_rows),
         table("The judge (warm run, s)", ["problem", "before worker end", "after", "work", "records"], judge_rows),
+        table("The memory plan against each stage's measured peak (GiB, cold run)",
+              ["problem", "inputs", "output", "plan", "correctness", "integrity", "shapes", "timing", "within"],
+              memory_rows),
     ])
 
 

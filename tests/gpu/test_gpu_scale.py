@@ -75,6 +75,21 @@ def test_an_evaluation_that_nearly_fills_its_budget_passes(tmp_path) -> None:
     assert ev.verdict.status == "valid", ev.verdict.report()
 
 
+def test_no_stage_holds_more_than_the_memory_plan_counts(tmp_path) -> None:
+    """The plan is what says up front whether an evaluation fits: every stage's measured peak
+    (`memory_peak_gb`) stays within its `worker_needs_gb` (seen on the H200: the plan said 7 GiB,
+    correctness reached 7.25 GiB allocated and failed an honest design under a 7.5 GiB cap)."""
+    ev = _evaluate(tmp_path, None)
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    load = ev.verdict.result("load")
+    assert load is not None
+    needs = load.details["memory"]["worker_needs_gb"]
+    peaks = {r.name: r.details.get("memory_peak_gb") for r in ev.verdict.results
+             if isinstance(r.details, dict) and r.details.get("memory_peak_gb") is not None}
+    assert {"correctness", "integrity", "timing"} <= set(peaks), peaks
+    assert all(v <= needs for v in peaks.values()), (needs, peaks)
+
+
 CUDA_GRAPHS = """import torch
 import torch.nn as nn
 

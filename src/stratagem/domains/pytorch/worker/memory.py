@@ -6,10 +6,17 @@ inputs, their copy, the poisoned block) and three outputs (four with the judge: 
 `ipc.py`), plus the reference's workspace (a correctness trial holds two of each); the judge, a process of its own, holds one call's
 inputs, output and workspace beside it. The per-process cap (`gpu_memory_fraction`) bounds
 each process; the device's free memory bounds both.
+
+The plan holds only while no stage holds more than it counts: a correctness trial lets the
+previous trial's inputs go before it draws its own, and an IPC copy is collected once the
+judge has answered (`record.py`). Each stage reports its measured peak (`memory_peak_gb`),
+which the GPU tests and `benchmarks/kernelbench_scale.py` hold against the plan.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -68,3 +75,25 @@ def _poison(out: Any) -> None:
     elif isinstance(out, list | tuple):
         for x in out:
             _poison(x)
+
+
+@contextlib.contextmanager
+def stage_peak(device: str) -> Iterator[dict[str, Any]]:
+    """On a GPU: the stage's peak of this process's allocated memory (GiB), filled in when the
+    stage ends (`memory_peak_gb`), what the plan's `worker_needs_gb` must cover. Nothing
+    elsewhere."""
+    out: dict[str, Any] = {}
+    if not device.startswith("cuda") or not torch.cuda.is_initialized():
+        yield out
+        return
+    torch.cuda.reset_peak_memory_stats()
+    yield out
+    out.update(peak_now(device))
+
+
+def peak_now(device: str) -> dict[str, Any]:
+    """`memory_peak_gb`: the peak allocated since the stage began, on a GPU (a stage that ran
+    out of memory reports it with its failure); {} elsewhere."""
+    if not device.startswith("cuda") or not torch.cuda.is_initialized():
+        return {}
+    return {"memory_peak_gb": round(torch.cuda.max_memory_allocated() / GIB, 3)}

@@ -143,6 +143,10 @@ class Recorder:
                 time.sleep(pause)
                 pause = min(0.02, pause * 2)
         del keep
+        # the copy's memory, which IPC keeps until the judge lets its mapping go, back now:
+        # left to the allocator, each trial's copy stayed allocated into the next (memory.py)
+        if torch.cuda.is_initialized():
+            torch.cuda.ipc_collect()
         text = answer.read_text(encoding="utf-8").strip() if answer.exists() else ""
         if text == "received":
             return True

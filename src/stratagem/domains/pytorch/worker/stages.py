@@ -161,6 +161,7 @@ class Worker(DeviceUse):
         anchored: list[int] = []
         visible = 0.0  # the reference output's magnitude on the visible distribution (first trial)
         for n, seed in enumerate(seeds):
+            self.last_inputs = None  # the previous trial's: not held while this one runs (memory.py)
             if n == 1:
                 # after the first trial (which compiles), never last: the integrity stage
                 # refills the last trial's very tensors, which the candidate saw last
@@ -483,8 +484,10 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
     t0 = time.perf_counter()
     first_window = len(worker.windows)
     try:
-        with _stage_context(worker, name):
+        with _stage_context(worker, name), memory.stage_peak(worker.device) as peak:
             details = STAGES[name](worker)
+        if peak and isinstance(details, dict):
+            details = {**details, **peak}
         locks = [w.to_json() for w in worker.windows[first_window:]]
         if locks and isinstance(details, dict):
             # waiting for another's hold is not this stage's work: said apart from its duration
@@ -493,10 +496,11 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
         return ValidatorResult(name, "passed", details=details, duration_s=time.perf_counter() - t0)
     except StageFailure as f:
         return ValidatorResult(name, "failed", reason=f.reason, kind=f.kind,  # type: ignore[arg-type]
-                               details=f.details, duration_s=time.perf_counter() - t0)
+                               details={**(f.details or {}), **memory.peak_now(worker.device)},
+                               duration_s=time.perf_counter() - t0)
     except (Exception, SystemExit) as e:  # candidate code can raise anything; it becomes data
         worker.note_cuda(e)
         return ValidatorResult(name, "failed", reason=f"{name} raised: {runtime.one_line(e)}",
                                kind=runtime.classify_exception(e),  # type: ignore[arg-type]
-                               details={"traceback": runtime.format_exception(e)},
+                               details={"traceback": runtime.format_exception(e), **memory.peak_now(worker.device)},
                                duration_s=time.perf_counter() - t0)

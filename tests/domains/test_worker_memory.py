@@ -1,0 +1,77 @@
+"""What a worker holds on the device between calls (issue 22's memory plan, re-found on the
+H200: an honest design under a cap the plan said it fits ran out of memory in correctness).
+The plan (`worker/memory.py`) is an upper bound only while the stages hold no more than it
+counts: the previous trial's inputs are let go before the next trial runs, and an IPC copy's
+memory is collected as soon as the judge has answered. Run in-process on the CPU."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+
+from stratagem.core.design import Design
+from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.worker import memory, record
+
+PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"
+
+
+def test_no_trial_runs_while_the_previous_trials_inputs_are_held(cpu_config, tmp_path) -> None:
+    from stratagem.domains.pytorch import domain
+    from stratagem.domains.pytorch.worker.stages import Worker, prepare_device
+
+    problem = load_problem(PAIRED / "problem.py")
+    specs = [s for s in domain.validator_graph(problem).specs if s.placement == "worker"]
+    cfg = cpu_config.model_copy(update={"correctness_trials": 3})
+    design = Design.from_source((PAIRED / "same.py").read_text())
+    req = prepare_device(domain.build_request(problem, design, specs, cfg).model_dump())
+    w = Worker(req, tmp_path)
+    w.stage_load()
+    held: list[bool] = []
+    make = w.make_inputs
+
+    def spy(p, seed):  # type: ignore[no-untyped-def]
+        held.append(w.last_inputs is not None)
+        return make(p, seed)
+
+    w.make_inputs = spy  # type: ignore[method-assign]
+    w.stage_correctness()
+    assert len(held) >= 3 and not any(held), held  # every trial's (and the randomised ones') inputs
+    assert w.last_inputs is not None  # the last trial's, kept for the integrity stage
+
+
+def test_an_ipc_copy_is_collected_once_the_judge_has_answered(tmp_path, monkeypatch) -> None:
+    """IPC keeps a shared block allocated in the worker until it collects; collected at each
+    answer, a trial's copy is not still there when the next trial allocates."""
+    from stratagem.domains.pytorch.worker import ipc
+
+    rec = tmp_path / "record"
+    collected: list[bool] = []
+    monkeypatch.setattr(ipc, "export", lambda out: ({"value": "fake"}, [out]))
+    monkeypatch.setattr(record.runtime, "synchronize", lambda _device: None)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: collected.append(bool(record.ipc_keys(rec))))
+
+    def judge_side() -> None:
+        for _ in range(2):
+            while not (waiting := record.ipc_keys(rec)):
+                threading.Event().wait(0.005)
+            record.answer_ipc(rec, waiting[0], "received")
+            (rec / f"{waiting[0]}{record.IPC_SUFFIX}").unlink()
+
+    t = threading.Thread(target=judge_side, daemon=True)
+    t.start()
+    r = record.Recorder(rec, "cuda:0")
+    r.save("trial-1", torch.ones(3))
+    r.save("trial-2", torch.ones(3))
+    t.join(5)
+    assert r.transports == {"trial-1": "ipc", "trial-2": "ipc"}
+    assert collected == [False, False]  # once per record, after the judge answered it
+
+
+def test_a_stage_reports_no_device_peak_off_the_gpu() -> None:
+    with memory.stage_peak("cpu") as peak:
+        torch.ones(1000)
+    assert peak == {} and memory.peak_now("cpu") == {}
