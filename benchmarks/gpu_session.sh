@@ -77,7 +77,9 @@ if [[ $what == bench ]]; then  # issue 28: the suite's standing numbers (recipes
   # SUITE_DIR (default /tmp/suite, kept on a warm machine between calls) continues with --resume when it
   # exists; the limit stops it with SIGINT (the running problems marked interrupted, resumable).
   S="${SUITE_DIR:-/tmp/suite}"
-  if [[ -f $S/suite.json ]]; then args=(--resume "$S"); else args=(.kb --run-dir "$S" "${@:2}"); fi
+  # SUITE_SRC: the checkout's folder (default .kb, KernelBench's level folders; .pike for PIKE's
+  # level3-pike and level5, carried the same way)
+  if [[ -f $S/suite.json ]]; then args=(--resume "$S"); else args=("${SUITE_SRC:-.kb}" --run-dir "$S" "${@:2}"); fi
   t0=$(date +%s)
   timeout -s INT -k 60 $T python3 -m stratagem bench "${args[@]}" > "$OUT/bench.log" 2>&1
   echo "bench rc=$? wall_s=$(( $(date +%s) - t0 ))"; grep -v Warning "$OUT/bench.log" | tail -40
