@@ -232,6 +232,8 @@ def build_request(
         shape_seed=new_seed(),
         own_kernels=own_kernel_names(design.source) if design is not None else [],
         gpu_memory_fraction=settings(cfg).gpu_memory_fraction,
+        precompiled_headers=settings(cfg).precompiled_headers,
+        header_diet=settings(cfg).header_diet,
         confirm=[dict(d) for d in confirm],
         confirm_order=list(confirm_order),
     )
@@ -284,6 +286,10 @@ class Payload(BaseModel):
     verdict's reference-drift check (None: no check)."""
     gpu_memory_fraction: float | None = None
     """The per-process cap on GPU memory (`[pytorch] gpu_memory_fraction`)."""
+    precompiled_headers: bool = True
+    """`[pytorch] precompiled_headers`: false turns them off in this worker's builds."""
+    header_diet: bool = True
+    """`[pytorch] header_diet`: false builds CUDA sources as written."""
     confirm: list[dict[str, str]] = Field(default_factory=list)
     """A confirmation block's designs: `id` and `source` (`candidate.py`) each."""
     confirm_order: list[str] = Field(default_factory=list)

@@ -83,6 +83,14 @@ class PyTorchSettings(BaseModel):
     """Cap on the GPU memory each worker and its judge may allocate (torch's per-process
     memory fraction of the device), for GPUs shared with other work; None: the whole device.
     A problem that cannot fit under it is reported up front, with the numbers."""
+    precompiled_headers: bool = True
+    """Build a `load_inline` extension's C++ part with torch's precompiled `torch/extension.h`
+    where torch supports it (GPU workers and their CPU build workers); false: every build
+    parses the headers (the `STRATAGEM_BUILD_PCH=0` environment variable does the same)."""
+    header_diet: bool = True
+    """Compile a `load_inline` CUDA source with lean headers first, then `torch/types.h`, then as
+    written, until one compiles (docs/timing.md, "Build cache"; the same calls, one build);
+    false: as written only (`STRATAGEM_BUILD_HEADER_DIET=0` does the same)."""
 
 
 def settings(cfg: EvaluationConfig) -> PyTorchSettings:

@@ -43,7 +43,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,16 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def apply_settings(request: Mapping[str, Any]) -> None:
+    """The request's `[pytorch]` build switches (`precompiled_headers`, `header_diet`), as this
+    process's environment variables: a switch the user turned off stays off whatever the
+    worker's environment said (a CPU build worker is started with precompiled headers on)."""
+    if request.get("precompiled_headers") is False:
+        os.environ[PCH_VAR] = "0"
+    if request.get("header_diet") is False:
+        os.environ[DIET_VAR] = "0"
 
 
 def install(device: str, hooks: Hooks | None = None) -> None:

@@ -413,6 +413,7 @@ def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         runtime.cap_memory(device, request.get("gpu_memory_fraction"))
+    inline_builds.apply_settings(request)
     return request
 
 
