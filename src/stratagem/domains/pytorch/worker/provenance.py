@@ -31,25 +31,32 @@ inside the candidate's native function counts as its own even where that functio
 data back to torch (`at::` calls inside it; the static `own_kernels` check requires a loop of
 its own), and native code reached other than by a call from Python (an op registered with
 TORCH_LIBRARY and called through `torch.ops`) is not seen, so such a candidate fails.
+
+The profile hook and the native functions it recognises are `native_calls.py`'s (no torch).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.machinery
-import sys
-import sysconfig
 import time
 import types
 import weakref
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from stratagem.domains.pytorch.worker import builds, compare, integrity, record, runtime
+from stratagem.domains.pytorch.worker.native_calls import (
+    _hook_cost,
+    _hooked,
+    _installation,
+    _Meter,
+    _so_file,
+    _under,
+    own_functions,
+)
 from stratagem.domains.pytorch.worker.runtime import StageFailure
 
 if TYPE_CHECKING:
@@ -116,31 +123,6 @@ def _kernel_times(prof: Any) -> list[tuple[str, float]]:
 
 # -- the candidate's own native code -------------------------------------------------------
 
-def _so_file(obj: Any) -> Path | None:
-    """The file of an extension module (a compiled .so), or None."""
-    if not issubclass(type(obj), types.ModuleType):  # type(), not isinstance: no __class__ lookup
-        return None
-    f = vars(obj).get("__file__")
-    if not isinstance(f, str) or not f.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
-        return None
-    with contextlib.suppress(OSError):
-        return Path(f).resolve()
-    return None
-
-
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def _installation() -> list[Path]:
-    """Where the Python installation and its packages live (torch's libraries included)."""
-    out = []
-    for d in {sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()}:
-        with contextlib.suppress(OSError):
-            out.append(Path(d).resolve())
-    return out
-
-
 def own_extensions(candidate_module: types.ModuleType | None,
                    model: torch.nn.Module | None = None) -> list[types.ModuleType]:
     """The candidate's own compiled extensions: every live extension module whose file lies in
@@ -173,118 +155,6 @@ def own_extensions(candidate_module: types.ModuleType | None,
     return list(found.values())
 
 
-def own_functions(modules: list[types.ModuleType]) -> dict[int, str]:
-    """The native functions of `modules` (module-level ones and the methods of the classes they
-    define), by identity: id -> a readable name. The modules keep the objects alive."""
-    out: dict[int, str] = {}
-    for mod in modules:
-        for name, value in list(vars(mod).items()):
-            if isinstance(value, types.BuiltinFunctionType):
-                out[id(value)] = f"{mod.__name__}.{name}"
-            elif isinstance(value, type):
-                for attr, member in list(vars(value).items()):
-                    fn = getattr(member, "__func__", member)
-                    if isinstance(fn, types.BuiltinFunctionType):
-                        out[id(fn)] = f"{mod.__name__}.{name}.{attr}"
-    return out
-
-
-def _native_name(fn: Any) -> str:
-    """A readable name of a native callable (`torch.relu`, `Tensor.clamp`)."""
-    name = str(getattr(fn, "__name__", None) or type(fn).__name__)
-    mod = getattr(fn, "__module__", None)
-    if isinstance(mod, str) and mod:
-        return f"{mod}.{name}"
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and not isinstance(owner, types.ModuleType) and not type(owner).__name__.startswith("pybind11"):
-        return f"{type(owner).__name__}.{name}"
-    return name
-
-
-class _Meter:
-    """A profile hook (`sys.setprofile`) that times the calls of the candidate's own native
-    functions, by identity, and the outermost other native calls, and counts its events."""
-
-    def __init__(self, own: Mapping[int, str]) -> None:
-        self.own = own
-        self.reset()
-
-    def reset(self) -> None:
-        self.stack: list[tuple[int, float]] = []
-        self.open_own = 0
-        self.own_s = 0.0
-        self.own_calls = 0
-        self.escaped = 0
-        """Own calls made from anywhere but a disabled function's stand-in (`_zeroing`)."""
-        self.events = 0
-        self.native_events = 0
-        self.library: dict[str, float] = {}
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None:
-        self.events += 1
-        if event == "c_call":
-            self.native_events += 1
-            key = id(arg)
-            if key in self.own:
-                self.open_own += 1
-                self.own_calls += 1
-                if frame is None or frame.f_code is not _GHOST_CODE:
-                    self.escaped += 1
-            self.stack.append((key, time.perf_counter()))
-        elif (event == "c_return" or event == "c_exception") and self.stack:
-            self.native_events += 1
-            key, t0 = self.stack.pop()
-            took = time.perf_counter() - t0
-            if key in self.own:
-                self.open_own -= 1
-                if self.open_own == 0:
-                    self.own_s += took
-            elif not self.stack and self.open_own == 0:
-                name = _native_name(arg)
-                self.library[name] = self.library.get(name, 0.0) + took
-
-
-@contextlib.contextmanager
-def _hooked(meter: _Meter) -> Iterator[None]:
-    previous = sys.getprofile()
-    sys.setprofile(meter)
-    try:
-        yield
-    finally:
-        sys.setprofile(previous)
-
-
-def _hook_cost(n: int = 2000, rounds: int = 3) -> tuple[float, float]:
-    """What the hook adds per Python event and per native event (seconds), the least of a few
-    rounds: removed from a measured call's wall time, never more than it cost."""
-    def py() -> None:
-        return None
-
-    def py_loop() -> None:
-        for _ in range(n):
-            py()
-
-    def c_loop() -> None:
-        for _ in range(n):
-            abs(1)
-
-    meter = _Meter({})
-    costs = []
-    for loop in (py_loop, c_loop):
-        plain = hooked = float("inf")
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            loop()
-            plain = min(plain, time.perf_counter() - t0)
-            meter.reset()
-            t0 = time.perf_counter()
-            with _hooked(meter):
-                loop()
-            hooked = min(hooked, time.perf_counter() - t0)
-        costs.append(max(0.0, hooked - plain) / (2 * n))
-    return costs[0], costs[1]
-
-
 # -- counting own calls before timing ------------------------------------------------------
 
 _SEEN: weakref.WeakKeyDictionary[Any, dict[str, int]] = weakref.WeakKeyDictionary()
@@ -307,7 +177,7 @@ def watching(w: StageContext, stage: str) -> Iterator[None]:
     if not funcs:
         yield
         return
-    meter = _Meter(funcs)
+    meter = _Meter(funcs, _GHOST_CODE)
     try:
         with _hooked(meter):
             yield
@@ -343,7 +213,7 @@ def run_provenance(w: StageContext) -> dict[str, Any]:
 def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -> dict[str, Any]:
     assert p.candidate is not None
     cost_py, cost_native = _hook_cost()
-    meter = _Meter(funcs)
+    meter = _Meter(funcs, _GHOST_CODE)
     calls: list[dict[str, Any]] = []
     library: dict[str, float] = {}
     own_s = wall_s = instr_s = 0.0
@@ -468,7 +338,7 @@ def _replay(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -> d
     inputs = w.make_inputs(p, _seed(w, "replay"))
     with torch.no_grad():
         ref = w.call_reference(p.reference, runtime.clone_inputs(inputs))
-    meter = _Meter(funcs)
+    meter = _Meter(funcs, _GHOST_CODE)
     with _ghosted(p.candidate_module, p.candidate, funcs) as ghost:
         integrity.poison_allocator(w.device, runtime.inputs_nbytes(inputs), w.req.get("gpu_memory_fraction"))
         with torch.no_grad(), _hooked(meter):
