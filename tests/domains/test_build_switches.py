@@ -41,26 +41,28 @@ def test_a_misspelt_switch_is_an_error_naming_it() -> None:
 def test_turned_off_in_the_request_they_are_off_in_the_worker(monkeypatch) -> None:
     monkeypatch.setenv(inline_builds.PCH_VAR, "1")  # as a CPU build worker is started
     monkeypatch.delenv(inline_builds.DIET_VAR, raising=False)
+    monkeypatch.setitem(inline_builds._state, "settings_off", frozenset())
+    monkeypatch.setitem(inline_builds._state, "device", "cuda:0")
     inline_builds.apply_settings({"precompiled_headers": True, "header_diet": True})
-    assert os.environ[inline_builds.PCH_VAR] == "1" and inline_builds.DIET_VAR not in os.environ
     a = {"name": "ext", "cpp_sources": ["torch::Tensor f(torch::Tensor x);"], "cuda_sources": [KERNEL]}
     assert inline_builds._lightened(a)[0] is not None  # the diet is tried
+    pch_on = inline_builds._pch_supported()  # as this machine allows (gcc, a writable include folder)
 
     inline_builds.apply_settings({"precompiled_headers": False, "header_diet": False})
-    assert os.environ[inline_builds.PCH_VAR] == "0" and os.environ[inline_builds.DIET_VAR] == "0"
     assert inline_builds._lightened(a) == (None, None)  # as written only
-    monkeypatch.setitem(inline_builds._state, "pch", None)
-    monkeypatch.setitem(inline_builds._state, "device", "cuda:0")
     assert inline_builds._pch_supported() is False
+    assert os.environ[inline_builds.PCH_VAR] == "1"  # the environment left as it was
+    inline_builds.apply_settings({})
+    assert inline_builds._pch_supported() is pch_on and inline_builds._lightened(a)[0] is not None
 
 
 def test_the_worker_applies_them_as_it_starts(monkeypatch) -> None:
     from stratagem.domains.pytorch.worker.stages import prepare_device
 
-    monkeypatch.delenv(inline_builds.PCH_VAR, raising=False)
-    monkeypatch.delenv(inline_builds.DIET_VAR, raising=False)
+    monkeypatch.setitem(inline_builds._state, "settings_off", frozenset())
     cfg = load_config(None, {"pytorch": {"header_diet": False}, "evaluation": {"device": "cpu"}}).evaluation
     problem = load_problem(FIX / "problem_relu.py")
     request = domain.build_request(problem, None, domain.validator_graph(problem).specs, cfg)
     prepare_device(request.model_copy(update={"device": "cpu"}).model_dump())
-    assert os.environ[inline_builds.DIET_VAR] == "0" and inline_builds.PCH_VAR not in os.environ
+    assert inline_builds._state["settings_off"] == frozenset({"header_diet"})
+    assert not inline_builds._diet_on()

@@ -85,7 +85,8 @@ def _nothing() -> contextlib.AbstractContextManager[Any]:
 
 
 _state: dict[str, Any] = {"hooks": Hooks(_nothing, _nothing), "original": None, "original_load": None,
-                          "pch": None, "toolchain": None, "cache": None, "arch": None, "signature": None, "device": "cpu"}
+                          "pch": None, "toolchain": None, "cache": None, "arch": None, "signature": None, "device": "cpu",
+                          "settings_off": frozenset()}
 
 
 def cache_root() -> Path | None:
@@ -102,13 +103,10 @@ def usable_cores() -> int:
 
 
 def apply_settings(request: Mapping[str, Any]) -> None:
-    """The request's `[pytorch]` build switches (`precompiled_headers`, `header_diet`), as this
-    process's environment variables: a switch the user turned off stays off whatever the
-    worker's environment said (a CPU build worker is started with precompiled headers on)."""
-    if request.get("precompiled_headers") is False:
-        os.environ[PCH_VAR] = "0"
-    if request.get("header_diet") is False:
-        os.environ[DIET_VAR] = "0"
+    """The request's `[pytorch]` build switches (`precompiled_headers`, `header_diet`) for this
+    process: a switch the user turned off stays off whatever the worker's environment says (a
+    CPU build worker is started with precompiled headers on)."""
+    _state["settings_off"] = frozenset(k for k in ("precompiled_headers", "header_diet") if request.get(k) is False)
 
 
 def install(device: str, hooks: Hooks | None = None) -> None:
@@ -310,6 +308,8 @@ def _build(real: Callable[..., Any], attempts: list[tuple[dict[str, Any], str | 
 
 
 def _diet_on() -> bool:
+    if "header_diet" in _state["settings_off"]:
+        return False
     return os.environ.get("STRATAGEM_BUILD_HEADER_DIET", "").strip().lower() not in ("0", "off", "false", "no")
 
 
@@ -468,6 +468,8 @@ def _pch_usable(a: dict[str, Any]) -> bool:
 
 def _pch_supported() -> bool:
     wanted = os.environ.get("STRATAGEM_BUILD_PCH", "").strip().lower()
+    if "precompiled_headers" in _state["settings_off"]:
+        return False
     if wanted in ("0", "off", "false") or not sys.platform.startswith("linux"):
         return False
     if wanted not in ("1", "on", "true") and not str(_state["device"]).startswith("cuda"):
