@@ -295,6 +295,12 @@ def test_throughput_counts_the_suites_wall_once_per_gpu() -> None:
     b3 = dataclasses.replace(b, active_s=1400.0, sessions=sessions, span=(0.0, 91000.0))
     s3 = summary([a3, b3])
     assert s3["wall_s_per_problem"] == 1000.0 and s3["evaluations_per_gpu_hour"] == 12 * 3600 / 2000
+    # a problem run before the suite kept sessions: its evaluations are not spread over the
+    # sessions' wall (seen on the H200: 425 per GPU-hour where the timed problems made 148)
+    old = dataclasses.replace(a, evaluations=30, active_s=None, sessions=sessions, untimed=True)
+    s4 = summary([a3, b3, old])
+    assert s4["evaluations_per_gpu_hour"] == 12 * 3600 / 2000 and s4["wall_s_per_problem"] == 1000.0
+    assert s4["untimed_problems"] == 1 and s4["evaluations_per_device_hour"] == 42 * 3600 / 2700
 
 
 def test_summaries_of_nothing_are_empty_not_errors() -> None:

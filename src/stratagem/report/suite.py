@@ -82,6 +82,8 @@ def labels(names: BaselineNames) -> dict[str, str]:
                                     "suite's wall time (its bench sessions, not the gaps between them) times the "
                                     "GPUs that evaluated",
         "evaluations_per_device_hour": "evaluations per hour of evaluation worker time (device seconds)",
+        "untimed_problems": "problems whose running time no bench session recorded (run before the suite kept "
+                            "sessions): left out of the wall seconds and evaluations per GPU-hour",
     }
 
 
@@ -130,6 +132,9 @@ class ProblemRow:
     """Seconds it ran (a suite's manifest: summed over sessions, never the gaps); None: the span's length."""
     sessions: tuple[tuple[float, float], ...] = ()
     """Its suite's sessions (the suite's wall time; empty for a run given by hand)."""
+    untimed: bool = False
+    """A suite's problem whose running time no session recorded (it ran before the suite kept
+    sessions): counted in neither the wall nor the evaluation rates."""
 
     @property
     def wall_s(self) -> float | None:
@@ -212,9 +217,12 @@ def rows_of_suite(suite_dir: Path) -> list[ProblemRow]:
         d = Path(suite_dir) / e.run_dir
         if (d / RunStore.DB_NAME).exists():
             running = time.time() - e.started_at if e.state == "running" and e.started_at else 0.0
-            out.append(dataclasses.replace(row_of(d, key=e.key, state=e.state, note=e.stop_reason),
-                                           active_s=e.active_s + running if manifest.sessions else None,
-                                           sessions=manifest.sessions))
+            row = row_of(d, key=e.key, state=e.state, note=e.stop_reason)
+            # a problem whose records were made in no recorded session (a suite begun before
+            # sessions were kept) has no known running time: None, never 0 s
+            untimed = bool(manifest.sessions) and e.active_s + running <= 0 and row.evaluations > 0
+            out.append(dataclasses.replace(row, active_s=e.active_s + running if manifest.sessions and not untimed
+                                           else None, sessions=manifest.sessions, untimed=untimed))
         else:
             out.append(ProblemRow(None, Path(e.path).stem if e.path.endswith(".py") else Path(e.path).name,
                                   policy, None, None, None, "-", False, 0, 0.0, key=e.key, state=e.state,
@@ -275,17 +283,20 @@ def summary(rows: Sequence[ProblemRow], names: BaselineNames | None = None) -> d
         usd_per_problem=sum(r.usd for r in rows) / n if n else None,
         device_s_per_problem=sum(r.device_s for r in rows) / n if n else None,
     )
-    # the suite's wall: its sessions (runs given by hand: their own spans), overlaps counted once
-    spans = [x for r in rows for x in (r.sessions or ((r.span,) if r.span is not None else ()))]
-    walls = [w for w in (r.wall_s for r in rows) if w is not None]
-    evaluations = sum(r.evaluations for r in rows)
-    gpus = len(frozenset().union(*(r.slots for r in rows)))
+    # the suite's wall: its sessions (runs given by hand: their own spans), overlaps counted once;
+    # a suite's problem with no recorded running time counts in neither the wall nor the rate
+    timed = [r for r in rows if not r.untimed]
+    spans = [x for r in timed for x in (r.sessions or ((r.span,) if r.span is not None else ()))]
+    walls = [w for w in (r.wall_s for r in timed) if w is not None]
+    evaluations = sum(r.evaluations for r in timed)
+    gpus = len(frozenset().union(*(r.slots for r in timed)))
     wall_s = union_s(spans)
     device_s = sum(r.device_s for r in rows)
     out.update(
         wall_s_per_problem=sum(walls) / len(walls) if walls else None,
         evaluations_per_gpu_hour=evaluations * 3600 / (wall_s * gpus) if wall_s > 0 and gpus else None,
-        evaluations_per_device_hour=evaluations * 3600 / device_s if device_s > 0 else None,
+        evaluations_per_device_hour=sum(r.evaluations for r in rows) * 3600 / device_s if device_s > 0 else None,
+        untimed_problems=len(rows) - len(timed),
     )
     return out
 
@@ -337,6 +348,8 @@ def summary_lines(s: dict[str, float | None], names: BaselineNames | None = None
                    ("evaluations_per_device_hour", "{:.0f}")):
         v = s[k]
         out.append((lab[k], "-" if v is None else fmt.format(v)))
+    if s.get("untimed_problems"):
+        out.append((lab["untimed_problems"], f"{s['untimed_problems']:g}"))
     return out
 
 
