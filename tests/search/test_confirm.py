@@ -8,6 +8,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from stratagem.cli import main
 from stratagem.core.confirmed import ConfirmedDesign, between_blocks, per_block, ranked
 from stratagem.core.design import Design
@@ -171,3 +173,55 @@ def test_a_run_whose_designs_all_stayed_unstable_is_ranked_on_its_round(tmp_path
     assert out.best is not None and out.best.source == a and out.best.status == "valid"
     assert any("ranked on the confirmation round" in n for n in out.best.timing_notes)
     store.close()
+
+
+def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_all_ended(tmp_path) -> None:
+    """Each block is a worker process of its own whose loading and compiling overlap another's
+    timing (the executor queues what its slots cannot hold); a block that fails fails the round
+    (nothing kept), once every block has ended."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, src
+
+    from stratagem.errors import HarnessError
+
+    class Overlapping(FakeEvaluator):
+        def __init__(self, fail: bool = False) -> None:
+            super().__init__()
+            self.running = self.most = 0
+            self.ended = 0
+            self.fail = fail
+
+        async def confirm_block(self, problem, designs, order, reference_ms=None):  # type: ignore[no-untyped-def]
+            self.running += 1
+            self.most = max(self.most, self.running)
+            try:
+                await asyncio.sleep(0.05)
+                if self.fail and len(self.confirm_blocks) == 1:
+                    self.confirm_blocks.append(list(order))
+                    raise HarnessError("the confirmation block did not finish")
+                return await super().confirm_block(problem, designs, order, reference_ms)
+            finally:
+                self.running -= 1
+                self.ended += 1
+
+    problem = load_problem(PAIRED / "problem.py")
+    for fail in (False, True):
+        ev = Overlapping(fail)
+        with RunStore.open(tmp_path / f"run-{fail}") as store:
+            store.add_problem(problem)
+            store.start_run(problem.id, "recipes", {})
+            for name, ms in (("a", 0.5), ("b", 0.6)):
+                design = Design.from_source(src(name, ms))
+                store.add_design(problem.id, design)
+                store.add_evaluation(asyncio.run(ev.evaluate(problem, design)).to_record())
+            views = stored_views(store)
+            if not fail:
+                body = asyncio.run(confirm_run(store, problem, ev, blocks=3, designs=views))  # type: ignore[arg-type]
+                assert body is not None and len(body["block_costs"]) == 3 and ev.most == 3
+                assert len({tuple(o) for o in ev.confirm_blocks}) == 3  # each block its own order
+            else:
+                with pytest.raises(HarnessError, match="did not finish"):
+                    asyncio.run(confirm_run(store, problem, ev, blocks=3, designs=views))  # type: ignore[arg-type]
+                assert ev.ended == 3 and store.confirmations() == []
