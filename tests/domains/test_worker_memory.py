@@ -75,3 +75,13 @@ def test_a_stage_reports_no_device_peak_off_the_gpu() -> None:
     with memory.stage_peak("cpu") as peak:
         torch.ones(1000)
     assert peak == {} and memory.peak_now("cpu") == {}
+
+
+def test_a_stage_out_of_memory_says_its_peak_beside_the_plan_and_what_to_change(monkeypatch) -> None:
+    monkeypatch.setattr(memory, "peak_now", lambda device: {"memory_peak_gb": 8.031})
+    note = memory.out_of_memory_note("cuda:0", {"worker_needs_gb": 7.0}, {"gpu_memory_fraction": 0.0537})
+    assert "8.03 GiB" in note and "plan counted 7.00 GiB" in note and "gpu_memory_fraction (now 0.0537)" in note
+    uncapped = memory.out_of_memory_note("cuda:0", None, {})
+    assert "8.03 GiB" in uncapped and "free memory on the device" in uncapped and "plan" not in uncapped
+    monkeypatch.undo()
+    assert memory.out_of_memory_note("cpu", {"worker_needs_gb": 7.0}, {}) == ""  # no device peak off the GPU

@@ -16,7 +16,7 @@ which the GPU tests and `benchmarks/kernelbench_scale.py` hold against the plan.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -97,3 +97,18 @@ def peak_now(device: str) -> dict[str, Any]:
     if not device.startswith("cuda") or not torch.cuda.is_initialized():
         return {}
     return {"memory_peak_gb": round(torch.cuda.max_memory_allocated() / GIB, 3)}
+
+
+def out_of_memory_note(device: str, plan: Mapping[str, Any] | None, request: Mapping[str, Any]) -> str:
+    """What a stage that ran out of GPU memory adds to its reason: its peak beside the plan,
+    and what the user can change. The plan is a model of what the stages hold, which the H200
+    showed short on some problems (benchmarks/RESULTS.md): an honest design must not read as
+    one that wastes memory without the numbers to tell."""
+    peak = peak_now(device).get("memory_peak_gb")
+    if peak is None:
+        return ""
+    cap = request.get("gpu_memory_fraction")
+    planned = f"; the evaluation's plan counted {plan['worker_needs_gb']:.2f} GiB" if plan else ""
+    fix = (f"raise [pytorch] gpu_memory_fraction (now {cap:g}) if the design is honest" if cap
+           else "free memory on the device (other processes hold some) if the design is honest")
+    return f" (this stage held {peak:.2f} GiB at its peak{planned}: {fix})"

@@ -73,6 +73,8 @@ class Worker(DeviceUse):
         watch_compile_modes()  # the harness's own wrapper, in place before the snapshot sees torch.compile
         self.snapshot = guard.Snapshot()  # before any candidate code is imported
         self.last_inputs: list[Any] | None = None
+        self.memory_plan: dict[str, Any] | None = None
+        """The evaluation's memory plan (`memory.plan`, made at load on a GPU)."""
         self.compiled_state_reset = False
         """Set by the shapes stage: the candidate's compiled code must compile again."""
         self.anchor: Anchor | None = None
@@ -133,7 +135,7 @@ class Worker(DeviceUse):
                 details["builds"] = [e.to_json() for e in inline_builds.EVENTS[first_build:]]
             if self.device.startswith("cuda"):
                 with self.hold("shared"):
-                    details["memory"] = memory.plan(self)
+                    details["memory"] = self.memory_plan = memory.plan(self)
         return details
 
 
@@ -501,7 +503,10 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
                                duration_s=time.perf_counter() - t0)
     except (Exception, SystemExit) as e:  # candidate code can raise anything; it becomes data
         worker.note_cuda(e)
-        return ValidatorResult(name, "failed", reason=f"{name} raised: {runtime.one_line(e)}",
-                               kind=runtime.classify_exception(e),  # type: ignore[arg-type]
+        kind = runtime.classify_exception(e)
+        return ValidatorResult(name, "failed", reason=f"{name} raised: {runtime.one_line(e)}"
+                               + (memory.out_of_memory_note(worker.device, worker.memory_plan, worker.req)
+                                  if kind == "oom" else ""),
+                               kind=kind,  # type: ignore[arg-type]
                                details={"traceback": runtime.format_exception(e), **memory.peak_now(worker.device)},
                                duration_s=time.perf_counter() - t0)
