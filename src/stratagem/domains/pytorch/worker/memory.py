@@ -1,11 +1,10 @@
 """Owns the GPU memory plan of an evaluation: what it needs, measured on one reference call,
 against what this process and the device have, before any candidate call.
 
-Worker-side only. The worker's peak is the integrity stage's: three input-sized tensors (the
-inputs, their copy, the poisoned block) and three outputs (four with the judge: the copy it reads,
-`ipc.py`), plus the reference's workspace (a correctness trial holds two of each); the judge, a process of its own, holds one call's
-inputs, output and workspace beside it. The per-process cap (`gpu_memory_fraction`) bounds
-each process; the device's free memory bounds both.
+Worker-side only. What each stage holds is counted per stage (`stage_needs`: correctness,
+integrity and timing, in inputs, outputs and workspaces, as measured on the H200), the
+largest with slack; the judge, a process of its own, runs the reference beside it. The
+per-process cap (`gpu_memory_fraction`) bounds each process; the device's free memory bounds both.
 
 The plan holds only while no stage holds more than it counts: a correctness trial lets the
 previous trial's inputs go before it draws its own, and an IPC copy is collected once the
@@ -30,8 +29,40 @@ if TYPE_CHECKING:
 GIB = 2.0**30
 
 
+SLACK_FRACTION = 0.05
+SLACK_BYTES = 1 << 28
+"""Added to the largest stage's holdings: the allocator's rounding, small tensors, comparison
+chunks (5% and 256 MiB)."""
+
+
+def stage_needs(in_b: int, out_b: int, work_b: int, room_b: int, input_sets: int, anchor_b: int = 0,
+                timed_checks: int = 3) -> dict[str, int]:
+    """What each stage of an evaluation holds at its peak beyond what the process held before
+    (bytes), for one call's inputs `in_b`, output `out_b` and the reference's workspace
+    `work_b`, with `room_b` available (the timing stage keeps fewer input sets and timed
+    outputs when they would not fit, by the same rules as `StageContext.timing_inputs` and
+    `timed._keep_count`). The candidate's own workspace is counted as the reference's.
+
+    Measured on the H200 (benchmarks/RESULTS.md, "The memory plan against each stage's
+    measured peak"): a correctness trial holds the generated inputs, the candidate's copy, both
+    outputs, the judge's copy of the candidate's (until the judge answers) and, around the
+    randomised and off-distribution trials, a second input set (4 inputs, 4 outputs, two
+    workspaces), plus the float64 anchor's copies where it runs (`anchor_b`); integrity three
+    inputs (the pristine copy, the candidate's, the poisoned block) and five outputs (two runs,
+    their copies, the reference's); timing its input sets, the timed outputs kept for the judge
+    with their inputs, the fresh inputs of the call it times and two outputs in flight."""
+    sets = max(1, min(input_sets, int(0.25 * room_b // in_b))) if in_b > 0 else input_sets
+    kept = timed_checks if in_b * timed_checks * 2 < 0.1 * room_b else 1
+    return {
+        "correctness": 4 * in_b + 4 * out_b + 2 * work_b + anchor_b,
+        "integrity": 3 * in_b + 5 * out_b + 2 * work_b,
+        "timing": sets * in_b + kept * (in_b + out_b) + in_b + 2 * out_b + 2 * work_b,
+    }
+
+
 def plan(w: StageContext) -> dict[str, Any]:
-    """The plan of worker `w`'s evaluation (sizes in GiB).
+    """The plan of worker `w`'s evaluation (sizes in GiB): `stage_needs` at its largest, with
+    slack, against the room this process and the device have.
 
     Raises:
         StageFailure: `problem_error` when the evaluation cannot fit, with the numbers."""
@@ -41,6 +72,7 @@ def plan(w: StageContext) -> dict[str, Any]:
     torch.cuda.reset_peak_memory_stats()
     inputs = w.make_inputs(p, int(w.req["seeds"][0]))
     in_b = runtime.inputs_nbytes(inputs)
+    anchored = w.anchor is not None and w.anchor_wanted(0, inputs)
     with torch.no_grad():
         out = w.call_reference(p.reference, inputs)
     out_b = runtime.output_nbytes(out)
@@ -49,24 +81,39 @@ def plan(w: StageContext) -> dict[str, Any]:
     del inputs, out
     runtime.free_memory()
     cap = w.req.get("gpu_memory_fraction")
-    worker_b = 3 * in_b + (4 if w.req.get("judge") else 3) * out_b + work_b  # + the judge's copy (ipc.py)
-    judge_b = in_b + out_b + work_b if w.req.get("judge") else 0
     room = runtime.free_bytes(w.device, cap)  # the plan's call freed: what this process may add
     device_free = runtime.free_bytes(w.device)
+    # float64 copies of the inputs, the output and the workspace, for the anchor's run
+    anchor_b = int(_widening(p) * (in_b + out_b + work_b)) if anchored else 0
+    stages = stage_needs(in_b, out_b, work_b, room, int(w.req["timing"]["input_sets"]), anchor_b)
+    worker_b = int(max(stages.values()) * (1 + SLACK_FRACTION)) + SLACK_BYTES
+    # the judge runs the reference on its own copy of the inputs for each record it checks
+    judge_b = 2 * (in_b + out_b + work_b) if w.req.get("judge") else 0
     out_plan = {"inputs_gb": in_b / GIB, "output_gb": out_b / GIB, "reference_workspace_gb": work_b / GIB,
+                "stages_gb": {k: round(v / GIB, 3) for k, v in stages.items()},
                 "worker_needs_gb": worker_b / GIB, "judge_needs_gb": judge_b / GIB, "available_gb": room / GIB,
                 "device_free_gb": device_free / GIB}
     if worker_b > room or worker_b + judge_b > device_free:
         under = f" under gpu_memory_fraction = {cap:g}" if cap else ""
+        top = max(stages, key=lambda k: stages[k])
         raise StageFailure("problem_error", (
             f"the problem does not fit on this GPU: an evaluation needs {worker_b / GIB:.1f} GiB in the worker "
-            f"(inputs {in_b / GIB:.2f} GiB and outputs {out_b / GIB:.2f} GiB, three of each at the integrity "
-            f"stage's peak, and the reference's workspace {work_b / GIB:.2f} GiB)"
+            f"(inputs {in_b / GIB:.2f} GiB, outputs {out_b / GIB:.2f} GiB and the reference's workspace "
+            f"{work_b / GIB:.2f} GiB, held several times over at the {top} stage's peak)"
             + (f" and {judge_b / GIB:.1f} GiB in the judge beside it" if judge_b else "")
             + f"; {room / GIB:.1f} GiB are available to the worker{under} and {device_free / GIB:.1f} GiB free "
             "on the device: evaluate it on a GPU with more free memory, or make get_inputs() smaller"),
             {"memory": out_plan})
     return out_plan
+
+
+def _widening(p: Any) -> float:
+    """How much larger the float64 anchor's tensors are than the problem's (2 for float32, 4
+    for half types): by the reference's first floating parameter, else 2."""
+    for t in p.reference.parameters():
+        if t.is_floating_point():
+            return 8 / t.element_size()
+    return 2.0
 
 
 def _poison(out: Any) -> None:
