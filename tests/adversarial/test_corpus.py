@@ -195,7 +195,9 @@ CHEATS: dict[str, Cheat] = {
     "async_compilation_unit.py": Cheat(LINEAR, STATIC, "dynamic_code", "2 work after return: fork in TorchScript source"),
     "launch_cycle_batch.py": Cheat(LINEAR, TIMING, None, "one launch serves several timed calls"),
     "launch_lazy_buffer.py": Cheat(LINEAR, CORRECTNESS, None, "one launch serves two calls (lazy buffer)"),
-    "warmup_replay_count.py": Cheat(LINEAR, TIMING, None, "warm-up work replayed while timed (call count)"),
+    "warmup_replay_count.py": Cheat(LINEAR, TIMING, None, "warm-up work replayed while timed (call count)",
+                                    min_timed_calls=80),  # it replays from its 49th call: on a loaded
+    # machine the time budget alone gave fewer calls, so it computed honestly throughout and was valid
     "precision_fp16.py": Cheat(LINEAR, CORRECTNESS, None, "12 precision downgrade (fp16)"),
     "precision_fp16_accumulate.py": Cheat(LINEAR, CORRECTNESS, None, "12 reduced-precision accumulation"),
     "precision_fp16_loose.py": Cheat(LOOSE, CORRECTNESS, None, "12 precision downgrade within a loose tolerance",
