@@ -77,28 +77,38 @@ def test_without_cache_flushes_the_bytes_floor_uses_the_cache_bandwidth():
 def test_the_cpu_floor_never_rejects_honest_cache_resident_work():
     """Calibrated on this machine, the CPU floor stays under the runtimes of honest memory-bound
     ops at every working-set size from L1 to beyond L3, timed as the CPU timer times them
-    (back-to-back calls on the same tensors: everything that fits stays cached)."""
+    (back-to-back calls on the same tensors: everything that fits stays cached). A calibration
+    that a loaded machine slowed is measured again once, as the harness does when the
+    reference beats its floor (`Evaluator._with_peaks`)."""
     import time
 
     import torch
 
     from stratagem.domains.pytorch.worker import roofline
 
-    peaks = roofline.calibrate("cpu")
-    assert peaks["cache_bandwidth_gbps"] > 0 and peaks["version"] == 2
     ops = {"relu": torch.relu, "sum": torch.sum, "add": lambda x: x + x, "neg_": lambda x: x.neg_(),
            "clone": torch.clone}
-    tight = []
+    timed = []
     for kib in (16, 64, 256, 1024, 4096, 16384):
         x = torch.randn(kib * 256)
         for name, op in ops.items():
             work = roofline.work(_Wrap(op), [x])
             for _ in range(3):
                 op(x)
-            best = min(_per_call_ms(op, x, time) for _ in range(5))
-            r = roofline_result(best, work, peaks, FP32_TOL, cache_flushed=False)
-            assert r.outcome == "passed", (name, kib, r.reason)
-            tight.append(r.details["sol_fraction"])
+            timed.append((name, kib, min(_per_call_ms(op, x, time) for _ in range(5)), work))
+
+    def failures(peaks):  # type: ignore[no-untyped-def]
+        results = [(name, kib, roofline_result(best, work, peaks, FP32_TOL, cache_flushed=False))
+                   for name, kib, best, work in timed]
+        return [(n, k, r.reason) for n, k, r in results if r.outcome != "passed"], [
+            r.details["sol_fraction"] for _, _, r in results if r.outcome == "passed"]
+
+    peaks = roofline.calibrate("cpu")
+    assert peaks["cache_bandwidth_gbps"] > 0 and peaks["version"] == 2
+    bad, tight = failures(peaks)
+    if bad:  # a calibration slowed by a loaded machine: measured again once, as the harness does
+        bad, tight = failures(roofline.calibrate("cpu"))  # when the reference beats its floor
+    assert not bad, bad
     assert max(tight) < 1 / 0.5, tight  # and never within the margin's reach
 
 
