@@ -376,7 +376,7 @@ def test_readme_lists_every_candidate() -> None:
 
 @pytest.mark.parametrize("name", ["cache_self_fingerprint.py", "cache_sampled_values.py", "cache_scaled_input.py",
                                   "cache_predicted_seeds.py"])
-@pytest.mark.timeout(1500)  # two evaluations, each under its own 600 s limit (below)
+@pytest.mark.timeout(2700)  # two evaluations, each under its own 1200 s limit (below)
 def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig, name: str, monkeypatch) -> None:
     """Every timed call gets freshly generated inputs (on the CPU too), so no cache keyed on
     values, sampled values or a scale of earlier inputs hits while timed: whatever the static
@@ -386,9 +386,10 @@ def test_value_keyed_cache_gains_nothing_in_timing(cpu_config: EvaluationConfig,
     monkeypatch.setattr(domain, "run_static_checks", lambda *a, **k: VR("static_checks", "passed"))
     # cache_predicted_seeds prepares 6,600 inputs and outputs per new seed it sees, up to 40
     # seeds: seconds of work on an idle machine, over a minute on a loaded one (it was cut at
-    # the 60 s run limit on a shared CI machine, and at 300 s beside the whole suite and a CPU
-    # hog: 17x its idle 17.6 s); this test is about its speedup, not its limit
-    cfg = cpu_config.model_copy(update={"timeout_s": 600})
+    # the 60 s run limit on a shared CI machine, at 300 s beside the whole suite and a CPU
+    # hog: 17x its idle 17.6 s, and at 600 s beside both and other work, 2026-12-03); this test
+    # is about its speedup, not its limit
+    cfg = cpu_config.model_copy(update={"timeout_s": 1200})
     cheat = evaluate(cfg, LINEAR, CANDIDATES / name)
     honest = evaluate(cfg, LINEAR, HONEST / "functional_linear.py")
     assert cheat.speedup is not None and honest.speedup is not None, cheat.verdict.report()
