@@ -35,13 +35,29 @@ SLACK_BYTES = 1 << 28
 chunks (5% and 256 MiB)."""
 
 
-def stage_needs(in_b: int, out_b: int, work_b: int, room_b: int, input_sets: int, anchor_b: int = 0,
-                timed_checks: int = 3) -> dict[str, int]:
+TIMED_CHECKS = 3
+"""Timed calls whose outputs are checked afterwards, where three copies of their inputs fit."""
+
+
+def timing_sets(want: int, in_b: int, room_b: int) -> int:
+    """Input sets the timing stage rotates: `want`, fewer when they would take more than a
+    quarter of the room (at least one)."""
+    return max(1, min(want, int(0.25 * room_b // in_b))) if in_b > 0 else want
+
+
+def kept_timed_calls(in_b: int, room_b: int) -> int:
+    """Timed calls whose outputs are kept for checking: TIMED_CHECKS, or 1 when that many
+    copies of the inputs (and their outputs) would take more than a tenth of the room."""
+    return TIMED_CHECKS if in_b * TIMED_CHECKS * 2 < 0.1 * room_b else 1
+
+
+def stage_needs(in_b: int, out_b: int, work_b: int, room_b: int, input_sets: int,
+                anchor_b: int = 0) -> dict[str, int]:
     """What each stage of an evaluation holds at its peak beyond what the process held before
     (bytes), for one call's inputs `in_b`, output `out_b` and the reference's workspace
     `work_b`, with `room_b` available (the timing stage keeps fewer input sets and timed
-    outputs when they would not fit, by the same rules as `StageContext.timing_inputs` and
-    `timed._keep_count`). The candidate's own workspace is counted as the reference's.
+    outputs when they would not fit: `timing_sets`, `kept_timed_calls`, the rules the stage
+    itself uses). The candidate's own workspace is counted as the reference's.
 
     Measured on the H200 (benchmarks/RESULTS.md, "The memory plan against each stage's
     measured peak"): a correctness trial holds the generated inputs, the candidate's copy, both
@@ -51,8 +67,7 @@ def stage_needs(in_b: int, out_b: int, work_b: int, room_b: int, input_sets: int
     inputs (the pristine copy, the candidate's, the poisoned block) and five outputs (two runs,
     their copies, the reference's); timing its input sets, the timed outputs kept for the judge
     with their inputs, the fresh inputs of the call it times and two outputs in flight."""
-    sets = max(1, min(input_sets, int(0.25 * room_b // in_b))) if in_b > 0 else input_sets
-    kept = timed_checks if in_b * timed_checks * 2 < 0.1 * room_b else 1
+    sets, kept = timing_sets(input_sets, in_b, room_b), kept_timed_calls(in_b, room_b)
     return {
         "correctness": 4 * in_b + 4 * out_b + 2 * work_b + anchor_b,
         "integrity": 3 * in_b + 5 * out_b + 2 * work_b,

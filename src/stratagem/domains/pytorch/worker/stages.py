@@ -318,9 +318,8 @@ class Worker(DeviceUse):
         first = self.make_inputs(p, record.warm_seed(seed, 0))
         want = int(self.req["timing"]["input_sets"])
         nbytes = runtime.inputs_nbytes(first)
-        if self.device.startswith("cuda") and nbytes > 0:
-            free = runtime.free_bytes(self.device, self.req.get("gpu_memory_fraction"))
-            want = max(1, min(want, int(0.25 * free // nbytes)))
+        if self.device.startswith("cuda"):  # the rule the memory plan counts
+            want = memory.timing_sets(want, nbytes, runtime.free_bytes(self.device, self.req.get("gpu_memory_fraction")))
         return [first] + [self.make_inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
 
     def call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> Any:

@@ -14,15 +14,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.core import paired
-from stratagem.domains.pytorch.worker import compare, provenance, record, roofline, runtime, timing
+from stratagem.domains.pytorch.worker import (
+    compare,
+    memory,
+    provenance,
+    record,
+    roofline,
+    runtime,
+    timing,
+)
 from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext
 
-
-TIMED_CHECKS = 3
-"""Timed candidate calls (one per randomly drawn block) whose outputs are checked after timing."""
 
 SIDE_STREAM_FLOOR_MS = 0.02
 SIDE_STREAM_FRACTION = 0.10
@@ -253,12 +258,11 @@ def _attempt(n: int, cfg: Mapping[str, Any], stats: Mapping[str, Any], stab: pai
 
 
 def _keep_count(w: StageContext, inputs: list[Any]) -> int:
-    """Timed calls whose outputs are checked afterwards: 3, or 1 when three copies of the
-    inputs would take more than a tenth of the free memory."""
-    nbytes = runtime.inputs_nbytes(inputs)
+    """Timed calls (one per randomly drawn block) whose outputs are checked afterwards, by
+    the rule the memory plan counts (`memory.kept_timed_calls`)."""
     free = (runtime.free_bytes(w.device, w.req.get("gpu_memory_fraction")) if w.device.startswith("cuda")
             else 2 * 2**30)
-    return TIMED_CHECKS if nbytes * TIMED_CHECKS * 2 < 0.1 * free else 1
+    return memory.kept_timed_calls(runtime.inputs_nbytes(inputs), free)
 
 def _check_timed_outputs(w: StageContext, p: Programs, kept: list[tuple[str, Any, list[Any]]]) -> list[str]:
     """The outputs of timed calls drawn at random, against the reference on the very same
