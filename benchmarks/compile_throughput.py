@@ -140,8 +140,8 @@ def _pch(before: str | None) -> str:
     return "none" if after is None else ("reused" if after == before else "built")
 
 
-def _config(device: str, cache: Path, build_cache: bool) -> Any:
-    return load_config(None, {"evaluation": {
+def _config(device: str, cache: Path, build_cache: bool, split: bool = True) -> Any:
+    return load_config(None, {"pytorch": {"split_builds": split}, "evaluation": {
         "device": device, "timeout_s": 300, "compile_timeout_s": 900, "baselines": ["eager"],
         "cache_dir": str(cache), "build_cache": build_cache,
         "timing": {"warmup_ms": 20, "budget_ms": 200, "min_reps": 5, "max_reps": 200},
@@ -174,7 +174,7 @@ def _executor(devices: list[str], cfg: Any, env: dict[str, str], diet: bool) -> 
     return LocalExecutor(slots, cfg, env)
 
 
-def run(device: str, pch: bool, skip_off: bool, diet: bool = True) -> list[dict[str, Any]]:
+def run(device: str, pch: bool, skip_off: bool, diet: bool = True, split: bool = True) -> list[dict[str, Any]]:
     template = CUDA_CANDIDATE if device == "cuda" else CPU_CANDIDATE
     first, changed = template.replace("BLOCK", "256"), template.replace("BLOCK", "512")
     env = dict(environment())
@@ -183,12 +183,12 @@ def run(device: str, pch: bool, skip_off: bool, diet: bool = True) -> list[dict[
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="stratagem-compile-bench-") as tmp:
         if not skip_off:
-            cfg = _config(device, Path(tmp) / "off", False)
+            cfg = _config(device, Path(tmp) / "off", False, split)
             ev = Evaluator(cfg, _executor(devices, cfg, env, diet), device)
             before = _pch_sign()
             row = asyncio.run(_evaluate(ev, first))
             rows.append({"row": "cold, cache off", "pch": _pch(before), **row})
-        cfg = _config(device, Path(tmp) / "on", True)
+        cfg = _config(device, Path(tmp) / "on", True, split)
         ev = Evaluator(cfg, _executor(devices, cfg, env, diet), device)
 
         async def three() -> None:
@@ -251,6 +251,7 @@ def nvcc_only(arch: str, repeat: int) -> list[dict[str, Any]]:
     import torch.utils.cpp_extension as ext
 
     from stratagem.domains.pytorch.header_diet import lean, lighten
+    from stratagem.domains.pytorch.kernel_split import split
 
     prefix = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # load_inline's
     written = _cuda_source()
@@ -264,7 +265,10 @@ def nvcc_only(arch: str, repeat: int) -> list[dict[str, Any]]:
         return "\n".join(got)
 
     assert light is not None and failing is not None
+    cut = split([written], ["torch::Tensor relu_cuda(torch::Tensor x);"], ["-O3"], [])
+    assert cut.cuda_sources is not None and cut.cpp_sources is not None, cut.skipped
     cases = [("as written", prefix + written), ("lightened", prefix + light[0]), ("lean", leaned(written)),
+             ("split: kernels", cut.cuda_sources[0]),
              ("lightened, fails", prefix + failing[0]), ("lean, fails", leaned(NEEDS_MORE))]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="stratagem-nvcc-bench-") as tmp:
@@ -273,7 +277,27 @@ def nvcc_only(arch: str, repeat: int) -> list[dict[str, Any]]:
                 cu = Path(tmp) / "cuda.cu"
                 cu.write_text(text)
                 rows.append({"row": label, **_timed(nvcc_command(cu, arch))})
+            host = Path(tmp) / "main.cpp"  # the split's host unit, as torch's ninja file compiles main.cpp
+            host.write_text("\n".join(cut.cpp_sources))
+            rows.append({"row": "split: host (g++)", **_timed(gcc_command(host))})
     return rows
+
+
+def gcc_command(cpp: Path) -> list[str]:
+    """g++ as torch's ninja file runs it for `main.cpp` (its include paths, `-fPIC -std=c++20`),
+    reading torch's precompiled header where one fits."""
+    import torch.utils.cpp_extension as ext
+
+    try:
+        inc = ext.include_paths("cuda")
+    except OSError:  # a CPU build of torch: the CUDA toolkit's headers where nvcc has them
+        near = Path(shutil.which("nvcc") or "nvcc").resolve().parent.parent / "include"
+        inc = [*ext.include_paths("cpu"), str(near if (near / "cuda_runtime.h").exists() else "/usr/local/cuda/include")]
+    inc.append(sysconfig.get_path("include", scheme="posix_prefix"))
+    flags = ["-DTORCH_EXTENSION_NAME=bench_relu_cuda", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    for folder in inc:
+        flags += ["-isystem", folder]
+    return ["c++", "-MMD", "-MF", f"{cpp}.d", *flags, "-fPIC", "-std=c++20", "-c", str(cpp), "-o", f"{cpp}.o"]
 
 
 def _main_nvcc(args: argparse.Namespace) -> int:
@@ -301,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-off", action="store_true", help="skip the cache-off row")
     ap.add_argument("--header-diet", choices=("on", "off"), default="on",
                     help="the CUDA file's torch/extension.h as torch/types.h (on, the default) or as written")
+    ap.add_argument("--split", choices=("on", "off"), default="on",
+                    help="the split build first (kernels without torch's headers, `[pytorch] split_builds`)")
     ap.add_argument("--nvcc-only", action="store_true", help="time nvcc alone on the CUDA file (no GPU needed)")
     ap.add_argument("--arch", default="90", help="with --nvcc-only: the architecture (90: H100/H200)")
     ap.add_argument("--repeat", type=int, default=1, help="with --nvcc-only: rounds of the three compiles")
@@ -311,12 +337,13 @@ def main(argv: list[str] | None = None) -> int:
     what = ("a CUDA load_inline ReLU (torch/extension.h in the .cu)" if args.device == "cuda" else
             "a C++-only load_inline ReLU (no GPU here: the C++ build and the evaluation around it)")
     print(f"compile throughput: {what}, device {args.device}, precompiled headers "
-          f"{'off' if args.no_pch else 'on where torch supports them'}, header diet {args.header_diet}")
+          f"{'off' if args.no_pch else 'on where torch supports them'}, header diet {args.header_diet}, "
+          f"split {args.split}")
     if args.no_pch:  # gcc uses a fitting header wherever it lies, asked for or not
         import torch.utils.cpp_extension as ext
 
         ext.remove_extension_h_precompiler_headers()
-    rows = run(args.device, not args.no_pch, args.skip_off, args.header_diet == "on")
+    rows = run(args.device, not args.no_pch, args.skip_off, args.header_diet == "on", args.split == "on")
     print(f"{'row':<18} {'prebuild s':>10} {'prebuilt':>9} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'diet':>10} {'status':>8}")
     for r in rows:
         print(f"{r['row']:<18} {r['prebuild_s']:>10.1f} {r['prebuild']:>9} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} {r['pch']:>7} "

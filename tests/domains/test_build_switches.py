@@ -28,9 +28,9 @@ def _payload(section: dict[str, object]) -> dict[str, object]:
 
 def test_the_switches_default_on_and_reach_the_request_when_turned_off() -> None:
     on = _payload({})
-    assert on["precompiled_headers"] is True and on["header_diet"] is True
-    off = _payload({"precompiled_headers": False, "header_diet": False})
-    assert off["precompiled_headers"] is False and off["header_diet"] is False
+    assert on["precompiled_headers"] is True and on["header_diet"] is True and on["split_builds"] is True
+    off = _payload({"precompiled_headers": False, "header_diet": False, "split_builds": False})
+    assert off["precompiled_headers"] is False and off["header_diet"] is False and off["split_builds"] is False
 
 
 def test_a_misspelt_switch_is_an_error_naming_it() -> None:
@@ -66,3 +66,22 @@ def test_the_worker_applies_them_as_it_starts(monkeypatch) -> None:
     prepare_device(request.model_copy(update={"device": "cpu"}).model_dump())
     assert inline_builds._state["settings_off"] == frozenset({"header_diet"})
     assert not inline_builds._diet_on()
+    assert not inline_builds._split_on()  # the split is a lighter build too: off with the diet
+
+
+def test_split_builds_off_in_the_request_is_off_in_the_worker(monkeypatch) -> None:
+    monkeypatch.delenv(inline_builds.DIET_VAR, raising=False)
+    monkeypatch.setitem(inline_builds._state, "settings_off", frozenset())
+    import inspect
+
+    import torch.utils.cpp_extension as ext
+
+    launching = KERNEL.replace("{ return x; }", "{ k<<<1, 1>>>(x.data_ptr<float>()); return x; }")
+    a = {"name": "ext", "cpp_sources": ["torch::Tensor f(torch::Tensor x);"], "cuda_sources": [launching],
+         "no_implicit_headers": False}
+    monkeypatch.setitem(inline_builds._state, "signature", inspect.signature(ext.load_inline))
+    inline_builds.apply_settings({})
+    assert inline_builds._split(a)[0] is not None
+    inline_builds.apply_settings({"split_builds": False})
+    assert inline_builds._split(a) == (None, None)
+    assert inline_builds._diet_on()  # lean and the diet stay on

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stratagem.domains.pytorch import build_cache, header_diet
+from stratagem.domains.pytorch import build_cache, header_diet, kernel_split
 from stratagem.domains.pytorch.build_cache import BuildCache, key_of
 from stratagem.domains.pytorch.header_diet import lighten
 from stratagem.domains.pytorch.worker import inline_builds
@@ -146,10 +146,12 @@ def test_every_source_of_a_call_is_lightened_or_none() -> None:
 # The wrapper: fallback, cache keys, the switch
 
 
-def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool, fail: tuple[str, ...] = ()) -> list[str]:
+def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool, fail: tuple[str, ...] = (),
+                split: bool = False) -> list[str]:
     """torch's load_inline replaced by a fake that 'builds' (writes a library file) and fails on
-    the kinds of sources in `fail` (`lean`, `light`; `fail_light`: both); returns the log of
-    what it built."""
+    the kinds of sources in `fail` (`split`, `lean`, `light`; `fail_light`: lean and light);
+    returns the log of what it built. `split`: the split build tried first (off: these tests
+    are about the header sets; `test_kernel_split.py` has the split's)."""
     import torch.utils.cpp_extension as ext
 
     log: list[str] = []
@@ -157,10 +159,11 @@ def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool, fail: tuple[str, 
 
     def fake(name, cpp_sources, cuda_sources=None, build_directory=None, no_implicit_headers=False, **_kw):
         text = "\n".join(cuda_sources or [])
-        kind = ("lean" if header_diet.LEAN_MARK in text else "light" if "stratagem header diet" in text
-                else "written")
-        assert (kind == "lean") == bool(no_implicit_headers)  # torch's own headers left out for lean only
-        if kind == "lean":
+        kind = ("split" if kernel_split.MARK in text else "lean" if header_diet.LEAN_MARK in text
+                else "light" if "stratagem header diet" in text else "written")
+        # torch's own headers left out for lean and split only
+        assert (kind in ("lean", "split")) == bool(no_implicit_headers)
+        if kind in ("lean", "split"):
             assert cpp_sources[0] == "#include <torch/extension.h>"  # what torch would have put first
         light = kind != "written"
         log.append(kind)
@@ -181,6 +184,7 @@ def _fake_torch(monkeypatch, tmp_path: Path, fail_light: bool, fail: tuple[str, 
     monkeypatch.setitem(inline_builds._state, "original", fake)
     monkeypatch.setitem(inline_builds._state, "original_load", fake)
     monkeypatch.setitem(inline_builds._state, "pch", None)
+    monkeypatch.setitem(inline_builds._state, "settings_off", frozenset() if split else frozenset({"split_builds"}))
     monkeypatch.setattr(ext, "load_inline", ext.load_inline)
     monkeypatch.setattr(ext, "load", ext.load)
     monkeypatch.setattr(ext, "remove_extension_h_precompiler_headers", ext.remove_extension_h_precompiler_headers)
@@ -386,3 +390,46 @@ def test_the_diet_switch_reaches_the_sandboxed_worker() -> None:
 
     assert scrub_environment({"STRATAGEM_BUILD_HEADER_DIET": "0"}) == {"STRATAGEM_BUILD_HEADER_DIET": "0"}
     assert scrub_environment({"STRATAGEM_BUILD_PCH": "0"}) == {"STRATAGEM_BUILD_PCH": "0"}
+
+
+def test_the_split_build_is_tried_first_and_cached_under_its_own_key(tmp_path, monkeypatch) -> None:
+    """The split build (`kernel_split.py`) before lean headers, under its own cache entry."""
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False, split=True)
+    assert _load(**_call()) and log == ["split"]
+    event = inline_builds.EVENTS[-1]
+    assert event.outcome == "built" and event.header_diet == "split"
+    lean = key_of({**inline_builds.build_inputs({**_call(), **_leaned_call()}), "header_diet": "lean-1"})
+    assert event.key != lean
+    assert _load(**_call()).hit and log == ["split"] and inline_builds.EVENTS[-1].key == event.key
+
+
+def _leaned_call() -> dict:
+    ops = lambda _n: False  # noqa: E731
+    got = header_diet.lean([KERNELBENCH_RELU], [_call()["cpp_sources"]], ops)
+    return {"cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}
+
+
+def test_a_split_that_does_not_compile_is_built_lean(tmp_path, monkeypatch) -> None:
+    import torch.utils.cpp_extension as ext
+
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False, fail=("split",), split=True)
+    ext.JIT_EXTENSION_VERSIONER.entries.pop("relu_ext", None)
+    assert _load(**_call()).light and log == ["split", "lean"]
+    note = inline_builds.EVENTS[-1].header_diet
+    assert note is not None and note.startswith("fell back: the split source did not build") and note.endswith("built lean")
+    assert _load(**_call()).hit and log == ["split", "lean"]  # the lean entry found: no second failed split
+
+
+def test_a_source_that_is_not_split_says_why_beside_what_built(tmp_path, monkeypatch) -> None:
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False, split=True)
+    _load(**{**_call(), "cuda_sources": STREAM_MATMUL})  # a dispatched template kernel: not split
+    assert log == ["lean"]
+    note = inline_builds.EVENTS[-1].header_diet
+    assert note is not None and note.startswith("lean (not split: the template kernel scale_kernel")
+
+
+def test_split_builds_off_goes_straight_to_lean(tmp_path, monkeypatch) -> None:
+    log = _fake_torch(monkeypatch, tmp_path, fail_light=False, split=True)
+    inline_builds.apply_settings({"split_builds": False})
+    _load(**_call())
+    assert log == ["lean"] and inline_builds.EVENTS[-1].header_diet == "lean"

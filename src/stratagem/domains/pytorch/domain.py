@@ -234,6 +234,7 @@ def build_request(
         gpu_memory_fraction=settings(cfg).gpu_memory_fraction,
         precompiled_headers=settings(cfg).precompiled_headers,
         header_diet=settings(cfg).header_diet,
+        split_builds=settings(cfg).split_builds,
         confirm=[dict(d) for d in confirm],
         confirm_order=list(confirm_order),
     )
@@ -290,6 +291,8 @@ class Payload(BaseModel):
     """`[pytorch] precompiled_headers`: false turns them off in this worker's builds."""
     header_diet: bool = True
     """`[pytorch] header_diet`: false builds CUDA sources as written."""
+    split_builds: bool = True
+    """`[pytorch] split_builds`: false builds CUDA sources whole (lean headers first)."""
     confirm: list[dict[str, str]] = Field(default_factory=list)
     """A confirmation block's designs: `id` and `source` (`candidate.py`) each."""
     confirm_order: list[str] = Field(default_factory=list)

@@ -91,6 +91,11 @@ class PyTorchSettings(BaseModel):
     """Compile a `load_inline` CUDA source with lean headers first, then `torch/types.h`, then as
     written, until one compiles (docs/timing.md, "Build cache"; the same calls, one build);
     false: as written only (`STRATAGEM_BUILD_HEADER_DIET=0` does the same)."""
+    split_builds: bool = True
+    """Before the lighter headers, build a `load_inline` CUDA source split in two: its kernels
+    compiled by nvcc without torch's headers, its host code with the C++ part against torch's
+    precompiled header (docs/timing.md, "Split builds"); false: not split. Off with
+    `header_diet = false` too."""
 
 
 def settings(cfg: EvaluationConfig) -> PyTorchSettings:

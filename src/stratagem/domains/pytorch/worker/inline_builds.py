@@ -50,7 +50,7 @@ from typing import Any
 
 import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where needed)
 
-from stratagem.domains.pytorch import header_diet
+from stratagem.domains.pytorch import header_diet, kernel_split
 from stratagem.domains.pytorch.build_cache import (
     BuildCache,
     BuildEvent,
@@ -103,10 +103,12 @@ def usable_cores() -> int:
 
 
 def apply_settings(request: Mapping[str, Any]) -> None:
-    """The request's `[pytorch]` build switches (`precompiled_headers`, `header_diet`) for this
+    """The request's `[pytorch]` build switches (`precompiled_headers`, `header_diet`,
+    `split_builds`) for this
     process: a switch the user turned off stays off whatever the worker's environment says (a
     CPU build worker is started with precompiled headers on)."""
-    _state["settings_off"] = frozenset(k for k in ("precompiled_headers", "header_diet") if request.get(k) is False)
+    _state["settings_off"] = frozenset(k for k in ("precompiled_headers", "header_diet", "split_builds")
+                                       if request.get(k) is False)
 
 
 def install(device: str, hooks: Hooks | None = None) -> None:
@@ -180,7 +182,7 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
     if _pch_usable(a):
         a["use_pch"] = True
     _only_this_arch(a)
-    attempts = _attempts(a)
+    attempts, not_split = _attempts(a)
     cache: BuildCache | None = _state["cache"]
     why = _uncacheable(a)
     if cache is None or why is not None:
@@ -188,7 +190,7 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
         with _building(a) as waited:
             module, diet_note, _i = _build(real, attempts)
         EVENTS.append(BuildEvent(name, None, "uncached", time.perf_counter() - t0 - waited[0], waited[0],
-                                 why or "the build cache is off", diet_note))
+                                 why or "the build cache is off", _with(diet_note, not_split)))
         return module
     keyed = [(call, note, key_of(inputs), inputs) for call, note, inputs in attempts]
     dest = builds.build_root() / f"{name}-{keyed[0][2][:16]}"
@@ -205,7 +207,7 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
             except (ImportError, OSError, AttributeError) as e:  # built again below, as on a miss
                 rejected = rejected or f"the cached library did not import: {e}"
             else:
-                EVENTS.append(BuildEvent(name, k, "hit", time.perf_counter() - t0, header_diet=note))
+                EVENTS.append(BuildEvent(name, k, "hit", time.perf_counter() - t0, header_diet=_with(note, not_split)))
                 return module
         rejected = rejected or got.rejected
     dest.mkdir(parents=True, exist_ok=True)
@@ -219,24 +221,35 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
         cache.publish(built[2], library, library.name.split(".")[0], built[3])
     outcome = "rejected" if rejected else "built"
     EVENTS.append(BuildEvent(name, built[2], outcome, time.perf_counter() - t0 - waited[0], waited[0], rejected,
-                             diet_note))
+                             _with(diet_note, not_split)))
     return module
 
 
-def _attempts(a: dict[str, Any]) -> list[tuple[dict[str, Any], str | None, dict[str, Any]]]:
-    """The builds to try in order, each (call, note, cache-key inputs): lean headers, the header
-    diet, then the call as written (the last one's note says why the lighter ones were not
-    tried, or None)."""
+def _with(note: str | None, not_split: str | None) -> str | None:
+    """The build record's note with why the sources were not split after it."""
+    if not_split is None:
+        return note
+    return f"{note} ({not_split})" if note else not_split
+
+
+def _attempts(a: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], str | None, dict[str, Any]]], str | None]:
+    """The builds to try in order, each (call, note, cache-key inputs): the split build, lean
+    headers, the header diet, then the call as written (the last one's note says why the
+    lighter ones were not tried, or None), and why the sources were not split (None: they
+    were, or the split was not tried)."""
     light, diet_note = _lightened(a)
     leaned, lean_note = _leaned(a)
+    cut, split_note = _split(a)
     out: list[tuple[dict[str, Any], str | None, dict[str, Any]]] = []
+    if cut is not None:
+        out.append((cut, "split", {**build_inputs(cut), "header_diet": f"split-{kernel_split.VERSION}"}))
     if leaned is not None:
         out.append((leaned, "lean", {**build_inputs(leaned), "header_diet": f"lean-{header_diet.LEAN_VERSION}"}))
     if light is not None:
         out.append((light, "lightened", {**build_inputs(light), "header_diet": header_diet.VERSION}))
-    last = "as written" if out else (diet_note or lean_note)
+    last = "as written" if out else (diet_note or lean_note or split_note)
     out.append((a, last, build_inputs(a)))
-    return out
+    return out, split_note
 
 
 def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
@@ -249,6 +262,25 @@ def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     if diet.sources is None:
         return None, f"skipped: {diet.skipped}" if diet.skipped else None
     return {**a, "cuda_sources": diet.sources}, "lightened"
+
+
+def _split(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The call split into a kernel unit without torch's headers and host code in `main.cpp`
+    (`kernel_split.py`), where torch's `load_inline` has `no_implicit_headers`, or None and
+    why not (a note only when it was tried on the source)."""
+    sources = _texts(a.get("cuda_sources"))
+    if (not sources or not _split_on() or a.get("no_implicit_headers")
+            or "no_implicit_headers" not in _state["signature"].parameters):
+        return None, None
+    got = kernel_split.split(sources, _texts(a.get("cpp_sources")), _texts(a.get("extra_cuda_cflags")),
+                             _texts(a.get("extra_cflags")))
+    if got.cuda_sources is None:
+        return None, f"not split: {got.skipped}"
+    return {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}, None
+
+
+def _split_on() -> bool:
+    return _diet_on() and "split_builds" not in _state["settings_off"]
 
 
 def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:

@@ -1,0 +1,563 @@
+"""Owns the split build of `load_inline` CUDA sources: the `.cu` is cut into a kernel unit that
+nvcc compiles without torch's headers (the kernels, the device functions and launch stubs) and
+host code that joins the C++ part (`main.cpp`), which gcc compiles against torch's precompiled
+`torch/extension.h`. Standard library only; the worker's `load_inline` wrapper
+(`worker/inline_builds.py`) tries it before lean headers and builds the lighter attempts when
+it does not compile.
+
+Why: nvcc's front ends (cudafe++, cicc) parse every header a `.cu` includes, and even lean
+headers are torch's whole Tensor class; on the H200's machine they were 16 of a lean build's
+20 s while the kernel itself (ptxas) took 0.07 s. Host code is the only part that needs torch,
+and gcc reads torch's headers from the precompiled header torch keeps for `main.cpp`.
+
+What moves where, reading the `.cu`'s top-level items in order (both units keep the order):
+
+- the kernel unit: `__global__` and `__device__` functions, `__constant__`/`__device__`/
+  `__shared__` variables, and at its end one launch stub per launched kernel
+  (`void stratagem_launch_K(dim3, dim3, size_t, cudaStream_t, <K's parameters>)`);
+- the host unit (after the C++ part as written): every other function, host variables,
+  `#include`s of torch, ATen, c10 and pybind11, and each stub's declaration where its kernel was;
+- both: other `#include`s and preprocessor lines, types (struct, class, union, enum, typedef,
+  using), constants, `__host__ __device__` functions, declarations of functions.
+
+In host code, `K<<<grid, block[, shmem[, stream]]>>>(args)` becomes
+`stratagem_launch_K(grid, block, shmem, stream, args)`: the same arguments, evaluated once, the
+same launch. A kernel launched with explicit template arguments (`K<256><<<...>>>`) gets a
+template stub, instantiated in the kernel unit for those arguments, which must then name only
+numbers, built-in types and what both units declare.
+
+A source is not split (`Split.skipped` says why, and the lighter attempts build it) when:
+device code names torch (`torch::`, `at::`, `c10::`, `AT_`, `TORCH_`, `C10_`); host code names a
+device symbol other than by launching it (`cudaFuncSetAttribute(K, ...)`, `cudaMemcpyToSymbol`);
+a kernel is launched with template arguments deduced or named by host code (`K<scalar_t>` inside
+`AT_DISPATCH_*`), is overloaded, is not defined in the source, or has an unnamed parameter; a
+macro launches a kernel; or the `.cu` has a namespace or `extern "C" { }` block. Host code is
+compiled by gcc as C++ without `__CUDACC__` (a host branch under `#ifdef __CUDACC__` differs);
+a `.cu` host optimization level (`-O3` in `extra_cuda_cflags`) is kept for the moved code with
+`#pragma GCC optimize`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+VERSION = 1
+"""Part of the cache key of a split build: a change to the split changes it."""
+STUB_PREFIX = "stratagem_launch_"
+MARK = "stratagem split build"
+
+_TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]\s*(?:torch|ATen|c10|pybind11|THC|caffe2)/')
+_TORCH_NAME = re.compile(r"\b(?:torch|at|c10)\s*::|\b(?:AT|TORCH|C10)_[A-Z_0-9]+\b")
+_DEVICE_WORD = re.compile(r"\b(?:__global__|__device__|__constant__|__shared__|__managed__)\b")
+_HOST_WORD = re.compile(r"\b__host__\b")
+_TYPE_HEAD = re.compile(r"^(?:typedef\s+)?(?:struct|class|union|enum)\b|^(?:typedef|using)\b")
+_IDENT = re.compile(r"[A-Za-z_]\w*")
+_NUMBER = re.compile(r"\d[\w.']*")
+_OPT = re.compile(r"^-O(\d|s|fast)?$")
+_BUILTIN = frozenset(
+    "void bool char short int long float double signed unsigned const volatile true false sizeof "
+    "int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t size_t half __half "
+    "__nv_bfloat16 float2 float4 int2 int4 half2 __half2".split())
+_KEYWORDS = _BUILTIN | frozenset(
+    "struct class union enum typename template static inline constexpr extern auto return if else "
+    "for while do switch case default break continue __restrict__ __restrict restrict".split())
+
+
+@dataclass(frozen=True)
+class Split:
+    """The call's sources for a split build, or None with why it is not split."""
+
+    cuda_sources: list[str] | None
+    cpp_sources: list[str] | None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class _Item:
+    kind: str  # "pp" (a preprocessor line), "decl" (ends with ;) or "body" (a function or block)
+    text: str
+    code: str  # the text with comments and literals blanked (for searching)
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    name: str
+    params: str  # the parameter list as written
+    names: list[str]  # the parameters' names
+    template: str | None  # "template <typename T, int B>" or None
+    template_names: list[str]
+
+
+class _NotSplit(Exception):
+    pass
+
+
+def split(cuda_sources: Sequence[str], cpp_sources: Sequence[str], cuda_flags: Sequence[str] = (),
+          cpp_flags: Sequence[str] = ()) -> Split:
+    """The kernel unit (as the call's `cuda_sources`) and the host unit (as its `cpp_sources`,
+    `#include <torch/extension.h>` first, for torch's precompiled header), or why not."""
+    try:
+        return _split("\n".join(cuda_sources), list(cpp_sources), list(cuda_flags), list(cpp_flags))
+    except _NotSplit as e:
+        return Split(None, None, str(e))
+
+
+def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str]) -> Split:
+    items = _items(text)
+    if not any(it.kind != "pp" and "__global__" in it.code for it in items):
+        raise _NotSplit("no kernel in the CUDA source")
+    places = [_place(it) for it in items]
+    kernels, device_names = _device_side(items, places)
+    shared_names = _names_declared_by([it for it, where in zip(items, places, strict=True) if where == "both"])
+    launched: dict[str, set[str]] = {}  # kernel -> the explicit template argument lists it is launched with
+    host_texts = [_host_text(it, kernels, launched, shared_names, device_names) if where == "host" else ""
+                  for it, where in zip(items, places, strict=True)]
+    if not launched:
+        raise _NotSplit("the host code launches no kernel of the source")
+    kernel_unit = ["// " + MARK + ": the kernels", "#include <cuda_runtime.h>", "#include <cstdint>",
+                   "#include <cmath>", "#include <cfloat>", "#include <climits>"]
+    if "std::" in "".join(it.code for it, w in zip(items, places, strict=True) if w == "device"):
+        kernel_unit.append("#include <algorithm>")
+    host_unit = ["// " + MARK + ": the host code", "#include <cuda_runtime.h>", *cpp]
+    host_opt = _host_opt(cuda_flags)
+    if host_opt is not None and host_opt != (_host_opt(cpp_flags) or "0"):
+        host_unit.append(f'#pragma GCC optimize ("O{host_opt}")')
+    for it, where, host_text in zip(items, places, host_texts, strict=True):
+        if where in ("device", "both"):
+            kernel_unit.append(it.text)
+        if where == "both":
+            host_unit.append(it.text)
+        elif where == "host":
+            host_unit.append(host_text)
+        elif it.kind == "body" and (k := _kernel_of(it, kernels)) is not None and k.name in launched:
+            host_unit.extend(_stub_declaration(k, targs) for targs in sorted(launched[k.name]))
+    kernel_unit.extend(_stub_definition(kernels[name], targs)
+                       for name, arg_lists in launched.items() for targs in sorted(arg_lists))
+    # torch's precompiled header is read only where its include comes first, as torch puts it
+    return Split(["\n".join(kernel_unit) + "\n"], ["#include <torch/extension.h>", "\n".join(host_unit) + "\n"])
+
+
+def _device_side(items: list[_Item], places: list[str]) -> tuple[dict[str, _Kernel], set[str]]:
+    """The kernels the source defines, and every name its device-only items declare."""
+    kernels: dict[str, _Kernel] = {}
+    names: set[str] = set()
+    for it, where in zip(items, places, strict=True):
+        if where != "device":
+            continue
+        if m := _TORCH_NAME.search(it.code):
+            raise _NotSplit(f"device code names torch ({m.group(0).strip()})")
+        name = _declared_name(it)
+        if name is None:
+            continue
+        names.add(name)
+        if "__global__" in it.code and it.kind == "body":
+            if name in kernels:
+                raise _NotSplit(f"kernel {name} is defined twice (overloaded)")
+            kernels[name] = _kernel(it, name)
+    return kernels, names
+
+
+def _host_text(it: _Item, kernels: dict[str, _Kernel], launched: dict[str, set[str]], shared: set[str],
+               device_names: set[str]) -> str:
+    """A host item with its launches rewritten; it may name no device symbol otherwise."""
+    rewritten = _rewrite_launches(it.text, kernels, launched, shared)
+    code = _blank(rewritten)
+    for name in device_names:
+        if re.search(rf"\b{re.escape(name)}\b", code):
+            raise _NotSplit(f"host code uses the device symbol {name} other than by launching it")
+    return rewritten
+
+
+def _kernel_of(it: _Item, kernels: dict[str, _Kernel]) -> _Kernel | None:
+    name = _declared_name(it)
+    return kernels.get(name) if name is not None and "__global__" in it.code else None
+
+
+def _host_opt(flags: Sequence[str]) -> str | None:
+    """The host optimization level the flags ask for (`-O3`, `-Xcompiler -O2`), the last one."""
+    level: str | None = None
+    for f in flags:
+        for part in re.split(r"[\s,]+", f):
+            if m := _OPT.match(part.strip("'\"")):
+                level = m.group(1) or "1"
+    return level
+
+
+# --- reading the source's top level ---------------------------------------------------------
+
+def _items(text: str) -> list[_Item]:
+    """The top-level items: preprocessor lines (with continuations), declarations ending with
+    `;` and definitions ending with their closing brace (a type's or an initializer's `;`
+    included)."""
+    code = _blank(text)
+    out: list[_Item] = []
+    i, n, start, depth, paren = 0, len(text), 0, 0, 0
+    while i < n:
+        c = code[i]
+        if c == "#" and depth == 0 and _line_start(code, i):
+            if code[start:i].strip():
+                raise _NotSplit("a preprocessor line inside a declaration")
+            e = _directive_end(text, code, i)
+            if "<<<" in code[i:e]:
+                raise _NotSplit("a macro launches a kernel")
+            out.append(_Item("pp", text[i:e], code[i:e]))
+            i = start = e
+            continue
+        depth += (c == "{") - (c == "}")
+        paren += (c == "(") - (c == ")")
+        if depth < 0:
+            raise _NotSplit("unbalanced braces")
+        ends = (c == "}" and depth == 0 and paren == 0 and not _needs_semicolon(code[start:i])) or (
+            c == ";" and depth == 0 and paren == 0)
+        if ends:
+            out.append(_Item("body" if c == "}" else "decl", text[start:i + 1], code[start:i + 1]))
+            start = i + 1
+        i += 1
+    if depth != 0 or code[start:].strip():
+        raise _NotSplit("the source does not end at the top level")
+    return [_Item(it.kind, it.text.strip("\n"), it.code.strip("\n")) for it in out if it.code.strip()]
+
+
+def _directive_end(text: str, code: str, i: int) -> int:
+    """Where the preprocessor line at `i` ends (its backslash continuations included)."""
+    while True:
+        e = code.find("\n", i)
+        if e == -1:
+            return len(text)
+        if text[e - 1] != "\\":
+            return e
+        i = e + 1
+
+
+def _line_start(code: str, i: int) -> bool:
+    j = code.rfind("\n", 0, i)
+    return code[j + 1:i].strip() == ""
+
+
+def _needs_semicolon(head_and_body: str) -> bool:
+    """Whether a definition at this closing brace goes on to a `;` (a type, an initializer)."""
+    head = head_and_body[:head_and_body.find("{")].strip() if "{" in head_and_body else head_and_body.strip()
+    head = _drop_template_prefix(head)
+    if re.match(r"(?:inline\s+)?namespace\b", head) or re.match(r'extern\s+"', head) and "(" not in head:
+        raise _NotSplit("a namespace or extern \"C\" block")
+    if _TYPE_HEAD.match(head):
+        return True
+    return "=" in re.sub(r"\([^()]*\)|\[[^\]]*\]", "", head)
+
+
+def _drop_template_prefix(head: str) -> str:
+    while head.startswith("template"):
+        k = head.find("<")
+        if k == -1:
+            return head
+        end = _match_angle(head, k)
+        if end is None:
+            return head
+        head = head[end + 1:].strip()
+    return head
+
+
+def _match_angle(s: str, k: int) -> int | None:
+    depth = 0
+    for j in range(k, len(s)):
+        if s[j] == "<":
+            depth += 1
+        elif s[j] == ">":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+def _blank(text: str) -> str:
+    """The text with comments, string and character literals replaced by spaces (newlines kept),
+    so braces, names and `<<<` are searched in code only."""
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            e = text.find("\n", i)
+            e = n if e == -1 else e
+        elif text.startswith("/*", i):
+            e = text.find("*/", i + 2)
+            e = n if e == -1 else e + 2
+        elif c == '"' and i > 0 and text[i - 1] == "R" and (m := re.match(r'"([^(\s]{0,16})\(', text[i:])):
+            e = text.find(")" + m.group(1) + '"', i)
+            e = n if e == -1 else e + len(m.group(1)) + 2
+        elif c in "\"'" and not (c == "'" and i > 0 and text[i - 1].isalnum()):
+            e = i + 1
+            while e < n and text[e] != c and text[e] != "\n":
+                e += 2 if text[e] == "\\" else 1
+            e = min(e + 1, n)
+        else:
+            i += 1
+            continue
+        for j in range(i + (1 if c in "\"'" else 0), e - (1 if c in "\"'" else 0)):
+            if out[j] != "\n":
+                out[j] = " "
+        i = e
+    return "".join(out)
+
+
+# --- classifying ----------------------------------------------------------------------------
+
+def _place(it: _Item) -> str:
+    """Where an item goes: "device", "host" or "both"."""
+    code = it.code.strip()
+    if it.kind == "pp":
+        return "host" if _TORCH_INCLUDE.match(it.text.strip()) else "both"
+    head = code[:code.find("{")] if it.kind == "body" and "{" in code else code
+    bare = _drop_template_prefix(head.strip())
+    if _DEVICE_WORD.search(head) and not _HOST_WORD.search(head):
+        if _TYPE_HEAD.match(bare):
+            return "both"  # a type declared with __align__-style words: both see it
+        return "device"
+    if _HOST_WORD.search(head) and _DEVICE_WORD.search(head):
+        return "both"
+    if _TYPE_HEAD.match(bare):
+        return "both"
+    if it.kind == "decl":
+        if "(" not in bare or re.match(r"(?:static\s+)?(?:inline\s+)?(?:const|constexpr)\b", bare) and "=" in bare:
+            # a variable: constants go to both, other host variables stay on the host
+            return "both" if re.search(r"\b(?:const|constexpr)\b", bare) else "host"
+        return "host"  # a function's declaration (host functions; device ones matched above)
+    if re.match(r"(?:static\s+)?(?:inline\s+)?(?:const|constexpr)\b", bare) and "=" in bare:
+        return "both"  # a constant with a braced initializer
+    return "host"
+
+
+def _declared_name(it: _Item) -> str | None:
+    """The function's name (the name before its parameter list) or the variable's."""
+    code = it.code
+    head = code[:code.find("{")] if it.kind == "body" and "{" in code else code.rstrip(";")
+    head = _drop_template_prefix(head.strip())
+    if "(" in head:
+        k = _last_group_open(head)
+        if k is None:
+            return None
+        m = re.search(r"([A-Za-z_]\w*)\s*$", head[:k])
+        return m.group(1) if m else None
+    head = re.split(r"[=\[]", head)[0]
+    m = re.search(r"([A-Za-z_]\w*)\s*$", head)
+    return m.group(1) if m else None
+
+
+def _last_group_open(head: str) -> int | None:
+    """The index of the `(` that opens the head's last top-level parenthesized group (the
+    parameter list, after any `__launch_bounds__(...)`)."""
+    end = head.rfind(")")
+    if end == -1:
+        return None
+    depth = 0
+    for j in range(end, -1, -1):
+        if head[j] == ")":
+            depth += 1
+        elif head[j] == "(":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+def _kernel(it: _Item, name: str) -> _Kernel:
+    head_code = it.code[:it.code.find("{")]
+    head_text = it.text[:len(head_code)]
+    k = _last_group_open(head_code)
+    assert k is not None
+    end = head_code.rfind(")")
+    params = head_text[k + 1:end].strip()
+    names = []
+    for p in _top_level_split(_blank(params)):
+        if not p.strip() or p.strip() == "void":
+            continue
+        if "..." in p:
+            raise _NotSplit(f"kernel {name} takes a parameter pack")
+        decl = re.split(r"=", p)[0]
+        decl = re.sub(r"\[[^\]]*\]", "", decl)
+        idents = [x for x in _IDENT.findall(decl) if x not in ("const", "volatile", "__restrict__", "__restrict")]
+        if len(idents) < 2 or idents[-1] in _KEYWORDS:
+            raise _NotSplit(f"kernel {name} has an unnamed parameter")
+        names.append(idents[-1])
+    template: str | None = None
+    template_names: list[str] = []
+    stripped = head_code.strip()
+    if stripped.startswith("template"):
+        lt = stripped.find("<")
+        gt = _match_angle(stripped, lt)
+        if gt is None:
+            raise _NotSplit(f"kernel {name}'s template header is not read")
+        inner = stripped[lt + 1:gt]
+        template = f"template <{inner}>"
+        for p in _top_level_split(inner):
+            decl = p.split("=")[0]
+            if "..." in decl:
+                raise _NotSplit(f"kernel {name} has a template parameter pack")
+            ids = _IDENT.findall(decl)
+            if len(ids) < 2:
+                raise _NotSplit(f"kernel {name} has an unnamed template parameter")
+            template_names.append(ids[-1])
+    return _Kernel(name, params, names, template, template_names)
+
+
+def _top_level_split(s: str, angles: bool = True) -> list[str]:
+    """`s` cut at its top-level commas (`angles`: inside `<...>` is not top level, as in
+    declarations; off for expressions, where `<` compares and `>>` shifts)."""
+    opening, closing = ("(<[{", ")>]}") if angles else ("([{", ")]}")
+    parts, depth, cur = [], 0, []
+    for c in s:
+        depth += (c in opening) - (c in closing)
+        if c == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    return parts
+
+
+def _names_declared_by(items: list[_Item]) -> set[str]:
+    names: set[str] = set()
+    for it in items:
+        if it.kind == "pp":
+            if m := re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)", it.code):
+                names.add(m.group(1))
+            continue
+        if (name := _declared_name(it)) is not None:
+            names.add(name)
+        for m in re.finditer(r"\b(?:struct|class|union|enum(?:\s+class)?)\s+([A-Za-z_]\w*)", it.code):
+            names.add(m.group(1))
+        if m := re.match(r"\s*using\s+([A-Za-z_]\w*)\s*=", it.code):
+            names.add(m.group(1))
+    return names
+
+
+# --- launches and stubs ---------------------------------------------------------------------
+
+def _rewrite_launches(text: str, kernels: dict[str, _Kernel], launched: dict[str, set[str]],
+                      shared: set[str]) -> str:
+    """Host code with each `K[<args>]<<<config>>>(args)` a call of K's stub."""
+    out: list[str] = []
+    pos = 0
+    code = _blank(text)
+    for m in re.finditer(r"<<<", code):
+        if m.start() < pos:
+            continue
+        name, begin, targs = _launched_kernel(text, code, m.start(), kernels, shared)
+        close = code.find(">>>", m.end())
+        if close == -1:
+            raise _NotSplit("a launch's configuration is not closed")
+        config = [c.strip() for c in _split_like(text[m.end():close], code[m.end():close])]
+        if not 2 <= len(config) <= 4:
+            raise _NotSplit(f"the launch of {name} has {len(config)} configuration values")
+        config += ["0"] * (4 - len(config))
+        a = close + 3
+        while a < len(code) and code[a].isspace():
+            a += 1
+        b = _closing(code, a) if a < len(code) and code[a] == "(" else None
+        if b is None:
+            raise _NotSplit(f"the launch of {name} has no argument list")
+        args = text[a + 1:b].strip()
+        launched.setdefault(name, set()).add(targs or "")
+        out += [text[pos:begin], f"{_stub_name(name, targs or '')}({', '.join(config)}{', ' if args else ''}{args})"]
+        pos = b + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _launched_kernel(text: str, code: str, at: int, kernels: dict[str, _Kernel], shared: set[str]
+                     ) -> tuple[str, int, str | None]:
+    """The kernel a `<<<` at `at` launches: its name, where the name begins, and the explicit
+    template arguments (None: none), which the kernel unit must be able to instantiate."""
+    j = len(code[:at].rstrip())
+    targs: str | None = None
+    if code[j - 1] == ">":
+        k = _opening_angle(code, j - 1)
+        if k is None:
+            raise _NotSplit("a launch's template arguments are not read")
+        targs = text[k + 1:j - 1].strip()
+        j = len(code[:k].rstrip())
+    nm = re.search(r"([A-Za-z_]\w*)\s*$", code[:j])
+    if nm is None:
+        raise _NotSplit("a launch names no kernel")
+    name = nm.group(1)
+    if code[:nm.start(1)].rstrip().endswith("::"):
+        raise _NotSplit(f"the kernel {name} is launched by a qualified name")
+    kernel = kernels.get(name)
+    if kernel is None:
+        raise _NotSplit(f"the launched kernel {name} is not defined in the source")
+    if kernel.template is None and targs is not None:
+        raise _NotSplit(f"the kernel {name} is launched with template arguments it does not take")
+    if kernel.template is not None:
+        if targs is None:
+            raise _NotSplit(f"the template kernel {name} is launched with deduced template arguments")
+        unknown = [x for x in _IDENT.findall(_blank(targs)) if x not in _BUILTIN and x not in shared]
+        if unknown:
+            raise _NotSplit(f"the template kernel {name} is launched with {unknown[0]}, which the kernel "
+                            "unit does not know")
+    return name, nm.start(1), targs
+
+
+def _opening_angle(code: str, k: int) -> int | None:
+    depth = 0
+    while k >= 0:
+        depth += (code[k] == ">") - (code[k] == "<")
+        if depth == 0:
+            return k
+        k -= 1
+    return None
+
+
+def _closing(code: str, a: int) -> int | None:
+    """The index of the `)` closing the `(` at `a`."""
+    depth = 0
+    for b in range(a, len(code)):
+        depth += (code[b] == "(") - (code[b] == ")")
+        if depth == 0:
+            return b
+    return None
+
+
+def _split_like(text: str, code: str) -> list[str]:
+    """`text` cut at the top-level commas of its blanked `code`."""
+    parts, start = [], 0
+    for piece in _top_level_split(code, angles=False):
+        parts.append(text[start:start + len(piece)])
+        start += len(piece) + 1
+    return parts
+
+
+def _stub_name(name: str, targs: str) -> str:
+    """The stub of kernel `name` launched with template arguments `targs` ("" for none)."""
+    if not targs:
+        return STUB_PREFIX + name
+    return f"{STUB_PREFIX}{name}_{hashlib.sha1(' '.join(targs.split()).encode()).hexdigest()[:10]}"
+
+
+def _stub_params_text(k: _Kernel, targs: str) -> str:
+    """The stub's parameters: the launch configuration, then the kernel's, with its template
+    parameters replaced by the launch's arguments."""
+    params = k.params
+    if k.template is not None:
+        given = [a.strip() for a in _top_level_split(targs)]
+        if len(given) != len(k.template_names):
+            raise _NotSplit(f"the template kernel {k.name} is launched with {len(given)} of its "
+                            f"{len(k.template_names)} template arguments")
+        for tname, value in zip(k.template_names, given, strict=True):
+            params = re.sub(rf"\b{re.escape(tname)}\b", value, params)
+    return ("dim3 stratagem_grid, dim3 stratagem_block, size_t stratagem_shmem, cudaStream_t stratagem_stream"
+            + (f", {params}" if k.names else ""))
+
+
+def _stub_declaration(k: _Kernel, targs: str) -> str:
+    return f"void {_stub_name(k.name, targs)}({_stub_params_text(k, targs)});"
+
+
+def _stub_definition(k: _Kernel, targs: str) -> str:
+    call = f"{k.name}<{targs}>" if k.template is not None else k.name
+    return (f"void {_stub_name(k.name, targs)}({_stub_params_text(k, targs)}) {{\n"
+            f"  {call}<<<stratagem_grid, stratagem_block, stratagem_shmem, stratagem_stream>>>"
+            f"({', '.join(k.names)});\n}}")
