@@ -96,7 +96,7 @@ def test_shared_declarations_reach_both_units_and_device_code_only_the_kernels()
     # a template kernel launched with a constant: a stub of its own, the argument substituted
     m = re.search(rf"void ({STUB_PREFIX}scale_kernel_\w+)\(dim3 [^)]*Params p\) \{{", kernel)
     assert m is not None
-    assert f"scale_kernel<BLOCK><<<stratagem_grid, stratagem_block, stratagem_shmem, stratagem_stream>>>(x, y, p);" \
+    assert "scale_kernel<BLOCK><<<stratagem_grid, stratagem_block, stratagem_shmem, stratagem_stream>>>(x, y, p);" \
         in kernel
     assert f"{m.group(1)}((p.n + BLOCK - 1) / BLOCK, BLOCK, 0, 0, x.data_ptr<float>(), y.data_ptr<float>(), p);" in host
 

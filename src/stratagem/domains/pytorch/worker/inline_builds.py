@@ -25,8 +25,11 @@ change; the wrapper builds it under a machine-wide lock). A candidate's `-O` fla
 `-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs
 as many jobs as there are cores, and a build has at most two compile units.
 
-Header diet (`header_diet.py`, `STRATAGEM_BUILD_HEADER_DIET=0` turns it off): three builds are
-tried in order, lightest first: lean headers (`header_diet.lean`: the tensor API and the
+Split build (`kernel_split.py`, `[pytorch] split_builds`) and header diet (`header_diet.py`,
+`STRATAGEM_BUILD_HEADER_DIET=0` turns both off): four builds are
+tried in order, lightest first: the split build (the kernels compiled without torch's headers,
+the host code in `main.cpp`, both with `no_implicit_headers=True`), lean headers
+(`header_diet.lean`: the tensor API and the
 per-operator headers the source names, with `no_implicit_headers=True`, where torch's
 `load_inline` has it), the diet (`torch/extension.h` in the `.cu` becomes `torch/types.h`), then
 the call as written, whose error is the candidate's. Each has its own cache key, looked up in
