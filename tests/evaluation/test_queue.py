@@ -296,3 +296,41 @@ def test_the_blocks_of_a_confirmation_round_are_distinct_requests():
     assert one.payload["timing_seed"] != again.payload["timing_seed"]  # new seeds each time
     assert request_key(one, "cpu") == request_key(again, "cpu")
     assert request_key(one, "cpu") != request_key(other, "cpu")
+
+
+def test_a_worker_with_two_slots_evaluates_two_requests_at_once_in_slots_of_their_own(tmp_path, monkeypatch):
+    """`--slots 2`: two claims in flight, each in its own slot (own caches, the device's one
+    timing lock), every request answered once; `--slots 1` never overlaps."""
+    from stratagem.evaluation import queue_worker
+
+    monkeypatch.setenv("STRATAGEM_CACHE_DIR", str(tmp_path / "cache"))
+    for slots in (2, 1):
+        q = QueueDir(tmp_path / f"q{slots}")
+        for i in range(4):
+            q.put(entry(new_id(), key=f"k{i}"))
+        busy, peak, seen = [0], [0], []
+        lock = threading.Lock()
+
+        def fake(entry, slot, progress=None, busy=busy, peak=peak, seen=seen, lock=lock):
+            with lock:
+                busy[0] += 1
+                peak[0] = max(peak[0], busy[0])
+                seen.append((slot.index, slot.env["TORCH_EXTENSIONS_DIR"], str(slot.lock_path)))
+            time.sleep(0.5)
+            with lock:
+                busy[0] -= 1
+            return {"owner": entry["owner"], "key": entry["key"], "slot": {}, "result": {}}
+
+        monkeypatch.setattr(queue_worker, "evaluate", fake)
+        n = queue_worker.serve(q, "cpu", once=True, max_seconds=30, poll_s=0.05, log=lambda _m: None, slots=slots)
+        assert n == 4 and len(list(q.entries("responses"))) == 4
+        assert peak[0] == slots
+        assert len({s[0] for s in seen}) == slots and len({s[1] for s in seen}) == slots  # caches of their own
+        assert len({s[2] for s in seen}) == 1  # one timing lock for the device
+
+
+def test_the_worker_refuses_zero_slots(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "stratagem.evaluation.queue_worker", "--queue", str(tmp_path),
+                        "--slots", "0"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join([SRC, *sys.path])})
+    assert p.returncode == 2 and "--slots 0" in p.stderr

@@ -204,7 +204,7 @@ def _emit(out: dict[str, Any], as_json: bool, show: Callable[[], None]) -> None:
 @app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def worker_cmd(ctx: typer.Context) -> None:
     """Serve a queue folder on this (GPU) host: claim requests, evaluate each in the sandbox,
-    answer. Options: --queue DIR [--device cpu|cuda|cuda:N] [--once] [--max-seconds S]
+    answer. Options: --queue DIR [--device cpu|cuda|cuda:N] [--slots N] [--once] [--max-seconds S]
     [--poll-s S] [--lease-s S]. Needs no LLM library: where typer is missing, run
     `python -m stratagem.evaluation.queue_worker` with the same options."""
     from stratagem.evaluation.queue_worker import main as worker_main

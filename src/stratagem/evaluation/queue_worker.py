@@ -1,10 +1,11 @@
 """Owns the queue worker: `python -m stratagem.evaluation.queue_worker --queue DIR` (also
 `stratagem worker --queue DIR`), run on the machine with the GPUs.
 
-It claims requests from the queue folder (evaluation/queue.py) one at a time, evaluates each
-once in the same sandbox as the local executor (its own slot: visible device, compile caches,
-the device's shared/exclusive lock, timing cores), keeps its claim's lease fresh while it
-runs, and writes the response. It exits when the queue is empty (`--once`) or when its time
+It claims requests from the queue folder (evaluation/queue.py), `--slots` at a time (default
+2 on a GPU, as the local executor's `workers_per_gpu`, so one compiles outside the device lock
+while another times), evaluates each once in the same sandbox as the local executor (a slot of
+its own: visible device, compile caches, the device's shared/exclusive lock, timing cores),
+keeps its claim's lease fresh while it runs, and writes the response. It exits when the queue is empty (`--once`) or when its time
 is up (`--max-seconds`; a request already started is finished). Several workers may serve one
 queue, one per GPU (`--device cuda:N`). Standard library only, plus the worker stages' torch:
 no LLM library, no pydantic, no network.
@@ -40,10 +41,11 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "stratagem"
 
 
-def worker_slot(device: str) -> Slot:
-    """This worker's slot on `device` (`cpu`, `cuda:N`; `cuda` is `cuda:0`)."""
+def worker_slots(device: str, n: int) -> list[Slot]:
+    """`n` slots on `device`, each with caches of its own and the device's one timing lock (as
+    the local executor's `workers_per_gpu`): while one compiles outside the lock, another times."""
     dev = "cuda:0" if device == "cuda" else device
-    return make_slots([dev], cache_root(), {dev: 1}, platform.node() or "host")[0]
+    return make_slots([dev], cache_root(), {dev: n}, platform.node() or "host")
 
 
 def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) -> dict[str, Any]:
@@ -78,39 +80,50 @@ def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) ->
 
 
 def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None, poll_s: float,
-          name: str | None = None, log: Any = print) -> int:
-    """Claim, evaluate and answer until the queue is empty (`once`) or `max_seconds` passed.
+          name: str | None = None, log: Any = print, slots: int = 1) -> int:
+    """Claim, evaluate and answer until the queue is empty (`once`) or `max_seconds` passed,
+    `slots` requests at once (each in a slot of its own on the device, sharing its timing lock).
     Returns how many requests it answered."""
-    slot = worker_slot(device)
-    me = name or f"{platform.node()}:{os.getpid()}:{slot.physical}"
     t0 = time.monotonic()
-    answered = 0
-    while max_seconds is None or time.monotonic() - t0 < max_seconds:
-        queue.requeue_expired()
-        got = queue.claim(me, slot.physical)
-        if got is None:
-            if once and queue.pending() == 0:
-                break
-            time.sleep(poll_s)
-            continue
-        rid, entry = got
-        log(f"stratagem worker {me}: evaluating {rid[:12]}")
-        stop = threading.Event()
+    answered = [0]
+    count = threading.Lock()
 
-        def beat(rid: str = rid, stop: threading.Event = stop) -> None:
-            while not stop.wait(max(0.5, queue.lease_s / 4)):
-                queue.renew(rid, me)
+    def loop(slot: Slot) -> None:
+        me = name or f"{platform.node()}:{os.getpid()}:{slot.physical}"
+        me = me if slots == 1 else f"{me}/w{slot.index}"
+        while max_seconds is None or time.monotonic() - t0 < max_seconds:
+            queue.requeue_expired()
+            got = queue.claim(me, slot.physical)
+            if got is None:
+                if once and queue.pending() == 0:
+                    break
+                time.sleep(poll_s)
+                continue
+            rid, entry = got
+            log(f"stratagem worker {me}: evaluating {rid[:12]}")
+            stop = threading.Event()
 
-        threading.Thread(target=beat, daemon=True).start()
-        try:
-            body = evaluate(entry, slot, queue.path("progress", rid, ".jsonl"))
-        except Exception as e:  # noqa: BLE001 - the run gets a harness failure, the worker goes on
-            body = {"owner": entry.get("owner"), "key": entry.get("key"), "error": f"{type(e).__name__}: {e}"}
-        finally:
-            stop.set()
-        queue.respond(rid, {**body, "worker": me})
-        answered += 1
-    return answered
+            def beat(rid: str = rid, stop: threading.Event = stop) -> None:
+                while not stop.wait(max(0.5, queue.lease_s / 4)):
+                    queue.renew(rid, me)
+
+            threading.Thread(target=beat, daemon=True).start()
+            try:
+                body = evaluate(entry, slot, queue.path("progress", rid, ".jsonl"))
+            except Exception as e:  # noqa: BLE001 - the run gets a harness failure, the worker goes on
+                body = {"owner": entry.get("owner"), "key": entry.get("key"), "error": f"{type(e).__name__}: {e}"}
+            finally:
+                stop.set()
+            queue.respond(rid, {**body, "worker": me})
+            with count:
+                answered[0] += 1
+
+    threads = [threading.Thread(target=loop, args=(slot,), daemon=True) for slot in worker_slots(device, slots)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return answered[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,12 +134,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None, help="exit after this long (a started request is finished)")
     ap.add_argument("--poll-s", type=float, default=0.5, help="seconds between looks at an empty queue")
     ap.add_argument("--lease-s", type=float, default=60.0, help="a claim not renewed for this long is redone elsewhere")
+    ap.add_argument("--slots", type=int, default=None,
+                    help="requests evaluated at once on the device, sharing its timing lock, so one compiles while "
+                         "another times (default 2 on a GPU, as workers_per_gpu; 1 on the CPU)")
     args = ap.parse_args(argv)
+    if args.slots is not None and args.slots < 1:
+        print(f"--slots {args.slots}: give 1 or more", file=sys.stderr)
+        return 2
     if args.device not in ("cpu", "cuda") and not (args.device.startswith("cuda:") and args.device[5:].isdigit()):
         print(f"--device {args.device!r}: give cpu, cuda or cuda:N", file=sys.stderr)
         return 2
+    slots = args.slots if args.slots is not None else (1 if args.device == "cpu" else 2)
     n = serve(QueueDir(args.queue, lease_s=args.lease_s), args.device, once=args.once,
-              max_seconds=args.max_seconds, poll_s=args.poll_s)
+              max_seconds=args.max_seconds, poll_s=args.poll_s, slots=slots)
     print(f"stratagem worker: {n} requests answered", file=sys.stderr)
     return 0
 
