@@ -153,8 +153,25 @@ NOT_DEFINED = RELU.replace("__global__ void relu_kernel(", "__global__ void othe
 NO_KERNEL = "torch::Tensor f(torch::Tensor x) { return x; }\n"
 
 
+def test_a_kernel_launched_from_at_dispatch_gets_a_template_stub_for_the_dispatched_types() -> None:
+    kernel, host = _units(DISPATCH)
+    assert "template <typename scalar_t>\nvoid stratagem_launch_k(dim3" in host  # declared only
+    assert f"{STUB_PREFIX}k<scalar_t>(1, 256, 0, 0, x.data_ptr<scalar_t>()" in host
+    assert "k<scalar_t><<<stratagem_grid" in kernel
+    for t in ("double", "float"):
+        assert f"template void {STUB_PREFIX}k<{t}>(dim3 stratagem_grid, dim3 stratagem_block, size_t stratagem_shmem, " \
+               f"cudaStream_t stratagem_stream, const {t}* x, {t}* y, int n);" in kernel
+    assert "c10" not in kernel
+    kernel, _ = _units(DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, "
+                                        "at::ScalarType::BFloat16, "))
+    assert f"{STUB_PREFIX}k<c10::Half>(" in kernel and f"{STUB_PREFIX}k<c10::BFloat16>(" in kernel
+    assert "#include <c10/util/Half.h>" in kernel and "#include <c10/util/BFloat16.h>" in kernel
+
+
 @pytest.mark.parametrize(("src", "why"), [
-    (DISPATCH, "launched with scalar_t"),
+    (DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_ALL_TYPES_AND_COMPLEX("), "launched with scalar_t"),
+    (DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_FLOATING_TYPES_AND(at::kFloat8_e4m3fn, "),
+     "launched with scalar_t"),
     (HOST_TEMPLATE, "launched with B"),
     (ATTRIBUTE, "device symbol relu_kernel"),
     (SYMBOL, "device symbol scale"),
@@ -208,10 +225,13 @@ def test_nvcc_compiles_the_kernel_units_and_gcc_the_host_units(tmp_path) -> None
     nvcc_flags = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                   "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr",
                   "--compiler-options", "-fPIC", "-O3", "-gencode=arch=compute_90,code=sm_90", "-std=c++20"]
+    nvcc_flags += ["-isystem", str(inc)]  # c10's Half and BFloat16, for dispatched kernels
     gcc_flags = ["-DTORCH_EXTENSION_NAME=split_test", "-DTORCH_API_INCLUDE_EXTENSION_H", "-isystem", str(inc),
                  "-isystem", str(inc / "torch" / "csrc" / "api" / "include"), "-isystem",
                  str(sysconfig.get_path("include")), "-isystem", str(cuda), "-fPIC", "-std=c++20", "-fsyntax-only"]
-    cases = [("relu", RELU, DECL), ("rich", RICH, ["torch::Tensor scale_cuda(torch::Tensor x, double alpha);"])]
+    half = DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_FLOATING_TYPES_AND_HALF(")
+    cases = [("relu", RELU, DECL), ("rich", RICH, ["torch::Tensor scale_cuda(torch::Tensor x, double alpha);"]),
+             ("dispatch", half, ["torch::Tensor f(torch::Tensor x);"])]
     for name, src, cpp in cases:
         kernel, host = _units(src, cpp, cuda_flags=["-O3"])
         cu, cc = tmp_path / f"{name}.cu", tmp_path / f"{name}.cpp"

@@ -23,14 +23,16 @@ What moves where, reading the `.cu`'s top-level items in order (both units keep 
 In host code, `K<<<grid, block[, shmem[, stream]]>>>(args)` becomes
 `stratagem_launch_K(grid, block, shmem, stream, args)`: the same arguments, evaluated once, the
 same launch. A kernel launched with explicit template arguments (`K<256><<<...>>>`) gets a
-template stub, instantiated in the kernel unit for those arguments, which must then name only
-numbers, built-in types and what both units declare.
+stub of its own for those arguments, which must then name only numbers, built-in types and
+what both units declare; one launched with `scalar_t` inside `AT_DISPATCH_*` gets a template
+stub, declared on the host and explicitly instantiated in the kernel unit for each type the
+macro dispatches to.
 
 A source is not split (`Split.skipped` says why, and the lighter attempts build it) when:
 device code names torch (`torch::`, `at::`, `c10::`, `AT_`, `TORCH_`, `C10_`); host code names a
 device symbol other than by launching it (`cudaFuncSetAttribute(K, ...)`, `cudaMemcpyToSymbol`);
-a kernel is launched with template arguments deduced or named by host code (`K<scalar_t>` inside
-`AT_DISPATCH_*`), is overloaded, is not defined in the source, or has an unnamed parameter; a
+a kernel is launched with template arguments deduced or named by host code otherwise (a host
+template's parameter, a dispatch macro not listed in `_DISPATCH_TYPES`), is overloaded, is not defined in the source, or has an unnamed parameter; a
 macro launches a kernel; or the `.cu` has a namespace or `extern "C" { }` block. Host code is
 compiled by gcc as C++ without `__CUDACC__` (a host branch under `#ifdef __CUDACC__` differs);
 a `.cu` host optimization level (`-O3` in `extra_cuda_cflags`) is kept for the moved code with
@@ -113,14 +115,17 @@ def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str
     kernels, device_names = _device_side(items, places)
     shared_names = _names_declared_by([it for it, where in zip(items, places, strict=True) if where == "both"])
     launched: dict[str, set[str]] = {}  # kernel -> the explicit template argument lists it is launched with
-    host_texts = [_host_text(it, kernels, launched, shared_names, device_names) if where == "host" else ""
+    dispatched: dict[str, set[str]] = {}  # kernel -> the types AT_DISPATCH_* launches it with
+    host_texts = [_host_text(it, kernels, launched, shared_names, device_names, dispatched) if where == "host" else ""
                   for it, where in zip(items, places, strict=True)]
-    if not launched:
+    if not launched and not dispatched:
         raise _NotSplit("the host code launches no kernel of the source")
     kernel_unit = ["// " + MARK + ": the kernels", "#include <cuda_runtime.h>", "#include <cstdint>",
                    "#include <cmath>", "#include <cfloat>", "#include <climits>"]
     if "std::" in "".join(it.code for it, w in zip(items, places, strict=True) if w == "device"):
         kernel_unit.append("#include <algorithm>")
+    wanted = {t for types in dispatched.values() for t in types}
+    kernel_unit += [f"#include <c10/util/{t[5:]}.h>" for t in ("c10::Half", "c10::BFloat16") if t in wanted]
     host_unit = ["// " + MARK + ": the host code", "#include <cuda_runtime.h>", *cpp]
     host_opt = _host_opt(cuda_flags)
     if host_opt is not None and host_opt != (_host_opt(cpp_flags) or "0"):
@@ -132,10 +137,16 @@ def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str
             host_unit.append(it.text)
         elif where == "host":
             host_unit.append(host_text)
-        elif it.kind == "body" and (k := _kernel_of(it, kernels)) is not None and k.name in launched:
-            host_unit.extend(_stub_declaration(k, targs) for targs in sorted(launched[k.name]))
+        elif it.kind == "body" and (k := _kernel_of(it, kernels)) is not None:
+            host_unit.extend(_stub_declaration(k, targs) for targs in sorted(launched.get(k.name, ())))
+            if k.name in dispatched:
+                host_unit.append(_template_stub(k, body=False))
     kernel_unit.extend(_stub_definition(kernels[name], targs)
                        for name, arg_lists in launched.items() for targs in sorted(arg_lists))
+    for name, types in dispatched.items():
+        k = kernels[name]
+        kernel_unit.append(_template_stub(k, body=True))
+        kernel_unit.extend(f"template void {STUB_PREFIX}{name}<{t}>({_stub_params_text(k, t)});" for t in sorted(types))
     # torch's precompiled header is read only where its include comes first, as torch puts it
     return Split(["\n".join(kernel_unit) + "\n"], ["#include <torch/extension.h>", "\n".join(host_unit) + "\n"])
 
@@ -161,9 +172,9 @@ def _device_side(items: list[_Item], places: list[str]) -> tuple[dict[str, _Kern
 
 
 def _host_text(it: _Item, kernels: dict[str, _Kernel], launched: dict[str, set[str]], shared: set[str],
-               device_names: set[str]) -> str:
+               device_names: set[str], dispatched: dict[str, set[str]]) -> str:
     """A host item with its launches rewritten; it may name no device symbol otherwise."""
-    rewritten = _rewrite_launches(it.text, kernels, launched, shared)
+    rewritten = _rewrite_launches(it.text, kernels, launched, shared, dispatched)
     code = _blank(rewritten)
     for name in device_names:
         if re.search(rf"\b{re.escape(name)}\b", code):
@@ -438,15 +449,16 @@ def _names_declared_by(items: list[_Item]) -> set[str]:
 # --- launches and stubs ---------------------------------------------------------------------
 
 def _rewrite_launches(text: str, kernels: dict[str, _Kernel], launched: dict[str, set[str]],
-                      shared: set[str]) -> str:
-    """Host code with each `K[<args>]<<<config>>>(args)` a call of K's stub."""
+                      shared: set[str], dispatched: dict[str, set[str]]) -> str:
+    """Host code with each `K[<args>]<<<config>>>(args)` a call of K's stub (`dispatched`: the
+    types each kernel launched with `scalar_t` in `AT_DISPATCH_*` is instantiated for)."""
     out: list[str] = []
     pos = 0
     code = _blank(text)
     for m in re.finditer(r"<<<", code):
         if m.start() < pos:
             continue
-        name, begin, targs = _launched_kernel(text, code, m.start(), kernels, shared)
+        name, begin, targs, types = _launched_kernel(text, code, m.start(), kernels, shared)
         close = code.find(">>>", m.end())
         if close == -1:
             raise _NotSplit("a launch's configuration is not closed")
@@ -461,17 +473,23 @@ def _rewrite_launches(text: str, kernels: dict[str, _Kernel], launched: dict[str
         if b is None:
             raise _NotSplit(f"the launch of {name} has no argument list")
         args = text[a + 1:b].strip()
-        launched.setdefault(name, set()).add(targs or "")
-        out += [text[pos:begin], f"{_stub_name(name, targs or '')}({', '.join(config)}{', ' if args else ''}{args})"]
+        if types is not None:  # a template stub, instantiated for the dispatched types
+            dispatched.setdefault(name, set()).update(types)
+            stub = f"{STUB_PREFIX}{name}<{targs}>"
+        else:
+            launched.setdefault(name, set()).add(targs or "")
+            stub = _stub_name(name, targs or "")
+        out += [text[pos:begin], f"{stub}({', '.join(config)}{', ' if args else ''}{args})"]
         pos = b + 1
     out.append(text[pos:])
     return "".join(out)
 
 
 def _launched_kernel(text: str, code: str, at: int, kernels: dict[str, _Kernel], shared: set[str]
-                     ) -> tuple[str, int, str | None]:
-    """The kernel a `<<<` at `at` launches: its name, where the name begins, and the explicit
-    template arguments (None: none), which the kernel unit must be able to instantiate."""
+                     ) -> tuple[str, int, str | None, tuple[str, ...] | None]:
+    """The kernel a `<<<` at `at` launches: its name, where the name begins, the explicit
+    template arguments (None: none), which the kernel unit must be able to instantiate, and,
+    for a launch with `scalar_t` inside `AT_DISPATCH_*`, the types it dispatches to."""
     j = len(code[:at].rstrip())
     targs: str | None = None
     if code[j - 1] == ">":
@@ -495,10 +513,51 @@ def _launched_kernel(text: str, code: str, at: int, kernels: dict[str, _Kernel],
         if targs is None:
             raise _NotSplit(f"the template kernel {name} is launched with deduced template arguments")
         unknown = [x for x in _IDENT.findall(_blank(targs)) if x not in _BUILTIN and x not in shared]
+        if unknown == ["scalar_t"] and targs.strip() == "scalar_t" and len(kernel.template_names) == 1:
+            types = _dispatched_types(code, at)
+            if types is not None:
+                return name, nm.start(1), targs, types
         if unknown:
             raise _NotSplit(f"the template kernel {name} is launched with {unknown[0]}, which the kernel "
                             "unit does not know")
-    return name, nm.start(1), targs
+    return name, nm.start(1), targs, None
+
+
+_DISPATCH = re.compile(r"\bAT_DISPATCH_(\w+)\s*\(")
+_DISPATCH_TYPES = {
+    "FLOATING_TYPES": ("double", "float"),
+    "FLOATING_TYPES_AND_HALF": ("double", "float", "c10::Half"),
+    "REDUCED_FLOATING_TYPES": ("c10::Half", "c10::BFloat16"),
+    "INTEGRAL_TYPES": ("uint8_t", "int8_t", "int32_t", "int64_t", "int16_t"),
+    "ALL_TYPES": ("uint8_t", "int8_t", "int32_t", "int64_t", "int16_t", "double", "float"),
+}
+"""The types of c10's dispatch macros (c10/core/ScalarType.h's AT_FORALL lists), as the kernel
+unit names them; `..._AND(T, ...)`, `_AND2`, `_AND3` add the scalar types named first."""
+_SCALAR_TYPES = {"Half": "c10::Half", "BFloat16": "c10::BFloat16", "Float": "float", "Double": "double",
+                 "Int": "int32_t", "Long": "int64_t", "Short": "int16_t", "Char": "int8_t", "Byte": "uint8_t",
+                 "Bool": "bool"}
+
+
+def _dispatched_types(code: str, at: int) -> tuple[str, ...] | None:
+    """The types of the innermost `AT_DISPATCH_*(...)` around position `at` (None: none, or a
+    macro or an added scalar type not known here)."""
+    around = [(m, _closing(code, m.end() - 1)) for m in _DISPATCH.finditer(code[:at])]
+    inside = [(m, end) for m, end in around if end is not None and end > at]
+    if not inside:
+        return None
+    m, end = inside[-1]
+    kind = m.group(1)
+    added = re.fullmatch(r"(\w+?)_AND([23]?)", kind)
+    base, extra = (added.group(1), int(added.group(2) or 1)) if added and kind not in _DISPATCH_TYPES else (kind, 0)
+    if base not in _DISPATCH_TYPES:
+        return None
+    types = list(_DISPATCH_TYPES[base])
+    for arg in _top_level_split(code[m.end():end], angles=False)[:extra]:
+        scalar = re.search(r"(?:k|ScalarType::)(\w+)\s*$", arg.strip())
+        if scalar is None or scalar.group(1) not in _SCALAR_TYPES:
+            return None
+        types.append(_SCALAR_TYPES[scalar.group(1)])
+    return tuple(dict.fromkeys(types))
 
 
 def _opening_angle(code: str, k: int) -> int | None:
@@ -550,6 +609,18 @@ def _stub_params_text(k: _Kernel, targs: str) -> str:
             params = re.sub(rf"\b{re.escape(tname)}\b", value, params)
     return ("dim3 stratagem_grid, dim3 stratagem_block, size_t stratagem_shmem, cudaStream_t stratagem_stream"
             + (f", {params}" if k.names else ""))
+
+
+def _template_stub(k: _Kernel, body: bool) -> str:
+    """The template stub of a kernel launched from `AT_DISPATCH_*`: declared on the host,
+    defined (and instantiated for the dispatched types) in the kernel unit."""
+    params = ("dim3 stratagem_grid, dim3 stratagem_block, size_t stratagem_shmem, cudaStream_t stratagem_stream"
+              + (f", {k.params}" if k.names else ""))
+    head = f"{k.template}\nvoid {STUB_PREFIX}{k.name}({params})"
+    if not body:
+        return head + ";"
+    return (f"{head} {{\n  {k.name}<{', '.join(k.template_names)}><<<stratagem_grid, stratagem_block, "
+            f"stratagem_shmem, stratagem_stream>>>({', '.join(k.names)});\n}}")
 
 
 def _stub_declaration(k: _Kernel, targs: str) -> str:
