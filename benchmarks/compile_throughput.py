@@ -140,8 +140,8 @@ def _pch(before: str | None) -> str:
     return "none" if after is None else ("reused" if after == before else "built")
 
 
-def _config(device: str, cache: Path, build_cache: bool, split: bool = True) -> Any:
-    return load_config(None, {"pytorch": {"split_builds": split}, "evaluation": {
+def _config(device: str, cache: Path, build_cache: bool, split: bool = True, prebuild: str = "when_busy") -> Any:
+    return load_config(None, {"pytorch": {"split_builds": split}, "evaluation": {"prebuild": prebuild,
         "device": device, "timeout_s": 300, "compile_timeout_s": 900, "baselines": ["eager"],
         "cache_dir": str(cache), "build_cache": build_cache,
         "timing": {"warmup_ms": 20, "budget_ms": 200, "min_reps": 5, "max_reps": 200},
@@ -174,7 +174,8 @@ def _executor(devices: list[str], cfg: Any, env: dict[str, str], diet: bool) -> 
     return LocalExecutor(slots, cfg, env)
 
 
-def run(device: str, pch: bool, skip_off: bool, diet: bool = True, split: bool = True) -> list[dict[str, Any]]:
+def run(device: str, pch: bool, skip_off: bool, diet: bool = True, split: bool = True,
+        prebuild: str = "when_busy") -> list[dict[str, Any]]:
     template = CUDA_CANDIDATE if device == "cuda" else CPU_CANDIDATE
     first, changed = template.replace("BLOCK", "256"), template.replace("BLOCK", "512")
     env = dict(environment())
@@ -183,12 +184,12 @@ def run(device: str, pch: bool, skip_off: bool, diet: bool = True, split: bool =
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="stratagem-compile-bench-") as tmp:
         if not skip_off:
-            cfg = _config(device, Path(tmp) / "off", False, split)
+            cfg = _config(device, Path(tmp) / "off", False, split, prebuild)
             ev = Evaluator(cfg, _executor(devices, cfg, env, diet), device)
             before = _pch_sign()
             row = asyncio.run(_evaluate(ev, first))
             rows.append({"row": "cold, cache off", "pch": _pch(before), **row})
-        cfg = _config(device, Path(tmp) / "on", True, split)
+        cfg = _config(device, Path(tmp) / "on", True, split, prebuild)
         ev = Evaluator(cfg, _executor(devices, cfg, env, diet), device)
 
         async def three() -> None:
@@ -327,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the CUDA file's torch/extension.h as torch/types.h (on, the default) or as written")
     ap.add_argument("--split", choices=("on", "off"), default="on",
                     help="the split build first (kernels without torch's headers, `[pytorch] split_builds`)")
+    ap.add_argument("--prebuild", choices=("when_busy", "always", "never"), default="when_busy",
+                    help="[evaluation] prebuild: when_busy (the default; one design at a time here, so its slot "
+                         "is free and it builds there), always (on a CPU build worker first), never")
     ap.add_argument("--nvcc-only", action="store_true", help="time nvcc alone on the CUDA file (no GPU needed)")
     ap.add_argument("--arch", default="90", help="with --nvcc-only: the architecture (90: H100/H200)")
     ap.add_argument("--repeat", type=int, default=1, help="with --nvcc-only: rounds of the three compiles")
@@ -338,12 +342,13 @@ def main(argv: list[str] | None = None) -> int:
             "a C++-only load_inline ReLU (no GPU here: the C++ build and the evaluation around it)")
     print(f"compile throughput: {what}, device {args.device}, precompiled headers "
           f"{'off' if args.no_pch else 'on where torch supports them'}, header diet {args.header_diet}, "
-          f"split {args.split}")
+          f"split {args.split}, prebuild {args.prebuild}")
     if args.no_pch:  # gcc uses a fitting header wherever it lies, asked for or not
         import torch.utils.cpp_extension as ext
 
         ext.remove_extension_h_precompiler_headers()
-    rows = run(args.device, not args.no_pch, args.skip_off, args.header_diet == "on", args.split == "on")
+    rows = run(args.device, not args.no_pch, args.skip_off, args.header_diet == "on", args.split == "on",
+               args.prebuild)
     print(f"{'row':<18} {'prebuild s':>10} {'prebuilt':>9} {'build s':>8} {'whole evaluation s':>19} {'cache':>9} {'pch':>7} {'diet':>10} {'status':>8}")
     for r in rows:
         print(f"{r['row']:<18} {r['prebuild_s']:>10.1f} {r['prebuild']:>9} {r['build_s']:>8.1f} {r['whole_s']:>19.1f} {r['cache']:>9} {r['pch']:>7} "

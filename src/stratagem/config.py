@@ -221,6 +221,11 @@ class EvaluationConfig(BaseModel):
     """Concurrent workers when evaluating on the CPU."""
     workers_per_gpu: int = Field(default=2, ge=1)
     """Concurrent workers per GPU: compiles overlap, timing holds a per-GPU lock."""
+    prebuild: Literal["when_busy", "always", "never"] = "when_busy"
+    """When a design that builds an extension is built first on a CPU build worker
+    (`LocalExecutor.prebuild`): `when_busy`, when no slot of its GPU is free at that moment (it
+    builds while it would wait; with a free slot it builds in that slot's worker, outside the
+    device lock, without a second worker's start); `always`; `never`."""
     max_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """A worker response larger than this is rejected as malformed."""
     cache_dir: Path | None = None

@@ -114,3 +114,34 @@ def test_the_prebuilt_extension_is_what_the_evaluation_loads(cfg) -> None:
     load = next(r for r in ev.verdict.results if r.name == "load")
     loaded = load.details["builds"]
     assert [b["outcome"] for b in loaded] == ["hit"] and loaded[0]["key"] == built[0]["key"]
+
+
+def test_prebuild_when_busy_runs_only_when_no_slot_of_the_gpu_is_free(cfg, monkeypatch) -> None:
+    """`[evaluation] prebuild = "when_busy"` (the default): a design that would take a free GPU
+    slot at once builds there (no second worker); one that would wait builds meanwhile on a CPU
+    build worker; `always` and `never` do as they say."""
+    from stratagem.evaluation import executors
+    from stratagem.evaluation.slots import Slot
+
+    ran: list[str] = []
+
+    async def fake_run(self, request, timeout_s, slot, arch):  # type: ignore[no-untyped-def]
+        ran.append(arch)
+        return "built"
+
+    monkeypatch.setattr(executors.LocalExecutor, "_run_prebuild", fake_run)
+    monkeypatch.setattr(executors, "gpu_capability", lambda _d: "90")
+    gpu = Slot(0, "cuda", "cuda:0", {}, None, (), (), "host")
+
+    async def scenario(ex: LocalExecutor) -> list[object]:
+        out = [await ex.prebuild(None, 1.0)]  # type: ignore[arg-type] - the one slot is free
+        taken = await ex._take("cuda:0")
+        out.append(await ex.prebuild(None, 1.0))  # type: ignore[arg-type] - it is taken: build meanwhile
+        await ex._give(taken)
+        return out
+
+    for mode, want in (("when_busy", [None, "built"]), ("always", ["built", "built"]), ("never", [None, None])):
+        ran.clear()
+        ex = LocalExecutor([gpu], cfg.model_copy(update={"prebuild": mode}), ENV)
+        assert asyncio.run(scenario(ex)) == want, mode
+        assert len(ran) == want.count("built")

@@ -22,13 +22,14 @@ PROBLEM = HERE.parents[0] / "fixtures/problem_relu.py"
 
 @pytest.fixture(scope="module")
 def evaluate():
-    cfg = load_config(None, {"evaluation": {"device": "cuda", "baselines": ["eager"], "timeout_s": 300,
-                                            "integrity": "strict"}})
-    ev = make_evaluator(cfg.evaluation)
+    def config(policy: str):  # the policy in its own section ([pytorch], issue 25)
+        return load_config(None, {"evaluation": {"device": "cuda", "baselines": ["eager"], "timeout_s": 300},
+                                  "pytorch": {"integrity": policy}}).evaluation
+
+    ev = make_evaluator(config("strict"))
 
     def run(name: str, policy: str = "strict"):
-        e = ev if policy == "strict" else make_evaluator(
-            cfg.evaluation.model_copy(update={"integrity": policy}))
+        e = ev if policy == "strict" else make_evaluator(config(policy))
         return asyncio.run(e.evaluate(load_problem(PROBLEM), read_candidate(HERE / "strict" / f"cuda_{name}.py")))
 
     return run

@@ -248,14 +248,25 @@ class LocalExecutor:
         `device` (default: this executor's first), outside every slot and device lock, at most
         cores/2 at once, so the GPU's slots time other designs while it compiles; the builds
         land in the shared build cache that the design's own evaluation then loads from. None
-        (nothing run) when this executor has no GPU or the GPU's architecture cannot be read.
+        (nothing run) when this executor has no GPU, the GPU's architecture cannot be read, or
+        `[evaluation] prebuild` says not now (`when_busy`, the default, with a slot of the GPU
+        free: the design takes it and builds there outside the device lock, one worker start
+        sooner; the measured latency on the H200 is in benchmarks/RESULTS.md).
         The worker sees no GPU and builds for that architecture (`STRATAGEM_BUILD_ARCH`), off
         the cores reserved for timing, in a folder of its own removed afterwards."""
         gpus = [s for s in self.slots if s.physical.startswith("cuda") and device in (None, s.physical)]
-        arch = gpu_capability(gpus[0].physical) if gpus else None
-        if not gpus or arch is None:
+        if not gpus or self._cfg.prebuild == "never" or (self._cfg.prebuild == "when_busy"
+                                                          and self.free_slot_on(gpus[0].physical)):
+            return None
+        arch = gpu_capability(gpus[0].physical)
+        if arch is None:
             return None
         return await self._run_prebuild(request, timeout_s, gpus[0], arch)
+
+    def free_slot_on(self, device: str) -> bool:
+        """Whether a slot on the physical `device` is free now (the design would take it at once)."""
+        free, _ready = self._pool()
+        return any(s.physical == device for s in free)
 
     async def _run_prebuild(self, request: EvalRequest, timeout_s: float, slot: Slot, arch: str) -> SandboxResult:
         """`prebuild`'s worker for `slot`'s device, building for `arch`."""
