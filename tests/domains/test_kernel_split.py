@@ -117,6 +117,9 @@ def test_a_launch_with_a_stream_and_expressions_keeps_every_argument() -> None:
 def test_the_host_code_keeps_the_cuda_sources_optimization_level() -> None:
     _k, host = _units(RELU, cuda_flags=["-O3", "--use_fast_math"])
     assert '#pragma GCC optimize ("O3")' in host
+    # for the moved code only: torch's pybind11 module, appended after it, keeps main.cpp's level
+    assert host.index("#pragma GCC push_options") < host.index("torch::Tensor relu_cuda(torch::Tensor x) {")
+    assert host.rstrip().endswith("#pragma GCC pop_options")
     _k, host = _units(RELU, cuda_flags=["-O3"], cpp_flags=["-O3"])
     assert "#pragma GCC optimize" not in host  # main.cpp already is
     _k, host = _units(RELU)

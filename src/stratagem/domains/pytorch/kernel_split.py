@@ -128,8 +128,9 @@ def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str
     kernel_unit += [f"#include <c10/util/{t[5:]}.h>" for t in ("c10::Half", "c10::BFloat16") if t in wanted]
     host_unit = ["// " + MARK + ": the host code", "#include <cuda_runtime.h>", *cpp]
     host_opt = _host_opt(cuda_flags)
-    if host_opt is not None and host_opt != (_host_opt(cpp_flags) or "0"):
-        host_unit.append(f'#pragma GCC optimize ("O{host_opt}")')
+    pragma = host_opt is not None and host_opt != (_host_opt(cpp_flags) or "0")
+    if pragma:  # for the moved code only: torch's pybind11 module after it keeps main.cpp's level
+        host_unit += ["#pragma GCC push_options", f'#pragma GCC optimize ("O{host_opt}")']
     for it, where, host_text in zip(items, places, host_texts, strict=True):
         if where in ("device", "both"):
             kernel_unit.append(it.text)
@@ -141,6 +142,8 @@ def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str
             host_unit.extend(_stub_declaration(k, targs) for targs in sorted(launched.get(k.name, ())))
             if k.name in dispatched:
                 host_unit.append(_template_stub(k, body=False))
+    if pragma:
+        host_unit.append("#pragma GCC pop_options")
     kernel_unit.extend(_stub_definition(kernels[name], targs)
                        for name, arg_lists in launched.items() for targs in sorted(arg_lists))
     for name, types in dispatched.items():
