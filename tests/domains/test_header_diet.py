@@ -422,10 +422,12 @@ def test_a_split_that_does_not_compile_is_built_lean(tmp_path, monkeypatch) -> N
 
 def test_a_source_that_is_not_split_says_why_beside_what_built(tmp_path, monkeypatch) -> None:
     log = _fake_torch(monkeypatch, tmp_path, fail_light=False, split=True)
-    _load(**{**_call(), "cuda_sources": STREAM_MATMUL})  # a dispatched template kernel: not split
+    named = KERNELBENCH_RELU.replace(  # the kernel named other than by a launch: not split
+        "    int n = x.numel();", "    int n = x.numel();\n    cudaFuncSetAttribute(relu_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 50);")
+    _load(**{**_call(), "cuda_sources": named})
     assert log == ["lean"]
     note = inline_builds.EVENTS[-1].header_diet
-    assert note is not None and note.startswith("lean (not split: the template kernel scale_kernel")
+    assert note is not None and note.startswith("lean (not split: host code uses the device symbol relu_kernel")
 
 
 def test_split_builds_off_goes_straight_to_lean(tmp_path, monkeypatch) -> None:

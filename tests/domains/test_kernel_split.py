@@ -139,9 +139,22 @@ torch::Tensor f(torch::Tensor x) {
 }
 """
 HOST_TEMPLATE = r"""
+#include <torch/extension.h>
 template <int B> __global__ void k(float* y) { y[threadIdx.x] = B; }
-template <int B> void launch(float* y) { k<B><<<1, B>>>(y); }
-torch::Tensor f(torch::Tensor x) { launch<128>(x.data_ptr<float>()); return x; }
+template <int B> static void launch(float* y) { k<B><<<1, B>>>(y); }
+torch::Tensor f(torch::Tensor x) {
+    if (x.numel() > 1000) launch<128>(x.data_ptr<float>()); else launch<64 + 32>(x.data_ptr<float>());
+    return x;
+}
+"""
+LOCAL_CONSTANT = r"""
+#include <torch/extension.h>
+template <int B> __global__ void k(float* y) { y[threadIdx.x] = B; }
+torch::Tensor f(torch::Tensor x) {
+    constexpr int BLOCK = 256;
+    k<BLOCK><<<1, BLOCK>>>(x.data_ptr<float>());
+    return x;
+}
 """
 ATTRIBUTE = RELU.replace("    int n = x.numel();",
                          "    int n = x.numel();\n    cudaFuncSetAttribute(relu_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 50);")
@@ -171,11 +184,25 @@ def test_a_kernel_launched_from_at_dispatch_gets_a_template_stub_for_the_dispatc
     assert "#include <c10/util/Half.h>" in kernel and "#include <c10/util/BFloat16.h>" in kernel
 
 
+def test_a_launch_inside_a_host_template_is_instantiated_for_each_explicit_call() -> None:
+    kernel, host = _units(HOST_TEMPLATE)
+    assert "template <int B>\nvoid stratagem_launch_k(dim3" in host and f"{STUB_PREFIX}k<B>(1, B, 0, 0, y);" in host
+    assert f"template void {STUB_PREFIX}k<(128)>(" in kernel and f"template void {STUB_PREFIX}k<(64 + 32)>(" in kernel
+    assert "launch<128>" in host and "static void launch" not in kernel
+
+
+def test_a_host_functions_own_constant_is_the_template_argument() -> None:
+    kernel, host = _units(LOCAL_CONSTANT)
+    assert "k<(256)><<<stratagem_grid" in kernel
+    assert "constexpr int BLOCK = 256;" in host and "<<<" not in host
+
+
 @pytest.mark.parametrize(("src", "why"), [
+    (HOST_TEMPLATE.replace("launch<64 + 32>(", "launch("), "launched with B"),  # deduced: instances unknown
+    (HOST_TEMPLATE.replace("launch<64 + 32>(", "launch<N>("), "launched with B"),
     (DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_ALL_TYPES_AND_COMPLEX("), "launched with scalar_t"),
     (DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_FLOATING_TYPES_AND(at::kFloat8_e4m3fn, "),
      "launched with scalar_t"),
-    (HOST_TEMPLATE, "launched with B"),
     (ATTRIBUTE, "device symbol relu_kernel"),
     (SYMBOL, "device symbol scale"),
     (HALF, "device code names torch"),
@@ -197,6 +224,12 @@ def test_several_sources_are_one_unit_as_torch_joins_them() -> None:
     got = split([head, "torch::Tensor relu_cuda" + rest], DECL)
     assert got.skipped is None and got.cuda_sources is not None and got.cpp_sources is not None
     assert "relu_kernel<<<" not in got.cpp_sources[1] and "__global__" in got.cuda_sources[0]
+
+
+def _symbols(obj: Path, which: str) -> set[str]:
+    out = subprocess.run(["nm", "-C", which, str(obj)], capture_output=True, text=True, timeout=60, check=True)
+    found = (re.match(r"\s*(?:[0-9a-f]+\s+)?[A-Za-z]\s+(.*)$", line) for line in out.stdout.splitlines())
+    return {m.group(1).strip() for m in found if m is not None}
 
 
 def _torch_include() -> Path:
@@ -231,10 +264,12 @@ def test_nvcc_compiles_the_kernel_units_and_gcc_the_host_units(tmp_path) -> None
     nvcc_flags += ["-isystem", str(inc)]  # c10's Half and BFloat16, for dispatched kernels
     gcc_flags = ["-DTORCH_EXTENSION_NAME=split_test", "-DTORCH_API_INCLUDE_EXTENSION_H", "-isystem", str(inc),
                  "-isystem", str(inc / "torch" / "csrc" / "api" / "include"), "-isystem",
-                 str(sysconfig.get_path("include")), "-isystem", str(cuda), "-fPIC", "-std=c++20", "-fsyntax-only"]
+                 str(sysconfig.get_path("include")), "-isystem", str(cuda), "-fPIC", "-std=c++20"]
     half = DISPATCH.replace("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_FLOATING_TYPES_AND_HALF(")
     cases = [("relu", RELU, DECL), ("rich", RICH, ["torch::Tensor scale_cuda(torch::Tensor x, double alpha);"]),
-             ("dispatch", half, ["torch::Tensor f(torch::Tensor x);"])]
+             ("dispatch", half, ["torch::Tensor f(torch::Tensor x);"]),
+             ("host_template", HOST_TEMPLATE, ["torch::Tensor f(torch::Tensor x);"]),
+             ("local_constant", LOCAL_CONSTANT, ["torch::Tensor f(torch::Tensor x);"])]
     for name, src, cpp in cases:
         kernel, host = _units(src, cpp, cuda_flags=["-O3"])
         cu, cc = tmp_path / f"{name}.cu", tmp_path / f"{name}.cpp"
@@ -243,5 +278,11 @@ def test_nvcc_compiles_the_kernel_units_and_gcc_the_host_units(tmp_path) -> None
         out = subprocess.run(["nvcc", *nvcc_flags, "-c", str(cu), "-o", str(tmp_path / f"{name}.o")],
                              capture_output=True, text=True, timeout=600, check=False, env=dict(os.environ))
         assert out.returncode == 0, (name, out.stderr[-3000:])
-        out = subprocess.run(["g++", *gcc_flags, str(cc)], capture_output=True, text=True, timeout=600, check=False)
+        out = subprocess.run(["g++", *gcc_flags, "-c", str(cc), "-o", str(tmp_path / f"{name}_host.o")],
+                             capture_output=True, text=True, timeout=600, check=False)
         assert out.returncode == 0, (name, out.stderr[-3000:])
+        # every stub the host code calls is defined in the kernel unit (the instances included)
+        needed = _symbols(tmp_path / f"{name}_host.o", "-u")
+        defined = _symbols(tmp_path / f"{name}.o", "--defined-only")
+        stubs = {x for x in needed if STUB_PREFIX in x}
+        assert stubs and stubs <= defined, (name, stubs - defined)

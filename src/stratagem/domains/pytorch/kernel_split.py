@@ -26,13 +26,17 @@ same launch. A kernel launched with explicit template arguments (`K<256><<<...>>
 stub of its own for those arguments, which must then name only numbers, built-in types and
 what both units declare; one launched with `scalar_t` inside `AT_DISPATCH_*` gets a template
 stub, declared on the host and explicitly instantiated in the kernel unit for each type the
-macro dispatches to.
+macro dispatches to; one launched inside a host function template with its parameters, for
+each explicit call of that template (`launch<3>(...)`); a host function's own constant
+(`constexpr int BLOCK = 256;`) stands for its value. A missing instance cannot pass unseen:
+the library then does not import, and the wrapper builds the lighter attempt.
 
 A source is not split (`Split.skipped` says why, and the lighter attempts build it) when:
 device code names torch (`torch::`, `at::`, `c10::`, `AT_`, `TORCH_`, `C10_`); host code names a
 device symbol other than by launching it (`cudaFuncSetAttribute(K, ...)`, `cudaMemcpyToSymbol`);
 a kernel is launched with template arguments deduced or named by host code otherwise (a host
-template's parameter, a dispatch macro not listed in `_DISPATCH_TYPES`), is overloaded, is not defined in the source, or has an unnamed parameter; a
+template called with deduced arguments, a dispatch macro not listed in `_DISPATCH_TYPES`), is
+overloaded, is not defined in the source, or has an unnamed parameter; a
 macro launches a kernel; or the `.cu` has a namespace or `extern "C" { }` block. Host code is
 compiled by gcc as C++ without `__CUDACC__` (a host branch under `#ifdef __CUDACC__` differs);
 a `.cu` host optimization level (`-O3` in `extra_cuda_cflags`) is kept for the moved code with
@@ -46,6 +50,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stratagem.domains.pytorch import cuda_text as ct
+
 VERSION = 1
 """Part of the cache key of a split build: a change to the split changes it."""
 STUB_PREFIX = "stratagem_launch_"
@@ -55,7 +61,6 @@ _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"]\s*(?:torch|ATen|c10|pybind11|TH
 _TORCH_NAME = re.compile(r"\b(?:torch|at|c10)\s*::|\b(?:AT|TORCH|C10)_[A-Z_0-9]+\b")
 _DEVICE_WORD = re.compile(r"\b(?:__global__|__device__|__constant__|__shared__|__managed__)\b")
 _HOST_WORD = re.compile(r"\b__host__\b")
-_TYPE_HEAD = re.compile(r"^(?:typedef\s+)?(?:struct|class|union|enum)\b|^(?:typedef|using)\b")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _NUMBER = re.compile(r"\d[\w.']*")
 _OPT = re.compile(r"^-O(\d|s|fast)?$")
@@ -78,13 +83,6 @@ class Split:
 
 
 @dataclass(frozen=True)
-class _Item:
-    kind: str  # "pp" (a preprocessor line), "decl" (ends with ;) or "body" (a function or block)
-    text: str
-    code: str  # the text with comments and literals blanked (for searching)
-
-
-@dataclass(frozen=True)
 class _Kernel:
     name: str
     params: str  # the parameter list as written
@@ -93,33 +91,30 @@ class _Kernel:
     template_names: list[str]
 
 
-class _NotSplit(Exception):
-    pass
-
-
 def split(cuda_sources: Sequence[str], cpp_sources: Sequence[str], cuda_flags: Sequence[str] = (),
           cpp_flags: Sequence[str] = ()) -> Split:
     """The kernel unit (as the call's `cuda_sources`) and the host unit (as its `cpp_sources`,
     `#include <torch/extension.h>` first, for torch's precompiled header), or why not."""
     try:
         return _split("\n".join(cuda_sources), list(cpp_sources), list(cuda_flags), list(cpp_flags))
-    except _NotSplit as e:
+    except ct.NotSplit as e:
         return Split(None, None, str(e))
 
 
 def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str]) -> Split:
-    items = _items(text)
+    items = ct.items(text)
     if not any(it.kind != "pp" and "__global__" in it.code for it in items):
-        raise _NotSplit("no kernel in the CUDA source")
+        raise ct.NotSplit("no kernel in the CUDA source")
     places = [_place(it) for it in items]
     kernels, device_names = _device_side(items, places)
     shared_names = _names_declared_by([it for it, where in zip(items, places, strict=True) if where == "both"])
     launched: dict[str, set[str]] = {}  # kernel -> the explicit template argument lists it is launched with
     dispatched: dict[str, set[str]] = {}  # kernel -> the types AT_DISPATCH_* launches it with
-    host_texts = [_host_text(it, kernels, launched, shared_names, device_names, dispatched) if where == "host" else ""
-                  for it, where in zip(items, places, strict=True)]
+    host_code = "\n".join(it.code for it, where in zip(items, places, strict=True) if where == "host")
+    host_texts = [_host_text(it, kernels, launched, shared_names, device_names, dispatched, host_code)
+                  if where == "host" else "" for it, where in zip(items, places, strict=True)]
     if not launched and not dispatched:
-        raise _NotSplit("the host code launches no kernel of the source")
+        raise ct.NotSplit("the host code launches no kernel of the source")
     kernel_unit = ["// " + MARK + ": the kernels", "#include <cuda_runtime.h>", "#include <cstdint>",
                    "#include <cmath>", "#include <cfloat>", "#include <climits>"]
     if "std::" in "".join(it.code for it, w in zip(items, places, strict=True) if w == "device"):
@@ -154,7 +149,7 @@ def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str
     return Split(["\n".join(kernel_unit) + "\n"], ["#include <torch/extension.h>", "\n".join(host_unit) + "\n"])
 
 
-def _device_side(items: list[_Item], places: list[str]) -> tuple[dict[str, _Kernel], set[str]]:
+def _device_side(items: list[ct.Item], places: list[str]) -> tuple[dict[str, _Kernel], set[str]]:
     """The kernels the source defines, and every name its device-only items declare."""
     kernels: dict[str, _Kernel] = {}
     names: set[str] = set()
@@ -162,31 +157,31 @@ def _device_side(items: list[_Item], places: list[str]) -> tuple[dict[str, _Kern
         if where != "device":
             continue
         if m := _TORCH_NAME.search(it.code):
-            raise _NotSplit(f"device code names torch ({m.group(0).strip()})")
-        name = _declared_name(it)
+            raise ct.NotSplit(f"device code names torch ({m.group(0).strip()})")
+        name = ct.declared_name(it)
         if name is None:
             continue
         names.add(name)
         if "__global__" in it.code and it.kind == "body":
             if name in kernels:
-                raise _NotSplit(f"kernel {name} is defined twice (overloaded)")
+                raise ct.NotSplit(f"kernel {name} is defined twice (overloaded)")
             kernels[name] = _kernel(it, name)
     return kernels, names
 
 
-def _host_text(it: _Item, kernels: dict[str, _Kernel], launched: dict[str, set[str]], shared: set[str],
-               device_names: set[str], dispatched: dict[str, set[str]]) -> str:
+def _host_text(it: ct.Item, kernels: dict[str, _Kernel], launched: dict[str, set[str]], shared: set[str],
+               device_names: set[str], dispatched: dict[str, set[str]], host_code: str) -> str:
     """A host item with its launches rewritten; it may name no device symbol otherwise."""
-    rewritten = _rewrite_launches(it.text, kernels, launched, shared, dispatched)
-    code = _blank(rewritten)
+    rewritten = _rewrite_launches(it.text, kernels, launched, shared, dispatched, host_code)
+    code = ct.blank(rewritten)
     for name in device_names:
         if re.search(rf"\b{re.escape(name)}\b", code):
-            raise _NotSplit(f"host code uses the device symbol {name} other than by launching it")
+            raise ct.NotSplit(f"host code uses the device symbol {name} other than by launching it")
     return rewritten
 
 
-def _kernel_of(it: _Item, kernels: dict[str, _Kernel]) -> _Kernel | None:
-    name = _declared_name(it)
+def _kernel_of(it: ct.Item, kernels: dict[str, _Kernel]) -> _Kernel | None:
+    name = ct.declared_name(it)
     return kernels.get(name) if name is not None and "__global__" in it.code else None
 
 
@@ -199,140 +194,25 @@ def _host_opt(flags: Sequence[str]) -> str | None:
                 level = m.group(1) or "1"
     return level
 
-
 # --- reading the source's top level ---------------------------------------------------------
-
-def _items(text: str) -> list[_Item]:
-    """The top-level items: preprocessor lines (with continuations), declarations ending with
-    `;` and definitions ending with their closing brace (a type's or an initializer's `;`
-    included)."""
-    code = _blank(text)
-    out: list[_Item] = []
-    i, n, start, depth, paren = 0, len(text), 0, 0, 0
-    while i < n:
-        c = code[i]
-        if c == "#" and depth == 0 and _line_start(code, i):
-            if code[start:i].strip():
-                raise _NotSplit("a preprocessor line inside a declaration")
-            e = _directive_end(text, code, i)
-            if "<<<" in code[i:e]:
-                raise _NotSplit("a macro launches a kernel")
-            out.append(_Item("pp", text[i:e], code[i:e]))
-            i = start = e
-            continue
-        depth += (c == "{") - (c == "}")
-        paren += (c == "(") - (c == ")")
-        if depth < 0:
-            raise _NotSplit("unbalanced braces")
-        ends = (c == "}" and depth == 0 and paren == 0 and not _needs_semicolon(code[start:i])) or (
-            c == ";" and depth == 0 and paren == 0)
-        if ends:
-            out.append(_Item("body" if c == "}" else "decl", text[start:i + 1], code[start:i + 1]))
-            start = i + 1
-        i += 1
-    if depth != 0 or code[start:].strip():
-        raise _NotSplit("the source does not end at the top level")
-    return [_Item(it.kind, it.text.strip("\n"), it.code.strip("\n")) for it in out if it.code.strip()]
-
-
-def _directive_end(text: str, code: str, i: int) -> int:
-    """Where the preprocessor line at `i` ends (its backslash continuations included)."""
-    while True:
-        e = code.find("\n", i)
-        if e == -1:
-            return len(text)
-        if text[e - 1] != "\\":
-            return e
-        i = e + 1
-
-
-def _line_start(code: str, i: int) -> bool:
-    j = code.rfind("\n", 0, i)
-    return code[j + 1:i].strip() == ""
-
-
-def _needs_semicolon(head_and_body: str) -> bool:
-    """Whether a definition at this closing brace goes on to a `;` (a type, an initializer)."""
-    head = head_and_body[:head_and_body.find("{")].strip() if "{" in head_and_body else head_and_body.strip()
-    head = _drop_template_prefix(head)
-    if re.match(r"(?:inline\s+)?namespace\b", head) or re.match(r'extern\s+"', head) and "(" not in head:
-        raise _NotSplit("a namespace or extern \"C\" block")
-    if _TYPE_HEAD.match(head):
-        return True
-    return "=" in re.sub(r"\([^()]*\)|\[[^\]]*\]", "", head)
-
-
-def _drop_template_prefix(head: str) -> str:
-    while head.startswith("template"):
-        k = head.find("<")
-        if k == -1:
-            return head
-        end = _match_angle(head, k)
-        if end is None:
-            return head
-        head = head[end + 1:].strip()
-    return head
-
-
-def _match_angle(s: str, k: int) -> int | None:
-    depth = 0
-    for j in range(k, len(s)):
-        if s[j] == "<":
-            depth += 1
-        elif s[j] == ">":
-            depth -= 1
-            if depth == 0:
-                return j
-    return None
-
-
-def _blank(text: str) -> str:
-    """The text with comments, string and character literals replaced by spaces (newlines kept),
-    so braces, names and `<<<` are searched in code only."""
-    out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            e = text.find("\n", i)
-            e = n if e == -1 else e
-        elif text.startswith("/*", i):
-            e = text.find("*/", i + 2)
-            e = n if e == -1 else e + 2
-        elif c == '"' and i > 0 and text[i - 1] == "R" and (m := re.match(r'"([^(\s]{0,16})\(', text[i:])):
-            e = text.find(")" + m.group(1) + '"', i)
-            e = n if e == -1 else e + len(m.group(1)) + 2
-        elif c in "\"'" and not (c == "'" and i > 0 and text[i - 1].isalnum()):
-            e = i + 1
-            while e < n and text[e] != c and text[e] != "\n":
-                e += 2 if text[e] == "\\" else 1
-            e = min(e + 1, n)
-        else:
-            i += 1
-            continue
-        for j in range(i + (1 if c in "\"'" else 0), e - (1 if c in "\"'" else 0)):
-            if out[j] != "\n":
-                out[j] = " "
-        i = e
-    return "".join(out)
-
 
 # --- classifying ----------------------------------------------------------------------------
 
-def _place(it: _Item) -> str:
+
+def _place(it: ct.Item) -> str:
     """Where an item goes: "device", "host" or "both"."""
     code = it.code.strip()
     if it.kind == "pp":
         return "host" if _TORCH_INCLUDE.match(it.text.strip()) else "both"
     head = code[:code.find("{")] if it.kind == "body" and "{" in code else code
-    bare = _drop_template_prefix(head.strip())
+    bare = ct.drop_template_prefix(head.strip())
     if _DEVICE_WORD.search(head) and not _HOST_WORD.search(head):
-        if _TYPE_HEAD.match(bare):
+        if ct.TYPE_HEAD.match(bare):
             return "both"  # a type declared with __align__-style words: both see it
         return "device"
     if _HOST_WORD.search(head) and _DEVICE_WORD.search(head):
         return "both"
-    if _TYPE_HEAD.match(bare):
+    if ct.TYPE_HEAD.match(bare):
         return "both"
     if it.kind == "decl":
         if "(" not in bare or re.match(r"(?:static\s+)?(?:inline\s+)?(?:const|constexpr)\b", bare) and "=" in bare:
@@ -344,103 +224,54 @@ def _place(it: _Item) -> str:
     return "host"
 
 
-def _declared_name(it: _Item) -> str | None:
-    """The function's name (the name before its parameter list) or the variable's."""
-    code = it.code
-    head = code[:code.find("{")] if it.kind == "body" and "{" in code else code.rstrip(";")
-    head = _drop_template_prefix(head.strip())
-    if "(" in head:
-        k = _last_group_open(head)
-        if k is None:
-            return None
-        m = re.search(r"([A-Za-z_]\w*)\s*$", head[:k])
-        return m.group(1) if m else None
-    head = re.split(r"[=\[]", head)[0]
-    m = re.search(r"([A-Za-z_]\w*)\s*$", head)
-    return m.group(1) if m else None
-
-
-def _last_group_open(head: str) -> int | None:
-    """The index of the `(` that opens the head's last top-level parenthesized group (the
-    parameter list, after any `__launch_bounds__(...)`)."""
-    end = head.rfind(")")
-    if end == -1:
-        return None
-    depth = 0
-    for j in range(end, -1, -1):
-        if head[j] == ")":
-            depth += 1
-        elif head[j] == "(":
-            depth -= 1
-            if depth == 0:
-                return j
-    return None
-
-
-def _kernel(it: _Item, name: str) -> _Kernel:
+def _kernel(it: ct.Item, name: str) -> _Kernel:
     head_code = it.code[:it.code.find("{")]
     head_text = it.text[:len(head_code)]
-    k = _last_group_open(head_code)
+    k = ct.last_group_open(head_code)
     assert k is not None
     end = head_code.rfind(")")
     params = head_text[k + 1:end].strip()
     names = []
-    for p in _top_level_split(_blank(params)):
+    for p in ct.top_level_split(ct.blank(params)):
         if not p.strip() or p.strip() == "void":
             continue
         if "..." in p:
-            raise _NotSplit(f"kernel {name} takes a parameter pack")
+            raise ct.NotSplit(f"kernel {name} takes a parameter pack")
         decl = re.split(r"=", p)[0]
         decl = re.sub(r"\[[^\]]*\]", "", decl)
         idents = [x for x in _IDENT.findall(decl) if x not in ("const", "volatile", "__restrict__", "__restrict")]
         if len(idents) < 2 or idents[-1] in _KEYWORDS:
-            raise _NotSplit(f"kernel {name} has an unnamed parameter")
+            raise ct.NotSplit(f"kernel {name} has an unnamed parameter")
         names.append(idents[-1])
     template: str | None = None
     template_names: list[str] = []
     stripped = head_code.strip()
     if stripped.startswith("template"):
         lt = stripped.find("<")
-        gt = _match_angle(stripped, lt)
+        gt = ct.match_angle(stripped, lt)
         if gt is None:
-            raise _NotSplit(f"kernel {name}'s template header is not read")
+            raise ct.NotSplit(f"kernel {name}'s template header is not read")
         inner = stripped[lt + 1:gt]
         template = f"template <{inner}>"
-        for p in _top_level_split(inner):
+        for p in ct.top_level_split(inner):
             decl = p.split("=")[0]
             if "..." in decl:
-                raise _NotSplit(f"kernel {name} has a template parameter pack")
+                raise ct.NotSplit(f"kernel {name} has a template parameter pack")
             ids = _IDENT.findall(decl)
             if len(ids) < 2:
-                raise _NotSplit(f"kernel {name} has an unnamed template parameter")
+                raise ct.NotSplit(f"kernel {name} has an unnamed template parameter")
             template_names.append(ids[-1])
     return _Kernel(name, params, names, template, template_names)
 
 
-def _top_level_split(s: str, angles: bool = True) -> list[str]:
-    """`s` cut at its top-level commas (`angles`: inside `<...>` is not top level, as in
-    declarations; off for expressions, where `<` compares and `>>` shifts)."""
-    opening, closing = ("(<[{", ")>]}") if angles else ("([{", ")]}")
-    parts, depth, cur = [], 0, []
-    for c in s:
-        depth += (c in opening) - (c in closing)
-        if c == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    parts.append("".join(cur))
-    return parts
-
-
-def _names_declared_by(items: list[_Item]) -> set[str]:
+def _names_declared_by(items: list[ct.Item]) -> set[str]:
     names: set[str] = set()
     for it in items:
         if it.kind == "pp":
             if m := re.match(r"\s*#\s*define\s+([A-Za-z_]\w*)", it.code):
                 names.add(m.group(1))
             continue
-        if (name := _declared_name(it)) is not None:
+        if (name := ct.declared_name(it)) is not None:
             names.add(name)
         for m in re.finditer(r"\b(?:struct|class|union|enum(?:\s+class)?)\s+([A-Za-z_]\w*)", it.code):
             names.add(m.group(1))
@@ -448,33 +279,34 @@ def _names_declared_by(items: list[_Item]) -> set[str]:
             names.add(m.group(1))
     return names
 
-
 # --- launches and stubs ---------------------------------------------------------------------
 
+
 def _rewrite_launches(text: str, kernels: dict[str, _Kernel], launched: dict[str, set[str]],
-                      shared: set[str], dispatched: dict[str, set[str]]) -> str:
+                      shared: set[str], dispatched: dict[str, set[str]], host_code: str) -> str:
     """Host code with each `K[<args>]<<<config>>>(args)` a call of K's stub (`dispatched`: the
-    types each kernel launched with `scalar_t` in `AT_DISPATCH_*` is instantiated for)."""
+    template arguments a kernel launched with the host's own (`scalar_t` in `AT_DISPATCH_*`, a
+    host template's parameters) is instantiated for; `host_code`: all host code, blanked)."""
     out: list[str] = []
     pos = 0
-    code = _blank(text)
+    code = ct.blank(text)
     for m in re.finditer(r"<<<", code):
         if m.start() < pos:
             continue
-        name, begin, targs, types = _launched_kernel(text, code, m.start(), kernels, shared)
+        name, begin, targs, types = _launched_kernel(text, code, m.start(), kernels, shared, host_code)
         close = code.find(">>>", m.end())
         if close == -1:
-            raise _NotSplit("a launch's configuration is not closed")
-        config = [c.strip() for c in _split_like(text[m.end():close], code[m.end():close])]
+            raise ct.NotSplit("a launch's configuration is not closed")
+        config = [c.strip() for c in ct.split_like(text[m.end():close], code[m.end():close])]
         if not 2 <= len(config) <= 4:
-            raise _NotSplit(f"the launch of {name} has {len(config)} configuration values")
+            raise ct.NotSplit(f"the launch of {name} has {len(config)} configuration values")
         config += ["0"] * (4 - len(config))
         a = close + 3
         while a < len(code) and code[a].isspace():
             a += 1
-        b = _closing(code, a) if a < len(code) and code[a] == "(" else None
+        b = ct.closing(code, a) if a < len(code) and code[a] == "(" else None
         if b is None:
-            raise _NotSplit(f"the launch of {name} has no argument list")
+            raise ct.NotSplit(f"the launch of {name} has no argument list")
         args = text[a + 1:b].strip()
         if types is not None:  # a template stub, instantiated for the dispatched types
             dispatched.setdefault(name, set()).update(types)
@@ -488,42 +320,99 @@ def _rewrite_launches(text: str, kernels: dict[str, _Kernel], launched: dict[str
     return "".join(out)
 
 
-def _launched_kernel(text: str, code: str, at: int, kernels: dict[str, _Kernel], shared: set[str]
-                     ) -> tuple[str, int, str | None, tuple[str, ...] | None]:
+def _launched_kernel(text: str, code: str, at: int, kernels: dict[str, _Kernel], shared: set[str],
+                     host_code: str = "") -> tuple[str, int, str | None, tuple[str, ...] | None]:
     """The kernel a `<<<` at `at` launches: its name, where the name begins, the explicit
     template arguments (None: none), which the kernel unit must be able to instantiate, and,
     for a launch with `scalar_t` inside `AT_DISPATCH_*`, the types it dispatches to."""
     j = len(code[:at].rstrip())
     targs: str | None = None
     if code[j - 1] == ">":
-        k = _opening_angle(code, j - 1)
+        k = ct.opening_angle(code, j - 1)
         if k is None:
-            raise _NotSplit("a launch's template arguments are not read")
+            raise ct.NotSplit("a launch's template arguments are not read")
         targs = text[k + 1:j - 1].strip()
         j = len(code[:k].rstrip())
     nm = re.search(r"([A-Za-z_]\w*)\s*$", code[:j])
     if nm is None:
-        raise _NotSplit("a launch names no kernel")
+        raise ct.NotSplit("a launch names no kernel")
     name = nm.group(1)
     if code[:nm.start(1)].rstrip().endswith("::"):
-        raise _NotSplit(f"the kernel {name} is launched by a qualified name")
+        raise ct.NotSplit(f"the kernel {name} is launched by a qualified name")
     kernel = kernels.get(name)
     if kernel is None:
-        raise _NotSplit(f"the launched kernel {name} is not defined in the source")
+        raise ct.NotSplit(f"the launched kernel {name} is not defined in the source")
     if kernel.template is None and targs is not None:
-        raise _NotSplit(f"the kernel {name} is launched with template arguments it does not take")
+        raise ct.NotSplit(f"the kernel {name} is launched with template arguments it does not take")
     if kernel.template is not None:
         if targs is None:
-            raise _NotSplit(f"the template kernel {name} is launched with deduced template arguments")
-        unknown = [x for x in _IDENT.findall(_blank(targs)) if x not in _BUILTIN and x not in shared]
+            raise ct.NotSplit(f"the template kernel {name} is launched with deduced template arguments")
+        targs = _with_local_constants(targs, code[:at], shared)
+        unknown = [x for x in _IDENT.findall(ct.blank(targs)) if x not in _BUILTIN and x not in shared]
         if unknown == ["scalar_t"] and targs.strip() == "scalar_t" and len(kernel.template_names) == 1:
             types = _dispatched_types(code, at)
             if types is not None:
                 return name, nm.start(1), targs, types
+        if unknown and (instances := _host_template_instances(code, targs, host_code, shared)) is not None:
+            return name, nm.start(1), targs, instances
         if unknown:
-            raise _NotSplit(f"the template kernel {name} is launched with {unknown[0]}, which the kernel "
+            raise ct.NotSplit(f"the template kernel {name} is launched with {unknown[0]}, which the kernel "
                             "unit does not know")
     return name, nm.start(1), targs, None
+
+
+def _known(expr: str, shared: set[str]) -> bool:
+    """Whether the kernel unit can evaluate `expr`: numbers, built-in names and shared names."""
+    return all(x in _BUILTIN or x in shared for x in _IDENT.findall(_NUMBER.sub(" ", expr)))
+
+
+def _with_local_constants(targs: str, before: str, shared: set[str]) -> str:
+    """Template arguments with the host function's own constants (`constexpr int BLOCK = 256;`
+    earlier in it) replaced by their values, where the kernel unit can evaluate those."""
+    for x in set(_IDENT.findall(_NUMBER.sub(" ", targs))) - _BUILTIN - shared:
+        found = re.findall(rf"\b(?:constexpr|const)\s+(?:unsigned\s+|signed\s+)?[A-Za-z_][\w:]*\s+{re.escape(x)}"
+                           rf"\s*=\s*([^;{{}}]+);", before)
+        if found and _known(found[-1], shared):
+            targs = re.sub(rf"\b{re.escape(x)}\b", f"({found[-1].strip()})", targs)
+    return targs
+
+
+def _host_template_instances(code: str, targs: str, host_code: str, shared: set[str]) -> tuple[str, ...] | None:
+    """The template arguments a launch inside a host function template gets, one per explicit
+    call of that template in the host code (`launch<3>(...)`, `launch<5>(...)`), or None when
+    they cannot all be known (a parameter not the template's, a call with deduced arguments)."""
+    stripped = code.lstrip()
+    if not stripped.startswith("template"):
+        return None
+    lt = stripped.find("<")
+    gt = ct.match_angle(stripped, lt)
+    if gt is None:
+        return None
+    params = [(_IDENT.findall(p.split("=")[0]) or [""])[-1] for p in ct.top_level_split(stripped[lt + 1:gt])]
+    unknown = set(_IDENT.findall(_NUMBER.sub(" ", targs))) - _BUILTIN - shared
+    head = stripped[gt + 1:stripped.find("{")] if "{" in stripped else ""
+    k = ct.last_group_open(head)
+    fn = re.search(r"([A-Za-z_]\w*)\s*$", head[:k]) if k is not None else None
+    if not unknown <= set(params) or fn is None:
+        return None
+    elsewhere = host_code.replace(code, "")
+    if re.search(rf"\b{re.escape(fn.group(1))}\s*\(", elsewhere) or re.search(
+            rf"&\s*{re.escape(fn.group(1))}\b", elsewhere):
+        return None  # called with deduced arguments, or its address taken: the instances are not all visible
+    out: list[str] = []
+    for m in re.finditer(rf"\b{re.escape(fn.group(1))}\s*<", elsewhere):
+        end = ct.match_angle(elsewhere, m.end() - 1)
+        if end is None:
+            return None
+        given = [a.strip() for a in ct.top_level_split(elsewhere[m.end():end])]
+        if len(given) != len(params) or not all(_known(a, shared) for a in given):
+            return None
+        concrete = targs
+        for name, value in zip(params, given, strict=True):
+            concrete = re.sub(rf"\b{re.escape(name)}\b", f"({value})" if not value.isidentifier() else value,
+                              concrete)
+        out.append(concrete)
+    return tuple(dict.fromkeys(out)) or None
 
 
 _DISPATCH = re.compile(r"\bAT_DISPATCH_(\w+)\s*\(")
@@ -544,7 +433,7 @@ _SCALAR_TYPES = {"Half": "c10::Half", "BFloat16": "c10::BFloat16", "Float": "flo
 def _dispatched_types(code: str, at: int) -> tuple[str, ...] | None:
     """The types of the innermost `AT_DISPATCH_*(...)` around position `at` (None: none, or a
     macro or an added scalar type not known here)."""
-    around = [(m, _closing(code, m.end() - 1)) for m in _DISPATCH.finditer(code[:at])]
+    around = [(m, ct.closing(code, m.end() - 1)) for m in _DISPATCH.finditer(code[:at])]
     inside = [(m, end) for m, end in around if end is not None and end > at]
     if not inside:
         return None
@@ -555,41 +444,12 @@ def _dispatched_types(code: str, at: int) -> tuple[str, ...] | None:
     if base not in _DISPATCH_TYPES:
         return None
     types = list(_DISPATCH_TYPES[base])
-    for arg in _top_level_split(code[m.end():end], angles=False)[:extra]:
+    for arg in ct.top_level_split(code[m.end():end], angles=False)[:extra]:
         scalar = re.search(r"(?:k|ScalarType::)(\w+)\s*$", arg.strip())
         if scalar is None or scalar.group(1) not in _SCALAR_TYPES:
             return None
         types.append(_SCALAR_TYPES[scalar.group(1)])
     return tuple(dict.fromkeys(types))
-
-
-def _opening_angle(code: str, k: int) -> int | None:
-    depth = 0
-    while k >= 0:
-        depth += (code[k] == ">") - (code[k] == "<")
-        if depth == 0:
-            return k
-        k -= 1
-    return None
-
-
-def _closing(code: str, a: int) -> int | None:
-    """The index of the `)` closing the `(` at `a`."""
-    depth = 0
-    for b in range(a, len(code)):
-        depth += (code[b] == "(") - (code[b] == ")")
-        if depth == 0:
-            return b
-    return None
-
-
-def _split_like(text: str, code: str) -> list[str]:
-    """`text` cut at the top-level commas of its blanked `code`."""
-    parts, start = [], 0
-    for piece in _top_level_split(code, angles=False):
-        parts.append(text[start:start + len(piece)])
-        start += len(piece) + 1
-    return parts
 
 
 def _stub_name(name: str, targs: str) -> str:
@@ -604,9 +464,9 @@ def _stub_params_text(k: _Kernel, targs: str) -> str:
     parameters replaced by the launch's arguments."""
     params = k.params
     if k.template is not None:
-        given = [a.strip() for a in _top_level_split(targs)]
+        given = [a.strip() for a in ct.top_level_split(targs)]
         if len(given) != len(k.template_names):
-            raise _NotSplit(f"the template kernel {k.name} is launched with {len(given)} of its "
+            raise ct.NotSplit(f"the template kernel {k.name} is launched with {len(given)} of its "
                             f"{len(k.template_names)} template arguments")
         for tname, value in zip(k.template_names, given, strict=True):
             params = re.sub(rf"\b{re.escape(tname)}\b", value, params)
