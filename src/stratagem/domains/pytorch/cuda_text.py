@@ -97,15 +97,8 @@ def drop_template_prefix(head: str) -> str:
 
 
 def match_angle(s: str, k: int) -> int | None:
-    depth = 0
-    for j in range(k, len(s)):
-        if s[j] == "<":
-            depth += 1
-        elif s[j] == ">":
-            depth -= 1
-            if depth == 0:
-                return j
-    return None
+    """The index of the `>` closing the `<` at `k`."""
+    return closing(s, k, "<>")
 
 
 def blank(text: str) -> str:
@@ -198,11 +191,11 @@ def opening_angle(code: str, k: int) -> int | None:
     return None
 
 
-def closing(code: str, a: int) -> int | None:
-    """The index of the `)` closing the `(` at `a`."""
+def closing(code: str, a: int, pair: str = "()") -> int | None:
+    """The index of the bracket closing the one at `a` (`pair`: the opening and closing ones)."""
     depth = 0
     for b in range(a, len(code)):
-        depth += (code[b] == "(") - (code[b] == ")")
+        depth += (code[b] == pair[0]) - (code[b] == pair[1])
         if depth == 0:
             return b
     return None

@@ -109,7 +109,7 @@ def _split(text: str, cpp: list[str], cuda_flags: list[str], cpp_flags: list[str
     kernels, device_names = _device_side(items, places)
     shared_names = _names_declared_by([it for it, where in zip(items, places, strict=True) if where == "both"])
     launched: dict[str, set[str]] = {}  # kernel -> the explicit template argument lists it is launched with
-    dispatched: dict[str, set[str]] = {}  # kernel -> the types AT_DISPATCH_* launches it with
+    dispatched: dict[str, set[str]] = {}  # kernel -> the instances its template stub needs
     host_code = "\n".join(it.code for it, where in zip(items, places, strict=True) if where == "host")
     host_texts = [_host_text(it, kernels, launched, shared_names, device_names, dispatched, host_code)
                   if where == "host" else "" for it, where in zip(items, places, strict=True)]
@@ -475,11 +475,9 @@ def _stub_params_text(k: _Kernel, targs: str) -> str:
 
 
 def _template_stub(k: _Kernel, body: bool) -> str:
-    """The template stub of a kernel launched from `AT_DISPATCH_*`: declared on the host,
-    defined (and instantiated for the dispatched types) in the kernel unit."""
-    params = ("dim3 stratagem_grid, dim3 stratagem_block, size_t stratagem_shmem, cudaStream_t stratagem_stream"
-              + (f", {k.params}" if k.names else ""))
-    head = f"{k.template}\nvoid {STUB_PREFIX}{k.name}({params})"
+    """The template stub of a kernel launched with the host's own template arguments: declared
+    on the host, defined (and instantiated for each instance) in the kernel unit."""
+    head = f"{k.template}\nvoid {STUB_PREFIX}{k.name}({_stub_params_text(k, ', '.join(k.template_names))})"
     if not body:
         return head + ";"
     return (f"{head} {{\n  {k.name}<{', '.join(k.template_names)}><<<stratagem_grid, stratagem_block, "

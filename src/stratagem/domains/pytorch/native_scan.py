@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from stratagem.domains.pytorch.cuda_text import top_level_split
+
 
 def clean(text: str, *, keep_strings: bool = False) -> str:
     """`text` with comments (and, unless `keep_strings`, literal contents) blanked, same length."""
@@ -82,7 +84,7 @@ def _looks_like_params(params: str) -> bool:
         return True
     if "(" in p or "{" in p or '"' in p:
         return False
-    for part in _split_top(p):
+    for part in top_level_split(p):
         words = re.findall(r"[A-Za-z_]\w*", part)
         if part.strip() == "...":
             continue
@@ -90,22 +92,6 @@ def _looks_like_params(params: str) -> bool:
             continue
         return False
     return True
-
-
-def _split_top(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    parts.append("".join(cur))
-    return parts
 
 
 _OK_AFTER_STATIC = re.compile(
