@@ -45,6 +45,26 @@ class StabilityConfig(BaseModel):
     (another process took whole calls): unstable."""
 
 
+class BusyConfig(BaseModel):
+    """When the machine is too busy to time (docs/timing.md, "A busy machine"): every timing is
+    judged in windows of wall time; a window in which the timing thread waited for a CPU, the
+    hypervisor took the cores, or another process used the GPU is void and timed again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+    window_ms: float = Field(default=50.0, gt=0)
+    """Length of a judged window (whole block pairs: a window ends after the pair that fills it)."""
+    wait_s: float = Field(default=30.0, ge=0)
+    """Time a timing may spend on void windows and the pauses after them; when it runs out with
+    fewer than half the timing's pairs quiet, the design is `not measured: the machine was busy`."""
+    run_delay_max: float = Field(default=0.05, gt=0, le=1)
+    """A window is busy when the timing thread waited for a CPU more than this share of it."""
+    steal_max: float = Field(default=0.25, gt=0, le=1)
+    """... or the hypervisor stole more than this share of the timing's cores."""
+    gpu_other_max: float = Field(default=5.0, ge=0)
+    """... or other processes kept the GPU's SMs busier than this (percent, NVML's samples)."""
+
+
 class TimingConfig(BaseModel):
     """How candidates and references are timed."""
 
@@ -71,6 +91,7 @@ class TimingConfig(BaseModel):
     """An unstable paired timing is measured again at most this many times in its worker,
     each time with twice the budget and the pairs of the attempt before."""
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
+    busy: BusyConfig = Field(default_factory=BusyConfig)
 
 
 MOVED_KEYS: dict[str, tuple[str, ...]] = {

@@ -47,8 +47,9 @@ def cpu_hogs(n: int) -> Iterator[None]:
 
 
 def _config(cpu_config: Any, **timing: Any) -> Any:
+    busy = cpu_config.timing.busy.model_copy(update={"wait_s": 5.0})
     t = cpu_config.timing.model_copy(update={"budget_ms": 300, "warmup_ms": 30, "min_reps": 10,
-                                             "max_reps": 2000, **timing})
+                                             "max_reps": 2000, "busy": busy, **timing})
     return cpu_config.model_copy(update={"timing": t, "correctness_trials": 2, "timeout_s": 120})
 
 
@@ -85,6 +86,13 @@ def _check_paired(cfg: Any, cases: Any, seen: list[Any]) -> int:
     for ev, truth, tol in cases:
         assert ev.verdict.status == "valid", ev.verdict.report()
         d = ev.verdict.result("timing").details  # type: ignore[union-attr]
+        if ev.stability is not None and ev.stability.busy:
+            # too busy to time: said so, with what was seen, and no ratio anywhere
+            assert d["busy"]["busy"] and d["busy"]["measured"] < d["busy"]["wanted"], d["busy"]
+            assert ev.stability.reasons[0].startswith("not measured: the machine was busy ("), ev.stability
+            assert ev.paired is None
+            seen.append(("busy", ev.stability.reasons[0][:200]))
+            continue
         assert d["pairs"] >= 10 and len(d["pair_ratios"]) == d["pairs"]
         r = ev.paired
         assert r is not None and r.low <= r.ratio <= r.high

@@ -15,7 +15,7 @@ from stratagem.search.numbers import Counts
 def progress() -> Progress:
     p = Progress(problem="19_ReLU", policy="auto", iteration=2, iterations=10, strategy="refine",
                  workers={"implementor-1": "attempt 2: evaluating", "strategist": "plan: refine"},
-                 counts=Counts(designs=7, valid=3, ranked=2, unstable=1, unreviewed=0, failed=4), best_speedup=2.5, best_id="abcdef123456", best_text="2.50x [2.40, 2.61]",
+                 counts=Counts(designs=7, valid=3, ranked=2, unstable=1, unreviewed=0, busy=0, failed=4), best_speedup=2.5, best_id="abcdef123456", best_text="2.50x [2.40, 2.61]",
                  spend=Spend(queries=12, input_tokens=1000, output_tokens=234, usd=0.42, failed_calls=1))
     p.event("evaluating abcdef1234 (implementor-1)")
     return p

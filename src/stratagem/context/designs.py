@@ -85,6 +85,9 @@ def timing_lines(view: DesignView, domain: str = DEFAULT) -> list[str]:
     if view.status == "unstable":
         out.append("timing unstable" + (f": {view.stability}" if view.stability else "")
                    + " (not ranked until a stable re-timing)")
+    if view.status == "busy":
+        out.append((view.stability or "not measured: the machine was busy")
+                   + " (no ratio; it is timed again at a later iteration)")
     if view.timing_notes:
         out.append("timing notes: " + "; ".join(view.timing_notes))
     return out
@@ -134,7 +137,7 @@ def render_design(view: DesignView, *, report_chars: int | None = None, domain: 
     report = view.report.strip()
     if report_chars is not None:
         report = compress_report(report, report_chars)
-    if view.status in ("valid", "unreviewed", "unstable"):
+    if view.status in ("valid", "unreviewed", "unstable", "busy"):
         report_block = ""
     else:
         report_block = "Failure report:\n```\n" + report + "\n```" if report else ""

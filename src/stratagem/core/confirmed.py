@@ -10,13 +10,12 @@ Standard library only.
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stratagem.core.paired import BOOTSTRAP_RESAMPLES, CONFIDENCE, Ratio
+from stratagem.core.paired import BOOTSTRAP_RESAMPLES, Ratio, bootstrap_median
 
 REFERENCE_JSON = "vs_eager"
 COMPARED_JSON = "vs_compile"
@@ -24,28 +23,32 @@ COMPARED_JSON = "vs_compile"
 `confirmed`): the first domain's words, kept so stored rounds read as written."""
 
 
+T_975: tuple[float, ...] = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                            2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+"""Student's t, two-sided 95%, for 1..20 degrees of freedom (1.96 beyond)."""
+
+
 def between_blocks(blocks: Sequence[Sequence[float]], seed: int = 0,
                    resamples: int = BOOTSTRAP_RESAMPLES) -> Ratio | None:
-    """The median of every block's pair ratios, with a two-level percentile bootstrap (blocks
-    drawn with replacement, then pair ratios within each drawn block), widened to hold every
-    block's own median: the variance between independent processes is in it, which a
-    bootstrap over one process's pairs never sees. None when no block has a ratio."""
+    """The median of every block's pair ratios, with a 95% interval that holds both sources of
+    error: between independent processes, a Student-t interval over the blocks' log medians
+    (k blocks, k - 1 degrees of freedom: wide with few blocks, as it should be), and within
+    them, a percentile bootstrap over the pooled pair ratios; the interval is the union of the
+    two. One block has no between-process spread to show (`Ratio.pairs` counts the pooled pair
+    ratios; the caller knows the blocks). None when no block has a ratio."""
     kept = [list(b) for b in blocks if b]
     if not kept:
         return None
     pooled = [x for b in kept for x in b]
-    point = statistics.median(pooled)
-    medians = [statistics.median(b) for b in kept]
-    rng = random.Random(seed)
-    boots = []
-    for _ in range(resamples):
-        drawn = [rng.choice(kept) for _ in kept]
-        boots.append(statistics.median([x for b in drawn for x in rng.choices(b, k=len(b))]))
-    boots.sort()
-    alpha = (1 - CONFIDENCE) / 2
-    lo = boots[int(alpha * (resamples - 1))]
-    hi = boots[int(math.ceil((1 - alpha) * (resamples - 1)))]
-    return Ratio(point, min(lo, point, *medians), max(hi, point, *medians), len(pooled))
+    within = bootstrap_median(pooled, seed, resamples)
+    low, high = within.low, within.high
+    if len(kept) >= 2:
+        logs = [math.log(statistics.median(b)) for b in kept]
+        t = T_975[len(kept) - 2] if len(kept) - 2 < len(T_975) else 1.96
+        half = t * statistics.stdev(logs) / math.sqrt(len(kept))
+        mean = statistics.fmean(logs)
+        low, high = min(low, math.exp(mean - half)), max(high, math.exp(mean + half))
+    return Ratio(within.ratio, min(low, within.ratio), max(high, within.ratio), len(pooled))
 
 
 def per_block(values: Sequence[float]) -> Ratio | None:
@@ -76,7 +79,9 @@ class ConfirmedDesign:
     tied_with_best: bool = False
     """Its interval and the best's overlap (the best itself, when another is tied with it)."""
     rank: int | None = None
-    """1-based; designs tied with the best share rank 1."""
+    """1-based, dense: designs tied with the best share rank 1, the next group rank 2, ..."""
+    blocks: int = 0
+    """Blocks (independent processes) that timed it on a quiet machine."""
 
     @property
     def search_holds(self) -> bool | None:
@@ -92,30 +97,32 @@ class ConfirmedDesign:
         return {"design_id": self.design_id, REFERENCE_JSON: j(self.vs_reference), "warm": j(self.warm),
                 COMPARED_JSON: j(self.vs_compared), "block_medians": list(self.block_medians),
                 "search": j(self.search), "search_holds": self.search_holds, "error": self.error or None,
-                "tied_with_best": self.tied_with_best, "rank": self.rank}
+                "tied_with_best": self.tied_with_best, "rank": self.rank, "blocks": self.blocks}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ConfirmedDesign:
         return cls(str(d["design_id"]), Ratio.from_json(d.get(REFERENCE_JSON)), Ratio.from_json(d.get("warm")),
                    Ratio.from_json(d.get(COMPARED_JSON)), tuple(float(x) for x in d.get("block_medians") or ()),
                    Ratio.from_json(d.get("search")), str(d.get("error") or ""), bool(d.get("tied_with_best")),
-                   d.get("rank") if isinstance(d.get("rank"), int) else None)
+                   d.get("rank") if isinstance(d.get("rank"), int) else None, int(d.get("blocks") or 0))
 
 
 def ranked(designs: Sequence[ConfirmedDesign]) -> list[ConfirmedDesign]:
-    """Designs by confirmed ratio, best first, each with its rank; a design whose interval
-    overlaps the best's is tied with it (rank 1), never ranked apart from it. Designs without a
-    confirmed ratio come last, unranked."""
+    """Designs by confirmed ratio, best first, with dense ranks: the best and every design
+    whose interval reaches its low end share rank 1 (tied, never ranked apart); the fastest
+    design left leads rank 2 with every remaining design whose interval reaches its low end,
+    and so on, so no rank is skipped. Designs without a confirmed ratio come last, unranked."""
     timed = sorted((d for d in designs if d.vs_reference is not None), key=lambda d: -d.vs_reference.ratio)  # type: ignore[union-attr]
     out: list[ConfirmedDesign] = []
-    best = timed[0].vs_reference if timed else None
-    rank = 1
-    ties = [i > 0 and d.vs_reference.high >= best.low for i, d in enumerate(timed)]  # type: ignore[union-attr]
+    rank = 0
+    lead: Ratio | None = None
     for i, d in enumerate(timed):
-        assert d.vs_reference is not None and best is not None
-        tied = ties[i] or (i == 0 and any(ties))
-        if not (i == 0 or ties[i]):
-            rank = max(rank, i + 1)
-        out.append(replace(d, tied_with_best=tied, rank=1 if (i == 0 or ties[i]) else rank))
+        r = d.vs_reference
+        assert r is not None
+        if lead is None or r.high < lead.low:
+            rank, lead = rank + 1, r
+        tied = rank == 1 and len(timed) > 1 and (
+            i > 0 or timed[1].vs_reference.high >= r.low)  # type: ignore[union-attr]
+        out.append(replace(d, tied_with_best=tied, rank=rank))
     out += [replace(d, rank=None) for d in designs if d.vs_reference is None]
     return out

@@ -158,17 +158,45 @@ class Stability:
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What was seen that did not decide the verdict (clusters in one program's samples that
     paired blocks cancel, say)."""
+    busy: bool = False
+    """Not a measurement at all: the machine was busy for too much of the timing (`busy_reason`
+    says what was seen); its ratio is never shown or ranked."""
+
+    @property
+    def verdict(self) -> str:
+        return "busy" if self.busy else "stable" if self.stable else "unstable"
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": "stable" if self.stable else "unstable", "reasons": list(self.reasons),
-                "notes": list(self.notes)}
+        return {"verdict": self.verdict, "reasons": list(self.reasons), "notes": list(self.notes)}
 
     @classmethod
     def from_json(cls, d: Any) -> Stability:
         if not isinstance(d, dict):
             return cls(True)
-        return cls(d.get("verdict", "stable") != "unstable", tuple(d.get("reasons") or ()),
-                   tuple(d.get("notes") or ()))
+        verdict = d.get("verdict", "stable")
+        return cls(verdict == "stable", tuple(d.get("reasons") or ()), tuple(d.get("notes") or ()),
+                   busy=verdict == "busy")
+
+
+def busy_reason(guard: Any) -> str | None:
+    """`not measured: the machine was busy (...)` for a timing whose busy guard
+    (`worker_api.machine_load.BusyGuard.summary`) found too few quiet windows, else None: the
+    words every view and the agents show for such a timing."""
+    if not isinstance(guard, dict) or not guard.get("busy"):
+        return None
+    seen = "; ".join(str(s) for s in guard.get("seen") or ()) or "no reading"
+    return (f"not measured: the machine was busy ({seen}); {guard.get('measured')} of "
+            f"{guard.get('wanted')} timed in quiet windows, after {guard.get('waited_s')} s of waiting "
+            f"(limit: timing.busy.wait_s = {guard.get('limit_s')})")
+
+
+def voided_note(guard: Any) -> str | None:
+    """A note for a timing that voided busy windows and still measured enough."""
+    if not isinstance(guard, dict) or guard.get("busy") or not guard.get("void_windows"):
+        return None
+    seen = "; ".join(str(s) for s in guard.get("seen") or ())
+    return (f"{guard['void_windows']} of {guard.get('windows')} timing windows were void and timed again "
+            f"(the machine was busy: {seen})")
 
 
 def clusters(values: Sequence[float], rules: StabilityRules = StabilityRules()) -> str | None:
@@ -270,13 +298,18 @@ def paired_stability(
     cand_samples: Sequence[float],
     rules: StabilityRules = StabilityRules(),
     reference_expect_ms: float | None = None,
+    busy: Any = None,
 ) -> Stability:
-    """The verdict of a paired measurement. It decides on the ratio: a wide interval, pair
+    """The verdict of a paired measurement (`busy`: the timing's busy-guard summary; a timing
+    with too few quiet windows is `busy`, not a measurement). It decides on the ratio: a wide interval, pair
     ratios that drift or cluster, a reference far from the invocation's own earlier
     measurement, one program's samples drifting far while the other's hold; and on what the
     machine did: either program's samples drifting beyond `drift_max`, or spiking (a share of
     calls an order of magnitude above the median). Clusters in one program's raw samples are
     notes: pairing cancels what both programs saw."""
+    gone = busy_reason(busy)
+    if gone is not None:
+        return Stability(False, (gone,), busy=True)
     reasons: list[str] = []
     if len(ratios) < MIN_JUDGED:
         reasons.append(_too_few(len(ratios), "pair ratios", "`timing.pairs`"))
@@ -307,6 +340,7 @@ def paired_stability(
         one_sided = any(x.startswith("one-sided drift: " + who) for x in reasons)
         reasons += [x for x in r if not (one_sided and " drift: " in x)]  # said once, as one-sided
         notes += n
+    notes += [x for x in [voided_note(busy)] if x]
     return Stability(not reasons, tuple(reasons), tuple(notes))
 
 
@@ -316,10 +350,14 @@ def _too_few(n: int, what: str, knob: str) -> str:
 
 
 def single_stability(samples: Sequence[float], rules: StabilityRules = StabilityRules(),
-                     reference_expect_ms: float | None = None) -> Stability:
+                     reference_expect_ms: float | None = None, busy: Any = None) -> Stability:
     """The verdict of one program timed alone: clusters or drift in its samples (too few
-    samples to tell is unstable too)."""
+    samples to tell is unstable too; too few quiet windows is `busy`)."""
+    gone = busy_reason(busy)
+    if gone is not None:
+        return Stability(False, (gone,), busy=True)
     reasons, notes = _sample_verdict("the program", samples, rules)
+    notes += [x for x in [voided_note(busy)] if x]
     if len(samples) < MIN_JUDGED:
         reasons.insert(0, _too_few(len(samples), "timed calls", "`timing.min_reps` or `timing.budget_ms`"))
     if reference_expect_ms:

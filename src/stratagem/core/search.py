@@ -17,15 +17,19 @@ from stratagem.core.problem import Problem
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
 STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
 
-DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed", "unstable", "needs_gpu"]
+DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed", "unstable", "busy", "needs_gpu"]
 """`flagged`: valid by the harness but judged cheating by the Analyst's review; `unreviewed`:
 valid by the harness and fast enough to need the review, which failed (an LLM error): it may
 not become the best until a later review clears it; `unstable`: valid, but its timing stayed
 unstable after its re-timings (the reason is in the report): it is not ranked until a stable
-re-timing exists."""
+re-timing exists; `busy`: valid by every check, but not measured: the machine was busy
+for too much of its timing (what was seen is in the report); it has no ratio and is timed
+again at a later iteration."""
 
 MEASURED: frozenset[str] = frozenset({"valid", "unreviewed", "unstable"})
 """Statuses of designs the harness passed and timed."""
+PASSED: frozenset[str] = MEASURED | {"busy"}
+"""Statuses of designs the harness passed (timed or not: `busy`)."""
 
 
 @dataclass(frozen=True)

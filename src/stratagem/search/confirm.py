@@ -28,7 +28,7 @@ from stratagem.core.confirmed import (
     per_block,
     ranked,
 )
-from stratagem.core.paired import Ratio
+from stratagem.core.paired import Ratio, busy_reason
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView
 from stratagem.core.search import ranked as ranked_views
@@ -132,12 +132,23 @@ def compared_program(problem: Problem, evaluator: Evaluator) -> str | None:
 
 
 def _ratios(results: Sequence[dict[str, Any]], name: str, condition: str) -> list[list[float]]:
+    """`name`'s pair ratios under `condition` in each block; none from a block in which the
+    machine was too busy to time it (`busy`: void, like a busy window in any timing)."""
     out = []
     for r in results:
-        entry = (r.get("programs") or {}).get(name) or {}
-        xs = (entry.get(condition) or {}).get("pair_ratios") or []
+        entry = ((r.get("programs") or {}).get(name) or {}).get(condition) or {}
+        xs = [] if busy_reason(entry.get("busy")) else entry.get("pair_ratios") or []
         out.append([float(x) for x in xs if isinstance(x, int | float) and x > 0])
     return out
+
+
+def _busy(results: Sequence[dict[str, Any]], name: str) -> str:
+    """What the busy guard saw in the blocks that could not time `name` ('' when none)."""
+    for r in results:
+        why = busy_reason((((r.get("programs") or {}).get(name) or {}).get("fresh") or {}).get("busy"))
+        if why:
+            return why
+    return ""
 
 
 def _medians(blocks: Sequence[Sequence[float]]) -> list[float]:
@@ -155,15 +166,17 @@ def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView],
         errors = [str(((r.get("programs") or {}).get(v.id) or {}).get("error") or "") for r in results]
         meds = _medians(fresh)
         vs_compared = None
-        if comp and len(comp) == len(meds):
+        if comp and len(comp) == len(meds) and all(fresh):
             vs_compared = per_block([m / c for m, c in zip(meds, comp, strict=True) if c > 0])
         search = (Ratio(v.speedup, v.speedup_low, v.speedup_high) if v.speedup is not None
                   and v.speedup_low is not None and v.speedup_high is not None else None)
+        quiet = sum(1 for b in fresh if b)
+        missing = "" if quiet else (_busy(results, v.id) or "no block timed it")
         out.append(ConfirmedDesign(
-            design_id=v.id, vs_reference=between_blocks(fresh) if all(fresh) else None,
+            design_id=v.id, vs_reference=between_blocks(fresh),
             warm=between_blocks(_ratios(results, v.id, "warm")), vs_compared=vs_compared,
             block_medians=tuple(round(m, 6) for m in meds), search=search,
-            error=next((e for e in errors if e), "" if all(fresh) else "a block did not time it"),
+            error=next((e for e in errors if e), missing), blocks=quiet,
         ))
     return ranked(out)
 

@@ -27,17 +27,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from stratagem.core.search import MEASURED, DesignView, ranked, ratio_text
+from stratagem.core.search import PASSED, DesignView, ranked, ratio_text
 from stratagem.core.text import clip
 from stratagem.domains.base import BaselineNames, baseline_names
 
 UNSTABLE = "unstable"
 UNREVIEWED = "unreviewed"
+BUSY = "busy"
 
 
 def passed(v: DesignView) -> bool:
-    """Valid: the harness passed and timed the design (whatever its flags)."""
-    return v.status in MEASURED
+    """Valid: the harness passed the design (whatever its flags; a `busy` one was not timed)."""
+    return v.status in PASSED
 
 
 def did_not_pass(v: DesignView) -> bool:
@@ -54,6 +55,8 @@ def not_ranked_because(v: DesignView) -> str:
     """Why a valid design is not ranked ('' when it is ranked, or not valid)."""
     if v.status == UNSTABLE:
         return f"timing unstable: {v.stability}" if v.stability else "timing unstable"
+    if v.status == BUSY:
+        return v.stability or "not measured: the machine was busy"
     if v.status == UNREVIEWED:
         return "awaiting review (the review of a very fast design failed; it is retried)"
     return ""
@@ -66,13 +69,15 @@ class Counts:
     designs: int
     """Every evaluated design."""
     valid: int
-    """Passed and timed by the harness: `ranked + unstable + unreviewed`."""
+    """Passed by the harness: `ranked + unstable + unreviewed + busy`."""
     ranked: int
     """Valid with no flag: on the leaderboard."""
     unstable: int
     """Valid, timing unstable (not ranked)."""
     unreviewed: int
     """Valid, review pending (not ranked)."""
+    busy: int
+    """Valid, not measured: the machine was busy (not ranked)."""
     failed: int
     """Did not pass: `designs - valid`."""
 
@@ -80,14 +85,15 @@ class Counts:
         """`4 designs: 3 valid (1 with unstable timing, not ranked), 1 did not pass`: the one
         sentence every view prints."""
         flags = [f"{n} {what}" for n, what in ((self.unstable, "with unstable timing"),
-                                                (self.unreviewed, "awaiting review")) if n]
+                                                (self.unreviewed, "awaiting review"),
+                                                (self.busy, "not measured (the machine was busy)")) if n]
         flagged = f" ({', '.join(flags)}, not ranked)" if flags else ""
         noun = "design" if self.designs == 1 else "designs"
         return f"{self.designs} {noun}: {self.valid} valid{flagged}, {self.failed} did not pass"
 
     def to_json(self) -> dict[str, int]:
         return {"designs": self.designs, "valid": self.valid, "ranked": self.ranked, "unstable": self.unstable,
-                "unreviewed": self.unreviewed, "failed": self.failed}
+                "unreviewed": self.unreviewed, "busy": self.busy, "failed": self.failed}
 
 
 def counts(views: Sequence[DesignView]) -> Counts:
@@ -96,6 +102,7 @@ def counts(views: Sequence[DesignView]) -> Counts:
     return Counts(designs=len(views), valid=len(valid), ranked=len(ranked(views)),
                   unstable=sum(v.status == UNSTABLE for v in valid),
                   unreviewed=sum(v.status == UNREVIEWED for v in valid),
+                  busy=sum(v.status == BUSY for v in valid),
                   failed=len(views) - len(valid))
 
 

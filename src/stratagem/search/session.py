@@ -403,13 +403,14 @@ class RunSession:
         """Evaluate again the fastest design whose timing stayed unstable, if it would be the
         best (at most RETIMES_MAX more evaluations per design): until a stable re-timing
         exists, it is not ranked."""
-        for v in self._would_lead("unstable"):
+        busy = sorted((v for v in self.views() if v.status == "busy"), key=lambda v: -v.created_at)
+        for v in [*self._would_lead("unstable"), *busy]:
             if len(self.store.evaluations(v.id)) > RETIMES_MAX:
                 continue
             rec = self.store.design(v.id)
             if rec is None:
                 continue
-            self.progress.event(f"re-timing {v.id[:10]} (unstable: {v.stability[:60]})")
+            self.progress.event(f"re-timing {v.id[:10]} ({v.status}: {v.stability[:60]})")
             design = Design(files={n: self.store.get_artifact(h) for n, h in rec.files.items()},
                             parent_ids=tuple(rec.parent_ids), provenance=rec.provenance)
             await self.evaluate_stored(design)
@@ -417,7 +418,7 @@ class RunSession:
 
     def _feedback(self, design_id: str, ev: EvaluationRecord, reused: bool = False) -> Feedback:
         view = self.view_of(design_id)
-        if view is not None and view.status in ("flagged", "unreviewed", "unstable"):
+        if view is not None and view.status in ("flagged", "unreviewed", "unstable", "busy"):
             return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
         return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
                         ev.runtime_ms, ev.speedup, reused=reused, **st.failure_info(ev))

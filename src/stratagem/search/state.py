@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from stratagem.core.confirmed import ConfirmedDesign
 from stratagem.core.design import files_text
 from stratagem.core.jsonish import mapping
-from stratagem.core.search import MEASURED, DesignView, Measures, ranked
+from stratagem.core.search import MEASURED, PASSED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import DEFAULT, get_domain
 from stratagem.domains.base import BaselineNames, baseline_names
@@ -91,10 +91,12 @@ def design_views(
             status, report = "flagged", f"[review] judged cheating: {cheats[d.id]}"
         elif status == "valid" and review is not None and review.failed:
             status, report = "unreviewed", f"[review] not reviewed yet: {review.reason}"
-        unstable = ev.stability.get("verdict") == "unstable"
-        why = "; ".join(str(r) for r in ev.stability.get("reasons") or ()) if unstable else ""
-        if status == "valid" and unstable:
+        verdict = ev.stability.get("verdict")
+        why = "; ".join(str(r) for r in ev.stability.get("reasons") or ()) if verdict in ("unstable", "busy") else ""
+        if status == "valid" and verdict == "unstable":
             status, report = "unstable", f"[timing] unstable, not ranked until re-timed stably: {why}"
+        elif status == "valid" and verdict == "busy":
+            status, report = "busy", f"[timing] {why}"
         valid = status in MEASURED
         ref = ev.speedups.get(REFERENCE_KEY) or {}
         other = (ev.speedups.get(compared) or {}) if compared else {}
@@ -254,5 +256,5 @@ def strategy_counts(views: Sequence[DesignView]) -> dict[str, dict[str, int]]:
     for v in views:
         c = out.setdefault(v.strategy or "-", {"designs": 0, "valid": 0})
         c["designs"] += 1
-        c["valid"] += int(v.status in MEASURED)
+        c["valid"] += int(v.status in PASSED)
     return out

@@ -235,6 +235,7 @@ def build_request(
         precompiled_headers=settings(cfg).precompiled_headers,
         header_diet=settings(cfg).header_diet,
         split_builds=settings(cfg).split_builds,
+        cpu_threads=settings(cfg).cpu_threads,
         confirm=[dict(d) for d in confirm],
         confirm_order=list(confirm_order),
     )
@@ -293,6 +294,8 @@ class Payload(BaseModel):
     """`[pytorch] header_diet`: false builds CUDA sources as written."""
     split_builds: bool = True
     """`[pytorch] split_builds`: false builds CUDA sources whole (lean headers first)."""
+    cpu_threads: int = 1
+    """`[pytorch] cpu_threads`: torch's threads in a CPU worker."""
     confirm: list[dict[str, str]] = Field(default_factory=list)
     """A confirmation block's designs: `id` and `source` (`candidate.py`) each."""
     confirm_order: list[str] = Field(default_factory=list)
@@ -470,8 +473,9 @@ class PyTorchDomain:
             return None
         ref = d.get("reference") if isinstance(d.get("reference"), Mapping) else None
         ref_ms = ref.get("median_ms") if ref is not None else None
+        stab = Stability.from_json(d.get("stability"))
         return Measured(float(rt["median_ms"]), float(ref_ms) if isinstance(ref_ms, int | float) else None,
-                        Ratio.from_json(d.get("speedup")), Stability.from_json(d.get("stability")),
+                        None if stab.busy else Ratio.from_json(d.get("speedup")), stab,
                         dict(rt), dict(ref) if ref is not None else None)
 
     def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:

@@ -91,6 +91,13 @@ class PyTorchSettings(BaseModel):
     """Compile a `load_inline` CUDA source with lean headers first, then `torch/types.h`, then as
     written, until one compiles (docs/timing.md, "Build cache"; the same calls, one build);
     false: as written only (`STRATAGEM_BUILD_HEADER_DIET=0` does the same)."""
+    cpu_threads: int = Field(default=1, ge=1)
+    """Threads torch (and OpenMP) may use in a CPU worker, the same for the reference, the
+    baselines and every design (docs/timing.md, "A busy machine"). One by default: with
+    several, a thread pool on a shared machine waits at every barrier, which slows code of many
+    small ops tens of times more than one fused kernel, so the ratio followed the load; a
+    CPU ratio is the speedup on one core. Raise it to time multi-threaded code on a machine
+    of your own."""
     split_builds: bool = True
     """Before the lighter headers, build a `load_inline` CUDA source split in two: its kernels
     compiled by nvcc without torch's headers, its host code with the C++ part against torch's

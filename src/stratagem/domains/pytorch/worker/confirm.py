@@ -30,7 +30,8 @@ COMPILE = "compile"
 
 def _summary(stats: dict[str, Any]) -> dict[str, Any]:
     return {"speedup": stats["speedup"], "pair_ratios": stats["pair_ratios"], "pairs": stats["pairs"],
-            "median_ms": stats["candidate"]["median_ms"], "reference_ms": stats["reference"]["median_ms"]}
+            "median_ms": stats["candidate"]["median_ms"], "reference_ms": stats["reference"]["median_ms"],
+            "busy": stats["busy"]}
 
 
 def _load(w: StageContext, p: Programs, index: int, source: str) -> Any:

@@ -414,6 +414,8 @@ def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         runtime.cap_memory(device, request.get("gpu_memory_fraction"))
+    else:  # one thread count for every program timed on the CPU ([pytorch] cpu_threads)
+        torch.set_num_threads(int(request.get("cpu_threads") or 1))
     inline_builds.apply_settings(request)
     return request
 

@@ -36,12 +36,23 @@ import torch
 
 from stratagem.core import paired
 from stratagem.core.objective import quartiles
+from stratagem.worker_api.machine_load import BusyGuard
 
 Fresh = Callable[[int], Sequence[Any]]
 """Builds the inputs of timed call i (new values, new addresses), outside the timed region."""
 
 L2_FLUSH_BYTES_MIN = 256 * 1024 * 1024
 """Flush buffer size floor: several times the largest L2 of current GPUs (H100/H200: 50 MB)."""
+
+
+def gpu_uuid(device: str) -> str | None:
+    """The GPU's UUID as NVML names it (None on the CPU or where torch does not say)."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        return str(torch.cuda.get_device_properties(torch.device(device)).uuid)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def summarize(samples_ms: Sequence[float]) -> dict[str, Any]:
@@ -108,7 +119,9 @@ def time_cuda(
     torch.cuda.synchronize()
     est, _, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
     reps = _reps(statistics.median(est), cfg)
-    stream, dev, overheads = _measure_cuda(fn, arg_sets, reps, flush, fresh, paired_noop=True)
+    (stream, dev, overheads), busy = _guarded(
+        lambda n, start: _measure_cuda(fn, arg_sets, n, flush, _from(fresh, start), paired_noop=True),
+        reps, statistics.median(est), cfg, device)
     overhead = statistics.median(overheads)
     gaps = [d - s - o for s, d, o in zip(stream, dev, overheads, strict=True)]
     primary = dev if sync_mode == "device" else stream
@@ -124,6 +137,7 @@ def time_cuda(
         device_sync_samples_ms=dev if sync_mode != "device" else stream,
         sync_overhead_ms=overhead,
         unsynced_work_ms=statistics.median(gaps),
+        busy=busy,
     )
     return out
 
@@ -200,15 +214,49 @@ def time_cpu(
         if calls >= 10_000:
             break
     reps = _reps(statistics.median(est[-5:]), cfg)
-    samples = []
-    for i in range(reps):
-        args = fresh(i) if fresh is not None else arg_sets[i % k]
-        s = time.perf_counter()
-        fn(*args)
-        samples.append((time.perf_counter() - s) * 1e3)
+
+    def measure(n: int, start: int) -> tuple[list[float], list[float], list[float]]:
+        out = []
+        for i in range(start, start + n):
+            args = fresh(i) if fresh is not None else arg_sets[i % k]
+            s = time.perf_counter()
+            fn(*args)
+            out.append((time.perf_counter() - s) * 1e3)
+        return out, [], []
+
+    (samples, _, _), busy = _guarded(measure, reps, statistics.median(est[-5:]), cfg, "cpu")
     out = summarize(samples)
-    out.update(method="perf_counter", warmup_calls=calls, input_sets=k, l2_flush_bytes=0)
+    out.update(method="perf_counter", warmup_calls=calls, input_sets=k, l2_flush_bytes=0, busy=busy)
     return out
+
+
+def _from(fresh: Fresh | None, start: int) -> Fresh | None:
+    return (lambda i: fresh(start + i)) if fresh is not None else None
+
+
+def _guarded(measure: Callable[[int, int], tuple[list[float], list[float], list[float]]], reps: int,
+             per_call_ms: float, cfg: Mapping[str, Any], device: str,
+             ) -> tuple[tuple[list[float], list[float], list[float]], dict[str, Any]]:
+    """`reps` calls of one program measured in windows (`measure(n, first_call)` times n calls),
+    each judged by a `BusyGuard`: a busy window's calls are void and timed again, until `reps`
+    calls are quiet or the guard's wait runs out. Returns the quiet calls' samples (all of the
+    last window's when none was quiet) and the guard's summary."""
+    guard = BusyGuard(device, cfg.get("busy"), gpu_uuid(device))
+    chunk = max(1, int(guard.window_s * 1e3 / max(per_call_ms, 1e-6)))
+    got: tuple[list[float], list[float], list[float]] = ([], [], [])
+    start = 0
+    last = got
+    while len(got[0]) < reps:
+        guard.open()
+        last = measure(min(chunk, reps - len(got[0])), start)
+        start += len(last[0])
+        if guard.close() is None:
+            got = (got[0] + last[0], got[1] + last[1], got[2] + last[2])
+        if guard.exhausted:
+            break
+    guard.finish()
+    busy = guard.summary(len(got[0]), reps, max(paired.MIN_JUDGED, reps // 2))
+    return (got if got[0] else last), busy
 
 
 def time_callable(
@@ -305,6 +353,7 @@ def time_paired(
     fresh: Fresh | None = None,
     keep: Keep | None = None,
     keep_count: int = 0,
+    reference_expect_ms: float | None = None,
 ) -> dict[str, Any]:
     """Time `reference` and `candidate` in alternating blocks; return both summaries, the
     per-pair ratios and the paired speedup (reference time / candidate time) with its interval.
@@ -313,6 +362,13 @@ def time_paired(
     call gets the same protocol: flush (GPU), fresh inputs, start, call, end. `keep` receives
     the output and inputs of `keep_count` timed candidate calls drawn at random (from OS
     entropy, never exposed) so they can be checked afterwards.
+
+    The pairs are judged in windows of wall time (`machine_load.BusyGuard`, the `busy`
+    section of `cfg`): a window in which the machine was busy (the timing thread waited for a
+    CPU, another process used the GPU, or the reference ran far slower than its quiet
+    `reference_expect_ms`) is void and timed again, until `pairs` pairs are quiet or the
+    guard's wait runs out; `busy` in the result says what happened, and `busy.busy` is true
+    when too few pairs were quiet to be a measurement.
     """
     cuda = device.startswith("cuda")
     sync_mode = str(cfg.get("sync_mode", "stream"))
@@ -322,15 +378,23 @@ def time_paired(
     est_cand, warm_cand = _estimate_ms(candidate, arg_sets, cfg, device, flush)
     pairs = pair_count(max(est_ref, est_cand), cfg)
     n_ref, n_cand = block_calls(est_ref, cfg, pairs), block_calls(est_cand, cfg, pairs)
-    blocks: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
-    dev: dict[str, list[float]] = {"reference": [], "candidate": []}
-    over: dict[str, list[float]] = {"reference": [], "candidate": []}
+    names = ("reference", "candidate")
+    blocks: dict[str, list[list[float]]] = {n: [] for n in names}
+    dev: dict[str, list[float]] = {n: [] for n in names}
+    over: dict[str, list[float]] = {n: [] for n in names}
     progs = {"reference": (reference, n_ref), "candidate": (candidate, n_cand)}
     counter = 0
     rng = secrets.SystemRandom()
     kept_blocks = set(rng.sample(range(pairs), min(keep_count, pairs))) if keep is not None else set()
-    for p in range(pairs):
-        order = ("reference", "candidate") if p % 2 == 0 else ("candidate", "reference")
+    guard = BusyGuard(device, cfg.get("busy"), gpu_uuid(device))
+    expect = float(reference_expect_ms) if reference_expect_ms else None
+    slow = 1 + float((cfg.get("stability") or {}).get("reference_drift_max", 0.5))
+    window: list[dict[str, tuple[list[float], list[float], list[float]]]] = []
+    p = 0
+    guard.open()
+    while len(blocks["reference"]) < pairs:
+        order = names if p % 2 == 0 else names[::-1]
+        timed: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for name in order:
             fn, n = progs[name]
             sel = None
@@ -338,16 +402,38 @@ def time_paired(
                 sel = ({rng.randrange(n)}, lambda i, out, args, base=counter: keep(base + i, out, args))
             rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter, sel)
             counter += n
-            if cuda and sync_mode == "device":
-                rep, d = d, rep
-            blocks[name].append(rep)
-            dev[name] += d
-            over[name] += o
+            timed[name] = (d, rep, o) if cuda and sync_mode == "device" else (rep, d, o)
+        window.append(timed)
+        p += 1
+        if not (guard.due() or len(blocks["reference"]) + len(window) >= pairs):
+            continue
+        ref_ms = statistics.median(x for t in window for x in t["reference"][0])
+        also = (f"the reference took {ref_ms:.4g} ms a call, over {slow:.2g}x its quiet {expect:.4g} ms"
+                if expect and ref_ms > slow * expect else None)
+        if guard.close(also) is None:
+            for t in window:
+                for name in names:
+                    rep, d, o = t[name]
+                    blocks[name].append(rep)
+                    dev[name] += d
+                    over[name] += o
+        window = []
+        if guard.exhausted:
+            break
+        guard.open()
+    guard.finish()
+    busy = guard.summary(len(blocks["reference"]), pairs, max(paired.MIN_JUDGED, pairs // 2))
+    if not blocks["reference"]:  # nothing quiet: the summaries below need samples, kept apart
+        for t in window or [timed]:
+            for name in names:
+                blocks[name].append(t[name][0])
+                dev[name] += t[name][1]
+                over[name] += t[name][2]
     ratios = paired.pair_ratios(blocks["reference"], blocks["candidate"])
     ratio = paired.bootstrap_median(ratios, seed=len(ratios))
     out: dict[str, Any] = {
         "method": (f"cuda_event/{sync_mode}" if cuda else "perf_counter") + "/paired",
-        "pairs": pairs,
+        "pairs": len(ratios),
         "calls_per_block": {"reference": n_ref, "candidate": n_cand},
         "warmup_calls": {"reference": warm_ref, "candidate": warm_cand},
         "pair_ratios": ratios,
@@ -355,6 +441,7 @@ def time_paired(
         "input_sets": len(arg_sets),
         "l2_flush_bytes": flush.nbytes if flush else 0,
         "wall_s": time.perf_counter() - t_start,
+        "busy": busy,
     }
     for name in ("reference", "candidate"):
         samples = [x for b in blocks[name] for x in b]
