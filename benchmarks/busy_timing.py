@@ -86,7 +86,7 @@ def source(name: str) -> str:
     return f"{body}    def forward(self, x):\n        {FORWARDS[name]}\n"
 
 
-def truth(names: list[str], rounds: int = 3) -> dict[str, float]:
+def truth(names: list[str], device: str = "cpu", rounds: int = 3) -> dict[str, float]:
     """Each design's ratio over eager, interleaved in this process on a quiet machine (one
     thread, fresh inputs per call, the busy guard waiting for quiet): the median of `rounds`."""
     import importlib.util
@@ -100,7 +100,7 @@ def truth(names: list[str], rounds: int = 3) -> dict[str, float]:
     ref_mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(ref_mod)  # type: ignore[union-attr]
     torch.manual_seed(0)
-    ref = ref_mod.Model(*ref_mod.get_init_inputs()).eval()
+    ref = ref_mod.Model(*ref_mod.get_init_inputs()).eval().to(device)
     cfg = {**load_config(None, {}).evaluation.timing.model_dump(), "budget_ms": 1000.0}
     cfg["busy"] = {**cfg["busy"], "wait_s": 600.0}
     out: dict[str, list[float]] = {n: [] for n in names}
@@ -110,13 +110,17 @@ def truth(names: list[str], rounds: int = 3) -> dict[str, float]:
         exec(compile(source(n), f"<{n}>", "exec"), ns)  # noqa: S102 - our own designs
         torch.manual_seed(0)
         m = ns["ModelNew"](*ref_mod.get_init_inputs()).eval()
-        m.load_state_dict(ref.state_dict(), strict=False)
+        m.to(device).load_state_dict(ref.state_dict(), strict=False)
         progs[n] = m
-    sets = [ref_mod.get_inputs() for _ in range(3)]
+
+    def inputs(_i: int = 0) -> list:
+        return [t.to(device) for t in ref_mod.get_inputs()]
+
+    sets = [inputs() for _ in range(3)]
     with torch.no_grad():
         for r in range(rounds):
             for n in (names if r % 2 == 0 else names[::-1]):
-                st = timing.time_paired(ref, progs[n], sets, cfg, "cpu", lambda i: ref_mod.get_inputs())
+                st = timing.time_paired(ref, progs[n], sets, cfg, device, inputs)
                 out[n].append(st["speedup"]["ratio"])
     return {n: statistics.median(v) for n, v in out.items()}
 
@@ -225,7 +229,7 @@ def main() -> None:
         return
     names = list(FORWARDS)[: args.designs]
     t0 = time.time()
-    true = truth(names)
+    true = truth(names, args.device)
     print(f"truth (quiet, interleaved, one process, one thread): {json.dumps({k: round(v, 3) for k, v in true.items()})}"
           f" ({time.time() - t0:.0f} s)")
     results = {}

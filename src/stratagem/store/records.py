@@ -73,7 +73,7 @@ class EvaluationRecord(BaseModel):
     """Baseline mode -> the design's speedup over it: `ratio`, `low`, `high` (95% interval),
     `pairs`, `chained` (`core.paired.Ratio`). `speedup` is `speedups[REFERENCE_KEY]['ratio']`."""
     stability: dict[str, Any] = Field(default_factory=dict)
-    """The timing's stability verdict: `verdict` (`stable` | `unstable`), `reasons`, `notes`."""
+    """The timing's stability verdict: `verdict` (`stable` | `unstable` | `busy`), `reasons`, `notes`."""
 
 
 class RunRecord(BaseModel):
