@@ -78,6 +78,8 @@ def summary(ev: Any, wall_s: float) -> dict[str, Any]:
                          if k in ("recalibrated", "note", "floor_ms", "bound")},
             "timing_attempts": len(td.get("attempts") or []), "timing_wall_s": td.get("timing_wall_s"),
             "pairs": td.get("pairs"), "calls_per_block": td.get("calls_per_block"),
+            "busy": {k: (td.get("busy") or {}).get(k) for k in ("windows", "void_windows", "waited_s", "seen")},
+            "stability": (td.get("stability") or {}).get("verdict"),
             "baseline_unstable": unstable, "status": v.status, "failures": [f"{r.name}: {r.reason}"[:300] for r in v.failures], "wall_s": wall_s,
             "stages_s": stages, "judge": judge, "memory": (load.details.get("memory") if load else None),
             "memory_peak_gb": {r.name: r.details.get("memory_peak_gb") for r in v.results
@@ -115,7 +117,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             s = summary(ev, time.monotonic() - t0)
             runs.append(s)
             print(f"[{s['wall_s']:6.1f}s] {name} {label}: {s['status']} "
-                  f"{' '.join(f'{k}={f(v)}' for k, v in s['stages_s'].items())} {s['failures'][:1]}", flush=True)
+                  f"{' '.join(f'{k}={f(v)}' for k, v in s['stages_s'].items())} {s['failures'][:1]} "
+                  f"timing={s['stability']} busy={s['busy']}", flush=True)
         out[name] = runs
         if args.out:
             Path(args.out).write_text(json.dumps(out, indent=1, default=str))
