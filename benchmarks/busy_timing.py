@@ -224,6 +224,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--loop", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.device = "cuda:0" if args.device == "cuda" else args.device
     if args.loop:
         loop(args.device)
         return
