@@ -37,10 +37,10 @@ def _programs():
 
 
 def test_nvml_sees_another_process_on_the_gpu(other_process) -> None:
+    import torch
+
     from stratagem.domains.pytorch.worker.timing import gpu_uuid
     from stratagem.worker_api.machine_load import LoadProbe
-
-    import torch
 
     ref, _, sets = _programs()
     probe = LoadProbe("cuda:0", gpu_uuid("cuda:0"))
