@@ -227,6 +227,7 @@ class _Nvml:
                                                      ctypes.c_ulonglong(since_us))
             if count.value == 0:
                 return {}
+            count = ctypes.c_uint(count.value + 256)  # samples arrive between the two calls
             buf = (_Sample * count.value)()
             if self.lib.nvmlDeviceGetProcessUtilization(self.handle, buf, ctypes.byref(count),
                                                         ctypes.c_ulonglong(since_us)) != 0:
