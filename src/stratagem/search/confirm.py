@@ -47,17 +47,22 @@ def chosen(views: Sequence[DesignView], top: int) -> list[DesignView]:
     """The designs a round re-times: the `top` valid ones by search-time ratio, plus any other
     whose interval overlaps the best's (it could be the best). Designs whose search-time
     timing stayed unstable are contenders too: a round is the re-timing they lacked (on a
-    loaded machine it may be the only way any design gets ranked)."""
+    loaded machine it may be the only way any design gets ranked), and so are designs the machine
+    was too busy to time, in the slots left."""
     order = ranked_views(views)
     unstable = [v for v in views if v.status == "unstable" and v.speedup is not None]
     pool = sorted([*order, *unstable], key=lambda v: (-(v.speedup or 0.0), v.created_at, v.id))
-    if not pool or top <= 0:
+    if top <= 0:
         return []
+    if not pool:
+        return sorted((v for v in views if v.status == "busy"), key=lambda v: -v.created_at)[:top]
     best = order[0] if order else pool[0]
     low = best.speedup_low if best.speedup_low is not None else best.speedup or 0.0
     out = list(pool[:top])
     out += [v for v in pool[top:] if (v.speedup_high if v.speedup_high is not None else v.speedup or 0.0) >= low]
-    return out
+    # designs the machine was too busy to time at search time fill the slots left (newest first)
+    busy = sorted((v for v in views if v.status == "busy"), key=lambda v: -v.created_at)
+    return out + busy[:max(0, top - len(out))]
 
 
 def rotated(names: Sequence[str], block: int) -> list[str]:

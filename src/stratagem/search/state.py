@@ -157,9 +157,10 @@ def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str,
         c = by_id.get(v.id)
         if c is None:
             out.append(v)
-        elif v.status == "unstable" and c.vs_reference is not None:
+        elif v.status in ("unstable", "busy") and c.vs_reference is not None:
             # re-timed in independent workers, with an interval across them: ranked on that
-            note = f"search-time timing was unstable ({clip(v.stability, 120)}); ranked on the confirmation round"
+            was = "unstable" if v.status == "unstable" else "not measured (the machine was busy)"
+            note = f"search-time timing was {was} ({clip(v.stability, 120)}); ranked on the confirmation round"
             out.append(dataclasses.replace(v, confirmed=c, status="valid", stability="",
                                            timing_notes=(*v.timing_notes, note)))
         else:
