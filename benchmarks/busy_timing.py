@@ -78,11 +78,10 @@ FORWARDS = {
 
 
 def source(name: str) -> str:
-    if name == "compile":
-        return (f"{HEAD}\n\n_fwd = ModelNew.forward\nModelNew.forward = lambda self, x: self._c(x)\n"
-                "_init = ModelNew.__init__\n\ndef _i(self, *a):\n    _init(self, *a)\n"
-                "    self._c = torch.compile(lambda x: _fwd(self, x))\n\nModelNew.__init__ = _i\n")
     body = HEAD.split("    def forward(self, x):")[0]
+    if name == "compile":
+        return (f"{body}        self._c = torch.compile(self._f)\n\n    def _f(self, x):\n        {FORWARDS['same']}\n\n"
+                "    def forward(self, x):\n        return self._c(x)\n")
     return f"{body}    def forward(self, x):\n        {FORWARDS[name]}\n"
 
 
@@ -165,7 +164,8 @@ async def run_condition(names: list[str], device: str, wait_s: float) -> dict[st
         r, stab = e.paired, e.stability
         rows[n] = {"status": e.verdict.status, "ratio": r.to_json() if r else None,
                    "verdict": stab.verdict if stab else None,
-                   "why": (stab.reasons[0][:160] if stab and stab.reasons else "")}
+                   "why": (stab.reasons[0][:160] if stab and stab.reasons else
+                           next((f"{x.name}: {x.reason}"[:160] for x in e.verdict.failures), ""))}
         views.append(DesignView(id=n, source=source(n), status="valid", speedup=r.ratio if r else None,
                                 speedup_low=r.low if r else None, speedup_high=r.high if r else None))
     ids = {n: source(n) for n in names}
@@ -196,7 +196,8 @@ def report(kind: str, rows: dict[str, dict], true: dict[str, float]) -> dict[str
         if c:
             tally["confirmed"] += 1
             tally["confirmed_hold"] += ch == "yes"
-        verdict = row["verdict"] if row["verdict"] != "busy" else "busy: " + row["why"][:60]
+        verdict = (row["verdict"] if row["verdict"] != "busy" else "busy: " + row["why"][:60]) \
+            if row["status"] == "valid" else f"{row['status']}: {row['why'][:60]}"
         print(f"| {n} | {_fmt(s)} | {verdict} | {_fmt(c)} ({row.get('blocks', 0)}) | {t:.2f} | {sh} | {ch} |")
     print(f"\n{kind}: stable intervals missing the truth by >10%: {tally['stable_miss_10pct']}; confirmed "
           f"intervals holding it: {tally['confirmed_hold']} of {tally['confirmed']} confirmed; not measured "
