@@ -22,6 +22,10 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     """Compile caches, baselines and locks go to a per-session temp dir, never ~/.cache."""
     d = tmp_path_factory.getbasetemp() / "stratagem-cache"
     monkeypatch.setenv("STRATAGEM_CACHE_DIR", str(d))
+    # The busy guard off by default (docs/timing.md, "A busy machine"): the suite runs beside
+    # other work on purpose, and a functional test must not turn into "not measured" there.
+    # Its own tests (test_busy, test_paired_timing, test_gpu_busy) turn it on.
+    monkeypatch.setenv("STRATAGEM_BUSY_GUARD", "off")
     return d
 
 

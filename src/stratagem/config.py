@@ -51,7 +51,10 @@ class BusyConfig(BaseModel):
     hypervisor took the cores, or another process used the GPU is void and timed again."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    enabled: bool = True
+    enabled: bool = Field(default_factory=lambda: os.environ.get("STRATAGEM_BUSY_GUARD", "on") != "off")
+    """On unless set false here or `STRATAGEM_BUSY_GUARD=off` (the test suite's default: its
+    functional tests must not depend on how loaded the machine is; the guard's own tests turn
+    it on)."""
     window_ms: float = Field(default=50.0, gt=0)
     """Length of a judged window (whole block pairs: a window ends after the pair that fills it)."""
     wait_s: float = Field(default=30.0, ge=0)

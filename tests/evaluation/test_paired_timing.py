@@ -47,7 +47,7 @@ def cpu_hogs(n: int) -> Iterator[None]:
 
 
 def _config(cpu_config: Any, **timing: Any) -> Any:
-    busy = cpu_config.timing.busy.model_copy(update={"wait_s": 5.0})
+    busy = cpu_config.timing.busy.model_copy(update={"wait_s": 5.0, "enabled": True})
     t = cpu_config.timing.model_copy(update={"budget_ms": 300, "warmup_ms": 30, "min_reps": 10,
                                              "max_reps": 2000, "busy": busy, **timing})
     return cpu_config.model_copy(update={"timing": t, "correctness_trials": 2, "timeout_s": 120})

@@ -61,7 +61,7 @@ def test_a_shared_gpu_voids_windows_or_is_not_measured(other_process) -> None:
 
     ref, cand, sets = _programs()
     cfg = TimingConfig().model_dump()
-    cfg["busy"] = {**cfg["busy"], "wait_s": 5.0}
+    cfg["busy"] = {**cfg["busy"], "wait_s": 5.0, "enabled": True}
     with torch.no_grad():
         st = timing.time_paired(ref, cand, sets, cfg, "cuda:0")
     b = st["busy"]
@@ -76,5 +76,7 @@ def test_a_quiet_gpu_voids_nothing() -> None:
 
     ref, cand, sets = _programs()
     with torch.no_grad():
-        st = timing.time_paired(ref, cand, sets, TimingConfig().model_dump(), "cuda:0")
+        cfg = TimingConfig().model_dump()
+        cfg["busy"] = {**cfg["busy"], "enabled": True}
+        st = timing.time_paired(ref, cand, sets, cfg, "cuda:0")
     assert not st["busy"]["busy"] and st["busy"]["void_windows"] <= 1, st["busy"]
