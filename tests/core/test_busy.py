@@ -109,3 +109,22 @@ def test_confirmed_ranks_are_dense_groups() -> None:
                                              d("f", 1.0, 0.95, 1.05)])}
     assert [out[k].rank for k in "abcef"] == [1, 1, 2, 2, 3]
     assert out["a"].tied_with_best and out["b"].tied_with_best and not out["c"].tied_with_best
+
+
+def test_a_design_timed_in_one_block_of_three_is_not_confirmed() -> None:
+    from stratagem.core.search import DesignView
+    from stratagem.search.confirm import combine
+
+    busy = {"busy": True, "seen": ["the timing thread waited for a CPU 50% of the time"], "measured": 2,
+            "wanted": 40, "waited_s": 30.0, "limit_s": 30.0}
+    quiet = {"busy": False}
+
+    def block(b: dict) -> dict:
+        return {"programs": {"d": {"fresh": {"pair_ratios": [1.3] * 20, "busy": b}}}}
+
+    v = DesignView(id="d", source="", status="valid", speedup=1.3, speedup_low=1.2, speedup_high=1.4)
+    one = combine([block(quiet), block(busy), block(busy)], [v])[0]
+    assert one.vs_reference is None and one.blocks == 1
+    assert one.error.startswith("timed in 1 of 3 blocks, 2 needed: not measured: the machine was busy")
+    two = combine([block(quiet), block(busy), block(quiet)], [v])[0]
+    assert two.vs_reference is not None and two.blocks == 2 and not two.error

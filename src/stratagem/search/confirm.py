@@ -176,9 +176,15 @@ def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView],
         search = (Ratio(v.speedup, v.speedup_low, v.speedup_high) if v.speedup is not None
                   and v.speedup_low is not None and v.speedup_high is not None else None)
         quiet = sum(1 for b in fresh if b)
-        missing = "" if quiet else (_busy(results, v.id) or "no block timed it")
+        # an interval between processes needs two of them: one quiet block of several is not a
+        # confirmation (its interval would hold only that process's own noise)
+        need = min(2, len(results))
+        missing = ""
+        if quiet < need:
+            missing = (f"timed in {quiet} of {len(results)} blocks, {need} needed: " if quiet else "") + (
+                _busy(results, v.id) or "no block timed it")
         out.append(ConfirmedDesign(
-            design_id=v.id, vs_reference=between_blocks(fresh),
+            design_id=v.id, vs_reference=between_blocks(fresh) if quiet >= need else None,
             warm=between_blocks(_ratios(results, v.id, "warm")), vs_compared=vs_compared,
             block_medians=tuple(round(m, 6) for m in meds), search=search,
             error=next((e for e in errors if e), missing), blocks=quiet,
