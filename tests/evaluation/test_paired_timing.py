@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -46,6 +47,30 @@ def cpu_hogs(n: int) -> Iterator[None]:
             p.wait()
 
 
+@contextlib.contextmanager
+def other_evaluations(cfg: Any, tmp: Path) -> Iterator[None]:
+    """Another stratagem process evaluating designs over and over, with its own cache folder
+    (so its own device lock: another user's run), until the test ends."""
+    code = ("import asyncio, sys\nfrom pathlib import Path\nfrom stratagem.config import load_config\n"
+            "from stratagem.core.design import Design\nfrom stratagem.domains.pytorch.problem import load_problem\n"
+            "from stratagem.evaluation.executors import LocalExecutor\nfrom stratagem.evaluation.service import Evaluator\n"
+            "cfg = load_config(None, {'evaluation': {'device': 'cpu', 'baselines': ['eager'], 'timing': "
+            "{'budget_ms': 300}}}).evaluation\n"
+            f"p = load_problem(Path({str(PAIRED / 'problem.py')!r}))\n"
+            f"d = Design.from_source(Path({str(PAIRED / 'twice.py')!r}).read_text())\n"
+            "ex = LocalExecutor.for_devices(['cpu'], cfg, {'PATH': '/usr/bin:/bin'})\n"
+            "while True:\n    asyncio.run(Evaluator(cfg, ex, 'cpu').evaluate(p, d, with_baseline=False))\n")
+    env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp / "other-cache")}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def _config(cpu_config: Any, **timing: Any) -> Any:
     busy = cpu_config.timing.busy.model_copy(update={"wait_s": 5.0, "enabled": True})
     t = cpu_config.timing.model_copy(update={"budget_ms": 300, "warmup_ms": 30, "min_reps": 10,
@@ -61,9 +86,11 @@ def _evaluate(cfg: Any, name: str, problem: Path = PAIRED / "problem.py", source
                                                           on_stage=on_stage))
 
 
-def test_paired_ratios_are_right_under_cpu_load(cpu_config) -> None:
+def test_paired_ratios_are_right_under_cpu_load(cpu_config, tmp_path) -> None:
     """The issue's observation was a 100x swing of absolute times under load; the paired ratio
-    of a candidate against the eager reference must stay where the work says it is."""
+    of a candidate against the eager reference must stay where the work says it is, or be
+    `not measured: the machine was busy` (issue 41), never a wrong ratio called stable. The
+    first round adds another stratagem process evaluating designs beside the two hogs."""
     cfg = _config(cpu_config)
     stable, seen = 0, []
     # Another round only when the one before settled nothing: the host's own load (other
@@ -73,11 +100,14 @@ def test_paired_ratios_are_right_under_cpu_load(cpu_config) -> None:
     for hogs in (2, 1, 0):
         if stable:
             break
-        with cpu_hogs(hogs):
+        other = other_evaluations(cfg, tmp_path) if hogs == 2 else contextlib.nullcontext()
+        with cpu_hogs(hogs), other:
             same = _evaluate(cfg, "same.py")
             twice = _evaluate(cfg, "twice.py")
         stable += _check_paired(cfg, ((same, 1.0, SAME_TOLERANCE), (twice, 0.5, TWICE_TOLERANCE)), seen)
-    assert stable >= 1, ("under load at least one of the timings should settle", seen)
+    # at least one settles, unless the harness said of every one that the machine was too busy
+    # to time it (on a machine loaded beyond the hogs, as a shared one can be)
+    assert stable >= 1 or all(s[0] == "busy" for s in seen), ("under load a timing should settle", seen)
 
 
 def _check_paired(cfg: Any, cases: Any, seen: list[Any]) -> int:

@@ -323,6 +323,18 @@ def _block(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, de
     return times, [], []
 
 
+def _kept_after(candidate: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, device: str,
+                flush: L2Flusher | None, fresh: Fresh | None, counter: int, rng: secrets.SystemRandom,
+                keep: Keep, blocks: int) -> None:
+    """The `blocks` candidate blocks drawn for the timed-outputs check that a busy machine cut
+    short, run after the timing as blocks like any other (their times unused): the check never
+    loses its calls to the busy guard."""
+    for _ in range(blocks):
+        _block(candidate, arg_sets, n, device, flush, fresh, counter,
+               ({rng.randrange(n)}, lambda i, out, args, base=counter: keep(base + i, out, args)))
+        counter += n
+
+
 PAIRS_MIN = 10
 """Fewest block pairs of a paired timing (slow programs: one call per block)."""
 
@@ -422,6 +434,9 @@ def time_paired(
             break
         guard.open()
     guard.finish()
+    if keep is not None:
+        _kept_after(candidate, arg_sets, n_cand, device, flush, fresh, counter, rng, keep,
+                    sum(k >= p for k in kept_blocks))
     busy = guard.summary(len(blocks["reference"]), pairs, max(paired.MIN_JUDGED, pairs // 2))
     if not blocks["reference"]:  # nothing quiet: the summaries below need samples, kept apart
         for t in window or [timed]:
