@@ -129,13 +129,15 @@ def test_the_example_config_loads_and_states_the_defaults() -> None:
     cfg = load_config(path)
     default = StratagemConfig().model_dump(mode="json")
     default["pytorch"] = PyTorchSettings().model_dump(mode="json")  # the domain's own section
+    def same(found: object, want: object, where: tuple[str, ...]) -> None:
+        if isinstance(found, dict):  # a table: each value it sets, at any depth
+            for k, v in found.items():
+                same(v, want[k], (*where, k))  # type: ignore[index]
+        else:
+            assert want == found, where
+
     for section, values in tomllib.loads(path.read_text()).items():
-        for key, value in values.items():
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    assert default[section][key][k] == v, (section, key, k)
-            else:
-                assert default[section][key] == value, (section, key)
+        same(values, default[section], (section,))
     assert settings(cfg.evaluation) == PyTorchSettings()
     dumped = cfg.model_dump(mode="json")
     dumped["evaluation"].pop("domains")
