@@ -211,6 +211,41 @@ def test_in_process_a_kernel_on_a_token_slice_has_a_small_share(in_process) -> N
     assert "small share" in f.reason and "torch.relu" in f.reason, f.reason
 
 
+SMALL_RELU = (FIX / "problem_relu.py").read_text().replace("batch_size = 256", "batch_size = 2").replace(
+    "dim = 4096", "dim = 8")
+
+
+@pytest.mark.parametrize("small", [False, True], ids=["256x4096", "2x8"])
+@pytest.mark.parametrize("steps", [1, 4, 16])
+def test_in_process_a_layout_step_around_an_honest_kernel_passes(in_process, tmp_path, small, steps) -> None:
+    """Issue 42: views, reshapes, size queries and allocation are layout, not work: the share
+    is own native time over own plus library work, whatever the problem's size."""
+    src = (STRICT / "capi_layout.py").read_text().replace("LAYOUT_STEPS = 1", f"LAYOUT_STEPS = {steps}")
+    w = in_process(f"layout_{steps}_{int(small)}", src)
+    if small:
+        w.programs.reference_module = runtime.load_module(f"strict_small_{steps}", SMALL_RELU, tmp_path,
+                                                          f"small_{steps}.py")
+    d = provenance.run_provenance(w)
+    assert d["case"] == "own_code" and d["own_time_fraction"] >= 0.5, d
+    assert d["layout_s"] > 0 and any("movedim" in name for name, _ in d["layout"]), d["layout"]
+    assert not any("movedim" in name or "reshape" in name for name, _ in d["library"]), d["library"]
+    assert d["replay"].startswith("the output changed"), d
+
+
+def test_in_process_a_copying_layout_call_counts_as_work() -> None:
+    from stratagem.domains.pytorch.worker.native_calls import is_layout
+
+    assert is_layout("Tensor.reshape", 2e-5) and is_layout("torch._C._get_tracing_state", 1.0)
+    assert not is_layout("Tensor.contiguous", 5e-3)  # it copied
+    assert not is_layout("torch.relu", 1e-6) and not is_layout("Tensor.sum", 1e-6)
+
+
+def test_in_process_the_token_slice_reason_names_what_was_counted(in_process) -> None:
+    f = _fails(in_process("token_slice"))
+    assert "own native calls and library calls that computed" in f.reason, f.reason
+    assert "torch.relu" in f.reason and f.details["counted"].startswith("own native time"), f.reason
+
+
 def test_in_process_a_kernel_whose_output_is_unused_fails_the_replay(in_process) -> None:
     f = _fails(in_process("decoy"))
     # its own loop and torch.relu take comparable time: either the share or the replay fails it

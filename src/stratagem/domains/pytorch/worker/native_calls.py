@@ -2,7 +2,7 @@
 `provenance.py`): which extension modules (compiled .so files) lie outside the Python
 installation, their native functions by identity, and the profile hook (`sys.setprofile`)
 that times the calls of those functions and counts its events, with the hook's own calibrated
-cost per event.
+cost per event, and which library calls do no work (`LAYOUT_CALLS`: views, metadata, allocation).
 """
 
 from __future__ import annotations
@@ -16,6 +16,34 @@ import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+
+LAYOUT_CALLS = frozenset({
+    # views and layout: no element is computed (a copy-capable one, below, may copy)
+    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "movedim", "moveaxis", "permute",
+    "transpose", "swapaxes", "swapdims", "t", "unsqueeze", "squeeze", "expand", "expand_as", "narrow",
+    "select", "as_strided", "split", "chunk", "unbind", "contiguous", "detach", "alias",
+    # metadata queries and bookkeeping
+    "size", "stride", "dim", "numel", "is_contiguous", "data_ptr", "storage_offset", "element_size",
+    "is_floating_point", "get_device", "_get_tracing_state", "is_grad_enabled", "_has_torch_function",
+    "_has_torch_function_unary", "_has_torch_function_variadic",
+    # allocation without initialisation
+    "empty", "empty_like", "new_empty", "empty_strided",
+})
+"""Library calls that do no work on the data (matched by their last name: `Tensor.reshape`,
+`torch._C._get_tracing_state`): the strict share counts them apart, as layout, not as work."""
+COPY_CAPABLE = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
+"""Layout calls that copy when the data is not laid out for a view: one slower than
+LAYOUT_COPY_S is counted as work (it copied)."""
+LAYOUT_COPY_S = 1e-4
+"""A copy-capable layout call's time (seconds) above which it counts as work: a view costs a few
+microseconds (18.6 us for `Tensor.reshape` under the hook); a copy of a large tensor, more."""
+
+
+def is_layout(name: str, took_s: float) -> bool:
+    """Whether a library call named `name` that took `took_s` did no work on the data."""
+    short = name.rsplit(".", 1)[-1]
+    return short in LAYOUT_CALLS and (short not in COPY_CAPABLE or took_s <= LAYOUT_COPY_S)
 
 
 def _so_file(obj: Any) -> Path | None:
@@ -73,7 +101,8 @@ def _native_name(fn: Any) -> str:
 
 class _Meter:
     """A profile hook (`sys.setprofile`) that times the calls of the candidate's own native
-    functions, by identity, and the outermost other native calls, and counts its events."""
+    functions, by identity, and the outermost other native calls (`library`, the work;
+    `layout_s`, those that did none: `is_layout`), and counts its events."""
 
     def __init__(self, own: Mapping[int, str], ghost_code: types.CodeType | None = None) -> None:
         self.own = own
@@ -92,6 +121,7 @@ class _Meter:
         self.events = 0
         self.native_events = 0
         self.library: dict[str, float] = {}
+        self.layout: dict[str, float] = {}
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         self.events += 1
@@ -114,7 +144,8 @@ class _Meter:
                     self.own_s += took
             elif not self.stack and self.open_own == 0:
                 name = _native_name(arg)
-                self.library[name] = self.library.get(name, 0.0) + took
+                into = self.layout if is_layout(name, took) else self.library
+                into[name] = into.get(name, 0.0) + took
 
 
 @contextlib.contextmanager
