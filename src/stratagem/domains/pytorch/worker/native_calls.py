@@ -17,7 +17,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-
 LAYOUT_CALLS = frozenset({
     # views and layout: no element is computed (a copy-capable one, below, may copy)
     "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "movedim", "moveaxis", "permute",
