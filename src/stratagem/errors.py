@@ -40,3 +40,26 @@ class HarnessError(StratagemError):
 
 class WorkerLost(HarnessError):
     """A worker process vanished or returned output that breaks the protocol."""
+
+
+class MissingExtra(ConfigError):
+    """A feature needs an optional dependency that is not installed (exit code 2): the message
+    names the extra and the pip command that installs it."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(f"{feature} needs {module}, which is not installed: pip install 'stratagem[{extra}]'")
+        self.feature, self.extra, self.module = feature, extra, module
+
+
+def import_extra(module: str, extra: str, feature: str) -> object:
+    """`module`, imported (a feature's optional dependency).
+
+    Raises:
+        MissingExtra: it is not installed; the message names `extra` and the pip command.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(feature, extra, module) from None

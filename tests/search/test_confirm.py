@@ -20,7 +20,8 @@ from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 from stratagem.search.confirm import confirm_run, rotated
 from stratagem.search.export import exported_source
-from stratagem.search.state import stored_views
+from stratagem.search.headline import headline_of
+from stratagem.search.state import names_of, stored_views
 from stratagem.store.sqlite import RunStore
 
 PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"
@@ -110,9 +111,9 @@ def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp
         views = stored_views(store)
         top = ranked_views(views)[0]
         assert top.id == ids["same.py"] and top.confirmed is not None
-        assert "confirmed (search time:" in top.headline_text()
+        assert "confirmed (search time:" in " ".join(headline_of(views, names_of("pytorch")).lines())
         header = exported_source(top, problem.name, run_dir, "cpu")
-        assert "# confirmed vs eager: " in header and "at search time" in header
+        assert "# speedup vs eager: " in header and ", confirmed (" in header and "search time: " in header
     assert main(["show", str(run_dir)]) == 0
     out = capsys.readouterr().out
     assert "confirmed" in out and ids["same.py"][:10] in out
@@ -141,8 +142,8 @@ def test_a_run_ends_with_a_round_whose_best_heads_it(tmp_path) -> None:
     assert out.best is not None and out.best.source == b and out.best.confirmed is not None
     assert out.best.confirmed.vs_reference is not None and abs(out.best.confirmed.vs_reference.ratio - 1 / 0.55) < 0.01
     written = out.best_path.read_text() if out.best_path is not None else ""
-    assert "# confirmed vs eager: 1.8" in written and "rank 1 of the round" in written and b.rstrip("\n") in written
-    assert "confirmed vs torch.compile: 1.45x" in written  # 1.82 / 1.25, timed in the same blocks
+    assert "# speedup vs eager: 1.8" in written and ", confirmed (" in written and "rank 1 of the round" in written and b.rstrip("\n") in written
+    assert "faster than torch.compile: 1.45x" in written and "confirmed (re-timed" in written  # 1.82 / 1.25, timed in the same blocks
     store.close()
 
 

@@ -25,9 +25,19 @@ from stratagem.report.html import build_report
 from stratagem.report.leaderboard import failures_table, iterations_table, leaderboard
 from stratagem.report.live import LiveView
 from stratagem.search.api import show_run
-from stratagem.search.export import provenance_header
-from stratagem.search.numbers import counts, second_sentence, second_text
+from stratagem.search.export import provenance_lines
+from stratagem.search.headline import ratios_of
+from stratagem.search.numbers import counts
+from stratagem.search.state import names_of
 from stratagem.store.records import IterationRecord
+
+PT = names_of("pytorch")
+
+
+def second_text(v: DesignView) -> str:
+    k = ratios_of(v, PT).compared
+    assert k is not None
+    return k.number()
 
 SHAKY = src("shaky", 1 / 1.03) + "# unstable\n"  # valid at 1.03x, but its timing never settles
 
@@ -100,12 +110,12 @@ def test_every_ratio_against_compile_carries_its_interval_or_is_marked_chained(t
 def test_the_issues_on_par_design_is_said_to_be_on_par_with_its_interval(tmp_path) -> None:
     v = DesignView(id="e" * 64, source="", status="valid", runtime_ms=1.0, speedup=4.12, speedup_low=3.9,
                    speedup_high=4.3, speedup_compared=1.02, compared_low=0.97, compared_high=1.07)
-    header = provenance_header(v, "06_fused_block", tmp_path, "cpu")
+    header = "\n".join(provenance_lines(v, "06_fused_block", tmp_path, "cpu")) + "\n"
     assert "on par with torch.compile: 1.02x [0.97, 1.07], chained via eager, an interval that holds 1.00x" in header
     assert "vs torch.compile: 1.02x\n" not in header
     bare = DesignView(id="f" * 64, source="", status="valid", speedup=2.0, speedup_compared=1.02)
     assert second_text(bare) == "1.02x (chained via eager, no interval)"
-    assert "no interval" in second_sentence(bare)
+    assert "no interval" in ratios_of(bare, PT).compared.sentence()  # type: ignore[union-attr]
 
 
 def test_the_plots_of_a_three_design_run(tmp_path) -> None:

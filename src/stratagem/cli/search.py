@@ -181,6 +181,7 @@ def show_cmd(
             "iterations": len(r.iterations), **counts(r.views).to_json(),
             "best": None if best is None else _design_json(best, names),
             "beats_reference": bool(best is not None and best.beats_reference),
+            "headline": r.headline.to_json(),
             "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
             "spend": r.spend.to_json(),
             "leaderboard": [_design_json(v, names) for v in ranked(r.views)],
@@ -194,11 +195,12 @@ def show_cmd(
     console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations",
                   highlight=False)
     console.print(counts(r.views).text(), highlight=False)
+    for line in r.headline.lines():
+        console.print(line, highlight=False)
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 
         print_confirmed(console, r.confirmation, names)
-        console.print("the leaderboard below gives each design's search-time figures", highlight=False)
     console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain), names=names))
     if best is not None:
         _print_best_cases(console, r.run_dir, best.id)
@@ -217,13 +219,16 @@ def show_cmd(
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     design: Annotated[str | None, typer.Argument(metavar="DESIGN", help="A design id (a prefix is enough); default: the best.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", metavar="FILE", help="Write here (default: print to stdout).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", metavar="PATH", help="Write here: a file (a design of one file), or a directory (several files, each under its own name). Default: print to stdout.")] = None,
 ) -> None:
-    """Write a design's source with a provenance header (problem, run, speedups, device) and
-    load_reference_state_dict(model, state_dict), which loads the reference Model's weights
-    into it whatever its own layout."""
+    """Write a design's own files, ready to build, one headed by a comment in its own syntax
+    (problem, run, speedups, device); a PyTorch design ends with load_reference_state_dict(model,
+    state_dict), which loads the reference Model's weights into it whatever its own layout. A
+    design of several files goes into the directory --out names (on stdout: each file under an
+    `=== stratagem file: NAME ===` line)."""
+    from stratagem.core.design import files_text
     from stratagem.search.api import show_run
-    from stratagem.search.export import exported_source, pick
+    from stratagem.search.export import exported_files, pick, write_files
 
     console = Console(stderr=True)
     try:
@@ -233,16 +238,20 @@ def export_cmd(
         fail(console, e, False, 2)
     except StratagemError as e:
         fail(console, e, False, 1)
-    text = exported_source(view, r.problem, r.run_dir, r.device, r.reference_ms or None, r.domain)
+    files = exported_files(view, r.problem, r.run_dir, r.device, r.reference_ms or None, r.domain, r.main_file)
     if out is None:
-        print(text, end="")
+        print(files_text(files), end="")
+        if len(files) > 1:
+            console.print(f"{len(files)} files: `stratagem export {run_dir} {view.id[:12]} --out DIR` writes "
+                          "them into DIR", highlight=False)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    written = write_files(files, out)
+    from stratagem.search.headline import ratios_of
     from stratagem.search.state import names_of
 
-    console.print(f"wrote {out} (design {view.id[:12]}, {view.speedup_text()} vs {names_of(r.domain).reference})",
-                  highlight=False)
+    shown = ", ".join(str(p) for p in written)
+    console.print(f"wrote {shown} (design {view.id[:12]}, {ratios_of(view, names_of(r.domain)).reference.number()} "
+                  f"vs {names_of(r.domain).reference})", highlight=False)
 
 
 def _tuning(views: Any) -> Any:
@@ -328,21 +337,24 @@ def _design_json(v: Any, names: Any) -> dict[str, Any]:
     verdict over the compared baseline by `search/numbers.py`, as every view says them). The
     compared baseline's keys carry its name (`names.compared`; PyTorch: `speedup_compile`,
     `vs_compile`, ...); a domain without one has none (docs/show-json.md)."""
-    from stratagem.search.numbers import is_ranked, not_ranked_because, passed, vs_second
+    from stratagem.search.headline import ratios_of
+    from stratagem.search.numbers import is_ranked, not_ranked_because, passed
 
     c = names.compared
-    second = {} if not c else {
-        f"speedup_{c}": v.speedup_compared,
-        f"speedup_{c}_ci": None if v.compared_low is None or v.compared_high is None
-        else [v.compared_low, v.compared_high],
-        f"{c}_chained": v.speedup_compared is not None, f"vs_{c}": vs_second(v),
+    k = ratios_of(v, names).compared
+    second = {} if not c or k is None else {
+        f"speedup_{c}": k.ratio,
+        f"speedup_{c}_ci": None if k.low is None or k.high is None else [k.low, k.high],
+        f"{c}_chained": k.chained, f"{c}_confirmed": k.confirmed, f"vs_{c}": k.verdict,
         f"{c}_fails": v.compared_fails or None, f"{c}_unstable": v.compared_unstable or None}
+    stability = (v.stability if v.status in ("unstable", "busy") and v.stability
+                 else next((n for n in v.timing_notes if "ranked on the confirmation round" in n), "stable"))
     return {"id": v.id, "status": v.status, "valid": passed(v), "ranked": is_ranked(v),
             "not_ranked": not_ranked_because(v) or None, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
             "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
             **second, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
-            "stability": v.stability or "stable", "timing_notes": list(v.timing_notes),
+            "stability": stability, "timing_notes": list(v.timing_notes),
             "confirmed": v.confirmed.to_json() if v.confirmed is not None else None}
 
 
@@ -359,7 +371,7 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.search import state as st
-    from stratagem.search.numbers import counts, passed, second_sentence, vs_second
+    from stratagem.search.numbers import counts, passed
 
     def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
         os.kill(os.getpid(), signal.SIGINT)
@@ -404,17 +416,16 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
         from stratagem.cli.confirm import print_confirmed
 
         print_confirmed(console, r.confirmation, names)
+    head = r.headline
+    lines = head.lines()
     if best is not None:
-        how = (f"{best.headline_text()} vs {names.reference}" if best.confirmed is not None
-               else f"{best.speedup_text()} vs {names.reference} (paired, 95% interval)")
-        console.print(f"best design: [bold]{outcome.best_path}[/]\n  {how}", highlight=False)
-        said = second_sentence(best, names)
-        if said:
-            style = {"slower": "yellow", "unknown": "yellow", "unfair": "yellow"}.get(vs_second(best) or "")
-            console.print(Text("  " + said, style=style or ""))
+        console.print(f"best design: [bold]{outcome.best_path}[/]", highlight=False)
     else:
-        console.print(f"[yellow]{outcome.no_gain}[/]; {outcome.best_path} holds the reference itself",
-                      highlight=False)
+        console.print(f"[yellow]{lines[0]}[/]; {outcome.best_path} holds the reference itself", highlight=False)
+    verdict = head.ratios.compared.verdict if head.ratios is not None and head.ratios.compared else None
+    for line in lines[1:] if best is None else lines:
+        style = "yellow" if verdict in ("slower", "unknown", "unfair") and line is not lines[0] else ""
+        console.print(Text("  " + line, style=style))
     failed = failures_table(r.views, last=5)
     if failed is not None and not any(passed(v) for v in r.views):
         console.print(failed)  # nothing passed: say why the last ones did not

@@ -44,6 +44,38 @@ def text_files(text: str, main: str) -> dict[str, str]:
     return out
 
 
+LINE_COMMENTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".cu", ".cuh", ".rs", ".go", ".js", ".ts", ".java"), "//"),
+    ((".py", ".sh", ".bash", ".toml", ".yaml", ".yml", ".cmake", ".mk", ".r", ".pl", ".rb"), "#"),
+    ((".f90", ".f95"), "!"),
+)
+"""A line comment per file suffix (exported files carry their provenance in their own syntax)."""
+HASH_NAMES = frozenset({"Makefile", "makefile", "GNUmakefile", "CMakeLists.txt", "Dockerfile"})
+
+
+def line_comment(name: str) -> str | None:
+    """How a file called `name` starts a line comment (`//` for C/C++/CUDA, `#` for Python and
+    shell, ...); None when its language is not known (a data file takes no comment)."""
+    base = name.rsplit("/", 1)[-1]
+    if base in HASH_NAMES:
+        return "#"
+    suffix = "." + base.rsplit(".", 1)[-1].lower() if "." in base else ""
+    return next((mark for suffixes, mark in LINE_COMMENTS if suffix in suffixes), None)
+
+
+def with_header(name: str, text: str, lines: list[str]) -> str | None:
+    """`text` headed by `lines` as line comments in the syntax of `name` (None: it has none).
+    A `#!` line stays first."""
+    mark = line_comment(name)
+    if mark is None:
+        return None
+    head = "".join(f"{mark} {ln}".rstrip() + "\n" for ln in lines) + "\n"
+    if text.startswith("#!"):
+        first, _, rest = text.partition("\n")
+        return f"{first}\n{head}{rest}"
+    return head + text
+
+
 @dataclass(frozen=True)
 class Design:
     """A candidate solution: its files, its parents and where it came from."""

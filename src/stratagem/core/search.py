@@ -178,15 +178,6 @@ class DesignView:
         low = self.speedup_low if self.speedup_low is not None else self.speedup
         return self.status == "valid" and low is not None and low > 1.0
 
-    def headline_text(self) -> str:
-        """The design's speedup over the reference as the run's headline says it: the confirmed one with
-        the search-time figure beside it, or the search-time one alone."""
-        c = self.confirmed.vs_reference if self.confirmed is not None else None
-        if c is None:
-            return self.speedup_text()
-        return (f"{ratio_text(c.ratio)}x [{ratio_text(c.low)}, {ratio_text(c.high)}] confirmed "
-                f"(search time: {self.speedup_text()})")
-
     def speedup_text(self) -> str:
         """`1.23x [1.20, 1.26]`, the one way a speedup is written."""
         if self.speedup is None:

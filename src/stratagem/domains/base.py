@@ -63,6 +63,9 @@ class BaselineNames:
     records (`EvaluationRecord.speedups`, a design view's second ratio); None: none."""
     compared_label: str = ""
     """How prose names that baseline (its key when empty)."""
+    compared_authors: tuple[str, ...] = ()
+    """Authors of designs that are the compared baseline's own recipe (a design's
+    `DesignView.author`): such a design is never shown against itself (`search/headline.py`)."""
 
     @property
     def compared_text(self) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stratagem.config import EvaluationConfig, environment
-from stratagem.errors import ConfigError
+from stratagem.errors import ConfigError, import_extra
 from stratagem.evaluation.sandbox import SandboxResult
 from stratagem.evaluation.slots import Slot
 from stratagem.worker_api.protocol import EvalRequest
@@ -42,14 +42,9 @@ def import_ray() -> Any:
     """The `ray` module.
 
     Raises:
-        ConfigError: Ray is not installed.
+        MissingExtra: Ray is not installed (a ConfigError naming the pip command).
     """
-    try:
-        import ray
-    except ImportError:
-        raise ConfigError("evaluation.executor = \"ray\" needs Ray: pip install 'stratagem[ray]' "
-                          "(or choose --executor local)") from None
-    return ray
+    return import_extra("ray", "ray", "--executor ray (evaluation.executor = \"ray\")")
 
 
 class NodeRunner:

@@ -27,9 +27,9 @@ from stratagem.domains.base import BaselineNames
 from stratagem.report import alignment as al
 from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
-from stratagem.search import numbers
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
+from stratagem.search.headline import Headline, headline_of, ratios_of
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
 from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
@@ -66,10 +66,17 @@ class RunData:
     created: dict[str, float]
     domain: str | None = None
     """The problem's domain (None: the run stored no problem)."""
+    confirmation: dict[str, Any] | None = None
+    """The run's latest confirmation round (the headline's source when it exists)."""
 
     @property
     def best(self) -> DesignView | None:
         return st.best_of(self.views)
+
+    @property
+    def headline(self) -> Headline:
+        """The run's result as every view says it (`search/headline.py`)."""
+        return headline_of(self.views, self.names)
 
     @property
     def names(self) -> BaselineNames:
@@ -89,7 +96,8 @@ def load_run(run_dir: str | Path) -> RunData:
         source = _reference_text(problems[0], store.get_artifact(problems[0].source_hash)) if problems else ""
         return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
                        sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
-                       {r.id: r.created_at for r in designs}, problems[0].domain if problems else None)
+                       {r.id: r.created_at for r in designs}, problems[0].domain if problems else None,
+                       (store.confirmations() or [None])[-1])
 
 
 def _reference_text(rec: Any, source: str) -> str:
@@ -167,20 +175,9 @@ def _summary(data: RunData) -> str:
         ("environment", ", ".join(f"{k} {v}" for k, v in env.items() if k in ("torch", "cuda", "triton", "python",
                                                                                  "capability", "threads"))),
     ]
-    best = data.best
-    if best is not None:
-        rows.insert(3, ("best", f"{best.speedup_text()} vs {data.names.reference} ({best.id[:12]}); "
-                                f"{_second_sentence(data, best)}"))
+    rows.insert(3, ("result", "; ".join(data.headline.lines())))
     conf = _pre(json.dumps(cfg, indent=2))
     return _table(["run", ""], rows) + f"<details><summary>configuration</summary>{conf}</details>"
-
-
-def _second_sentence(data: RunData, best: DesignView) -> str:
-    """The best design against the baseline its domain sets beside the reference, in words."""
-    n = data.names
-    if not n.compared:
-        return "no other baseline"
-    return numbers.second_sentence(best, n) or f"not measured against {n.compared_text}"
 
 
 def st_spend(data: RunData) -> dict[str, Any]:
@@ -220,14 +217,37 @@ def _failures(data: RunData) -> str:
             + _table(["design", "iter", "author", "failed at", "reason"], [(*r[:4], clip(str(r[4]), 300)) for r in rows]))
 
 
+def _confirmation(data: RunData) -> str:
+    """The confirmation round: the contenders re-timed together, their confirmed ratios first and
+    the search-time figures beside them (the table `stratagem confirm` prints)."""
+    body = data.confirmation or {}
+    n = data.names
+    second = [f"vs {n.compared_text}"] if n.compared else []
+    rows = []
+    for d in body.get("designs") or ():
+        v = next((x for x in data.views if x.id == d.get("design_id")), None)
+        x = ratios_of(v, n) if v is not None else None
+        rank = d.get("rank")
+        mark = "-" if rank is None else ("=1" if d.get("tied_with_best") and len(body["designs"]) > 1 else str(rank))
+        rows.append((mark, str(d.get("design_id"))[:12], x.reference.number() if x else "-",
+                     *([x.compared.number() if x and x.compared else "-"] if second else []),
+                     x.search.number() if x else "-"))
+    return (f"<p>{body.get('blocks')} independent blocks, interleaved: each ratio's interval holds the spread "
+            "between them. The run's headline is this round's.</p>"
+            + _table(["#", "design", f"confirmed vs {n.reference}", *second, "search time"], rows))
+
+
 def _best(data: RunData) -> str:
     best = data.best
     if best is None:
         return "<p>No ranked design yet (a valid design whose timing settled).</p>"
     views = {v.id: v for v in data.views}
     parent = next((views[p] for p in best.parents if p in views), None)
-    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape(best.speedup_text())} vs {data.names.reference}; "
-             f"{html.escape(_second_sentence(data, best))}; "
+    r = ratios_of(best, data.names)
+    said = [f"{r.reference.number()} vs {data.names.reference}"
+            + (f", confirmed (search time: {r.search.number()})" if r.reference.confirmed else ""),
+            *([r.compared.sentence()] if r.compared is not None else [])]
+    parts = [f"<p><b>{html.escape(best.id[:12])}</b>: {html.escape('; '.join(said))}; "
              f"by {html.escape(str(best.author))}, "
              f"strategy {html.escape(str(best.strategy))}, iteration {best.iteration}.</p>"]
     lines = best.measures.lines(data.names.reference)
@@ -351,11 +371,19 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     if analyses:
         sections.append(("Analyses", _analyses(data, xis)))
     r, c = data.names.reference, data.names.compared
-    second = [f"vs {c} [95% CI], chained via {r}"] if c else []  # a domain without a second baseline: no column
-    leader = _table(["#", "design", f"vs {r} [95% CI]", *second, "iter", "author", "strategy"],
-                    [(i + 1, v.id[:12], v.speedup_text(), *([numbers.second_text(v, names=data.names)] if c else []), v.iteration,
-                      v.author, v.strategy) for i, v in enumerate(ranked(views)[:20])])
-    sections.insert(1, ("Leaderboard", leader))
+    second = [f"vs {c} [95% CI]"] if c else []  # a domain without a second baseline: no column
+    rows = []
+    for i, v in enumerate(ranked(views)[:20]):  # each row's ratios are the ones it is ranked by
+        x = ratios_of(v, data.names)
+        rows.append((i + 1, v.id[:12], x.reference.cell(), *([x.compared.cell() if x.compared else "-"] if c else []),
+                     x.search.number() if x.reference.confirmed else "-", v.iteration, v.author, v.strategy))
+    leader = _table(["#", "design", f"vs {r} [95% CI]", *second, "search time", "iter", "author", "strategy"], rows)
+    note = ("<p class=muted>c: confirmed (the confirmation round's ratio; its designs rank first, by it); "
+            f"vs {c} otherwise chained via {r} at search time; itself: the design is that baseline's own "
+            "recipe; search time: the figure the search measured, beside the confirmed one.</p>") if c else ""
+    sections.insert(1, ("Leaderboard", leader + note))
+    if data.confirmation is not None:
+        sections.insert(1, ("Confirmation round", _confirmation(data)))
     body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     live = (LIVE_JS % live_ms) if live_ms else ""

@@ -21,9 +21,10 @@ from stratagem.core.search import DesignView, ranked
 from stratagem.domains.base import BaselineNames
 from stratagem.search import numbers
 from stratagem.search.budget import Spend
+from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because
 from stratagem.search.state import names_of
-from stratagem.store.records import REFERENCE_KEY, IterationRecord
+from stratagem.store.records import IterationRecord
 
 RUNTIME = Objective("runtime", "ms", "minimize")
 
@@ -152,10 +153,10 @@ def leaderboard(
     n = names or names_of(None)
     board = ranked(views)[:top]
     rows = []
-    for i, v in enumerate(board, 1):
-        noise = " ~" if v.vs_reference() == "within noise" else ""  # the one rule: the interval holds 1.00x
-        rows.append((str(i), v.id[:10], v.speedup_text() + noise, _second(v, n), f"{v.runtime_ms or 0.0:.4g}",
-                     "-" if v.iteration is None else str(v.iteration), who(v)))
+    for i, v in enumerate(board, 1):  # each row's ratios are the ones it is ranked by (confirmed first)
+        r = ratios_of(v, n)
+        rows.append((str(i), v.id[:10], r.reference.cell(), r.compared.cell() if r.compared else "-",
+                     f"{v.runtime_ms or 0.0:.4g}", "-" if v.iteration is None else str(v.iteration), who(v)))
     value = f"{objective.name} {objective.unit}"
     first, second = ratio_header(n.reference), ratio_header(n.compared or "-")
     cols = (Col("#"), Col("design", "left"), Col(first, stack=True), Col(second, stack=True), Col(value),
@@ -167,53 +168,33 @@ def leaderboard(
                        empty="no ranked design yet (a valid design whose timing settled)")
 
 
-@dataclass(frozen=True)
-class Second:
-    """A design's ratio over the baseline its domain sets beside the reference (`BaselineNames.compared`),
-    chained through the reference, as the views read it."""
-
-    ratio: float | None
-    low: float | None
-    high: float | None
-    fails: str
-    """Why that baseline fails the correctness rule ('' when it passes)."""
-    unstable: str
-    """Why its timing stayed unstable after re-timing ('' when stable)."""
-
-
-def second_of(v: DesignView) -> Second:
-    """`v`'s `Second` (the one place the views read the design view's second-ratio fields)."""
-    return Second(v.speedup_compared, v.compared_low, v.compared_high, v.compared_fails, v.compared_unstable)
-
-
-def _second(v: DesignView, n: BaselineNames) -> str:
-    """The chained ratio over the compared baseline, `*` when that baseline is no fair comparison."""
-    s = second_of(v)
-    return numbers.second_text(v, mark=False, names=n) + (" *" if s.fails or s.unstable else "")
-
-
 def _leaderboard_notes(views: Sequence[DesignView], board: Sequence[DesignView],
                        reference_ms: Mapping[str, float | None], n: BaselineNames) -> str | None:
     notes = []
     r, c = n.reference, n.compared or "-"
-    if board and any(second_of(v).ratio is not None for v in board):
+    shown = [ratios_of(v, n) for v in board]
+    if any(x.reference.confirmed for x in shown):
+        notes.append("c: confirmed (the confirmation round's ratio, re-timed in independent workers; its designs "
+                     "rank first, by it); the others are search-time figures")
+    if any(x.compared is not None and x.compared.chained for x in shown):
         notes.append(f"vs {c}: chained via {r} (design/{r} x {r}/{c}, timed in different workers), "
                      "with the interval of both")
-    if any(v.vs_reference() == "within noise" for v in board):
-        notes.append(f"~ within noise of {r}: the interval holds 1.00x")
-    if any(reference_ms.values()):
-        notes.append("reference: " + ", ".join(f"{r if k == REFERENCE_KEY else k} {v:.4f} ms"
-                                               for k, v in reference_ms.items() if v))
+    if any(x.compared is not None and x.compared.itself for x in shown):
+        notes.append(f"itself: the design is the {n.compared_text} baseline's own recipe")
+    if any(a.verdict == "on par" for x in shown for a in x.all()):
+        notes.append("~ within noise: the interval holds 1.00x")
+    if times := numbers.times_text(reference_ms, n):
+        notes.append(times)
     c = counts(views)
     if c.ranked < c.valid:
         notes.append("valid, not ranked: " + "; ".join(
-            f"{v.id[:10]} {v.speedup_text()} ({clip(not_ranked_because(v), 100)})"
+            f"{v.id[:10]} {v.speedup_text()} at search time ({clip(not_ranked_because(v), 100)})"
             for v in [v for v in views if not_ranked_because(v)][:8]))
-    failing = next((f for v in ranked(views) if (f := second_of(v).fails)), "")
+    failing = next((f for v in ranked(views) if (f := v.compared_fails)), "")
     if failing:
         notes.append(f"* the {n.compared_text} baseline fails the correctness check every design must pass, so "
                      f"speedups against it are not a fair comparison: {clip(failing, 160)}")
-    shaky = next((u for v in ranked(views) if (u := second_of(v).unstable)), "")
+    shaky = next((u for v in ranked(views) if (u := v.compared_unstable)), "")
     if shaky and not failing:
         notes.append(f"* the {n.compared_text} baseline's timing stayed unstable after re-timing, so speedups "
                      f"against it carry its noise (`stratagem baseline --refresh` measures it again): "

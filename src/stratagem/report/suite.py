@@ -29,9 +29,8 @@ from typing import Any
 
 from stratagem.domains.base import BaselineNames
 from stratagem.report.html import CSS, _table, load_run
-from stratagem.report.leaderboard import second_of
-from stratagem.search import numbers
 from stratagem.search.budget import Spend
+from stratagem.search.headline import headline_of
 from stratagem.search.numbers import passed
 from stratagem.search.state import names_of
 from stratagem.search.suite_manifest import is_suite_dir, read_manifest
@@ -47,10 +46,11 @@ def labels(names: BaselineNames) -> dict[str, str]:
     the compared baseline only when the domain has one."""
     r, c, long = names.reference, names.compared, names.compared_text
     out = {
-        **{f"fast_{p:g}": f"fast_{p:g}: share of problems whose best design is correct and > {p:g}x {r}"
+        **{f"fast_{p:g}": f"fast_{p:g}: share of problems whose best design is correct and > {p:g}x {r} by more than its "
+                             "95% interval (its low end above p)"
            for p in FAST_P},
         **({f"fast_{p:g}_{c}": f"fast_{p:g} over {c}: share of problems whose best design is correct and "
-                               f"> {p:g}x {long}" for p in FAST_P} if c else {}),
+                               f"> {p:g}x {long} by more than its interval" for p in FAST_P} if c else {}),
         "correct_rate": "correctness rate: share of problems with at least one design that passed every check",
         "geomean_measured": f"geometric mean of the best speedups over {r}, unclamped: problems without a valid "
                             "design are left out (counted in geomean_excluded)",
@@ -166,13 +166,14 @@ class ProblemRow:
 def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None = None) -> ProblemRow:
     """A run directory's row (read only)."""
     data = load_run(run_dir)
-    b = data.best
-    sec = second_of(b) if b else None
+    head = headline_of(data.views, data.names)  # the run's result, as every view says it
+    b, r = head.top, head.ratios
+    ref, sec = (r.reference, r.compared) if r is not None else (None, None)
     spend = Spend.from_records(data.calls, data.evaluations)
     stop = data.run.stop_reason if data.run else None
     return ProblemRow(run_dir, data.problem, data.run.policy if data.run else "?",
-                      b.speedup if b else None, b.speedup_low if b else None, b.speedup_high if b else None,
-                      numbers.second_text(b, names=names_of(data.domain)) if b else "-", bool(b and b.beats_reference), spend.queries, spend.usd,
+                      ref.ratio if ref else None, ref.low if ref else None, ref.high if ref else None,
+                      sec.cell() if sec else "-", head.best is not None, spend.queries, spend.usd,
                       key=key or data.problem, state=state, best_id=b.id if b else None,
                       second=sec.ratio if sec else None, second_low=sec.low if sec else None,
                       second_high=sec.high if sec else None, correct=any(passed(v) for v in data.views),
@@ -230,14 +231,23 @@ def rows_of_suite(suite_dir: Path) -> list[ProblemRow]:
     return out
 
 
+def faster_than(ratio: float | None, low: float | None, p: float) -> bool:
+    """Faster than p times a baseline by more than the measurement's interval: its low end above
+    p (p = 0: measured at all); a ratio without an interval counts by itself."""
+    if ratio is None:
+        return False
+    return (low if low is not None and p > 0 else ratio) > p
+
+
 def fast_p(rows: Sequence[ProblemRow], p: float, over: str | None = None) -> float:
-    """The share of problems whose best design is correct and faster than p x the reference (p
-    = 0: correct at all); `over` (the compared baseline's name, or the reference's): than p x
-    that baseline."""
+    """The share of problems whose best design is correct and faster than p x the reference by
+    more than its interval (p = 0: correct at all); `over` (the compared baseline's name, or the
+    reference's): than p x that baseline."""
     if not rows:
         return 0.0
-    s = [r.speedup if over is None or over == suite_names(rows).reference else r.second for r in rows]
-    return sum(1 for x in s if x is not None and x > p) / len(rows)
+    if over is None or over == suite_names(rows).reference:
+        return sum(faster_than(r.speedup, r.low, p) for r in rows) / len(rows)
+    return _fast_second(rows, p)
 
 
 def suite_names(rows: Sequence[ProblemRow]) -> BaselineNames:
@@ -303,7 +313,7 @@ def summary(rows: Sequence[ProblemRow], names: BaselineNames | None = None) -> d
 
 def _fast_second(rows: Sequence[ProblemRow], p: float) -> float:
     """fast_p over the compared baseline."""
-    return sum(1 for r in rows if r.second is not None and r.second > p) / len(rows) if rows else 0.0
+    return sum(faster_than(r.second, r.second_low, p) for r in rows) / len(rows) if rows else 0.0
 
 
 def suite_json(rows: Sequence[ProblemRow]) -> dict[str, Any]:
@@ -375,7 +385,7 @@ def build_suite_page(rows: Sequence[ProblemRow]) -> str:
     summ = _table(["summary", "value"], summary_lines(s, n))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     return (f"<!doctype html><html><head><meta charset=utf-8><title>stratagem suite</title><style>{CSS}</style>"
-            f"</head><body><h1>stratagem · {len(rows)} problems</h1><p class=muted>generated {stamp}; speedups are "
+            f"</head><body><h1>stratagem · {len(rows)} problem{'' if len(rows) == 1 else 's'}</h1><p class=muted>generated {stamp}; speedups are "
             f"paired (timed beside {n.reference} in each design's worker)</p><h2>Summary</h2>{summ}"
             f"<h2>Problems</h2>{table}</body></html>")
 

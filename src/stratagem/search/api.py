@@ -12,12 +12,13 @@ from typing import Any
 from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
-from stratagem.domains import load_problem, parse_problem
-from stratagem.errors import ConfigError, StoreError
+from stratagem.domains import get_domain, load_problem, parse_problem
+from stratagem.errors import ConfigError, StoreError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
+from stratagem.search.headline import Headline, headline_of
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.store.records import IterationRecord, RunRecord
@@ -171,9 +172,17 @@ class RunSummary:
     """The problem's domain."""
     confirmation: dict[str, Any] | None = None
     """The run's latest confirmation round (`search/confirm.py`), when it had one."""
+    main_file: str = "candidate.py"
+    """The problem's main file (`Domain.main_file`): an exported design's header goes there."""
+
+    @property
+    def headline(self) -> Headline:
+        """The run's result as every view says it (`search/headline.py`)."""
+        return headline_of(self.views, st.names_of(self.domain))
 
     @property
     def best(self) -> DesignView | None:
+        """The first ranked design (the headline's `top`), whether or not it beats the reference."""
         return st.best_of(self.views)
 
     @property
@@ -197,11 +206,17 @@ def show_run(run_dir: str | Path) -> RunSummary:
                 break
         env = evaluations[-1].environment if evaluations else {}
         device = str(env.get("device_name") or env.get("device") or "") or None
+        main = "candidate.py"
+        if run is not None and problems:
+            try:
+                main = get_domain(problems[0].domain).main_file(stored_problem(store, run))
+            except StratagemError:
+                pass  # a problem this version cannot read: its designs export under their own names
         return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                           views=views, iterations=store.iterations(),
                           spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref,
                           device=device, domain=problems[0].domain if problems else "pytorch",
-                          confirmation=(store.confirmations() or [None])[-1])
+                          confirmation=(store.confirmations() or [None])[-1], main_file=main)
 
 
 def _existing_run_dir(run_dir: str | Path) -> Path:

@@ -1,14 +1,16 @@
-"""Owns taking a design away: its source with a provenance header, and a helper that loads
+"""Owns taking a design away: its own files with a provenance header, and a helper that loads
 the reference's weights into it.
 
-`stratagem export RUN_DIR [DESIGN]` and the run's `best/candidate.py` both write
-`exported_source`: a comment block saying which problem, run, design, speedups (the same
-paired numbers as everywhere else, each with its interval, in the words of the problem's
-domain; the one over the baseline the domain sets beside the reference chained via the
-reference and said in words: faster, on par, slower), device and stratagem version
-the file came from, then the design's source unchanged, then what the problem's domain
-appends (PyTorch: `load_reference_state_dict(model, state_dict)`,
-`domains/pytorch/weights.py`). A design's
+`stratagem export RUN_DIR [DESIGN] [--out PATH]` and the run's `best/` both write
+`exported_files`: the design's own files, ready to build, one of them headed by a comment block
+in its own syntax (`//` for C/C++/CUDA, `#` for Python and shell; `PROVENANCE.txt` beside them
+when none takes a comment) saying which problem, run, design, speedups (the headline's numbers,
+`search/headline.py`, in the words of the problem's domain), device and stratagem version the
+files came from, then the design's files unchanged, then what the problem's domain appends
+(PyTorch: `load_reference_state_dict(model, state_dict)`, `domains/pytorch/weights.py`). A
+design of several files is written into a directory (`--out DIR`); on stdout it is one text,
+each file under its `=== stratagem file: NAME ===` line. A design's
+A design's
 module layout often differs from the reference's (a `recipes` design holds the reference as
 `self.model`, so its keys are `model.weight` where the reference has `weight`); the helper
 places each of the reference's tensors by the rules the harness's randomised-parameters trial
@@ -22,56 +24,50 @@ import time
 from pathlib import Path
 
 import stratagem
+from stratagem.core.design import files_text, text_files, with_header
 from stratagem.core.search import DesignView
 from stratagem.domains import DEFAULT, get_domain
 from stratagem.domains.base import BaselineNames, baseline_names
 from stratagem.errors import StoreError
-from stratagem.search.numbers import clip, not_ranked_because, passed, second_sentence
-from stratagem.store.records import REFERENCE_KEY
+from stratagem.search.headline import ratios_of
+from stratagem.search.numbers import clip, not_ranked_because, passed, times_text
+
+PROVENANCE_FILE = "PROVENANCE.txt"
+"""Where the header goes when no file of an exported design takes a comment."""
 
 
-def provenance_header(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                      reference_ms: dict[str, float | None] | None = None, footer_note: str = "",
-                      names: BaselineNames | None = None) -> str:
-    """The comment block an exported design starts with (`names`: the problem's domain's words;
-    None: the default domain's)."""
+def provenance_lines(view: DesignView, problem: str, run_dir: Path, device: str | None,
+                     reference_ms: dict[str, float | None] | None = None, footer_note: str = "",
+                     names: BaselineNames | None = None) -> list[str]:
+    """The lines an exported design is headed by (`names`: the problem's domain's words; None:
+    the default domain's): its ratios as every view says them (`search/headline.py`)."""
     n = names or baseline_names(get_domain(DEFAULT))
-    second = [second_sentence(view, n) or f"vs {n.compared_text}: not measured"] if n.compared else []
+    r = ratios_of(view, n)
     lines = [
         f"stratagem {stratagem.__version__}: design {view.id} of problem {problem}",
         f"run: {run_dir} · iteration {view.iteration if view.iteration is not None else '-'} · "
         f"author {view.author or '-'} · strategy {view.strategy or '-'}",
         f"status: {_status(view)}",
-        *confirmed_lines(view, n),
-        f"speedup vs {n.reference} (paired, 95% interval){' at search time' if view.confirmed else ''}: "
-        f"{view.speedup_text()}",
-        *second,
-        f"device: {device or '-'} · runtime {view.runtime_ms:.4f} ms" if view.runtime_ms else f"device: {device or '-'}",
     ]
-    if reference_ms:
-        lines.append("reference: " + ", ".join(f"{n.reference if k == REFERENCE_KEY else k} {v:.4f} ms"
-                                               for k, v in reference_ms.items() if v))
-    lines.append(f"exported {time.strftime('%Y-%m-%d %H:%M:%S')}" + (f"; {footer_note}" if footer_note else ""))
-    return "".join(f"# {ln}\n" for ln in lines) + "\n"
-
-
-def confirmed_lines(view: DesignView, names: BaselineNames | None = None) -> list[str]:
-    """The confirmation round's numbers of `view` (the headline when it was confirmed), in the
-    words of `names` (None: the default domain's)."""
     c = view.confirmed
-    if c is None or c.vs_reference is None:
-        return []
-    n = names or baseline_names(get_domain(DEFAULT))
-    r = c.vs_reference
-    out = [f"confirmed vs {n.reference}: {r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}] (re-timed with the other "
-           f"contenders in {len(c.block_medians)} independent workers, interval across them; "
-           f"rank {c.rank if c.rank is not None else '-'} of the round{', tied' if c.tied_with_best else ''})"]
-    if c.vs_compared is not None:
-        k = c.vs_compared
-        out.append(f"confirmed vs {n.compared_text}: {k.ratio:.3g}x [{k.low:.3g}, {k.high:.3g}] (timed in the same workers)")
-    if c.warm is not None:
-        out.append(f"in a warm loop over one input set: {c.warm.ratio:.3g}x [{c.warm.low:.3g}, {c.warm.high:.3g}] vs {n.reference}")
-    return out
+    if r.reference.confirmed and c is not None:
+        lines.append(f"speedup vs {n.reference}: {r.reference.number()}, confirmed (re-timed with the other "
+                     f"contenders in {len(c.block_medians)} independent workers, interval across them; rank "
+                     f"{c.rank if c.rank is not None else '-'} of the round{', tied' if c.tied_with_best else ''}); "
+                     f"search time: {r.search.number()}")
+    else:
+        lines.append(f"speedup vs {n.reference} (paired, 95% interval): {r.reference.number()}")
+    if r.compared is not None:
+        lines.append(r.compared.sentence())
+    if c is not None and c.warm is not None:
+        lines.append(f"in a warm loop over one input set: {c.warm.ratio:.3g}x [{c.warm.low:.3g}, {c.warm.high:.3g}] "
+                     f"vs {n.reference}")
+    lines.append(f"device: {device or '-'} · runtime {view.runtime_ms:.4f} ms" if view.runtime_ms
+                 else f"device: {device or '-'}")
+    if reference_ms and (times := times_text(reference_ms, n)):
+        lines.append(times)
+    lines.append(f"exported {time.strftime('%Y-%m-%d %H:%M:%S')}" + (f"; {footer_note}" if footer_note else ""))
+    return lines
 
 
 def _status(view: DesignView) -> str:
@@ -82,13 +78,53 @@ def _status(view: DesignView) -> str:
     return f"valid, not ranked: {clip(why, 160)}" if why else "valid"
 
 
-def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                    reference_ms: dict[str, float | None] | None = None, domain: str = "pytorch") -> str:
-    """Header, the design's source unchanged, and what the problem's domain appends to a design
-    taken away (PyTorch: the weight-loading helper)."""
+def headed_files(files: dict[str, str], main: str, lines: list[str]) -> dict[str, str]:
+    """`files` with `lines` heading one of them in its own comment syntax (`main` first, else
+    the first that takes a comment); none does: the lines in `PROVENANCE.txt` beside them."""
+    for name in [main, *sorted(files)]:
+        if name in files and (headed := with_header(name, files[name], lines)) is not None:
+            return {**files, name: headed}
+    return {**files, PROVENANCE_FILE: "".join(ln + "\n" for ln in lines)}
+
+
+def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | None,
+                   reference_ms: dict[str, float | None] | None = None, domain: str = "pytorch",
+                   main: str | None = None) -> dict[str, str]:
+    """A design taken away: its own files, ready to build, one of them headed by where it came
+    from, and what the problem's domain appends to its main file (PyTorch: the weight-loading
+    helper). `main`: the domain's main file (None: PyTorch's `candidate.py`)."""
     d = get_domain(domain)
-    return (provenance_header(view, problem, run_dir, device, reference_ms, d.export_note, baseline_names(d))
-            + view.source.rstrip("\n") + "\n" + d.export_footer)
+    main = main or "candidate.py"
+    files = text_files(view.source, main)
+    if d.export_footer and main in files:
+        files[main] = files[main].rstrip("\n") + "\n" + d.export_footer
+    return headed_files(files, main, provenance_lines(view, problem, run_dir, device, reference_ms, d.export_note,
+                                                      baseline_names(d)))
+
+
+def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,
+                    reference_ms: dict[str, float | None] | None = None, domain: str = "pytorch",
+                    main: str | None = None) -> str:
+    """`exported_files` as one text: the single file itself, or several each under its
+    `=== stratagem file: NAME ===` line (`write_files` writes them apart)."""
+    return files_text(exported_files(view, problem, run_dir, device, reference_ms, domain, main))
+
+
+def write_files(files: dict[str, str], out: Path, directory: bool = False) -> list[Path]:
+    """Write an export: a single file to `out` (into it, under its own name, when `out` is a
+    directory or `directory` says it is one), several into the directory `out` (made as needed).
+    Returns the paths written."""
+    if len(files) == 1 and not directory and not out.is_dir():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(next(iter(files.values())), encoding="utf-8")
+        return [out]
+    written = []
+    for name, text in sorted(files.items()):
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
 
 
 def pick(views: list[DesignView], prefix: str | None, best: DesignView | None) -> DesignView:

@@ -13,6 +13,7 @@ content hash is its identity (never stored or evaluated twice), and an iteration
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.config import StratagemConfig
-from stratagem.core.design import Design
+from stratagem.core.design import Design, text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Policy, Remaining, SearchState
 from stratagem.domains import get_domain
@@ -28,7 +29,8 @@ from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Budgets, Spend
-from stratagem.search.export import exported_source
+from stratagem.search.export import exported_files, write_files
+from stratagem.search.headline import Headline, headline_of
 from stratagem.search.session import (
     HARNESS_FAILURES_MAX,
     RETIMES_MAX,
@@ -41,7 +43,7 @@ from stratagem.store.records import EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
 __all__ = ["EXHAUSTED", "HARNESS_FAILURES_MAX", "RETIMES_MAX", "InFlight", "Progress", "RunOutcome", "RunView",
-           "SearchLoop", "no_gain_note"]
+           "SearchLoop"]
 
 EXHAUSTED = "the policy has nothing more to propose"
 
@@ -60,6 +62,8 @@ class RunOutcome:
     """Why there is no best design (best/ then holds the reference)."""
     top: DesignView | None = None
     """The fastest ranked design, whether or not it beats eager."""
+    headline: Headline | None = None
+    """The run's result as every view says it (`search/headline.py`)."""
 
 
 class SearchLoop:
@@ -255,7 +259,7 @@ class SearchLoop:
         from stratagem.search.confirm import chosen, confirm_run
 
         top = self.cfg.search.confirm_top
-        if top <= 0:
+        if top <= 0 or not get_domain(self.problem.domain).confirm_graph:  # off, or the domain has no round
             return
         s = self.cfg.search
         if s.max_gpu_seconds is not None or s.max_wall_seconds is not None:
@@ -285,36 +289,33 @@ class SearchLoop:
             self.session.refresh()
 
     def outcome(self, reason: str) -> RunOutcome:
-        """The run's result. `best/candidate.py` holds the best design only when it beats the
-        eager reference by more than its measurement's interval; otherwise it holds the
-        reference itself (as a `ModelNew`), and `best` is None with `no_gain` saying why."""
-        views = st.with_confirmation(self.views(), self.store.confirmations())
-        top = st.best_of(views)
-        best = top if top is not None and top.beats_reference else None
-        path = self.store.run_dir / "best" / "candidate.py"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """The run's result (its `Headline`). `best/` holds the best design's own files (headed
+        by where they came from, `search/export.py`) only when it beats the reference by more
+        than its measurement's interval; otherwise it holds the reference itself, and `best` is
+        None with `no_gain` saying why."""
+        head = headline_of(st.with_confirmation(self.views(), self.store.confirmations()),
+                           st.names_of(self.problem.domain))
+        top, best = head.top, head.best
+        domain = get_domain(self.problem.domain)
+        main = domain.main_file(self.problem)
         no_gain = None
         if best is not None:
             env = next((e.environment for e in reversed(self.store.evaluations()) if e.design_id == best.id), {})
             device = str(env.get("device_name") or env.get("device") or self.cfg.evaluation.device)
-            path.write_text(exported_source(best, self.problem.name, self.store.run_dir, device,
-                                            self.reference_ms or None, self.problem.domain), encoding="utf-8")
+            files = exported_files(best, self.problem.name, self.store.run_dir, device,
+                                   self.reference_ms or None, self.problem.domain, main)
         else:
-            no_gain = no_gain_note(top)
-            path.write_text(get_domain(self.problem.domain).reference_design(self.problem.source, no_gain),
-                            encoding="utf-8")
+            no_gain = head.no_gain()
+            files = text_files(domain.reference_design(self.problem.source, no_gain), main)
+        where = self.store.run_dir / "best"
+        if where.is_dir():  # a resumed run's earlier best goes: best/ is this outcome's only
+            shutil.rmtree(where)
+        write_files(files, where, directory=True)
+        path = where / main if len(files) == 1 and main in files else where
         ref = self.reference_ms or _reference_from(self.store.evaluations())
         return RunOutcome(run_dir=self.store.run_dir, stop_reason=reason, best=best, best_path=path,
                           iterations=len(self.store.iterations()), spend=self.spend, reference_ms=ref,
-                          no_gain=no_gain, top=top)
-
-
-def no_gain_note(top: DesignView | None) -> str:
-    """Why a run has no best design, in one sentence."""
-    if top is None:
-        return "no valid, stably timed design was found"
-    return (f"no design beats the eager reference by more than its measurement's interval (the "
-            f"fastest, {top.id[:10]}, measured {top.speedup_text()} vs eager)")
+                          no_gain=no_gain, top=top, headline=head)
 
 
 def _reference_from(evaluations: Sequence[EvaluationRecord]) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 how a ratio is written with its interval.
 
 The live view, `show`, `show --json`, the run's last lines, the export header (and
-`best/candidate.py`), the HTML report and its plots all read these, so they cannot disagree.
+`best/`), the HTML report and its plots all read these, so they cannot disagree. Status words,
+one meaning each: **unstable** = valid, its timing did not settle, not ranked; **busy** = valid,
+not measured (the machine was busy), not ranked; **unreviewed** = valid, its review pending,
+not ranked.
 
 Counting:
 
@@ -14,22 +17,19 @@ Counting:
 - A design **did not pass** otherwise: invalid, error, needs_gpu, or judged cheating by a
   review (`flagged`).
 
-Ratios: every speedup is written with its 95% interval (`DesignView.speedup_text`). The ratio
-over the baseline the domain sets beside the reference (`BaselineNames.compared`) is chained
-(design/reference, timed beside the design, times reference/baseline, timed beside that
-baseline in another worker); it is written with the chained interval, or marked as chained
-where no interval exists, and never bare. Each is said in the words of the run's domain.
+Ratios: a design's ratios over every baseline, and the run's headline, are `search/headline.py`'s
+(each with its interval, confirmed where the round timed it, never a design against itself).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from stratagem.core.search import PASSED, DesignView, ranked, ratio_text
-from stratagem.core.text import clip
-from stratagem.domains.base import BaselineNames, baseline_names
+from stratagem.core.search import PASSED, DesignView, ranked
+from stratagem.core.text import clip as clip  # re-exported: the views clip through here
+from stratagem.domains.base import BaselineNames
+from stratagem.store.records import REFERENCE_KEY
 
 UNSTABLE = "unstable"
 UNREVIEWED = "unreviewed"
@@ -106,86 +106,10 @@ def counts(views: Sequence[DesignView]) -> Counts:
                   failed=len(views) - len(valid))
 
 
-def interval_text(value: float, low: float | None, high: float | None) -> str:
-    """`1.23x [1.20, 1.26]`, as `DesignView.speedup_text` writes it (no interval: `1.23x`)."""
-    if low is None or high is None:
-        return f"{ratio_text(value)}x"
-    return f"{ratio_text(value)}x [{ratio_text(low)}, {ratio_text(high)}]"
-
-
-def _names(names: BaselineNames | None) -> BaselineNames:
-    """`names`, or the default domain's (a caller that does not say whose run it shows)."""
-    if names is not None:
-        return names
-    from stratagem.domains import DEFAULT, get_domain
-
-    return baseline_names(get_domain(DEFAULT))
-
-
-def chained_text(names: BaselineNames | None = None) -> str:
-    """How a ratio over the compared baseline is marked: `chained via REFERENCE` (design/reference
-    x reference/baseline, two paired ratios timed in different workers)."""
-    return f"chained via {_names(names).reference}"
-
-
-def second_text(v: DesignView, mark: bool = True, names: BaselineNames | None = None) -> str:
-    """The chained speedup over the compared baseline (`BaselineNames.compared`; `names`: the
-    run's domain's, None: the default domain's) with its interval: `1.02x [0.97, 1.08]`
-    (`(chained via REFERENCE, no interval)` where none was recorded); `mark`: append why the
-    baseline is no fair comparison (it fails correctness, or its timing did not settle)."""
-    if v.speedup_compared is None:
-        return "-"
-    n = _names(names)
-    if v.compared_low is None or v.compared_high is None:
-        text = f"{ratio_text(v.speedup_compared)}x ({chained_text(n)}, no interval)"
-    else:
-        text = interval_text(v.speedup_compared, v.compared_low, v.compared_high)
-    if mark and v.compared_fails:
-        text += f" ({n.compared} fails correctness)"
-    elif mark and v.compared_unstable:
-        text += f" ({n.compared} baseline unstable)"
-    return text
-
-
-SecondVerdict = Literal["faster", "on par", "slower", "unknown", "unfair"]
-
-
-def vs_second(v: DesignView) -> SecondVerdict | None:
-    """How a design stands against the compared baseline: `on par` when the chained interval
-    holds 1.00x, `faster` or `slower` beyond it, `unknown` when the baseline's timing did not
-    settle, `unfair` when the baseline fails the correctness rule; None: not measured."""
-    if v.speedup_compared is None:
-        return None
-    if v.compared_unstable:
-        return "unknown"
-    if v.compared_fails:
-        return "unfair"
-    if v.compared_low is not None and v.compared_high is not None and v.compared_low <= 1.0 <= v.compared_high:
-        return "on par"
-    return "faster" if v.speedup_compared >= 1.0 else "slower"
-
-
-def second_sentence(v: DesignView, names: BaselineNames | None = None) -> str:
-    """One plain sentence on the design against the compared baseline, its number and interval
-    included ('' when not measured): what the run's last lines, the export header and the
-    report say."""
-    verdict = vs_second(v)
-    if verdict is None or v.speedup_compared is None:
+def times_text(times_ms: Mapping[str, float | None], names: BaselineNames) -> str:
+    """`baselines: REFERENCE 1.2345 ms, COMPARED 0.9876 ms` (a domain that names its reference in
+    prose: `baseline: the reference 17.7069 ms`); '' when none was timed."""
+    shown = [(names.reference if k == REFERENCE_KEY else k, v) for k, v in times_ms.items() if v]
+    if not shown:
         return ""
-    n = _names(names)
-    base, short = n.compared_text, n.compared or n.compared_text
-    num = (f"{second_text(v, mark=False, names=n)}, {chained_text(n)}" if v.compared_low is not None
-           else second_text(v, mark=False, names=n))
-    if verdict == "unknown":
-        return (f"compared with {base}: unknown ({num}): the {short} baseline's timing stayed unstable "
-                f"after re-timing ({clip(v.compared_unstable, 160)})")
-    if verdict == "unfair":
-        return (f"compared with {base}: no fair comparison ({num}): the {short} baseline fails the "
-                f"correctness check every design must pass ({clip(v.compared_fails, 160)})")
-    if verdict == "on par":
-        return f"on par with {base}: {num}, an interval that holds 1.00x"
-    if verdict == "faster":
-        return f"faster than {base} too: {num}"
-    return (f"slower than {base}: {num}; {base} of the reference runs "
-            f"{1 / v.speedup_compared:.2f}x faster than this design here, so it is the better choice unless "
-            f"you cannot {short}")
+    return f"baseline{'s' if len(shown) > 1 else ''}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in shown)

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem.config import EvaluationConfig
-from stratagem.core.design import Design, text_files
+from stratagem.core.design import Design, files_text, text_files, with_header
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
@@ -159,10 +159,14 @@ class CommandDomain:
         return None
 
     def reference_design(self, reference_source: str, why: str) -> str:
-        b = problems.bundle_of(reference_source)
-        parts = [f"# stratagem: the reference's editable files, not a design: {why}."]
-        parts += [f"# ---- {name}\n{text}" for name, text in b.reference_files().items()]
-        return "\n".join(parts)
+        """The reference's editable files, the first that takes a comment headed by `why`."""
+        files = dict(problems.bundle_of(reference_source).reference_files())
+        lines = [f"stratagem: the reference's editable files, not a design: {why}."]
+        for name in files:
+            if (headed := with_header(name, files[name], lines)) is not None:
+                files[name] = headed
+                break
+        return files_text(files)
 
     def reference_source_files(self, problem: Problem) -> dict[str, str]:
         """The reference's editable files as written: a template's declarations and placeholders

@@ -357,9 +357,10 @@ class PyTorchDomain:
 
     reference_label = "eager"
     """What a design's speedup is over, in the views."""
-    baseline_names = BaselineNames("eager", "compile", "torch.compile")
+    baseline_names = BaselineNames("eager", "compile", "torch.compile", ("recipe:compile",))
     """The views' words: the reference (eager) and the baseline beside it (torch.compile's
-    default mode, `compile` in the records)."""
+    default mode, `compile` in the records), and the design that is that baseline itself (the
+    `compile` recipe: plain torch.compile of the reference)."""
 
     name = NAME
     worker_module = WORKER_MODULE

@@ -56,6 +56,7 @@ from stratagem.core.template import (
 )
 from stratagem.core.verdict import FailureKind
 from stratagem.domains import get_domain
+from stratagem.errors import MissingExtra
 from stratagem.search.policies.registry import TuneSettings
 from stratagem.search.policies.tune import (
     TAG_HANDOFF,
@@ -204,7 +205,7 @@ class HandoffSession:
         if n > 1:
             try:
                 study = TunePolicy(template, self.settings.tune, self.settings.seed)
-            except ImportError:  # optuna missing: one point (`_next`)
+            except MissingExtra:  # optuna missing: one point (`_next`)
                 study = None
         self.inner.save_state(f"{STATE_TEMPLATES}/{template.id}", dict(template.files))
         trials = self._trials_of(template)

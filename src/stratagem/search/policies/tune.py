@@ -57,7 +57,7 @@ from stratagem.core.template import (
     parse_template,
 )
 from stratagem.domains import get_domain
-from stratagem.errors import ConfigError
+from stratagem.errors import ConfigError, import_extra
 from stratagem.search.policies.registry import TuneSettings
 from stratagem.search.policies.surrogate import decode, distributions, encode
 
@@ -154,6 +154,7 @@ class TunePolicy:
                  missing: str | None = None) -> None:
         """`template`: None when its file is missing (`missing` names it): a resumed run then
         uses the template stored in its database."""
+        import_extra("optuna", "tune", "--policy tune")  # a missing extra said with its pip command
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per trial
