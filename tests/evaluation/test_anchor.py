@@ -110,7 +110,7 @@ def test_fixed_mode_anchors_only_where_it_is_cheap_or_a_trial_fails(cpu_config, 
     """The fixed rule decides without the anchor: it reports the first trial's errors against
     float64 while that is cheap, anchors a failing trial to say how far each is, and says in
     the verdict which trials were anchored."""
-    cfg = with_settings(cpu_config, correctness_trials=3)
+    cfg = with_settings(cpu_config, correctness={"mode": "fixed"}, correctness_trials=3)
     ev = _evaluate(cfg, "reordered.py")
     c = ev.verdict.result("correctness")
     assert c is not None and c.details["mode"] == "fixed"
@@ -153,3 +153,64 @@ def test_a_failing_compile_baseline_is_flagged_in_show_and_the_context(tmp_path,
     assert best["compile_fails"].startswith("trial seed 1")
     view = loop.views()[0]
     assert "fails the correctness check" in render_design(view)
+
+
+# -- the reference rule (the default): precision that follows the reference's own -----------
+
+def test_reference_rule_passes_a_design_closer_to_float64_than_a_reduced_precision_reference(cpu_config) -> None:
+    """Issue 42: the reference rounds its matmul's operands (as TF32 does on a GPU); an exact
+    float32 design differs from it by ~1e-3 and fails the fixed check, but is closer to the
+    float64 result than the reference: the reference rule passes it and says why."""
+    cfg = with_settings(cpu_config, correctness_trials=2)
+    ev = _evaluate(cfg, "reduced_exact.py", "reduced_problem.py")
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    c = ev.verdict.result("correctness")
+    assert c is not None and c.details["mode"] == "reference"
+    assert c.details["decided_by"].startswith("reference: 2 of 2 trials"), c.details["decided_by"]
+    for t in c.details["trials"]:
+        [a] = t["anchor"]
+        assert t["decided_by"] == "reference" and a["candidate"] < a["reference"] / 10
+        assert t["benchmarks"]["kernelbench"] is False and set(t["benchmarks"]) == {"kernelbench", "pike"}
+    assert c.details["benchmarks"]["kernelbench"]["ok"] is False  # what KernelBench's rule would say
+    assert "float32" in c.details["reference_precision"]["summary"]
+    fixed = _evaluate(with_settings(cpu_config, correctness={"mode": "fixed"}, correctness_trials=2),
+                      "reduced_exact.py", "reduced_problem.py")
+    assert fixed.verdict.status == "invalid"  # KernelBench's rule alone rejects it
+
+
+def test_reference_rule_fails_a_design_further_from_float64_than_the_reference(cpu_config) -> None:
+    ev = _evaluate(with_settings(cpu_config, correctness_trials=2), "reduced_coarser.py", "reduced_problem.py")
+    f = ev.verdict.result("correctness")
+    assert f is not None and f.outcome == "failed" and f.kind == "wrong_output", ev.verdict.report()
+    assert "against float64" in (f.reason or "") and "the reference's own max error" in (f.reason or ""), f.reason
+    assert f.details["trials"][0]["decided_by"] == "reference"
+
+
+def test_reference_rule_on_an_exact_reference_is_the_fixed_rule(cpu_config) -> None:
+    """Where the reference is exact float32, the second look admits nothing the fixed check
+    rejects by more than float32's rounding: the bfloat16-accumulated sum still fails."""
+    ev = _evaluate(with_settings(cpu_config, correctness_trials=2), "sloppy.py")
+    f = ev.verdict.result("correctness")
+    assert f is not None and f.outcome == "failed", ev.verdict.report()
+    good = _evaluate(with_settings(cpu_config, correctness_trials=2), "reordered.py")
+    c = good.verdict.result("correctness")
+    assert good.verdict.status == "valid" and c is not None
+    assert c.details["decided_by"].startswith("fixed: every trial"), c.details["decided_by"]
+
+
+def test_reference_rule_unit() -> None:
+    torch.manual_seed(3)
+    a = torch.randn(4096, dtype=torch.float64)
+    eager = (a + torch.randn(4096, dtype=torch.float64) * 1e-3).float()  # a reference 1e-3 off
+    exact = a.float()
+    tol = {"float32": {"atol": 1e-4, "rtol": 1e-4}}
+    rule = {"mode": "reference", "factor": 2.0, "atol_floor": 0.0, "ulp_floor": 2.0}
+    fixed = compare.compare_outputs(eager, exact, tol)
+    assert not fixed.ok
+    ok = compare.reference_compare(a, eager, exact, rule, tol, fixed)
+    assert ok.ok and ok.decided_by == "reference" and ok.anchor and ok.anchor[0]["outside"] == 0
+    worse = (a + torch.randn(4096, dtype=torch.float64) * 5e-3).float()
+    bad = compare.reference_compare(a, eager, worse, rule, tol, compare.compare_outputs(eager, worse, tol))
+    assert not bad.ok and bad.anchor and bad.anchor[0]["outside"] > 0
+    assert compare.benchmark_verdicts(eager, exact, None) == {"kernelbench": False, "pike": True}
+    assert compare.benchmark_verdicts(eager, eager, tol) == {"kernelbench": True, "pike": True}

@@ -189,12 +189,13 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
     corr = value.get("correctness")
     if corr is not None:
         keys = {"mode", "factor", "atol_floor", "ulp_floor"}
-        ok = corr in ("fixed", "calibrated") or (
-            isinstance(corr, dict) and set(corr) <= keys and corr.get("mode", "calibrated") in ("fixed", "calibrated")
+        ok = corr in ("reference", "fixed", "calibrated") or (
+            isinstance(corr, dict) and set(corr) <= keys
+            and corr.get("mode", "calibrated") in ("reference", "fixed", "calibrated")
             and all(isinstance(corr[k], int | float) and not isinstance(corr[k], bool) and corr[k] >= 0
                     for k in corr if k != "mode"))
         if not ok:
-            raise bad("correctness", '"fixed", "calibrated" or a dict like {"mode": "calibrated", "factor": 4}')
+            raise bad("correctness", '"reference", "fixed", "calibrated" or a dict like {"mode": "calibrated", "factor": 4}')
     shapes = value.get("shapes")
     if shapes is not None and shapes is not False and not (
         isinstance(shapes, list)

@@ -1,9 +1,11 @@
 """Owns comparing a candidate's output with the reference's: structure, then values.
 
 Worker-side only. Structure first (type, device, dtype, shape, nesting), then values: with the
-tolerance of the reference output's dtype (`compare_outputs`, the fixed rule), or against a
-float64 run of the reference within a factor of eager's own error (`calibrated_compare`);
-max absolute and relative errors are reported.
+tolerance of the reference output's dtype (`compare_outputs`, the fixed rule), against a
+float64 run of the reference within a factor of eager's own error (`calibrated_compare`), or
+both (`reference_compare`: the fixed rule, and where it fails, float64 with the tolerance as
+the margin); max absolute and relative errors are reported, and the verdicts of the
+benchmarks' own rules (`benchmark_verdicts`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class Comparison:
     anchor: list[dict[str, float]] | None = None
     """Per floating output, errors against the float64 anchor (`candidate`, `reference`,
     `limit`, `magnitude`), when an anchor was computed."""
+    decided_by: str = "fixed"
+    """The rule that decided: `fixed` (against eager), `reference` (against float64, after
+    the fixed check failed) or `calibrated`."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -48,6 +53,7 @@ class Comparison:
             "max_rel_err": self.max_rel_err,
             "mismatched": self.mismatched,
             "checked": self.checked,
+            "decided_by": self.decided_by,
         }
         if self.anchor is not None:
             out["anchor"] = self.anchor
@@ -251,8 +257,15 @@ class AnchorErrors:
     candidate: float
     reference: float
     limit: float
+    """The absolute part of the limit: factor x `reference` + the floor (+ the tolerance's atol
+    under the reference rule)."""
     magnitude: float
     """The anchor's largest finite magnitude."""
+    rtol: float = 0.0
+    """The relative part of the limit, per element (x |anchor|): the tolerance's rtol under the
+    reference rule, 0 under the calibrated one."""
+    outside: int = 0
+    """Elements over the limit."""
 
 
 def anchor_errors(anchor: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
@@ -292,29 +305,98 @@ def calibrated_compare(anchor: Any, ref: Any, new: Any, rule: Mapping[str, Any],
     if not structure.ok:
         return structure
     total = Comparison(True, checked=structure.checked, max_abs_err=structure.max_abs_err,
-                       max_rel_err=structure.max_rel_err)
+                       max_rel_err=structure.max_rel_err, decided_by="calibrated")
     return against_anchor(anchor, ref, new, rule, total, where)
 
 
+def _over_limit(anchor: torch.Tensor, out: torch.Tensor, slack: float, rtol: float) -> int:
+    """Finite elements with |out - anchor| > slack + rtol |anchor| (chunked)."""
+    a, o = anchor.detach().reshape(-1), out.detach().reshape(-1)
+    over = torch.zeros((), dtype=torch.int64, device=a.device)
+    for lo in range(0, a.numel(), CHUNK_ELEMENTS):
+        x = a[lo : lo + CHUNK_ELEMENTS].to(torch.float64)
+        d = (x - o[lo : lo + CHUNK_ELEMENTS].to(torch.float64)).abs_()
+        over = over + (torch.isfinite(d) & (d > x.abs_().mul_(rtol).add_(slack))).sum()
+    return int(over.item())
+
+
 def against_anchor(anchor: Any, ref: Any, new: Any, rule: Mapping[str, Any], total: Comparison,
-                   where: str = "output") -> Comparison:
-    """The calibrated rule's value check on outputs whose structure already matched: `total`
-    with the errors against the anchor added (`anchor`), failed when one is over its limit."""
-    factor, floor_abs, ulps = float(rule.get("factor", 4.0)), float(rule.get("atol_floor", 0.0)), float(rule.get("ulp_floor", 2.0))
+                   where: str = "output", tolerances: Mapping[str, Mapping[str, float]] | None = None) -> Comparison:
+    """The value check against the anchor on outputs whose structure already matched: `total`
+    with the errors against the anchor added (`anchor`), failed when an element is over its
+    limit, factor x eager's max error against the anchor + the floor (`atol_floor` +
+    `ulp_floor` ulps of the output dtype at the anchor's largest magnitude), + with
+    `tolerances` (the reference rule) the dtype's atol + rtol x |anchor|."""
+    factor, floor_abs, ulps = float(rule.get("factor") or 4.0), float(rule.get("atol_floor", 0.0)), float(rule.get("ulp_floor", 2.0))
     per: list[AnchorErrors] = []
-    for i, (a, r, c) in enumerate(zip(_leaves(anchor), _leaves(ref), _leaves(new), strict=True)):
+    leaves = _leaves(ref)
+    for i, (a, r, c) in enumerate(zip(_leaves(anchor), leaves, _leaves(new), strict=True)):
         if not r.is_floating_point() or r.numel() == 0:
             continue
         e_ref, mag = anchor_errors(a, r)
         e_cand, _ = anchor_errors(a, c)
-        limit = factor * e_ref + floor_abs + ulps * torch.finfo(r.dtype).eps * mag
-        per.append(AnchorErrors(e_cand, e_ref, limit, mag))
-        if e_cand > limit:
-            name = where if len(_leaves(ref)) == 1 else f"{where}[{i}]"
+        atol, rtol = _tol(tolerances, r.dtype) if tolerances is not None else (0.0, 0.0)
+        limit = factor * e_ref + floor_abs + ulps * torch.finfo(r.dtype).eps * mag + atol
+        outside = int(e_cand > limit) if rtol == 0 else (_over_limit(a, c, limit, rtol) if e_cand > limit else 0)
+        per.append(AnchorErrors(e_cand, e_ref, limit, mag, rtol, outside))
+        if outside:
+            name = where if len(leaves) == 1 else f"{where}[{i}]"
             total.ok = False
             ratio = f"{e_cand / e_ref:.3g}x" if e_ref > 0 else "infinitely"
-            total.reason = (f"{name}: max error against the float64 reference {e_cand:.3g} is {ratio} eager's own "
-                            f"{e_ref:.3g}, over the calibrated limit {limit:.3g} ({factor:g}x eager's error + floor)")
+            if tolerances is None:
+                total.reason = (f"{name}: max error against the float64 reference {e_cand:.3g} is {ratio} eager's own "
+                                f"{e_ref:.3g}, over the calibrated limit {limit:.3g} ({factor:g}x eager's error + floor)")
+            else:
+                total.reason = (f"{name}: {outside} of {r.numel()} elements further from the float64 result than "
+                                f"{factor:g}x the reference's own max error ({e_ref:.3g}) + atol={atol:g} + "
+                                f"rtol={rtol:g} x |float64|; the candidate's max error against float64 is "
+                                f"{e_cand:.3g}, {ratio} the reference's")
             break
     total.anchor = [vars(p) for p in per]
     return total
+
+
+def reference_compare(anchor: Any, ref: Any, new: Any, rule: Mapping[str, Any],
+                      tolerances: Mapping[str, Mapping[str, float]], fixed: Comparison,
+                      where: str = "output") -> Comparison:
+    """The reference rule's second look, for outputs that failed the fixed rule (`fixed`)
+    against eager: the candidate passes when every element is within factor x eager's own
+    max error against float64 + the tolerance of float64's result (`against_anchor`), so a
+    design at least as close to float64 as eager passes wherever eager itself rounds (TF32,
+    long reductions), and one further away by more than the tolerance fails. Structure and
+    NaN/infinity positions are checked as by the calibrated rule."""
+    structure = compare_outputs(ref, new, {k: _ANY for k in ("float16", "bfloat16", "float32", "float64")}, where)
+    if not structure.ok:
+        return structure
+    total = Comparison(True, checked=structure.checked, max_abs_err=fixed.max_abs_err, max_rel_err=fixed.max_rel_err,
+                       decided_by="reference")
+    out = against_anchor(anchor, ref, new, rule, total, where, tolerances)
+    if not out.ok:
+        out.reason = f"{fixed.reason}; against float64: {out.reason}"
+    return out
+
+
+BENCHMARK_RULES: dict[str, dict[str, dict[str, float]]] = {
+    "kernelbench": {"float32": {"atol": 1e-4, "rtol": 1e-4}, "float16": {"atol": 1e-2, "rtol": 1e-2},
+                    "bfloat16": {"atol": 1e-2, "rtol": 1e-2}, "float64": {"atol": 1e-4, "rtol": 1e-4}},
+    "pike": {d: {"atol": 1e-2, "rtol": 1e-2} for d in ("float32", "float16", "bfloat16", "float64")},
+}
+"""The benchmarks' own rules, elementwise against eager as `torch.allclose`: KernelBench at
+HEAD (fp32 1e-4, fp16/bf16 1e-2, TorchBench's values), PIKE's evaluator (1e-2)."""
+
+
+def _within(loose: Mapping[str, Mapping[str, float]], tight: Mapping[str, Mapping[str, float]]) -> bool:
+    """Whether every dtype's tolerance in `loose` is at least `tight`'s."""
+    return all(v["atol"] >= _tol(tight, _DTYPES[k])[0] and v["rtol"] >= _tol(tight, _DTYPES[k])[1]
+               for k, v in loose.items())
+
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+def benchmark_verdicts(ref: Any, new: Any, passed_under: Mapping[str, Mapping[str, float]] | None) -> dict[str, bool]:
+    """Each benchmark rule's verdict on one call (`BENCHMARK_RULES`); `passed_under`: the
+    tolerances the outputs already passed against eager (a looser rule then passes without
+    another look), or None."""
+    return {name: (passed_under is not None and _within(tol, passed_under)) or compare_outputs(ref, new, tol).ok
+            for name, tol in BENCHMARK_RULES.items()}

@@ -103,11 +103,11 @@ def randomised(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> Ite
 
 
 def judge_randomised(w: StageContext, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
-    """Compare by worker `w`'s rule, with the anchor of the randomised reference `ref` (built
-    only where it decides: in the calibrated mode)."""
+    """Compare by worker `w`'s rule, with the anchor of the randomised reference `ref` (where it
+    can decide: the calibrated and reference rules; it runs only when the rule asks)."""
     anchor_ref = w.anchor
-    calibrated = w.mode() == "calibrated"
-    w.anchor = type(anchor_ref)(ref, w.device) if anchor_ref is not None and calibrated else None
+    anchored = w.mode() in ("calibrated", "reference")
+    w.anchor = type(anchor_ref)(ref, w.device) if anchor_ref is not None and anchored else None
     try:
         return w.judge(ref_out, cand_out, inputs, report_anchor=False)
     finally:

@@ -37,6 +37,7 @@ from stratagem.domains.pytorch.worker import (
     memory,
     params,
     prebuild,
+    precision,
     provenance,
     record,
     roofline,
@@ -78,12 +79,15 @@ class Worker(DeviceUse):
         self.compiled_state_reset = False
         """Set by the shapes stage: the candidate's compiled code must compile again."""
         self.anchor: Anchor | None = None
-        self.rule: Mapping[str, Any] = dict(request.get("correctness") or {"mode": "fixed"})
+        self.rule: Mapping[str, Any] = dict(request.get("correctness") or {"mode": "reference"})
         self._calibrated_atol: float | None = None
-        """Set by the correctness trials in the calibrated mode: the tolerance that later
-        comparisons against eager (integrity, shapes) use, (factor + 1) x eager's largest
-        error against the anchor plus the floor (if |c - a| <= f e and |r - a| <= e, then
-        |c - r| <= (f + 1) e)."""
+        """Set by the correctness trials where the anchor decided one (the calibrated rule, or
+        the reference rule after the fixed check failed): the atol that later comparisons
+        against eager (integrity, shapes) use, (factor + 1) x eager's largest error against
+        the anchor plus the floor and the tolerance's atol (if |c - a| <= f e + t and
+        |r - a| <= e, then |c - r| <= (f + 1) e + t)."""
+        self.precision: precision.ReferencePrecision | None = None
+        """What the reference computed in, seen on the first correctness trial."""
         self.cleared_builds: list[str] = []
         """Dead builds' batons removed from the build root (`claim_builds`)."""
 
@@ -183,30 +187,33 @@ class Worker(DeviceUse):
             anchor = self.anchor(inputs) if self.anchor is not None and self.anchor_wanted(n, inputs) else None
             if anchor is not None:
                 anchored.append(int(seed))
-            with torch.no_grad():
+            with torch.no_grad(), (precision.watching(self.device) if n == 0 else contextlib.nullcontext()) as seen:
                 ref_out = self.call_reference(p.reference, inputs)
-            cmp = self.compare_with_anchor(ref_out, cand_out, anchor)
-            if not cmp.ok and anchor is None and self.anchor is not None:
-                # a failure says how far each is from float64 (the inputs made again: the
-                # reference may have written into its own)
-                fresh = self.make_inputs(p, int(seed))
-                anchor = self.anchor(fresh)
-                if anchor is not None:
-                    anchored.append(int(seed))
-                    if cmp.kind != "malformed":
-                        with contextlib.suppress(RuntimeError, ValueError):  # outputs too unlike to measure
-                            cmp.anchor = compare.against_anchor(anchor, ref_out, cand_out, self.rule,
-                                                                compare.Comparison(True)).anchor
-                del fresh
+            if seen is not None:
+                self.precision = seen
+
+            def fresh_anchor(seed: int = int(seed)) -> Any:
+                # the inputs made again: the reference may have written into its own
+                out = self.anchor(self.make_inputs(p, seed)) if self.anchor is not None else None
+                if out is not None:
+                    anchored.append(seed)
+                return out
+
+            cmp = self.compare_with_anchor(ref_out, cand_out, anchor, fresh_anchor)
+            if cmp.kind != "malformed":
+                passed = self.req["tolerances"] if cmp.ok and cmp.decided_by == "fixed" else None
+                bench = compare.benchmark_verdicts(ref_out, cand_out, passed)
+            else:
+                bench = dict.fromkeys(compare.BENCHMARK_RULES, False)
             if not trials:
                 visible = params.output_magnitude(ref_out)
-            trials.append({"seed": int(seed), **cmp.to_json()})
+            trials.append({"seed": int(seed), **cmp.to_json(), "benchmarks": bench})
             self.last_inputs = cand_in  # the integrity stage refills these very tensors
             del ref_out, cand_out, inputs, anchor
             runtime.free_memory()
             if not cmp.ok:
                 raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}",
-                                   {"trials": trials, **self._mode_details(anchored)})
+                                   {"trials": trials, **self._mode_details(anchored, trials)})
         if len(seeds) == 1:  # a single trial: the randomised ones come after it
             trials_details = {**params.run_trial(self, seeds[0] + 7),
                               **params.run_off_distribution(self, seeds[0] + 11, visible)}
@@ -216,7 +223,7 @@ class Worker(DeviceUse):
             "max_abs_err": max(t["max_abs_err"] for t in trials),
             "max_rel_err": max(t["max_rel_err"] for t in trials),
             **trials_details,
-            **self._mode_details(anchored),
+            **self._mode_details(anchored, trials),
             **({"records": dict(self.recorder.transports)} if self.recorder.directory is not None else {}),
         }
 
@@ -231,57 +238,87 @@ class Worker(DeviceUse):
         return trial == 0 and 2 * runtime.inputs_nbytes(inputs) * 8 // max(1, _elem(inputs)) <= ANCHOR_REPORT_BYTES
 
     def calibrate_atol(self, trials: list[dict[str, Any]]) -> None:
-        """In the calibrated mode, set the tolerance of later comparisons against eager from
-        the correctness trials' anchor errors."""
-        if self.mode() == "calibrated":
-            self._calibrated_atol = max(
-                a["limit"] + a["reference"]  # (factor + 1) x eager's error + the floor
-                for t in trials for a in t.get("anchor") or [{"reference": 0.0, "limit": 0.0}])
+        """Where the anchor decided a trial, set the atol of later comparisons against eager
+        from the trials' anchor errors."""
+        decided = [a for t in trials if t.get("decided_by", "fixed") != "fixed" for a in t.get("anchor") or ()]
+        if decided:
+            self._calibrated_atol = max(a["limit"] + a["reference"] for a in decided)
 
     def mode(self) -> str:
-        """The rule in force: `calibrated` only while an anchor can be computed."""
-        if self.rule.get("mode") == "calibrated" and (self.anchor is None or self.anchor.unavailable is None):
-            return "calibrated"
-        return "fixed"
+        """The rule in force: `calibrated` only while an anchor can be computed (else `fixed`);
+        `reference` (without an anchor its second look cannot be had: the fixed check decides)."""
+        mode = str(self.rule.get("mode") or "reference")
+        if mode == "calibrated" and self.anchor is not None and self.anchor.unavailable is not None:
+            return "fixed"
+        return mode
 
-    def _mode_details(self, anchored: list[int] | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"mode": self.mode(), "rule": dict(self.rule)}
+    def _mode_details(self, anchored: list[int] | None = None,
+                      trials: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        mode = self.mode()
+        out: dict[str, Any] = {"mode": mode, "rule": dict(self.rule)}
         if anchored is not None:
             out["anchored"] = {"trials": list(anchored), "rule": (
-                "every trial (the calibrated rule decides by it)" if self.mode() == "calibrated" else
+                "every trial (the calibrated rule decides by it)" if mode == "calibrated" else
                 "the first trial while its float64 copies stay under "
-                f"{ANCHOR_REPORT_BYTES / 2**30:g} GiB, and a failing trial (the fixed rule decides without it)")}
+                f"{ANCHOR_REPORT_BYTES / 2**30:g} GiB, and a trial that fails the fixed check (" + (
+                    "where the reference rule's second look decides by it)" if mode == "reference"
+                    else "to say how far each output is from float64)"))}
         if self.anchor is not None and self.anchor.unavailable:
             out["anchor_unavailable"] = self.anchor.unavailable
-            if self.rule.get("mode") == "calibrated":
+            if self.rule.get("mode") in ("calibrated", "reference"):
                 out["note"] = "no float64 anchor, so the fixed tolerances judged: " + self.anchor.unavailable
         if self._calibrated_atol is not None:
             out["calibrated_atol"] = self._calibrated_atol
+        if self.precision is not None:
+            out["reference_precision"] = self.precision.to_json()
+        if trials:
+            out["decided_by"] = _decided(trials, mode, self.precision)
+            out["benchmarks"] = {
+                name: {"ok": all(t.get("benchmarks", {}).get(name, False) for t in trials), "trials": len(trials),
+                       "rule": "elementwise against eager, " + ", ".join(
+                           f"{d} atol=rtol={v['atol']:g}" for d, v in tol.items() if d != "float64")}
+                for name, tol in compare.BENCHMARK_RULES.items()}
         return out
 
     def judge(self, ref_out: Any, cand_out: Any, inputs: list[Any], report_anchor: bool = True) -> compare.Comparison:
         """Compare by the rule in force, with both outputs' errors against the anchor (in the
-        fixed mode only when `report_anchor`: there it decides nothing)."""
+        fixed mode only when `report_anchor`: there it decides nothing; in the reference mode
+        when the fixed check fails, where its second look needs it)."""
         want = report_anchor or self.rule.get("mode") == "calibrated"
         anchor = self.anchor(inputs) if self.anchor is not None and want else None
-        return self.compare_with_anchor(ref_out, cand_out, anchor)
+        return self.compare_with_anchor(ref_out, cand_out, anchor,
+                                        lambda: self.anchor(inputs) if self.anchor is not None else None)
 
-    def compare_with_anchor(self, ref_out: Any, cand_out: Any, anchor: Any) -> compare.Comparison:
-        """Compare by the rule in force, given the float64 anchor's output (or None)."""
-        if anchor is not None and self.mode() == "calibrated":
+    def compare_with_anchor(self, ref_out: Any, cand_out: Any, anchor: Any,
+                            anchor_of: Callable[[], Any] | None = None) -> compare.Comparison:
+        """Compare by the rule in force, given the float64 anchor's output (or None, and
+        `anchor_of` to compute it where the reference rule needs it: a failed fixed check)."""
+        mode = self.mode()
+        if anchor is not None and mode == "calibrated":
             return compare.calibrated_compare(anchor, ref_out, cand_out, self.rule)
-        cmp = compare.compare_outputs(ref_out, cand_out, self.req["tolerances"])
-        if anchor is not None and (cmp.ok or cmp.kind != "malformed"):  # reported in the fixed mode too
-            with contextlib.suppress(RuntimeError, ValueError):  # outputs too unlike to measure
-                cmp.anchor = compare.against_anchor(anchor, ref_out, cand_out, self.rule,
-                                                    compare.Comparison(True)).anchor
+        tol = self.req["tolerances"]
+        cmp = compare.compare_outputs(ref_out, cand_out, tol)
+        if cmp.kind == "malformed" and not cmp.ok:
+            return cmp
+        if anchor is None and not cmp.ok and anchor_of is not None:
+            anchor = anchor_of()  # decides under the reference rule; reported under the fixed one
+        if anchor is None:
+            return cmp
+        if not cmp.ok and mode == "reference":
+            return compare.reference_compare(anchor, ref_out, cand_out, self.rule, tol, cmp)
+        with contextlib.suppress(RuntimeError, ValueError):  # outputs too unlike to measure
+            cmp.anchor = compare.against_anchor(anchor, ref_out, cand_out, self.rule, compare.Comparison(True),
+                                                tolerances=tol if mode == "reference" else None).anchor
         return cmp
 
     def tolerances(self) -> Mapping[str, Mapping[str, float]]:
-        """Tolerances for comparisons against eager after correctness (integrity, shapes)."""
-        if self.mode() == "calibrated" and self._calibrated_atol is not None:
-            tol = {"atol": self._calibrated_atol, "rtol": 0.0}
-            return {k: tol for k in ("float16", "bfloat16", "float32", "float64")}
+        """Tolerances for comparisons against eager after correctness (integrity, shapes): the
+        fixed ones, widened where the anchor decided a trial (`_calibrated_atol`)."""
+        if self._calibrated_atol is not None:
+            base = self.req["tolerances"] if self.mode() == "reference" else {}
+            return {k: {"atol": self._calibrated_atol,
+                        "rtol": float((base.get(k) or base.get("float32") or {}).get("rtol", 0.0))}
+                    for k in ("float16", "bfloat16", "float32", "float64")}
         return self.req["tolerances"]
 
     # -- helpers --------------------------------------------------------------------------
@@ -370,6 +407,18 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "confirm": confirm.run_confirm,
     "prebuild": prebuild.run_prebuild,
 }
+
+
+def _decided(trials: list[dict[str, Any]], mode: str, seen: precision.ReferencePrecision | None) -> str:
+    """Which rule decided the trials, in words, with the precision the reference ran at."""
+    ran = f"the reference ran in {seen.summary()}" if seen is not None else "the reference's precision was not seen"
+    second = sum(1 for t in trials if t.get("decided_by") == "reference")
+    if mode == "calibrated":
+        return f"calibrated: every trial against float64 ({ran})"
+    if second:
+        return (f"reference: {second} of {len(trials)} trials outside the fixed tolerance of eager, judged against "
+                f"float64 within the reference's own error ({ran})")
+    return f"fixed: every trial within the tolerance of eager ({ran})"
 
 
 def _freeze(value: Any) -> Any:
