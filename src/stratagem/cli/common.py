@@ -78,8 +78,10 @@ def config_for(
                                 **domain_over(integrity, correctness)})
 
 
-CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="fixed (KernelBench's tolerances, the default) or calibrated (within a factor "
-                                       "of eager's own error against a float64 run of the reference)."),
+CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="reference (the default: KernelBench's tolerances against eager, and where they "
+                                       "fail, as close to a float64 run as the reference is: TF32 references), fixed "
+                                       "(KernelBench's tolerances only) or calibrated (within a factor of eager's own error "
+                                       "against a float64 run of the reference, no tolerance)."),
 ]
 
 

@@ -116,6 +116,11 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
         if name == "correctness" and v["status"] == "passed":
             d = v["details"]
             detail = f"{len(d['trials'])} trials, max abs err {d['max_abs_err']:.3g}, max rel err {d['max_rel_err']:.3g}"
+            if d.get("decided_by"):  # the rule that decided, with the precision the reference ran at
+                detail += f"; decided by {d['decided_by']}"
+            bench = d.get("benchmarks") or {}
+            if bench:
+                detail += "; " + ", ".join(f"{k}'s rule: {'pass' if v.get('ok') else 'FAIL'}" for k, v in bench.items())
         if name == "timing" and v["status"] == "passed":
             rt = v["details"]["runtime"]
             ref = v["details"].get("reference") or {}

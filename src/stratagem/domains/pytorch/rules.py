@@ -75,6 +75,12 @@ def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
                 + (f" and {float(rule['atol_floor']):g}" if float(rule["atol_floor"]) else "")
                 + "): lower precision passes only where it is measured to be accurate enough")
     tol = "; ".join(f"{dtype} atol={t['atol']:g}, rtol={t['rtol']:g}" for dtype, t in sorted(tolerances(problem, cfg).items()))
+    if rule["mode"] == "reference":
+        return ("correctness rule `reference`: every output element within atol + rtol x |reference| of the "
+                f"reference's ({tol}); where the reference itself rounds (TF32 convolutions or matmuls on a GPU, "
+                "long reductions), an output at least as close to a float64 run of the reference as the "
+                f"reference is passes too (within {float(rule['factor']):g} times the reference's own error plus "
+                "the tolerance): lower precision than the reference's fails")
     return ("correctness rule `fixed`: every output element within atol + rtol x |reference| of the "
             f"reference's ({tol})")
 
