@@ -125,13 +125,14 @@ def run_entry(where: Path) -> RunEntry:
     from stratagem.search.numbers import counts
 
     r = read(where)
-    best = r.best
+    head = r.headline  # the run's result as every view says it
     c = counts(r.views)
     return RunEntry(run_dir=str(where), problem=r.problem, domain=r.domain,
                     policy=r.run.policy if r.run else None, status=r.run.status if r.run else None,
                     stop_reason=r.run.stop_reason if r.run else None, iterations=len(r.iterations),
                     designs=len(r.views), valid=c.valid,
-                    best_speedup=best.speedup if best is not None else None)
+                    best_speedup=head.ratios.reference.ratio if head.ratios is not None else None,
+                    best_confirmed=head.confirmed, headline=" ".join(head.lines()))
 
 
 def find_runs(root: str, limit: int) -> list[Path]:

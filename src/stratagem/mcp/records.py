@@ -87,6 +87,11 @@ class RunEntry(BaseModel):
     designs: int = 0
     valid: int = 0
     best_speedup: float | None = None
+    """The headline's ratio over the reference (`search/headline.py`: the confirmation round's
+    when the run confirmed it)."""
+    best_confirmed: bool = False
+    headline: str = ""
+    """The run's result in words, as `show` and the run's last lines say it."""
     process: ProcessState | None = None
     """Set for a run this server started."""
 

@@ -34,6 +34,7 @@ from rich.table import Table
 from stratagem.core.search import DesignView, ranked, ratio_text
 from stratagem.errors import ConfigError
 from stratagem.search import state as st
+from stratagem.search.headline import headline_of, ratios_of
 from stratagem.search.policies.tune import Shares, Tuning, point_text, shares, tuning
 from stratagem.store.sqlite import RunStore
 
@@ -202,6 +203,7 @@ class Comparison:
                           "best_speedup": c.best.speedup if c.best else None,
                           "best_low": c.best.speedup_low if c.best else None,
                           "best_high": c.best.speedup_high if c.best else None,
+                          "headline": headline_of([c.best] if c.best else [], st.names_of(c.domain)).to_json(),
                           "area_queries": self.area(c, "queries"), "area_usd": self.area(c, "usd"),
                           "curve": [{"queries": p.queries, "usd": p.usd, "best_speedup": p.best} for p in c.curve()],
                           "designs": [{"design_id": p.design_id, "queries": p.queries, "usd": p.usd,
@@ -236,9 +238,17 @@ def table(cmp: Comparison) -> Table:
     for c in cmp.curves:
         aq, au = cmp.area(c, "queries"), cmp.area(c, "usd")
         t.add_row(str(c.run_dir), c.policy, c.model, str(c.queries), f"{c.usd:.3g}" if c.priced else "unpriced",
-                  c.best.speedup_text() if c.best else "-", f"{ratio_text(aq)}x" if aq is not None else "-",
+                  _best_text(c), f"{ratio_text(aq)}x" if aq is not None else "-",
                   f"{ratio_text(au)}x" if au is not None else "-")
     return t
+
+
+def _best_text(c: RunCurve) -> str:
+    """A run's best as its headline says it: the confirmed ratio with `c` when the run confirmed it
+    (`search/headline.py`); the curves are search-time figures, as the search saw them."""
+    if c.best is None:
+        return "-"
+    return ratios_of(c.best, st.names_of(c.domain)).reference.cell()
 
 
 def tuning_table(cmp: Comparison) -> Table | None:
