@@ -316,7 +316,7 @@ def _over_limit(anchor: torch.Tensor, out: torch.Tensor, slack: float, rtol: flo
     for lo in range(0, a.numel(), CHUNK_ELEMENTS):
         x = a[lo : lo + CHUNK_ELEMENTS].to(torch.float64)
         d = (x - o[lo : lo + CHUNK_ELEMENTS].to(torch.float64)).abs_()
-        over = over + (torch.isfinite(d) & (d > x.abs_().mul_(rtol).add_(slack))).sum()
+        over = over + (torch.isfinite(d) & (d > x.abs().mul_(rtol).add_(slack))).sum()  # x may be the anchor itself
     return int(over.item())
 
 
