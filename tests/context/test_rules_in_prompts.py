@@ -86,7 +86,7 @@ def test_the_rules_follow_the_policy_the_correctness_rule_and_the_graph() -> Non
     assert any("`exception_fallback`" in r and "try/except can hide a failing kernel" in r for r in lenient)
     assert not any("own_kernels" in r or "`provenance`" in r for r in lenient)
     assert any(r.startswith("integrity policy `lenient`") for r in lenient)
-    assert any("correctness rule `fixed`" in r and "float32 atol=0.0001, rtol=0.0001" in r for r in lenient)
+    assert any("correctness rule `reference`" in r and "float32 atol=0.0001, rtol=0.0001" in r for r in lenient)
     assert any("stage `shapes`" in r and "batch_size=48, dim=3072" in r for r in lenient)  # the variants it runs
     strict = rules(integrity="strict", correctness={"mode": "calibrated", "factor": 8.0})
     assert sum("static check `own_kernels`" in r for r in strict) == 2  # on a GPU and on the CPU
@@ -107,7 +107,7 @@ def test_agent_facts_carry_the_rules_into_the_state_and_the_brief() -> None:
     facts = get_domain(p.domain).agent_facts(p, EvaluationConfig())
     state = SearchState(problem=p, designs=(), iteration=1, device="cuda:0", **facts)
     b = render.ProblemBrief.from_state(state, state.integrity)
-    assert b.rules == rules() and b.correctness == "fixed"
+    assert b.rules == rules() and b.correctness == "reference"
 
 
 # -- every role that plans or writes code states them -----------------------------------------
