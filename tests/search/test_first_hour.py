@@ -155,7 +155,7 @@ def test_version(capsys) -> None:
 
 @pytest.mark.parametrize("vs_compile, unstable, says", [
     (0.74, "", "slower than torch.compile"), (1.3, "", "faster than torch.compile"),
-    (1.33, "ratio drift: 39%", "compared with torch.compile: unknown"),
+    (1.33, "ratio drift: 39%", "vs torch.compile: unknown"),
     (0.99, "", "on par with torch.compile")])
 def test_the_run_summary_compares_with_torch_compile_plainly(tmp_path, capsys, monkeypatch, vs_compile, unstable,
                                                               says) -> None:

@@ -371,6 +371,7 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.search import state as st
+    from stratagem.search.headline import headline_of
     from stratagem.search.numbers import counts, passed
 
     def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
@@ -416,7 +417,9 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
         from stratagem.cli.confirm import print_confirmed
 
         print_confirmed(console, r.confirmation, names)
-    head = r.headline
+    # the outcome's headline (the one the loop wrote best/ from); a caller's own outcome: its best
+    head = outcome.headline if outcome.headline is not None else headline_of(
+        [x for x in (outcome.best,) if x is not None], names)
     lines = head.lines()
     if best is not None:
         console.print(f"best design: [bold]{outcome.best_path}[/]", highlight=False)
