@@ -132,8 +132,11 @@ def test_phase_zero_fills_missing_ideas_with_distinct_directions():
     assert phase0_tasks(["idea a", "idea b"], 3, None) == ["idea a", "idea b", "idea a"]
     assert phase0_tasks([], 2, None) == []
     seeds = [(0, "a"), (0, "a"), (0, "a"), (1, "b"), (1, "b"), (2, None)]
-    dirs = slot_directions(seeds, ["x", "y", "z", "w"], phase=1, per_phase=6)
-    assert dirs[:3] == ["x", "y", "z"] and dirs[3:5] == ["w", "x"] and dirs[5] is None
+    used: set[tuple[str | None, str]] = {("b", "x"), (None, "x")}  # asked in earlier phases
+    dirs = slot_directions([s for _, s in seeds], ["x", "y", "z", "w"], used)
+    assert dirs[:3] == ["x", "y", "z"] and dirs[3:5] == ["y", "z"] and dirs[5] == "y"
+    assert slot_directions(["a", "a"], ["x", "y", "z", "w"], used) == ["w", None]  # a's pool is spent
+    assert slot_directions(["a"], [], set()) == [None]
     assert start_order(seeds) == [0, 3, 5, 1, 4, 2]
 
 
@@ -176,7 +179,7 @@ def test_a_restatement_under_another_extension_name_is_linked_not_evaluated(tmp_
     asyncio.run(loop.run())
     assert len(ev.calls) == 1 and len(store.designs()) == 1  # the second only restated the first
     note = store.iterations()[0].note
-    assert "1 valid design" in note and "1 restating an earlier design" in note
+    assert "1 valid design" in note and "1 answer restating an earlier design (sent back to the model)" in note
 
 
 def test_the_notes_count_queries_valid_designs_and_writer_failures(tmp_path):

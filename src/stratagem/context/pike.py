@@ -24,6 +24,7 @@ from stratagem.context.render import (
     short_id,
 )
 from stratagem.core.search import DesignView, Feedback
+from stratagem.core.text import clip
 from stratagem.domains import DEFAULT
 
 ERROR_TAIL_CHARS = 10_000
@@ -89,28 +90,88 @@ def optimize(brief: ProblemBrief, idea: str) -> str:
     return fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster", **_common(brief))
 
 
-def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None) -> str:
+def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None,
+            designs: Sequence[DesignView] = ()) -> str:
     """Improve a working solution; `None`: the original program is the seed. `direction`: what
-    this attempt focuses on, when other attempts improve the same seed at once."""
+    this attempt focuses on, when other attempts improve the same seed. `designs`: the run's
+    designs, from which the earlier attempts on the seed and its siblings are shown (`earlier`)."""
     source = seed.source if seed is not None else brief.source
     d = brief.domain
-    focus = ("\n\n" + fill("pike", "direction", domain=d, direction=direction.strip())
-             if direction and direction.strip() else "")
-    return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=focus,
+    return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=_focus(direction, d),
+                earlier=earlier(seed, designs, d),
                 performance=performance(seed, d) if seed is not None else "the original program", **_common(brief))
 
 
-def mutate(brief: ProblemBrief, current: DesignView | None) -> str:
+EARLIER_LINES = 8
+"""At most this many earlier attempts of each kind (on the seed, on its siblings) in a prompt."""
+
+
+def focus_of(view: DesignView) -> str:
+    """What a PIKE design was asked to try: its slot's `focus` (idea or direction), else its strategy."""
+    for k, val in view.tags.items():
+        if k.startswith("slot ") and isinstance(val, dict) and val.get("focus"):
+            return clip(str(val["focus"]), 100)
+    return view.strategy or "open prompt"
+
+
+def _outcome(view: DesignView, domain: str) -> str:
+    if view.speedup is not None:
+        return f"{view.status}, {performance(view, domain)}"
+    why = next((line.strip() for line in view.report.splitlines() if line.strip()), "")
+    return f"{view.status}" + (f": {clip(why, 160)}" if why else "")
+
+
+def earlier(seed: DesignView | None, designs: Sequence[DesignView], domain: str = DEFAULT) -> str:
+    """The attempts made from `seed` (None: the original program) and from its siblings (designs
+    with the seed's parent), each with what it tried and its outcome (a fix chain's last design
+    stands for its attempt); empty when there are none."""
+    children: dict[str | None, list[DesignView]] = {}
+    for v in sorted(designs, key=lambda v: v.created_at):
+        children.setdefault(v.parents[0] if v.parents else None, []).append(v)
+
+    def last_of(v: DesignView) -> DesignView:
+        fixes = [c for c in children.get(v.id, ()) if c.strategy == "fix"]
+        return last_of(fixes[-1]) if fixes else v
+
+    def attempts(parent: str | None, relation: str, skip: str | None) -> list[str]:
+        tried = [v for v in children.get(parent, ()) if v.strategy != "fix" and v.id != skip]
+        return [fill("pike", "attempt", domain=domain, short_id=short_id(v.id), relation=relation,
+                     how=focus_of(v), outcome=_outcome(last_of(v), domain)) for v in tried[-EARLIER_LINES:]]
+
+    key = seed.id if seed is not None else None
+    lines = attempts(key, "from this one", None)
+    if seed is not None:
+        lines += attempts(seed.parents[0] if seed.parents else None, "a sibling", seed.id)
+    return fill("pike", "earlier", domain=domain, attempts="\n".join(lines)) if lines else ""
+
+
+def restated(prompt: str, twins: Sequence[DesignView | str], domain: str = DEFAULT) -> str:
+    """`prompt` again, told that the answers to it so far restated `twins` (earlier designs,
+    or their ids), so the model writes something else."""
+    what = "; ".join(f"design `{short_id(t)}`" if isinstance(t, str)
+                     else f"design `{short_id(t.id)}` ({_outcome(t, domain)})" for t in twins)
+    return f"{prompt}\n\n" + fill("pike", "restated", domain=domain, what=what)
+
+
+def _focus(direction: str | None, domain: str) -> str:
+    """The `direction` paragraph (empty without one)."""
+    if not direction or not direction.strip():
+        return ""
+    return "\n\n" + fill("pike", "direction", domain=domain, direction=direction.strip())
+
+
+def mutate(brief: ProblemBrief, current: DesignView | None, direction: str | None = None) -> str:
     source = current.source if current is not None else brief.source
     return fill("pike", "mutate", domain=brief.domain, current_source=source.strip(),
+                direction=_focus(direction, brief.domain),
                 performance=performance(current, brief.domain) if current is not None else "the original program",
                 **_common(brief))
 
 
 def crossover(brief: ProblemBrief, current: DesignView | None, features: str, top: Sequence[DesignView],
-              inspirations: Sequence[DesignView], source_chars: int = 12_000) -> str:
+              inspirations: Sequence[DesignView], source_chars: int = 12_000, direction: str | None = None) -> str:
     """The crossover prompt: the current program with its fitness, features and evaluation
-    outcome, the top programs and the inspiration programs."""
+    outcome, the top programs and the inspiration programs (and a `direction` to focus on)."""
     source = current.source if current is not None else brief.source
     artifacts = "the original program" if current is None else (current.report.strip() or "all validators passed")
     d = brief.domain
@@ -118,7 +179,8 @@ def crossover(brief: ProblemBrief, current: DesignView | None, features: str, to
                 performance=performance(current, d) if current is not None else "the original program",
                 features=features, artifacts=artifacts[:2_000],
                 top_programs=_programs(top, source_chars, d) or "(none yet)",
-                inspirations=_programs(inspirations, source_chars, d) or "(none yet)", **_common(brief))
+                inspirations=_programs(inspirations, source_chars, d) or "(none yet)",
+                direction=_focus(direction, d), **_common(brief))
 
 
 def _programs(views: Sequence[DesignView], source_chars: int, domain: str = DEFAULT) -> str:

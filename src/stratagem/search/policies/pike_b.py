@@ -43,7 +43,7 @@ from stratagem.core.text import clip
 from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
-from stratagem.search.policies.pike_slots import SlotSpec, run_slots
+from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_directions
 
 GENERIC_IDEA = "optimize the whole architecture for speed on this device"
 
@@ -110,23 +110,6 @@ def phase0_tasks(ideas: Sequence[str], n: int, generic: Sequence[str] | None) ->
     return [distinct[i % len(distinct)] for i in range(n)]
 
 
-def slot_directions(seeds: Sequence[tuple[int, object]], pool: Sequence[str], phase: int,
-                    per_phase: int) -> list[str | None]:
-    """A direction for each slot whose seed has other slots in the phase (None for a seed's
-    only slot: the paper's open prompt). The slots of one seed get consecutive entries of
-    `pool`, so they differ while the pool lasts; the start rotates with the phase."""
-    per_seed = Counter(rank for rank, _ in seeds)
-    out: list[str | None] = []
-    k = 0
-    for rank, _ in seeds:
-        if per_seed[rank] < 2 or not pool:
-            out.append(None)
-            continue
-        out.append(pool[((phase - 1) * per_phase + k) % len(pool)])
-        k += 1
-    return out
-
-
 def start_order(seeds: Sequence[tuple[int, object]]) -> list[int]:
     """Slot indexes in the order they start: one slot of each seed in rank order, then a second
     of each, and so on, so a budget that runs out mid-phase still reaches every seed (the
@@ -175,8 +158,19 @@ class PikeBPolicy(PikeBase):
         session.save_state("ideas", {"ideas": ideas, "note": note})
         return ideas, note
 
+    @staticmethod
+    def _asked(phase: int, session: Session) -> set[tuple[str | None, str]]:
+        """The (seed, idea or direction) pairs of the phases before `phase` (from their saved plans)."""
+        used: set[tuple[str | None, str]] = set()
+        for p in range(phase):
+            plan = session.load_state(f"phase/{p}")
+            for sl in plan.get("slots", ()) if isinstance(plan, dict) else ():
+                if focus := sl.get("direction") or sl.get("idea"):
+                    used.add((sl.get("parent"), str(focus)))
+        return used
+
     def _plan_phase(self, phase: int, state: SearchState, ideas: Sequence[str],
-                    brief: ProblemBrief) -> list[dict[str, object]]:
+                    brief: ProblemBrief, session: Session) -> list[dict[str, object]]:
         generic = prompts.directions(brief) if self.s.distinct_directions else None
         brainstormed = [i for i in ideas if i != GENERIC_IDEA]
         if phase == 0:
@@ -188,8 +182,9 @@ class PikeBPolicy(PikeBase):
         lib = library(state.designs, phase - 1, self.s.library)
         rng = random.Random(f"{self.cfg.search.seed}:pike-b:{phase}")
         seeds = select_seeds([*lib, None], self.s.queries_per_phase, self.s, rng)
-        pool = list(dict.fromkeys([*brainstormed, *(generic or ())])) if generic is not None else []
-        dirs = slot_directions(seeds, pool, phase, self.s.queries_per_phase)
+        pool = list(dict.fromkeys([*brainstormed, *generic])) if generic is not None else []  # False: the paper's
+        dirs = slot_directions([seed.id if seed is not None else None for _, seed in seeds], pool,
+                               self._asked(phase, session))
         return [{"slot": i, "branch": rank, "idea": None, "parent": seed.id if seed is not None else None,
                  "direction": d}
                 for i, ((rank, seed), d) in enumerate(zip(seeds, dirs, strict=True))]
@@ -205,7 +200,7 @@ class PikeBPolicy(PikeBase):
         if isinstance(plan, dict) and plan.get("done"):
             phase, plan = phase + 1, None
         if not isinstance(plan, dict):
-            plan = {"slots": self._plan_phase(phase, state, ideas, brief), "done": False}
+            plan = {"slots": self._plan_phase(phase, state, ideas, brief, session), "done": False}
             session.save_state(f"phase/{phase}", plan)
             session.save_state("current", {"phase": phase})
         views = {v.id: v for v in state.designs}
@@ -215,10 +210,11 @@ class PikeBPolicy(PikeBase):
         for slot in (slots[i] for i in order):
             key = f"p{phase}/s{slot['slot']}"
             parent = views.get(str(slot["parent"])) if slot.get("parent") else None
+            focus = str(slot["idea"]) if phase == 0 else slot.get("direction")
             prompt = (prompts.optimize(brief, str(slot["idea"])) if phase == 0
-                      else prompts.improve(brief, parent, slot.get("direction")))
+                      else prompts.improve(brief, parent, slot.get("direction"), state.designs))
             specs.append(SlotSpec(key, "optimize", prompt, (parent.id,) if parent else (),
-                                  {"phase": phase, "branch": slot["branch"]}))
+                                  {"phase": phase, "branch": slot["branch"], "focus": focus}))
         outcome = await run_slots(handoff_session(session, self.cfg, self.problem, state.designs),
                                   self.agents(session), brief, specs, max_fix=self.s.max_fix_attempts,
                                   designs=state.designs)

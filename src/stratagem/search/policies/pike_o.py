@@ -28,7 +28,7 @@ from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.islands import ProgramDB
 from stratagem.search.policies.pike_models import PikeBase, unanswered
 from stratagem.search.policies.pike_settings import PikeOSettings
-from stratagem.search.policies.pike_slots import SlotSpec, run_slots
+from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_directions
 
 
 class PikeOPolicy(PikeBase):
@@ -49,29 +49,61 @@ class PikeOPolicy(PikeBase):
             return ProgramDB.from_json(saved["db"], self.s, sources), int(saved.get("batches_done", 0))
         return ProgramDB(self.s, size_scale=4 * max(1, len(self.problem.source))), 0
 
-    def _plan(self, batch: int, db: ProgramDB) -> list[dict[str, Any]]:
+    def batch_size(self, session: Session) -> tuple[int, str]:
+        """Children in the next batch: `parallel_evaluations`, or as many as the queries left can
+        ask with all their fix rounds, with a note saying so; at least two while two queries are
+        left, so one writer failure does not leave a batch unanswered (which stops the run)."""
+        n = self.s.parallel_evaluations
+        left = session.budget_remaining().queries
+        fit = max(min(2, left), left // (1 + self.s.max_fix_attempts), 1) if left is not None else n
+        if fit >= n:
+            return n, ""
+        return fit, (f"{fit} of {n} children (parallel_evaluations): {left} queries left fit {fit} "
+                     f"with their {self.s.max_fix_attempts} fix rounds each")
+
+    @staticmethod
+    def _asked(batch: int, session: Session) -> set[tuple[str | None, str]]:
+        """The (parent, direction) pairs of the batches before `batch` (from their saved plans)."""
+        used: set[tuple[str | None, str]] = set()
+        for b in range(batch):
+            plan = session.load_state(f"batch/{b}")
+            for ch in plan.get("children", ()) if isinstance(plan, dict) else ():
+                if ch.get("direction"):
+                    used.add((ch.get("parent"), str(ch["direction"])))
+        return used
+
+    def _plan(self, batch: int, db: ProgramDB, n: int, pool: list[str],
+              used: set[tuple[str | None, str]]) -> list[dict[str, Any]]:
+        """`n` children: each its island's parent (the original program only while the database
+        is empty), the island's top programs (the whole population's while the island has none)
+        and inspirations for a crossover, and a direction no earlier child of that parent had.
+        A child is a crossover when it has a parent and other programs to show, else a mutation."""
         s = self.s
         children = []
-        for c in range(s.parallel_evaluations):
+        for c in range(n):
             island = (batch * s.parallel_evaluations + c) % s.num_islands
             rng = random.Random(f"{self.cfg.search.seed}:pike-o:{batch}:{c}")
             parent = db.sample_parent(island, rng)
-            crossover = s.template == "crossover"
+            top, insp = [], []
+            if s.template == "crossover" and parent is not None:
+                top = [i for i in db.top(island, s.num_top_programs + 1) or db.archive if i != parent]
+                top = top[: s.num_top_programs]
+                insp = [i for i in db.inspirations(island, parent, rng) if i not in top]
+            [direction] = slot_directions([parent], pool, used)
             children.append({"child": c, "island": island, "parent": parent,
-                             "kind": "crossover" if crossover else "mutate",
-                             "top": db.top(island, s.num_top_programs) if crossover else [],
-                             "inspirations": db.inspirations(island, parent, rng) if crossover else [],
-                             "features": db.features(island, parent)})
+                             "kind": "crossover" if top or insp else "mutate", "top": top, "inspirations": insp,
+                             "features": db.features(island, parent), "direction": direction})
         return children
 
     def _prompt(self, child: dict[str, Any], views: dict[str, DesignView], state: SearchState) -> str:
         brief = self.brief(state)
         parent = views.get(str(child["parent"])) if child.get("parent") else None
+        direction = child.get("direction")
         if child["kind"] == "mutate":
-            return prompts.mutate(brief, parent)
-        top = [views[i] for i in child["top"] if i in views and i != child.get("parent")]
-        insp = [views[i] for i in child["inspirations"] if i in views and i not in child["top"]]
-        return prompts.crossover(brief, parent, str(child["features"]), top, insp)
+            return prompts.mutate(brief, parent, direction)
+        top = [views[i] for i in child["top"] if i in views]
+        insp = [views[i] for i in child["inspirations"] if i in views]
+        return prompts.crossover(brief, parent, str(child["features"]), top, insp, direction=direction)
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
         if (exhausted := session.budget_left()) is not None:
@@ -80,12 +112,17 @@ class PikeOPolicy(PikeBase):
         batch = done
         plan = session.load_state(f"batch/{batch}")
         if not isinstance(plan, dict):
-            plan = {"children": self._plan(batch, db)}
+            n, capped = self.batch_size(session)
+            pool = prompts.directions(self.brief(state))
+            plan = {"children": self._plan(batch, db, n, pool, self._asked(batch, session)), "note": capped}
             session.save_state(f"batch/{batch}", plan)
         views = {v.id: v for v in state.designs}
+        # A crossover's parents: the current program, then the programs it was shown.
         specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, views, state),
-                          (str(ch["parent"]),) if ch.get("parent") else (),
-                          {"batch": batch, "island": ch["island"]}) for ch in plan["children"]]
+                          tuple(dict.fromkeys(str(i) for i in [ch.get("parent"), *ch.get("top", ()),
+                                                               *ch.get("inspirations", ())] if i)),
+                          {"batch": batch, "island": ch["island"], "focus": ch.get("direction")})
+                 for ch in plan["children"]]
         writers = handoff_session(session, self.cfg, self.problem, state.designs)
         outcome = await run_slots(writers, self.agents(session), self.brief(state), specs,
                                   max_fix=self.s.max_fix_attempts, designs=state.designs)
@@ -100,7 +137,8 @@ class PikeOPolicy(PikeBase):
         moves = db.migrate_due()
         session.save_state("db", {"db": db.to_json(), "batches_done": batch + 1})
         sizes = "/".join(str(len(i.members)) for i in db.islands)
-        note = (f"batch {batch}: {len(specs)} children, {outcome.text()}; {added} joined the islands; "
+        capped = f" ({plan['note']})" if plan.get("note") else ""
+        note = (f"batch {batch}: {len(specs)} children{capped}, {outcome.text()}; {added} joined the islands; "
                 f"islands {sizes}, archive {len(db.archive)}" + (f", {len(moves)} migrated" if moves else ""))
         stop = unanswered(results)
         parents = tuple(dict.fromkeys(p for s in specs for p in s.parents))

@@ -60,9 +60,9 @@ class SlotResult:
     """False when no query of this invocation got an answer (a resumed, finished slot: True)."""
     source: str = ""
     """The last design's source."""
-    restated: bool = False
-    """The slot's last design only restated one evaluated before (the run linked it to that
-    design's verdict)."""
+    restated: int = 0
+    """Answers of the slot that only restated a design evaluated before (each went back to the
+    model, with the slot's query, as a fix round would)."""
 
     @property
     def writer_failed(self) -> bool:
@@ -90,9 +90,9 @@ class PhaseOutcome:
         those that only restated an earlier one apart), writer failures, slots the budget left
         unasked."""
         r = self.results
-        valid = {x.design_id for x in r if x.ok and x.design_id and not x.restated}
+        valid = {x.design_id for x in r if x.ok and x.design_id}
         return {"queries": self.queries, "slots": len(r), "valid": len(valid),
-                "restated": sum(x.ok and x.restated for x in r), "writer_failures": sum(x.writer_failed for x in r),
+                "restated": sum(x.restated for x in r), "writer_failures": sum(x.writer_failed for x in r),
                 "not_asked": sum(x.not_asked for x in r), "fixes": sum(x.fixes for x in r)}
 
     def text(self) -> str:
@@ -101,7 +101,8 @@ class PhaseOutcome:
         parts = [f"{c['queries']} {'query' if c['queries'] == 1 else 'queries'}",
                  f"{c['valid']} valid {'design' if c['valid'] == 1 else 'designs'}"]
         if c["restated"]:
-            parts.append(f"{c['restated']} restating an earlier design")
+            parts.append(f"{c['restated']} {'answer' if c['restated'] == 1 else 'answers'} restating an earlier "
+                         "design (sent back to the model)")
         parts.append(f"{c['fixes']} fix {'round' if c['fixes'] == 1 else 'rounds'}")
         parts.append(f"{c['writer_failures']} writer {'failure' if c['writer_failures'] == 1 else 'failures'}")
         if c["not_asked"]:
@@ -142,10 +143,14 @@ async def run_slot(
         prompt = prompts.fix(brief, last_source, fb)
     asked = 0
     turns = 0
+    twins: list[str] = []
+    """The earlier designs this slot's answers restated, in order."""
+    retries: set[int] = set()
+    """Turns (from 0) that ask the slot's own query again after a restatement."""
 
     async def write(text: str, _tokens_left: int | None) -> Written:
         nonlocal last_source, asked, turns
-        role = spec.role if first_round + turns == 0 else "fix"
+        role = spec.role if first_round + turns == 0 or turns in retries else "fix"
         turns += 1
         w = await agents.write(role, text, tickets, worker=worker, current=last_source or start)
         if w.error_kind != "budget":
@@ -155,25 +160,47 @@ async def run_slot(
         return w
 
     def next_prompt(fb: Feedback, _attempts: int) -> str:
+        if fb.duplicate_of is not None:
+            # A restatement goes back to the model with the slot's own query, never silently.
+            twins.append(fb.duplicate_of)
+            retries.add(turns)
+            session.set_status(worker, f"restated {fb.duplicate_of[:10]}: asked again")
+            return prompts.restated(spec.prompt if not history else prompt, twins, brief.domain)
         return prompts.fix(brief, last_source, fb)
 
     def describe(attempt: int, previous: str | None) -> Attempt:
         r = first_round + attempt - 1
         before = previous or (history[-1].id if history else None)
-        parents = spec.parents if r == 0 else ((before,) if before else spec.parents)
-        return Attempt(spec.role if r == 0 else "fix", parents, {slot_tag(spec.key): {"round": r, **spec.tags}})
+        fresh = r == 0 or attempt - 1 in retries
+        parents = spec.parents if fresh else ((before,) if before else spec.parents)
+        return Attempt(spec.role if fresh else "fix", parents, {slot_tag(spec.key): {"round": r, **spec.tags}})
 
     res = await fix_until_valid(
         session, worker, prompt=prompt, write=write, next_prompt=next_prompt,
         limits=FixLimits(1 + max_fix - first_round), strategy=spec.role, parents=spec.parents,
-        describe=describe,
+        describe=describe, accept_restated=False,
     )
     last = res.design_ids[-1] if res.design_ids else (history[-1].id if history else None)
     fixes = max(0, first_round + res.attempts - 1)
     answered = res.attempts > 0 or asked == 0
-    restated = res.feedback is not None and res.feedback.duplicate_of is not None
     return SlotResult(spec.key, last, res.ok, asked, fixes, res.reason, res.error_kinds, answered, last_source,
-                      restated)
+                      len(twins))
+
+
+def slot_directions(seeds: Sequence[str | None], pool: Sequence[str],
+                    used: set[tuple[str | None, str]]) -> list[str | None]:
+    """A direction for each slot (its seed's id, None: the original program), so that no
+    (seed, direction) pair repeats in the run: `used` holds the pairs earlier phases asked (and
+    is extended with these). Each seed takes the first entry of `pool` (the brainstorm's ideas,
+    then the generic directions) it has not been asked with; None (the paper's open prompt) once
+    a seed has been asked every direction of the pool, or with no pool."""
+    out: list[str | None] = []
+    for seed in seeds:
+        fresh = next((d for d in pool if (seed, d) not in used), None)
+        if fresh is not None:
+            used.add((seed, fresh))
+        out.append(fresh)
+    return out
 
 
 class TicketPool:
