@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 DESIGNS = ("exact-fp32", "compile", "compile-max-autotune-no-cudagraphs", "channels_last", "autocast-fp16", "tf32-all")
-RULE = {"mode": "reference", "factor": 2.0, "atol_floor": 0.0, "ulp_floor": 2.0}
+RULE = {"mode": "reference", "factor": 1.5, "atol_floor": 0.0, "ulp_floor": 2.0}
 TOL = {"float32": {"atol": 1e-4, "rtol": 1e-4}, "float16": {"atol": 1e-2, "rtol": 1e-2},
        "bfloat16": {"atol": 1e-2, "rtol": 1e-2}, "float64": {"atol": 1e-7, "rtol": 1e-7}}
 
@@ -194,8 +194,8 @@ def main() -> None:
         rows.append(row)
         print(_fmt(row, designs), flush=True)
         (out / "precision_verdicts.json").write_text(json.dumps(rows, indent=1))
-    print("\nrules: verdict = the default `reference` rule (fixed 1e-4 against eager, else within 2x the "
-          "reference's own float64 error + 1e-4); KernelBench = allclose 1e-4 against eager; PIKE = 1e-2")
+    print("\nrules: verdict = the default `reference` rule (fixed 1e-4 against eager, else max error against float64 within "
+          "1.5x the reference's own); KernelBench = allclose 1e-4 against eager; PIKE = 1e-2")
 
 
 if __name__ == "__main__":

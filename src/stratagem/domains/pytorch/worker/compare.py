@@ -345,7 +345,7 @@ def against_anchor(anchor: Any, ref: Any, new: Any, rule: Mapping[str, Any], tot
             ratio = f"{e_cand / e_ref:.3g}x" if e_ref > 0 else "infinitely"
             if tolerances is None:
                 total.reason = (f"{name}: max error against the float64 reference {e_cand:.3g} is {ratio} eager's own "
-                                f"{e_ref:.3g}, over the calibrated limit {limit:.3g} ({factor:g}x eager's error + floor)")
+                                f"{e_ref:.3g}, over the limit {limit:.3g} ({factor:g}x eager's error + floor)")
             else:
                 total.reason = (f"{name}: {outside} of {r.numel()} elements further from the float64 result than "
                                 f"{factor:g}x the reference's own max error ({e_ref:.3g}) + atol={atol:g} + "
@@ -360,17 +360,21 @@ def reference_compare(anchor: Any, ref: Any, new: Any, rule: Mapping[str, Any],
                       tolerances: Mapping[str, Mapping[str, float]], fixed: Comparison,
                       where: str = "output") -> Comparison:
     """The reference rule's second look, for outputs that failed the fixed rule (`fixed`)
-    against eager: the candidate passes when every element is within factor x eager's own
-    max error against float64 + the tolerance of float64's result (`against_anchor`), so a
-    design at least as close to float64 as eager passes wherever eager itself rounds (TF32,
-    long reductions), and one further away by more than the tolerance fails. Structure and
+    against eager: the candidate passes when its max error against float64 is within factor
+    (1.5) x eager's own + the floor (`against_anchor`), so a design at least as close to
+    float64 as eager passes wherever eager itself rounds (TF32, long reductions), and one
+    further away (fp16 where eager ran TF32: 1.8x and more) fails. Structure and
     NaN/infinity positions are checked as by the calibrated rule."""
     structure = compare_outputs(ref, new, {k: _ANY for k in ("float16", "bfloat16", "float32", "float64")}, where)
     if not structure.ok:
         return structure
     total = Comparison(True, checked=structure.checked, max_abs_err=fixed.max_abs_err, max_rel_err=fixed.max_rel_err,
                        decided_by="reference")
-    out = against_anchor(anchor, ref, new, rule, total, where, tolerances)
+    # No tolerance margin on top of the factor: on 8 KernelBench convolutional problems on an
+    # H200, honest designs of a TF32 reference (exact fp32, torch.compile, channels_last) came
+    # within 1.02x its error and fp16 autocast 1.82-15x; the fixed check already admits what
+    # the tolerance admits (benchmarks/RESULTS.md, issue 42).
+    out = against_anchor(anchor, ref, new, rule, total, where)
     if not out.ok:
         out.reason = f"{fixed.reason}; against float64: {out.reason}"
     return out
