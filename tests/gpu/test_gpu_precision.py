@@ -10,13 +10,14 @@ import copy
 import pytest
 import torch
 
+from stratagem.domains.pytorch.settings import DEFAULT_FACTOR
 from stratagem.domains.pytorch.worker import compare, precision
 from stratagem.domains.pytorch.worker.anchor import Anchor
 
 pytestmark = pytest.mark.gpu
 
 TOL = {"float32": {"atol": 1e-4, "rtol": 1e-4}}
-RULE = {"mode": "reference", "factor": 2.0, "atol_floor": 0.0, "ulp_floor": 2.0}
+RULE = {"mode": "reference", "factor": DEFAULT_FACTOR["reference"], "atol_floor": 0.0, "ulp_floor": 2.0}
 
 
 class _Convs(torch.nn.Module):
