@@ -73,13 +73,39 @@ def test_an_exact_fp32_design_of_a_tf32_reference_passes(net) -> None:
     assert c.anchor and c.anchor[0]["candidate"] < c.anchor[0]["reference"]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_a_lower_precision_design_fails(net, dtype) -> None:
-    ref, x = net
-
-    def autocast(m, x):
+def _autocast(dtype: torch.dtype):
+    def run(m, x):
         with torch.autocast("cuda", dtype=dtype):
             return m(x).float()
 
-    c = _verdict(ref, x, autocast)
+    return run
+
+
+def test_a_lower_precision_design_fails(net) -> None:
+    """bf16 (8 mantissa bits against TF32's 10) is far from float64 than eager: it fails."""
+    ref, x = net
+    c = _verdict(ref, x, _autocast(torch.bfloat16))
     assert not c.ok and c.decided_by == "reference", c.anchor
+
+
+def test_fp16_is_judged_by_its_error_and_flagged(net) -> None:
+    """fp16 keeps TF32's 10 mantissa bits: on this chain its error against float64 was 1.31x
+    eager's (H200, 2026-12-04), within the 1.5x the rule allows, so its error decides, never its
+    name; on KernelBench's convolutional problems fp16 was 1.82-15.4x and failed. The static
+    `precision` check flags it (a warning every view shows), as before issue 42."""
+    from pathlib import Path
+
+    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.domains.pytorch.static import run_static_checks
+
+    ref, x = net
+    c = _verdict(ref, x, _autocast(torch.float16))
+    [a] = c.anchor or [{}]
+    assert c.decided_by == "reference" and c.ok == (a["candidate"] <= a["limit"]), c.anchor
+    problem = load_problem(Path(__file__).resolve().parents[1] / "fixtures" / "paired" / "problem.py")
+    source = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self, dim):\n"
+              "        super().__init__()\n        self.weight = nn.Parameter(torch.randn(dim, dim) / dim**0.5)\n\n"
+              "    def forward(self, x):\n        with torch.autocast('cuda', dtype=torch.float16):\n"
+              "            return torch.tanh(x @ self.weight).float()\n")
+    checked = run_static_checks(problem, source)
+    assert any(w.get("check") == "precision" for w in checked.details.get("warnings", [])), checked.details
