@@ -163,3 +163,17 @@ def test_a_missing_extra_names_its_pip_command_and_exits_2(tmp_path: Path, capsy
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingExtra, match=r"pip install 'stratagem\[ray\]'"):
         import_extra("ray", "ray", "--executor ray")
+
+
+def test_a_suite_row_gives_the_best_designs_verdicts_under_the_benchmarks_rules() -> None:
+    """bench and report --suite say, per problem, whether the best design passes KernelBench's
+    and PIKE's own rules (issue 42), read from its latest evaluation's correctness details."""
+    from types import SimpleNamespace
+
+    from stratagem.report.suite import _rules_of
+
+    details = {"benchmarks": {"kernelbench": {"ok": False, "trials": 5}, "pike": {"ok": True, "trials": 5}}}
+    evs = [SimpleNamespace(design_id="b", validators=[{"name": "correctness", "details": details}]),
+           SimpleNamespace(design_id="a", validators=[{"name": "correctness", "details": {}}])]
+    assert _rules_of(evs, "b") == (("kernelbench", False), ("pike", True))
+    assert _rules_of(evs, "a") == () and _rules_of(evs, None) == ()

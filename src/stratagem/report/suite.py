@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stratagem.core.jsonish import mapping
 from stratagem.domains.base import BaselineNames
 from stratagem.report.html import CSS, _table, load_run
 from stratagem.search.budget import Spend
@@ -143,6 +144,9 @@ class ProblemRow:
         return None if self.span is None else self.span[1] - self.span[0]
     slots: frozenset[str] = frozenset()
     """The devices its evaluations ran on (`host/physical device`)."""
+    rules: tuple[tuple[str, bool], ...] = ()
+    """The best design's verdicts under the benchmarks' own correctness rules, where the domain
+    records them (PyTorch: `kernelbench`, `pike`), so a suite compares with published numbers."""
 
     def to_json(self, names: BaselineNames | None = None) -> dict[str, Any]:
         """The row as `bench --json` gives it, its keys in the words of `names` (None: its
@@ -160,7 +164,8 @@ class ProblemRow:
                 "speedup_ci": None if self.low is None or self.high is None else [self.low, self.high],
                 **second, f"beats_{n.reference.replace(' ', '_')}": self.beats, "queries": self.queries,
                 "usd": self.usd, "device_s": self.device_s, "evaluations": self.evaluations,
-                "wall_s": None if self.wall_s is None else round(self.wall_s, 3), "note": self.note}
+                "wall_s": None if self.wall_s is None else round(self.wall_s, 3), "note": self.note,
+                "best_under_rules": dict(self.rules)}
 
 
 def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None = None) -> ProblemRow:
@@ -181,7 +186,20 @@ def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None =
                       device_s=spend.gpu_seconds, note=note or stop, domain=data.domain,
                       evaluations=len(data.evaluations),
                       span=(data.run.created_at, data.run.updated_at) if data.run else None,
-                      slots=frozenset(_slot(e.environment, e.device) for e in data.evaluations))
+                      slots=frozenset(_slot(e.environment, e.device) for e in data.evaluations),
+                      rules=_rules_of(data.evaluations, b.id if b else None))
+
+
+def _rules_of(evaluations: Sequence[Any], design_id: str | None) -> tuple[tuple[str, bool], ...]:
+    """The verdicts of the benchmarks' rules in `design_id`'s latest evaluation (its validators'
+    `benchmarks` details: name -> {ok, ...}), sorted by name."""
+    ev = next((e for e in reversed(list(evaluations)) if e.design_id == design_id), None)
+    found: dict[str, bool] = {}
+    for v in (ev.validators if ev is not None else ()):
+        for name, verdict in mapping(mapping(v.get("details")).get("benchmarks")).items():
+            if isinstance(verdict, dict) and isinstance(verdict.get("ok"), bool):
+                found[str(name)] = verdict["ok"]
+    return tuple(sorted(found.items()))
 
 
 def _slot(environment: dict[str, Any], device: str) -> str:
@@ -366,7 +384,8 @@ def summary_lines(s: dict[str, float | None], names: BaselineNames | None = None
 def problem_table_rows(rows: Sequence[ProblemRow]) -> list[tuple[str, ...]]:
     return [(r.key or r.problem, r.state, r.policy, (r.best_id or "-")[:12], _with_ci(r.speedup, r.low, r.high),
              r.second_text if r.second_text != "-" else _with_ci(r.second, r.second_low, r.second_high),
-             "yes" if r.correct else "no", "yes" if r.beats else "no", str(r.queries), f"{r.usd:.3g}",
+             "yes" if r.correct else "no", "yes" if r.beats else "no",
+             ", ".join(f"{k} {'pass' if ok else 'FAIL'}" for k, ok in r.rules) or "-", str(r.queries), f"{r.usd:.3g}",
              f"{r.device_s:.1f}", str(r.run_dir or "-")) for r in rows]
 
 
@@ -374,7 +393,9 @@ def problem_header(names: BaselineNames) -> list[str]:
     """The problem table's header, in the words of the problems' domain."""
     r = names.reference
     return ["problem", "state", "policy", "best design", f"best vs {r} [95% CI]",
-            f"vs {names.compared or '-'} [95% CI], chained via {r}", "correct", f"beats {r}", "queries", "USD",
+            f"vs {names.compared or '-'} [95% CI], chained via {r}", "correct", f"beats {r}",
+            "best under the benchmarks' own correctness rules (docs/correctness.md)",
+            "queries", "USD",
             "device s", "run"]
 
 
