@@ -129,6 +129,10 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
                 detail += (f"; {s.get('reference_label', 'the reference')} beside it {ref['median_ms']:.4f} ms, "
                            f"{v['details'].get('pairs')} block pairs, "
                            f"{len(v['details'].get('attempts') or [])} timing(s)")
+            timed_at = v["details"].get("sizes")
+            if isinstance(timed_at, dict) and timed_at:  # the fixed sizes a domain times at
+                detail += "; timed at " + ", ".join(f"{k}={x:g}" if isinstance(x, float) else f"{k}={x}"
+                                                    for k, x in timed_at.items())
         if name == "integrity" and v["status"] == "passed":
             detail = "checks: " + ", ".join(v["details"].get("checks", []))
         if name == "shapes" and v["status"] == "passed":

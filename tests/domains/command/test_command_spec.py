@@ -111,3 +111,19 @@ def test_declared_work_is_arithmetic_over_the_sizes() -> None:
                      ('flops = "n *"', "not an expression"), ('bytes = "8 * n"', "declare flops with")):
         with pytest.raises(ProblemError, match=r"key `work\.(flops|bytes)`: .*" + why):
             parse_spec(SMALL_TOML + f"[work]\n{bad}\npeak_gflops = 1\n", "p", "p")
+
+
+def test_timing_runs_at_fixed_declared_sizes(tmp_path) -> None:
+    """Every timed run of every evaluation uses the same sizes (issue 43: the same design
+    measured 17x to 72x when the timing sizes were drawn at random): `[timing.sizes]`, or each
+    size's largest value; the correctness trials keep drawing hidden sizes."""
+    spec = parse_spec(SMALL_TOML, "p/problem.toml", "p")
+    assert dict(spec.timing.sizes) == {"n": 6000, "w": 96}
+    chosen = parse_spec(SMALL_TOML + "\n[timing.sizes]\nw = 32\n", "p/problem.toml", "p")
+    assert dict(chosen.timing.sizes) == {"n": 6000, "w": 32}
+    for bad in ("w = 33", "w = 200", "q = 1"):
+        with pytest.raises(ProblemError, match="timing"):
+            parse_spec(SMALL_TOML + f"\n[timing.sizes]\n{bad}\n", "p/problem.toml", "p")
+    problem = load_problem(make_problem(tmp_path / "a"))
+    req = get_domain("command").build_request(problem, None, (), load_config(None, {}).evaluation)
+    assert req.payload["timing_input"]["sizes"] == dict(spec_of(problem).timing.sizes)

@@ -78,7 +78,8 @@ class Payload(BaseModel):
     trials: list[dict[str, Any]] = Field(default_factory=list)
     """Hidden inputs of the correctness trials: `seed` and `sizes` each, drawn by the parent."""
     timing_input: dict[str, Any]
-    """The hidden input every timed run uses (reference and design alike)."""
+    """The input every timed run uses (reference and design alike): a secret seed and the
+    problem's declared timing sizes (`TimingSpec.sizes`)."""
     reference_expect_ms: float | None = None
     """The reference's median earlier in this invocation (the reference-drift check)."""
 
@@ -211,7 +212,9 @@ class CommandDomain:
         trials = [draw_inputs(spec, rng) for _ in range(spec.trials)]
         if seeds is not None:  # a caller's seeds replace the drawn ones (sizes stay drawn)
             trials = [{**t, "seed": int(s)} for t, s in zip(trials, seeds, strict=False)]
-        payload = Payload(trials=trials, timing_input=draw_inputs(spec, rng))
+        # timed at the problem's declared sizes (fixed: two evaluations time the same work); the seed is secret
+        timing_input = {"seed": rng.randrange(1, 2**31), "sizes": dict(spec.timing.sizes)}
+        payload = Payload(trials=trials, timing_input=timing_input)
         names = {s.name for s in stages}
         return EvalRequest(
             request_id=uuid.uuid4().hex, domain=NAME,

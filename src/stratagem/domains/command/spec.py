@@ -101,6 +101,10 @@ class TimingSpec:
     pairs: int = 8
     runs: int = 3
     warmup: int = 1
+    sizes: tuple[tuple[str, int], ...] = ()
+    """The sizes every timed run uses (`[timing.sizes]`; each size's largest value where the
+    problem does not say): fixed, so two evaluations of one design time the same work and
+    agree within their intervals. Hidden sizes drawn at random stay for correctness."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,23 @@ def _relative(r: _Reader, key: str, path: str) -> str:
 
 TOP_KEYS = {"name", "description", "hints", "docs", "timeout_s", "files", "build", "run", "check", "inputs",
             "compare", "objective", "timing", "forbid", "work", "requires", "baselines"}
+
+
+def _timing_sizes(tm: Any, sizes: tuple[SizeRange, ...]) -> tuple[tuple[str, int], ...]:
+    """`[timing.sizes]`: a value for each hidden size, within its range (default: its largest
+    value, a multiple of `multiple_of`)."""
+    given = tm.get("sizes", dict, {}) or {}
+    unknown = sorted(set(given) - {s.name for s in sizes})
+    if unknown:
+        raise tm.fail("sizes", f"{unknown[0]!r} is not a size of [inputs.sizes]")
+    out = []
+    for s in sizes:
+        v = given.get(s.name, s.high // s.multiple_of * s.multiple_of)
+        if not isinstance(v, int) or not s.low <= v <= s.high or v % s.multiple_of:
+            raise tm.fail("sizes", f"{s.name} = {v!r} must be an integer in {s.low}..{s.high}, a multiple of "
+                          f"{s.multiple_of}")
+        out.append((s.name, v))
+    return tuple(out)
 
 
 def _sizes(r: _Reader) -> tuple[SizeRange, ...]:
@@ -420,10 +441,11 @@ def parse_spec(text: str, where: str, default_name: str) -> Spec:
     check = _command(r, "check", False, run_fields | CHECK_FIELDS, 60.0)
     assert build is not None and run is not None
     tm = r.sub("timing")
-    tm.known({"pairs", "runs", "warmup"})
+    tm.known({"pairs", "runs", "warmup", "sizes"})
     warmup = tm.get("warmup", int, 1)
     if warmup < 0:
         raise tm.fail("warmup", f"must be >= 0, not {warmup}")
+    timed = _timing_sizes(tm, sizes)
     docs = r.get("docs", str)
     timeout = r.get("timeout_s", (int, float))
     needs = r.sub("requires")
@@ -436,7 +458,7 @@ def parse_spec(text: str, where: str, default_name: str) -> Spec:
         reference=_relative(files, "reference", files.get("reference", str, "reference")),
         build=build, run=run, check=check, sizes=sizes, trials=inputs.count("trials", 2),
         compare=_compare(r, check), objective=objective,
-        timing=TimingSpec(tm.count("pairs", 8), tm.count("runs", 3), int(warmup)), forbid=_forbid(r),
+        timing=TimingSpec(tm.count("pairs", 8), tm.count("runs", 3), int(warmup), timed), forbid=_forbid(r),
         timeout_s=r.positive("timeout_s", None) if timeout is not None else None,
         work=_work(r, sizes, objective.cases), requires_gpu=bool(needs.get("gpu", bool, False)),
         baselines=_baselines(r),
