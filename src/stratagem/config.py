@@ -335,9 +335,15 @@ class AgentsConfig(BaseModel):
     concurrent agents share."""
     api_key_env: str | None = None
     """Environment variable holding the endpoints' API key (read by config.py only)."""
-    request_timeout_s: float = Field(default=300.0, gt=0)
+    request_timeout_s: float = Field(default=900.0, gt=0)
+    """One model request's limit: a slow reasoning model may think for minutes before a code
+    answer. Past it the request is a timeout (retried, `max_retries`)."""
+    preflight_timeout_s: float = Field(default=300.0, gt=0)
+    """The limit of the one-line request each remote model gets before a run starts (a
+    reasoning model thinks even over one line); past it the run stops with a timeout."""
     max_retries: int = Field(default=4, ge=0)
-    """Retries of one request after a timeout, 429, 5xx or connection error."""
+    """Retries of one request after a timeout, 429, 5xx or connection error (counted apart from
+    the query budget: a retry is not a query)."""
     backoff_s: float = Field(default=2.0, ge=0)
     """First retry delay; doubles each retry."""
     output_retries: int = Field(default=2, ge=0)

@@ -54,7 +54,7 @@ def test_429_twice_then_answer_is_retried_with_backoff() -> None:
     assert calls[0] == 3
     assert sleeper.sleeps == [2.0, 4.0]
     assert out.call.retries == 2
-    assert out.call.requests == 3  # one answer + two retried requests
+    assert out.call.requests == 1  # one query: the two retries are counted apart
     assert out.call.role == "strategist" and out.call.model == "flaky"
     assert recorded == [out.call]
 
@@ -69,7 +69,7 @@ def test_retries_give_up_after_max_retries_as_data() -> None:
     assert out.error_kind == "server"
     assert calls[0] == 3 and sleeper.sleeps == [0.5, 1.0]
     assert "503" in (out.call.error or "")
-    assert out.call.retries == 2
+    assert out.call.retries == 2 and out.call.requests == 1  # the lost request is one query
 
 
 def test_non_retryable_errors_are_not_retried() -> None:

@@ -1,6 +1,6 @@
-"""PIKE's one-request agents: a transport retry is made only while the phase still holds a
-query (so retries cannot take a phase past what it reserved), and the charge equals the
-queries taken; every call is recorded with its role."""
+"""PIKE's one-request agents: each query takes one of the phase's tickets before it is sent; a
+transport retry is counted apart (no query, no ticket), so the charge equals the queries taken;
+every call is recorded with its role."""
 
 from __future__ import annotations
 
@@ -18,22 +18,13 @@ def agents_with(model, recorded):
     return PikeAgents(rt.recording(recorded.append))
 
 
-def test_a_retry_needs_a_ticket_of_its_own():
+def test_a_retry_is_no_query_and_needs_no_ticket():
     model, calls = flaky([ModelHTTPError(503, "flaky")], answer="```python\nclass ModelNew: pass\n```")
     recorded = []
     t = Tickets(1)
-    w = asyncio.run(agents_with(model, recorded).write("fix", "prompt", t))
-    assert w.source is None and w.error_kind == "server" and calls[0] == 1  # no retry: no ticket left
-    assert t.taken == 1 and sum(c.requests for c in recorded) <= t.taken
-
-
-def test_with_tickets_left_the_retry_is_made_and_charged():
-    model, calls = flaky([ModelHTTPError(503, "flaky")], answer="```python\nclass ModelNew: pass\n```")
-    recorded = []
-    t = Tickets(5)
     w = asyncio.run(agents_with(model, recorded).write("optimize", "prompt", t))
-    assert w.source == "class ModelNew: pass\n" and calls[0] == 2
-    assert t.taken == 2 and [c.requests for c in recorded] == [2] and recorded[0].role == "optimize"
+    assert w.source == "class ModelNew: pass\n" and calls[0] == 2  # retried with the phase's last query
+    assert t.taken == 1 and [(c.requests, c.retries) for c in recorded] == [(1, 1)] and recorded[0].role == "optimize"
 
 
 def test_no_ticket_no_request():

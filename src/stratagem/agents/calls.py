@@ -5,8 +5,9 @@ and is retried with exponential backoff on 429, 5xx, timeouts and connection err
 injectable), compresses a history past `summarize_after_tokens` with the Summarizer, and on a
 context-window overflow summarizes and retries once. Malformed answers are retried by
 pydantic-ai itself (`output_retries`). The result is a `CallOutcome`: the output or None, the
-conversation to continue from, and an `AgentCall` with tokens, requests, cost, latency, retries
-and the whole message history as JSON. Only cancellation propagates.
+conversation to continue from, and an `AgentCall` with tokens, requests (the queries the budget
+counts: answers, and a request lost after its retries; transport retries are counted apart, in
+`retries`), cost, latency and the whole message history as JSON. Only cancellation propagates.
 """
 
 from __future__ import annotations
@@ -84,10 +85,6 @@ class AgentRuntime:
     clock: Callable[[], float] = time.monotonic
     record: Callable[[AgentCall], None] | None = None
     """Called with every AgentCall made (summarizer runs included)."""
-    may_retry: Callable[[], bool] | None = None
-    """Asked before each transport retry (a retry is a request the budget counts): False fails
-    the request with its error instead (a policy holding a fixed number of queries; None:
-    always retry, up to `max_retries`)."""
     writers: WriterRoutes | None = None
     """The writing roles another backend takes over from the models (`agents/writers.py`:
     a coding-agent command, a script); None: every role writes with its model."""
@@ -176,6 +173,10 @@ class RetryStats:
     """Transport retries of one agent run."""
 
     retries: int = 0
+    """Requests sent again after a timeout, 429, 5xx or connection error: counted apart, never
+    as queries."""
+    lost: int = 0
+    """Requests that brought no answer after their retries (each still one query)."""
     sleeps_s: list[float] = field(default_factory=list)
 
 
@@ -184,13 +185,11 @@ class RetryingModel(WrapperModel):
 
     def __init__(
         self, wrapped: Model, *, cfg: AgentsConfig, sleep: SleepFn, stats: RetryStats,
-        may_retry: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__(wrapped)
         self._cfg = cfg
         self._sleep = sleep
         self.stats = stats
-        self._may_retry = may_retry
 
     async def request(
         self,
@@ -215,7 +214,8 @@ class RetryingModel(WrapperModel):
                 if classify(e) not in RETRYABLE:
                     raise
                 err = e
-            if attempt >= self._cfg.max_retries or (self._may_retry is not None and not self._may_retry()):
+            if attempt >= self._cfg.max_retries:
+                self.stats.lost += 1
                 raise err
             delay = self._cfg.backoff_s * (2**attempt)
             after = getattr(err, "retry_after", None)
@@ -334,7 +334,7 @@ async def _run_once(
     cfg = runtime.cfg
     stats = RetryStats()
     async with runtime.models.pool(model_key).checkout() as model:
-        wrapped = RetryingModel(model, cfg=cfg, sleep=runtime.sleep, stats=stats, may_retry=runtime.may_retry)
+        wrapped = RetryingModel(model, cfg=cfg, sleep=runtime.sleep, stats=stats)
         start = runtime.clock()
         output: Any = None
         error: BaseException | None = None
@@ -365,7 +365,7 @@ async def _run_once(
         prompt_hash=prompt_hash(_instructions_sent(captured), prompt),
         input_tokens=inp,
         output_tokens=out,
-        requests=responses + stats.retries,
+        requests=responses + stats.lost,  # queries: transport retries are counted apart
         cost_usd=cost_usd(cfg, model.model_name, inp, out, reported, provider=model.system),
         latency_s=latency,
         retries=stats.retries + retry_prompts,

@@ -131,10 +131,9 @@ def quiet_library() -> None:
 
 
 PREFLIGHT_PROMPT = "Reply with the single word OK."
-PREFLIGHT_TIMEOUT_S = 60.0
 
 
-async def preflight(models: RoleModels, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> list[str]:
+async def preflight(models: RoleModels, timeout_s: float) -> list[str]:
     """One tiny request to every distinct remote model the roles use, before a run does any
     work: a model or endpoint that cannot answer stops the run here, with the provider's own
     error. Models that answer in-process (`TestModel`, `FunctionModel`) are not asked.
@@ -161,15 +160,34 @@ async def preflight(models: RoleModels, timeout_s: float = PREFLIGHT_TIMEOUT_S) 
             await asyncio.wait_for(Agent(m, output_type=str, retries=0).run(
                 PREFLIGHT_PROMPT, model_settings=ModelSettings(max_tokens=16)), timeout_s)
         except TimeoutError:
-            raise ModelUnreachable(f"model {label} did not answer a one-line request within {timeout_s:.0f} s; "
-                                   "check --model and --endpoint (is the server up?)") from None
+            raise ModelUnreachable(timed_out(label, timeout_s)) from None
         except Exception as e:  # noqa: BLE001 - the provider's own error is the message
+            if is_timeout(e):
+                raise ModelUnreachable(timed_out(label, timeout_s)) from e
             detail = error_chain(e)
             raise ModelUnreachable(f"model {label} cannot be reached: {detail}; check --model, --endpoint "
                                    "and the API key variable (agents.api_key_env)") from e
 
     await asyncio.gather(*(ask(m, label) for m, label in seen.values()))
     return [label for _m, label in seen.values()]
+
+
+def timed_out(label: str, timeout_s: float) -> str:
+    """What a preflight request that ran out of time says: a timeout, not a wrong endpoint."""
+    return (f"model {label} did not answer a one-line request within {timeout_s:g} s (a timeout: a slow "
+            "reasoning model may need longer; raise agents.preflight_timeout_s, or check that the server is up)")
+
+
+def is_timeout(e: BaseException) -> bool:
+    """The provider's own timeout (its SDK's or httpx's), anywhere in the exception's chain."""
+    from stratagem.agents.calls import classify
+
+    seen: BaseException | None = e
+    while seen is not None:
+        if classify(seen) == "timeout" or "Timeout" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 _LIBRARY_ADVICE = re.compile(r"\s*To try Pydantic AI without an API key.*$", re.S)

@@ -6,15 +6,16 @@ Code Optimization Agent (`optimize`; PIKE-O's `mutate` and `crossover`) and the 
 Agent (`fix`) answer with code, taken from the first code block of the answer in a language a
 design may be written in (python, C, C++, CUDA, text, ...; not a shell session), as the authors'
 `extract_first_code` does. The prompts are the problem's domain's. Each query is exactly one model request
-(`request_limit=1`, no output retries), and a transport retry is made only when the caller's
-`Tickets` still hold a query, so a phase of parallel queries never spends more than it
-reserved. Every call is recorded with its role. Failures are data (`Written` with an error).
+(`request_limit=1`, no output retries) and takes one of the caller's `Tickets` before it is
+made; transport retries (timeouts, 429, 5xx) are counted apart, never as queries, so a phase
+of parallel queries never spends more than it reserved. Every call is recorded with its role.
+Failures are data (`Written` with an error).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pydantic_ai import Agent
 from pydantic_ai.usage import UsageLimits
@@ -41,8 +42,8 @@ _BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(.+?)\s*$")
 @dataclass
 class Tickets:
     """The queries a phase may still issue: `granted` by its reservation, one taken per
-    request before it is made (the first request and every transport retry), so what the
-    phase's calls are charged never exceeds what it reserved, however many run at once."""
+    query before it is made (a transport retry is no query), so what the phase's calls are
+    charged never exceeds what it reserved, however many run at once."""
 
     granted: int
     taken: int = 0
@@ -112,8 +113,7 @@ class PikeAgents:
         """One query as `role`, if a ticket is left (else an `budget` answer, nothing asked)."""
         if not tickets.take():
             return Answer(None, error_kind="budget", error="the phase's query budget is spent")
-        runtime = replace(self.runtime, may_retry=tickets.take)
-        outcome = await run_agent(self.agent(role), prompt, role=role, runtime=runtime,
+        outcome = await run_agent(self.agent(role), prompt, role=role, runtime=self.runtime,
                                   usage_limits=UsageLimits(request_limit=1), model_key=role)
         if not outcome.ok or outcome.output is None:
             return Answer(None, outcome.total_tokens, outcome.error_kind, outcome.error)

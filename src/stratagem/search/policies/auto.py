@@ -118,7 +118,7 @@ class AutoPolicy:
 
     async def preflight(self) -> list[str]:
         """Ask every remote model one tiny question (agents.models.preflight)."""
-        return await preflight(self.runtime.models)
+        return await preflight(self.runtime.models, self.runtime.cfg.preflight_timeout_s)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -68,4 +68,4 @@ class PikeBase:
         return ProblemBrief.from_state(state, state.integrity)
 
     async def preflight(self) -> list[str]:
-        return await preflight(self.runtime.models)
+        return await preflight(self.runtime.models, self.runtime.cfg.preflight_timeout_s)
