@@ -44,7 +44,7 @@ def test_a_restating_answer_goes_back_to_the_model(tmp_path):
     same = src("the-one", 0.5)
 
     def answer(role: str, prompt: str, n: int) -> str | None:
-        if role == "optimize" and "restated" not in prompt:
+        if role == "optimize" and "Your answer restated" not in prompt:
             return f"```python\n{same}```"  # every first answer is one program
         return None
 
@@ -55,7 +55,7 @@ def test_a_restating_answer_goes_back_to_the_model(tmp_path):
     first = store.designs()[0].id
     back = [p for r, p in script.calls if r == "optimize" and "Your answer restated" in p]
     assert len(back) == 1 and f"design `{first[:8]}" in back[0]
-    assert "Focus specifically on the following optimization task: idea number 1" in back[0]  # its own query
+    assert "Focus specifically on the following optimization task: idea number" in back[0]  # its own query
     note = store.iterations()[0].note
     assert "1 answer restating an earlier design (sent back to the model)" in note and "2 valid designs" in note
     assert_no_prompt_twice(script)
@@ -75,3 +75,16 @@ def test_pike_o_children_see_real_designs_and_fit_the_budget(tmp_path):
     assert all("(none yet)" not in p.split("## Inspiration programs")[0] for p in later)  # top programs shown
     crossed = [d for d in store.designs() if d.provenance.get("strategy") == "crossover"]
     assert crossed and all(len(d.parent_ids) >= 2 for d in crossed)  # the parent and what it was shown
+
+
+def test_every_pike_code_prompt_states_the_budget_and_the_fix_reservation(tmp_path):
+    for policy, settings in (("pike-b", {"num_branches": 2, "queries_per_phase": 2, "max_fix_attempts": 1}),
+                             ("pike-o", {"parallel_evaluations": 2, "max_fix_attempts": 1})):
+        script = Script(ideas=2, bad=lambda n: n == 2,  # the second query's answer is wrong: a fix follows
+                        answer=lambda r, p, n: None if n == 2 else deterministic(r, p, n))
+        loop, _, _ = make_pike_loop(tmp_path / policy, policy, script, max_queries=9, settings=settings)
+        asyncio.run(loop.run())
+        code = [p for r, p in script.calls if r != "brainstorm"]
+        assert code and all("The run's budget" in p and "- queries: " in p and "of 9 used" in p for p in code)
+        assert all("keeping 2 queries (1 fix rounds) for itself" in p for p in code)
+        assert any(r == "fix" for r, _ in script.calls)  # fix prompts say it too

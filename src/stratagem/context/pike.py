@@ -16,14 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stratagem.config import SearchConfig
 from stratagem.context.render import (
+    BudgetBrief,
     ProblemBrief,
     design_summary,
     fill,
+    render_budget,
     second_baseline_line,
     short_id,
 )
-from stratagem.core.search import DesignView, Feedback
+from stratagem.core.search import DesignView, Feedback, Remaining
 from stratagem.core.text import clip
 from stratagem.domains import DEFAULT
 
@@ -65,6 +68,8 @@ def _common(brief: ProblemBrief) -> dict[str, str]:
     statement = fill("pike", "problem_statement", domain=d, environment=v["environment"], integrity=v["integrity"],
                      reference_ms=v["reference_ms"], tolerances=v["tolerances"], rules=v["rules"],
                      problem_name=v["problem_name"], **facts)
+    if brief.budget:
+        statement += "\n\n" + fill("pike", "budget", domain=d, budget=brief.budget)
     example = fill("pike", "example_cpu" if brief.device.startswith("cpu") else "example_gpu", domain=d)
     return {"problem_statement": statement, "example": example, "problem_name": v["problem_name"],
             "problem_source": v["problem_source"], "numbers": v["numbers"], **facts}
@@ -79,6 +84,16 @@ def performance(view: DesignView | None, domain: str = DEFAULT) -> str:
         return "not measured"
     second = second_baseline_line(view, domain)
     return design_summary(view, domain).removeprefix(f"{view.status}, ") + (f"; {second}" if second else "")
+
+
+def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str, slots: int,
+           max_fix: int, domain: str = DEFAULT) -> str:
+    """The budget block of a PIKE prompt: the run's limits and what is left (`render_budget`),
+    and this phase's (or batch's) share with the fix rounds each attempt keeps."""
+    run = render_budget(BudgetBrief.of(search, remaining, step, steps=None, step_name=step_name))
+    share = fill("pike", "budget_phase", domain=domain, step_name=step_name, slots=slots, max_fix=max_fix,
+                 per_slot=1 + max_fix)
+    return f"{run}\n{share}"
 
 
 def brainstorm(brief: ProblemBrief, n_ideas: int) -> str:

@@ -80,6 +80,9 @@ class ProblemBrief:
     facts: Mapping[str, Any] = field(default_factory=dict)
     """The rest of what the domain tells the agents (`SearchState.facts`), each a `$fact_NAME`
     placeholder of its templates (a list as one `- item` line each)."""
+    budget: str = ""
+    """The run's budget as a prompt says it (`render_budget`, with a policy's own lines: PIKE's
+    fix reservation); PIKE's prompts state it after the problem statement, empty: not shown."""
 
     @classmethod
     def from_state(cls, state: SearchState, integrity: str = "lenient") -> ProblemBrief:

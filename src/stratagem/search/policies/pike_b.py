@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from stratagem.agents.models import RoleModels
@@ -205,6 +206,8 @@ class PikeBPolicy(PikeBase):
             session.save_state("current", {"phase": phase})
         views = {v.id: v for v in state.designs}
         slots = plan["slots"]
+        brief = replace(brief, budget=prompts.budget(self.cfg.search, session.budget_remaining(), phase + 1, "phase",
+                                                     len(slots), self.s.max_fix_attempts, brief.domain))
         order = start_order([(int(sl["branch"]), sl.get("parent")) for sl in slots]) if phase else range(len(slots))
         specs = []
         for slot in (slots[i] for i in order):

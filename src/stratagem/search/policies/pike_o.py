@@ -16,12 +16,14 @@ first query, so a killed run resumes inside its batch without asking any query t
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from stratagem.agents.models import RoleModels
 from stratagem.config import StratagemConfig
 from stratagem.context import pike as prompts
+from stratagem.context.render import ProblemBrief
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.search.policies.handoff import handoff_session
@@ -95,8 +97,7 @@ class PikeOPolicy(PikeBase):
                              "features": db.features(island, parent), "direction": direction})
         return children
 
-    def _prompt(self, child: dict[str, Any], views: dict[str, DesignView], state: SearchState) -> str:
-        brief = self.brief(state)
+    def _prompt(self, child: dict[str, Any], views: dict[str, DesignView], brief: ProblemBrief) -> str:
         parent = views.get(str(child["parent"])) if child.get("parent") else None
         direction = child.get("direction")
         if child["kind"] == "mutate":
@@ -117,14 +118,17 @@ class PikeOPolicy(PikeBase):
             plan = {"children": self._plan(batch, db, n, pool, self._asked(batch, session)), "note": capped}
             session.save_state(f"batch/{batch}", plan)
         views = {v.id: v for v in state.designs}
+        brief = replace(self.brief(state), budget=prompts.budget(
+            self.cfg.search, session.budget_remaining(), batch + 1, "batch", len(plan["children"]),
+            self.s.max_fix_attempts, state.problem.domain))
         # A crossover's parents: the current program, then the programs it was shown.
-        specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, views, state),
+        specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, views, brief),
                           tuple(dict.fromkeys(str(i) for i in [ch.get("parent"), *ch.get("top", ()),
                                                                *ch.get("inspirations", ())] if i)),
                           {"batch": batch, "island": ch["island"], "focus": ch.get("direction")})
                  for ch in plan["children"]]
         writers = handoff_session(session, self.cfg, self.problem, state.designs)
-        outcome = await run_slots(writers, self.agents(session), self.brief(state), specs,
+        outcome = await run_slots(writers, self.agents(session), brief, specs,
                                   max_fix=self.s.max_fix_attempts, designs=state.designs)
         results = outcome.results
         added = 0
