@@ -98,7 +98,9 @@ def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str
 
 def brainstorm(brief: ProblemBrief, n_ideas: int) -> str:
     c = _common(brief)
-    return fill("pike", "brainstorm", domain=brief.domain, n_ideas=n_ideas, **c)
+    side = "cpu" if brief.device.startswith("cpu") else "gpu"
+    examples = fill("pike", f"brainstorm_examples_{side}", domain=brief.domain)
+    return fill("pike", "brainstorm", domain=brief.domain, n_ideas=n_ideas, examples=examples, **c)
 
 
 def optimize(brief: ProblemBrief, idea: str) -> str:
