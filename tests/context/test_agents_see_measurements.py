@@ -118,3 +118,12 @@ def test_timing_notes_and_lock_waits_reach_the_agents_context() -> None:
     assert "timing notes: the candidate samples fall into two clusters; waited 187 s" in text
     quiet = record([{"name": "timing", "outcome": "passed", "details": {"lock_wait_s": 0.2}}])
     assert timing_notes_of(quiet) == ()
+
+
+def test_the_roofline_validator_s_floor_reaches_the_measures():
+    ev = record([{"name": "roofline", "outcome": "passed",
+                  "details": {"checked": True, "floor_ms": 0.2, "sol_fraction": 0.8, "runtime_ms": 0.25}}])
+    m = measures_of(ev)
+    assert (m.floor_ms, m.floor_fraction) == (0.2, 0.8)
+    unchecked = record([{"name": "roofline", "outcome": "passed", "details": {"checked": False, "note": "no work"}}])
+    assert measures_of(unchecked).floor_ms is None

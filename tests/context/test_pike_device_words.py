@@ -36,3 +36,14 @@ def test_a_cpu_run_gets_no_gpu_guidance():
 def test_a_gpu_run_gets_no_cpu_guidance():
     for text in prompts_for("cuda:0"):
         assert not CPU_WORDS.search(text), CPU_WORDS.search(text)
+
+
+def test_the_roofline_floor_and_a_design_s_fraction_of_it_are_shown():
+    from stratagem.core.search import Measures
+
+    brief = ProblemBrief(name="relu", source=SOURCE, device="cpu")
+    seed = DesignView(id="b" * 64, source=SOURCE, status="valid", speedup=1.5, speedup_low=1.4, speedup_high=1.6,
+                      runtime_ms=0.418, measures=Measures(floor_ms=0.4, floor_fraction=0.957))
+    text = pike.improve(brief, seed, "fuse")
+    assert "95.7% of the roofline floor (0.4 ms)" in text
+    assert any("roofline floor 0.4 ms" in line and "95.7%" in line for line in seed.measures.lines())

@@ -73,6 +73,11 @@ class Measures:
     """`validator (kind): reason` for every validator that failed."""
     kernels: tuple[tuple[str, float], ...] = ()
     """The top kernels by device time (name, microseconds), when a profile exists (GPU)."""
+    floor_ms: float | None = None
+    """The harness's roofline floor: the least time the work can take at the device's
+    calibrated peaks (None: not checked)."""
+    floor_fraction: float | None = None
+    """The floor over the design's time (1.0: at the floor; the headroom left is what is below 1)."""
 
     def lines(self, reference: str = "the reference") -> list[str]:
         """The measurements as short lines (what a prompt and `read_design` show); `reference`:
@@ -87,6 +92,9 @@ class Measures:
         if self.max_abs_err is not None:
             rel = f", max rel {self.max_rel_err:.3g}" if self.max_rel_err is not None else ""
             out.append(f"error vs reference: max abs {self.max_abs_err:.3g}{rel}")
+        if self.floor_ms is not None:
+            at = f": this design reaches {self.floor_fraction:.1%} of it" if self.floor_fraction is not None else ""
+            out.append(f"roofline floor {self.floor_ms:.4g} ms (the least time at the device's peaks){at}")
         if self.kernels:
             out.append("top kernels (device time of one call): "
                        + ", ".join(f"{n[:60]} {t:.3g} us" for n, t in self.kernels[:5]))

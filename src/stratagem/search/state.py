@@ -180,6 +180,7 @@ def measures_of(ev: EvaluationRecord) -> Measures:
     run = mapping(timing.get("runtime"))
     ref = mapping(timing.get("reference"))
     corr = details("correctness")
+    roof = details("roofline")
     load = by.get("load") or {}
     profile = mapping(timing.get("profile"))
     kernels = profile.get("kernels") or details("provenance").get("kernels") or ()
@@ -195,6 +196,8 @@ def measures_of(ev: EvaluationRecord) -> Measures:
         max_abs_err=_num(corr.get("max_abs_err")) if corr else failure_info(ev).get("max_abs_err"),
         max_rel_err=_num(corr.get("max_rel_err")) if corr else failure_info(ev).get("max_rel_err"),
         failures=failures, kernels=tuple(top),
+        floor_ms=_num(roof.get("floor_ms")) if roof.get("checked") else None,
+        floor_fraction=_num(roof.get("sol_fraction")) if roof.get("checked") else None,
     )
 
 
