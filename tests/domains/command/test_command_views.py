@@ -123,7 +123,7 @@ def test_the_last_lines_of_a_command_run_name_no_pytorch_baseline(small_problem,
         view = next(v for v in stored_views(store) if v.id == best)
     outcome = SimpleNamespace(best=view, top=view, run_dir=run_dir, stop_reason="iterations", iterations=1,
                               no_gain=None, best_path=run_dir / "best", reference_ms={REFERENCE_KEY: 1.0},
-                              spend=Spend())
+                              spend=Spend(), headline=None)
 
     async def start(_view: object) -> SimpleNamespace:
         return outcome
