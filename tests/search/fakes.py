@@ -116,9 +116,13 @@ class FakeEvaluator:
         return EvaluationConfig(baselines=["eager", "compile"])
 
     async def confirm_block(self, problem: Problem, designs: dict[str, str], order: list[str],
-                            reference_ms: float | None = None) -> dict[str, object]:
+                            reference_ms: float | None = None,
+                            on_stage: Callable[[str], None] | None = None) -> dict[str, object]:
         """A block of a confirmation round: each design at its `# runtime_ms` (`# confirmed_ms`
-        when given: what an independent re-timing measures), torch.compile at COMPILE_MS."""
+        when given: what an independent re-timing measures), torch.compile at COMPILE_MS; its
+        stages said as a worker says them."""
+        for name in ("load", "confirm"):
+            (on_stage or (lambda _s: None))(name)
         self.confirm_blocks.append(list(order))
         programs: dict[str, object] = {}
         for name in order:

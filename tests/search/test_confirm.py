@@ -199,7 +199,7 @@ def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_al
             self.ended = 0
             self.fail = fail
 
-        async def confirm_block(self, problem, designs, order, reference_ms=None):  # type: ignore[no-untyped-def]
+        async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
             self.running += 1
             self.most = max(self.most, self.running)
             try:
@@ -207,7 +207,7 @@ def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_al
                 if self.fail and len(self.confirm_blocks) == 1:
                     self.confirm_blocks.append(list(order))
                     raise HarnessError("the confirmation block did not finish")
-                return await super().confirm_block(problem, designs, order, reference_ms)
+                return await super().confirm_block(problem, designs, order, reference_ms, on_stage)
             finally:
                 self.running -= 1
                 self.ended += 1

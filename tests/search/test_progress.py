@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -66,3 +67,59 @@ def test_the_header_counts_the_iterations_a_policy_will_run() -> None:
     with RunStore.open(Path(tempfile.mkdtemp()) / "r") as store:
         loop = SearchLoop(cfg, problem, store, FakeEvaluator(), RecipesPolicy.from_config(cfg, on_gpu=False))  # type: ignore[arg-type]
         assert loop.progress.iterations == 2  # singles, then their combination: not "1/10"
+
+
+def test_on_a_pipe_a_long_stage_is_said_again_while_it_lasts_and_its_end_with_its_time() -> None:
+    from stratagem.report.live import StageLines
+
+    out = io.StringIO()
+    entries = {"base": InFlight("reference baselines", "baseline", started=time.time() - 120)}
+    lines = StageLines(Console(file=out, width=60, force_terminal=False), lambda: entries, heartbeat_s=0.05)
+    lines.poll()
+    lines.poll()  # nothing new, and not a heartbeat yet
+    time.sleep(0.06)
+    lines.poll()  # the heartbeat: the same stage, its time grown
+    entries.clear()
+    lines.poll()
+    said = out.getvalue().splitlines()
+    assert said[:2] == ["  reference baselines: baseline (120 s)"] * 2, said  # one line each, never folded
+    assert len(said) == 3 and said[2] == "  reference baselines: done (120 s)", said
+
+
+def test_a_workers_compiles_and_lock_waits_are_stages_said_once() -> None:
+    from stratagem.evaluation.progress import stage_events
+
+    heard: list[str] = []
+    on_event = stage_events(heard.append)
+    for ev in ({"event": "phase", "phase": "run"}, {"event": "start", "stage": "load"},
+               {"event": "phase", "phase": "compile"}, {"event": "phase", "phase": "compile"},
+               {"event": "phase", "phase": "run"}, {"event": "start", "stage": "baseline"},
+               {"event": "phase", "phase": "wait", "holder": {"process": -1, "label": "x"}},
+               {"event": "phase", "phase": "run"}, {"event": "done"}):
+        on_event(ev)
+    assert heard == ["load", "load: compiling", "load", "baseline",
+                     "baseline: waiting for the timing lock, held by another process on this machine (pid -1, x)",
+                     "baseline", "judge"]
+
+
+def test_the_loops_baselines_and_confirmation_blocks_show_their_stages(tmp_path) -> None:
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    seen: list[tuple[str, str]] = []
+
+    class Watching(FakeEvaluator):
+        async def baseline(self, problem, *, refresh=False, on_stage=None, **kw):  # type: ignore[no-untyped-def]
+            on_stage("baseline: compiling")
+            seen.extend((k, f.stage) for k, f in loop.progress.inflight.items())
+            return await super().baseline(problem, refresh=refresh, **kw)
+
+        async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
+            out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
+            seen.extend((k, f.stage) for k, f in loop.progress.inflight.items() if k == "confirm")
+            return out
+
+    loop, _store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), Watching(), iterations=1)
+    asyncio.run(loop.run())
+    assert ("baseline", "baseline: compiling") in seen
+    assert any(k == "confirm" and s.startswith("block ") and s.endswith(": confirm") for k, s in seen), seen

@@ -54,14 +54,16 @@ def eval_cmd(
     """Evaluate one CANDIDATE against one PROBLEM: static checks, load, correctness,
     integrity, shapes, timing, roofline."""
     from stratagem.evaluation.api import evaluate_files
+    from stratagem.report.live import stage_view
 
     console = Console(stderr=as_json)
     try:
         cfg = config_for(config, device, timeout, integrity, correctness, executor, queue)
-        if candidate.is_dir():
-            ev = _evaluate_design_dir(problem, candidate, cfg.evaluation, run_dir)
-        else:
-            ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir)
+        with stage_view(Console(stderr=True), f"evaluating {candidate.name}") as on_stage:
+            if candidate.is_dir():
+                ev = _evaluate_design_dir(problem, candidate, cfg.evaluation, run_dir, on_stage)
+            else:
+                ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir, on_stage=on_stage)
     except (ConfigError, ProblemError, CandidateError) as e:
         fail(console, e, as_json, 2)
     except StratagemError as e:
@@ -100,7 +102,7 @@ def read_design_dir(path: Path) -> dict[str, str]:
 
 
 def _evaluate_design_dir(problem_path: Path, design_dir: Path, cfg: EvaluationConfig,
-                         run_dir: Path | None) -> Evaluation:
+                         run_dir: Path | None, on_stage: Callable[[str], None]) -> Evaluation:
     """`eval PROBLEM DESIGN_DIR`: a design that is a set of files (a command problem's)."""
     import asyncio
 
@@ -110,7 +112,7 @@ def _evaluate_design_dir(problem_path: Path, design_dir: Path, cfg: EvaluationCo
 
     problem = load_problem(problem_path)
     design = Design(files=read_design_dir(design_dir), provenance={"source": "file", "path": str(design_dir)})
-    ev = asyncio.run(make_evaluator(cfg).evaluate(problem, design))
+    ev = asyncio.run(make_evaluator(cfg).evaluate(problem, design, on_stage=on_stage))
     if run_dir is not None:
         record(run_dir, ev)
     return ev
@@ -126,11 +128,13 @@ def baseline_cmd(
 ) -> None:
     """Time the reference PROBLEM: eager and torch.compile (plus max-autotune on a GPU)."""
     from stratagem.evaluation.api import baseline_file
+    from stratagem.report.live import stage_view
 
     console = Console(stderr=as_json)
     try:
         cfg = config_for(config, device)
-        prob, base = baseline_file(problem, cfg.evaluation, refresh=refresh)
+        with stage_view(Console(stderr=True), f"timing the reference of {problem.name}") as on_stage:
+            prob, base = baseline_file(problem, cfg.evaluation, refresh=refresh, on_stage=on_stage)
     except (ConfigError, ProblemError) as e:
         fail(console, e, as_json, 2)
     except StratagemError as e:

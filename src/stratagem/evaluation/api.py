@@ -7,6 +7,7 @@ for the configured device, evaluate, and record into a run directory when one is
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,11 @@ def evaluate_files(
     *,
     timeout_s: float | None = None,
     run_dir: str | Path | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> Evaluation:
     problem = load_problem(problem_path)
     design = read_candidate(candidate_path)
-    evaluation = asyncio.run(make_evaluator(cfg).evaluate(problem, design, timeout_s=timeout_s))
+    evaluation = asyncio.run(make_evaluator(cfg).evaluate(problem, design, timeout_s=timeout_s, on_stage=on_stage))
     if run_dir is not None:
         record(run_dir, evaluation)
     return evaluation
@@ -107,12 +109,13 @@ def audit_file(
 
 
 def baseline_file(
-    problem_path: str | Path, cfg: EvaluationConfig, *, refresh: bool = False, timeout_s: float | None = None
+    problem_path: str | Path, cfg: EvaluationConfig, *, refresh: bool = False, timeout_s: float | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> tuple[Problem, Baseline]:
     problem = load_problem(problem_path)
     evaluator = make_evaluator(cfg)
 
     async def go() -> Baseline:
-        return await evaluator.baseline(problem, refresh=refresh, timeout_s=timeout_s)
+        return await evaluator.baseline(problem, refresh=refresh, timeout_s=timeout_s, on_stage=on_stage)
 
     return problem, asyncio.run(go())

@@ -28,24 +28,30 @@ def waiting_on(holder: Mapping[str, Any] | None) -> str:
 
 
 def stage_events(stage: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
-    """A worker's progress events as stage names: each stage as it starts, a wait for the
-    timing lock as waiting (on whom) until the worker goes on with the stage it was in, and
-    the judge once the worker is done."""
-    current, waiting = ["starting"], [False]
+    """A worker's progress events as stage names: each stage as it starts, its compiles as
+    compiling, a wait for the timing lock as waiting (on whom) until the worker goes on, and
+    the judge once the worker is done. A name is said once, when it changes."""
+    current, shown = ["starting"], ["starting"]
+
+    def say(text: str) -> None:
+        if text != shown[0]:
+            shown[0] = text
+            stage(text)
 
     def on_event(ev: dict[str, Any]) -> None:
-        if ev.get("event") == "start" and isinstance(ev.get("stage"), str):
-            current[0], waiting[0] = ev["stage"], False
-            stage(ev["stage"])
-        elif ev.get("event") == "phase" and ev.get("phase") == "wait" and "holder" in ev:
+        kind, phase = ev.get("event"), ev.get("phase")
+        if kind == "start" and isinstance(ev.get("stage"), str):
+            current[0] = ev["stage"]
+            say(current[0])
+        elif kind == "phase" and phase == "wait" and "holder" in ev:
             h = ev.get("holder")
-            waiting[0] = True
-            stage(f"{current[0]}: waiting for the timing lock, held by {waiting_on(h if isinstance(h, Mapping) else None)}")
-        elif ev.get("event") == "phase" and ev.get("phase") in ("run", "compile") and waiting[0]:
-            waiting[0] = False
-            stage(current[0])
-        elif ev.get("event") == "done":
+            say(f"{current[0]}: waiting for the timing lock, held by {waiting_on(h if isinstance(h, Mapping) else None)}")
+        elif kind == "phase" and phase == "compile":
+            say(f"{current[0]}: compiling")
+        elif kind == "phase" and phase == "run":
+            say(current[0])
+        elif kind == "done":
             current[0] = "judge"
-            stage("judge")  # the worker is done; the judge confirms its outputs
+            say("judge")  # the worker is done; the judge confirms its outputs
 
     return on_event

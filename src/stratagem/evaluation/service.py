@@ -79,9 +79,10 @@ class Evaluator:
     async def evaluate(
         self, problem: Problem, design: Design, *, with_baseline: bool = True, timeout_s: float | None = None,
         refresh_baseline: bool = False, baseline: Baseline | None = None,
-        on_stage: Callable[[str], None] | None = None,
+        on_stage: Callable[[str], None] | None = None, graph: ValidatorGraph | None = None,
     ) -> Evaluation:
-        """Run the validator graph on `design`; for a valid, timed design, attach the reference
+        """Run the validator graph on `design` (the domain's, or `graph`: a writer's tool, say,
+        from `Domain.probe_graphs`); for a valid, timed design, attach the reference
         baselines: `baseline` when given (a search's, measured once per invocation; its reference
         median is also the expectation of the reference-drift check) and measured on the slot
         the design ran on, else that slot's own (measured afresh once per invocation for a
@@ -93,8 +94,7 @@ class Evaluator:
         """The caller's baseline (a search's). It, or one found or measured here, is kept only
         if it is the own of the slot the design's worker reports."""
         domain = get_domain(problem.domain)
-        graph = domain.validator_graph(problem, self.cfg)
-        run = GraphRun(graph, batch_placement="worker")
+        run = GraphRun(_graph(problem, self.cfg, graph), batch_placement="worker")
         environment: dict[str, Any] = {}
         seeds: tuple[int, ...] = ()
         sandbox: dict[str, Any] = {}
@@ -164,7 +164,7 @@ class Evaluator:
                 "lock_wait_s": round((sr.phase_s or {}).get("wait", 0.0), 3),
             }
         if pending is not None:
-            baseline = await pending
+            baseline = await _said_while_waiting(pending, stage)
         if baseline is not None and not _own(baseline, environment):
             # another machine's or device's (the search's own included: a run on a cluster or
             # on several GPUs), or unstable: this slot's own is looked up (or measured) below
@@ -173,7 +173,8 @@ class Evaluator:
         if baseline is None and with_baseline and verdict.status == "valid" and domain.measure(verdict) is not None:
             # a search's baseline is measured afresh once per invocation: on every slot it meets
             baseline = await self.baseline(problem, environment=environment, timeout_s=timeout_s,
-                                           refresh=refresh_baseline or given is not None)
+                                           refresh=refresh_baseline or given is not None,
+                                           on_stage=lambda name: stage(f"reference baselines: {name}"))
         return Evaluation(
             problem=problem, design=design, verdict=verdict, device=ran_on,
             environment=environment, seeds=seeds, baseline=baseline, sandbox=sandbox,
@@ -216,9 +217,10 @@ class Evaluator:
         environment: Mapping[str, Any] | None = None,
         refresh: bool = False,
         timeout_s: float | None = None,
+        on_stage: Callable[[str], None] | None = None,
     ) -> Baseline:
         """Reference timings, from the cache when the hardware and what the domain's baseline
-        rules name match."""
+        rules name match (`on_stage` hears each stage of a measurement as it starts)."""
         domain = get_domain(problem.domain)
         modes = domain.baselines(self.cfg, self.on_gpu)
         rules = domain.baseline_rules(problem, self.cfg) if modes else None
@@ -236,6 +238,7 @@ class Evaluator:
             baselines=modes,
             seeds=[domain.new_seed() for _ in range(rules.check_trials)],
             reference_expect_ms=float(expect) if isinstance(expect, int | float) else None,
+            on_stage=on_stage,
         )
         result = verdict.result("baseline")
         if result is None or result.outcome != "passed":
@@ -429,7 +432,8 @@ class Evaluator:
         return await self._run_reference_graph(problem, domain.audit_graph, limit)
 
     async def confirm_block(self, problem: Problem, designs: Mapping[str, str], order: list[str],
-                            reference_ms: float | None = None) -> dict[str, Any]:
+                            reference_ms: float | None = None,
+                            on_stage: Callable[[str], None] | None = None) -> dict[str, Any]:
         """One block of a confirmation round: the reference, the domain's other baseline modes
         named in `order` and `designs` (id -> the design as one text) timed in one fresh worker,
         each paired with the reference, in `order`. Its details (per program: `fresh` and `warm` ratios, or `error`).
@@ -445,7 +449,7 @@ class Evaluator:
         limit = one * (1 + len(order) / 2)  # each program timed twice, beside the reference
         verdict, env = await self._run_reference_graph(
             problem, graph, limit, confirm=[{"id": k, "source": v} for k, v in designs.items()],
-            confirm_order=list(order))
+            confirm_order=list(order), on_stage=on_stage)
         r = verdict.result("confirm")
         if r is None or r.outcome != "passed":
             raise HarnessError(f"the confirmation block did not finish: {verdict.report()[:600]}")
@@ -453,10 +457,11 @@ class Evaluator:
 
     async def _run_reference_graph(
         self, problem: Problem, specs: Any, limit: float, device: str | None = None,
-        compile_limit_s: float | None = None, **request: Any
+        compile_limit_s: float | None = None, on_stage: Callable[[str], None] | None = None, **request: Any
     ) -> tuple[Verdict, dict[str, Any]]:
         """Run a worker-only graph that loads the reference and no candidate (on `device`,
-        default: the first; `compile_limit_s` for its compile stage, default the config's)."""
+        default: the first; `compile_limit_s` for its compile stage, default the config's;
+        `on_stage` hears each stage as it starts)."""
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
         domain = get_domain(problem.domain)
@@ -464,12 +469,25 @@ class Evaluator:
         if expect is not None:
             req = domain.with_reference_expectation(req, expect)
         compile_limit = compile_limit_s if compile_limit_s is not None else self.cfg.compile_timeout_s
-        slot, sr = await self.executor.submit(req, limit, compile_limit, device=device or self.physical_device)
+        slot, sr = await self.executor.submit(req, limit, compile_limit, stage_events(on_stage) if on_stage else None,
+                                              device=device or self.physical_device)
         out = interpret(graph.specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
         run = GraphRun(graph, batch_placement="worker")
         run.record(out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")
         return Verdict(run.results), {**out.environment, "host": slot.host, "physical_device": slot.physical}
+
+
+def _graph(problem: Problem, cfg: EvaluationConfig, given: ValidatorGraph | None) -> ValidatorGraph:
+    """`given`, or the problem's domain's validator graph."""
+    return given if given is not None else get_domain(problem.domain).validator_graph(problem, cfg)
+
+
+async def _said_while_waiting(pending: asyncio.Task[Baseline], stage: Callable[[str], None]) -> Baseline:
+    """The baselines measured beside a design, said as the stage it waits in when they are late."""
+    if not pending.done():
+        stage("waiting for the reference baselines (timed beside the design)")
+    return await pending
 
 
 def _with_duration(r: ValidatorResult, seconds: float) -> ValidatorResult:

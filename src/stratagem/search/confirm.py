@@ -98,7 +98,9 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
 
     async def block(b: int) -> tuple[dict[str, Any], dict[str, Any]]:
         tb = time.monotonic()
-        result = await evaluator.confirm_block(problem, sources, rotated(names, b), reference_ms)
+        result = await evaluator.confirm_block(problem, sources, rotated(names, b), reference_ms,
+                                               on_stage=lambda stage: say(f"block {b + 1} of {blocks}: {stage}"))
+        say(f"block {b + 1} of {blocks}: done in {time.monotonic() - tb:.0f} s")
         return result, block_cost(result, time.monotonic() - tb)
 
     # Each block is its own worker process; most of a block is loading and compiling its

@@ -144,11 +144,16 @@ class SearchLoop:
         if not get_domain(self.problem.domain).baselines(self.cfg.evaluation, self.evaluator.on_gpu):
             return  # a domain with no baselines: each design's reference is measured beside it
         self.progress.event("measuring the reference baselines")
-        self.progress.inflight["baseline"] = InFlight("reference baselines", "compiling and timing eager, "
-                                                      "torch.compile modes", time.time())
+        entry = InFlight("reference baselines", "starting", time.time())
+        self.progress.inflight["baseline"] = entry
+
+        def staged(name: str) -> None:
+            entry.stage, entry.stage_since = name, time.time()
+            self.session.refresh()
+
         self.session.refresh()
         try:
-            base = await self.evaluator.baseline(self.problem, refresh=True)
+            base = await self.evaluator.baseline(self.problem, refresh=True, on_stage=staged)
         finally:
             self.progress.inflight.pop("baseline", None)
         if not base.modes or base.median_ms("eager") is None:
@@ -273,10 +278,11 @@ class SearchLoop:
         entry = InFlight("confirmation", "starting", time.time())
         self.progress.inflight["confirm"] = entry
 
-        def said(text: str) -> None:
+        def said(text: str) -> None:  # the round's stages, block by block, as its in-flight line
             entry.stage, entry.stage_since = text, time.time()
-            self.progress.event(text)
             self.session.refresh()
+
+        self.progress.event(f"confirming the best {top} designs in {self.cfg.search.confirm_blocks} independent blocks")
 
         try:
             await confirm_run(self.store, self.problem, self.evaluator, top=top,
