@@ -78,6 +78,17 @@ class FakeSession:
     def set_status(self, worker: str, status: str) -> None:
         self.statuses.append((worker, status))
 
+    offered: tuple[str, ...] = ()
+    """The harness's tools this session offers (`probe` records each run in `probed`)."""
+    probed: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def probes(self) -> tuple[str, ...]:
+        return self.offered
+
+    async def probe(self, mode: str, target: str, *, author: str = "") -> str:
+        self.probed.append((mode, target, author))
+        return f"{mode} of this code passed"
+
 
 def valid_if(pred: Callable[[str], bool]) -> Callable[[str], Feedback]:
     def verdict(source: str) -> Feedback:

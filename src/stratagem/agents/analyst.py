@@ -2,7 +2,8 @@
 reviewer of designs that look too good to be true.
 
 Tools: `read_design(design_id)`, `diff_designs(a, b)` (a unified diff), `compare_designs(a, b)`
-(their measurements side by side) and `search_docs(query)`; no file or scratchpad tools (it
+(their measurements side by side), `search_docs(query)` and, when asked a question and the
+problem's domain offers it, the harness's `profile` (`agents/tools.py`); no file or scratchpad tools (it
 answers one question from the designs, and nothing reads a file it would write). Design ids may be given by any
 unique prefix. `ask_analyst` answers one question (text); `review_design` returns a `Review`.
 Failures come back as data: an unanswered question as a sentence saying why, a failed review
@@ -21,10 +22,10 @@ from pydantic_ai.models import Model
 
 from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.docs import DocIndex, format_hits
-from stratagem.agents.tools import BaseDeps
+from stratagem.agents.tools import BaseDeps, probe_toolset
 from stratagem.context import render
 from stratagem.context.curate import compress_report
-from stratagem.core.search import DesignView, Review
+from stratagem.core.search import DesignView, ProbeMode, Review
 from stratagem.domains import DEFAULT
 
 MIN_PREFIX = 6
@@ -188,12 +189,13 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
 
 
 def build_analyst(*, output_retries: int = 2, model: Model | None = None,
-                  domain: str = DEFAULT) -> Agent[AnalystDeps, str]:
-    """A fresh Analyst that answers questions in text (told in `domain`'s words)."""
+                  domain: str = DEFAULT, tools: Sequence[ProbeMode] = ()) -> Agent[AnalystDeps, str]:
+    """A fresh Analyst that answers questions in text (told in `domain`'s words), with the
+    harness's `profile` when it is among `tools`."""
     return Agent(
         model, output_type=str, deps_type=AnalystDeps, name="analyst",
         instructions=render.instructions("analyst", domain=domain),
-        toolsets=[analyst_toolset()],
+        toolsets=[analyst_toolset(), probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
@@ -230,7 +232,7 @@ async def ask_analyst(
     """
     listed = list(shown) if shown is not None else list(deps.designs.values())
     prompt = render.render_analyst(question, listed, docs=docs_note(deps.docs), domain=deps.domain)
-    agent = build_analyst(output_retries=runtime.cfg.output_retries, domain=deps.domain)
+    agent = build_analyst(output_retries=runtime.cfg.output_retries, domain=deps.domain, tools=deps.probes)
     outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps)
     if not outcome.ok or outcome.output is None:
         return f"The Analyst could not answer ({outcome.error_kind}): {outcome.error}"

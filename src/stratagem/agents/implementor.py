@@ -24,13 +24,13 @@ from pydantic_ai.usage import UsageLimits
 
 from stratagem.agents.calls import AgentRuntime, run_agent
 from stratagem.agents.fix_loop import FixLimits, FixResult, Written, fix_until_valid
-from stratagem.agents.tools import BaseDeps, Workdir, base_toolset
+from stratagem.agents.tools import BaseDeps, Workdir, base_toolset, probe_toolset, session_probe
 from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.config import EvaluationConfig
 from stratagem.context import render
 from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
-from stratagem.core.search import DesignView, Feedback, Plan, Session
+from stratagem.core.search import DesignView, Feedback, Plan, ProbeMode, Session
 from stratagem.core.template import TemplateError, is_template, parse_template
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains import DEFAULT, get_domain
@@ -86,13 +86,15 @@ def checked_text(source: str) -> str:
 
 
 def build_implementor(
-    *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
+    *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT,
+    tools: Sequence[ProbeMode] = (),
 ) -> Agent[ImplementorDeps, CandidateOutput]:
-    """A fresh Implementor (told in `domain`'s words) whose output validator runs the static checks."""
+    """A fresh Implementor (told in `domain`'s words) whose output validator runs the static
+    checks, with the harness's `tools` (`check`, `profile`) besides its base tools."""
     agent: Agent[ImplementorDeps, CandidateOutput] = Agent(
         model, output_type=CandidateOutput, deps_type=ImplementorDeps, name="implementor",
         instructions=render.instructions("implementor", domain=domain),
-        toolsets=[base_toolset()],
+        toolsets=[base_toolset(), probe_toolset(tools)],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
@@ -154,10 +156,11 @@ async def run_implementor(
     """Write, evaluate and fix one design in one conversation (the shared fix loop with the
     Implementor's prompts); never raises for LLM failures."""
     cfg = runtime.cfg
-    agent = build_implementor(output_retries=cfg.output_retries, domain=task.brief.domain)
-    agent_instructions = render.instructions("implementor", domain=task.brief.domain)
     precheck = task.precheck or get_domain(task.problem.domain).precheck(task.problem, EvaluationConfig(), "cuda")
-    deps = ImplementorDeps(workdir=Workdir(task.workdir), precheck=precheck)
+    deps = ImplementorDeps(workdir=Workdir(task.workdir), precheck=precheck,
+                           probe=session_probe(session, task.worker), probes=session.probes())
+    agent = build_implementor(output_retries=cfg.output_retries, domain=task.brief.domain, tools=deps.probes)
+    agent_instructions = render.instructions("implementor", domain=task.brief.domain)
     history: list[ModelMessage] = []
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,

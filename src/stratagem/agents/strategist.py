@@ -21,10 +21,10 @@ from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.models import Model
 
 from stratagem.agents.calls import AgentRuntime, CallOutcome, run_agent
-from stratagem.agents.tools import BaseDeps
+from stratagem.agents.tools import BaseDeps, probe_toolset
 from stratagem.context import render
 from stratagem.context.curate import Curated
-from stratagem.core.search import Plan
+from stratagem.core.search import Plan, ProbeMode
 from stratagem.domains import DEFAULT
 
 MIN_PREFIX = 6
@@ -101,13 +101,15 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
 
 
 def build_strategist(
-    *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
+    *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT,
+    tools: Sequence[ProbeMode] = (),
 ) -> Agent[StrategistDeps, PlanOutput]:
     """A fresh Strategist (told in `domain`'s words); with `analyst`, it gets the `ask_analyst`
-    tool (and no other)."""
+    tool, and the harness's `profile` when it is among `tools` (and no other)."""
     agent: Agent[StrategistDeps, PlanOutput] = Agent(
         model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
         instructions=render.instructions("strategist", domain=domain, analyst=analyst),
+        toolsets=[probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
@@ -162,7 +164,7 @@ async def plan_iteration(
     deps.implementors = implementors
     deps.failed_ids = tuple(d.id for d in curated.designs if d.status != "valid")
     agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries,
-                             domain=problem.domain)
+                             domain=problem.domain, tools=deps.probes)
     prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors,
                                       budget=budget)
     outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)

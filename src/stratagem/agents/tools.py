@@ -1,6 +1,9 @@
 """Owns the base tools of an agent that works over several turns (the Implementor): a sandboxed
 work directory and a planning scratchpad. Roles with no use for them (the Strategist, the
-Analyst, PIKE's one-shot agents) are not offered them.
+Analyst, PIKE's one-shot agents) are not offered them. Also the harness's tools
+(`probe_toolset`): `check` for the Implementor and `profile` for it, the Strategist and the
+Analyst, where the problem's domain offers them, run through the run's Session
+(`Session.probe`: the evaluator, in the sandbox, counted in the run's spend).
 
 The work directory confines `read_file`, `write_file` and `list_files` to one folder: absolute
 paths, `..` components and symlinks leading outside are refused. The scratchpad keeps short notes
@@ -11,11 +14,14 @@ back to the model as text (it can correct itself); they never raise out of a run
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic_ai import FunctionToolset, RunContext
+
+from stratagem.core.search import ProbeMode, Session
 
 MAX_READ_CHARS = 60_000
 """A file read through the tool is cut to this many characters."""
@@ -90,12 +96,68 @@ class Workdir:
         return out
 
 
+Probe = Callable[[ProbeMode, str], Awaitable[str]]
+"""A writer's tool run (`Session.probe` for one author): the mode and its target -> the text."""
+
+
 @dataclass
 class BaseDeps:
     """What the base tools need; every role's deps extend it."""
 
     workdir: Workdir
     notes: list[str] = field(default_factory=list)
+    probe: Probe | None = None
+    """Runs the harness's tools (`probe_toolset`); None: the role was given none."""
+    probes: tuple[ProbeMode, ...] = ()
+    """The harness's tools this role is offered (those the problem's domain offers, that the
+    role may use)."""
+
+
+def session_probe(session: Session, author: str) -> Probe:
+    """`session.probe` for `author` (whose name the live view shows beside each run)."""
+    async def run(mode: ProbeMode, target: str) -> str:
+        return await session.probe(mode, target, author=author)
+    return run
+
+
+def probe_toolset(modes: Sequence[ProbeMode]) -> FunctionToolset[Any]:
+    """The harness's tools among `modes` (those the problem's domain offers; none: an empty
+    toolset), for an agent whose deps are a `BaseDeps` with a `probe`."""
+    ts: FunctionToolset[Any] = FunctionToolset()
+
+    async def run(ctx: RunContext[BaseDeps], mode: ProbeMode, target: str) -> str:
+        if ctx.deps.probe is None:
+            return f"`{mode}` is not available here"
+        return await ctx.deps.probe(mode, target)
+
+    if "check" in modes:
+        @ts.tool
+        async def check(ctx: RunContext[BaseDeps], code: str) -> str:
+            """Build `code` and run it on the hidden inputs against the reference before you
+            answer: compile errors, wrong shapes and mismatches, in seconds. No timing and not
+            a verdict (your answer is evaluated in full); each call counts in the run's budget
+            of device time, so check a version you are unsure of, not every small edit.
+
+            Args:
+                code: the complete design, exactly as you would answer it.
+            """
+            return await run(ctx, "check", code)
+
+    if "profile" in modes:
+        @ts.tool
+        async def profile(ctx: RunContext[BaseDeps], target: str = "reference") -> str:
+            """Where one call's time goes, under a profiler, in the harness's sandbox: on a GPU
+            the heaviest kernels with their device time, on the CPU the heaviest operators,
+            with the total beside the roofline floor when it is known. Counts in the run's
+            budget of device time.
+
+            Args:
+                target: `reference`, a design's id (6 or more characters), or a design's
+                    complete code.
+            """
+            return await run(ctx, "profile", target)
+
+    return ts
 
 
 def base_toolset() -> FunctionToolset[Any]:

@@ -14,6 +14,11 @@ from typing import Any, Literal, Protocol
 from stratagem.core.confirmed import ConfirmedDesign
 from stratagem.core.problem import Problem
 
+ProbeMode = Literal["check", "profile"]
+"""The writers' tools (`Session.probe`): `check` builds a design and compares it with the
+reference, untimed; `profile` says where one call's time goes. Neither is a verdict."""
+PROBE_MODES: tuple[ProbeMode, ...] = ("check", "profile")
+
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
 STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
 
@@ -408,6 +413,17 @@ class Session(Protocol):
 
     def budget_remaining(self) -> Remaining:
         """What is left of every limited budget (queries net of open reservations)."""
+        ...
+
+    def probes(self) -> tuple[ProbeMode, ...]:
+        """The writers' tools the problem's domain offers (`PROBE_MODES`; none: no tools)."""
+        ...
+
+    async def probe(self, mode: ProbeMode, target: str, *, author: str = "") -> str:
+        """Run a writer's tool through the harness on `target` (`reference`, a design id or
+        prefix, or a design's whole text) and say what it found, as text for the model: a
+        failure of the design, the harness or the budget is said, never raised. Each run
+        counts in the spend (`Spend.probes`, its worker seconds against `max_gpu_seconds`)."""
         ...
 
     def save_state(self, key: str, value: Any) -> None:

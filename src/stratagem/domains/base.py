@@ -147,6 +147,10 @@ class Domain(Protocol):
     audit_graph: tuple[ValidatorSpec, ...]
     confirm_graph: tuple[ValidatorSpec, ...]
     """One block of a confirmation round (`Evaluator.confirm_block`); empty: the domain has none."""
+    probe_graphs: Mapping[str, tuple[ValidatorSpec, ...]]
+    """The writers' tools the domain offers (`check`: build and compare on the hidden inputs, no
+    timing; `profile`: where one call's time goes), each the graph the evaluator runs for it; a
+    tool it cannot offer is absent (read with `getattr(domain, "probe_graphs", {})`: optional)."""
     export_footer: str
     """Appended to a design taken away (`stratagem export`, `best/`)."""
     export_note: str

@@ -48,6 +48,9 @@ class Spend:
     gpu_seconds: float = 0.0
     """Worker time of every evaluation (validator durations), on whatever device evaluates."""
     evaluations: int = 0
+    probes: int = 0
+    """Runs of the writers' tools (`check`, `profile`): not evaluations, but their worker
+    seconds are in `gpu_seconds`."""
 
     @property
     def tokens(self) -> int:
@@ -78,7 +81,7 @@ class Spend:
                 "failed_calls": self.failed_calls, "retries": self.retries, "tokens": self.tokens if known else None,
                 "input_tokens": self.input_tokens if known else None,
                 "output_tokens": self.output_tokens if known else None, "usd": self.usd,
-                "gpu_seconds": self.gpu_seconds, "evaluations": self.evaluations}
+                "gpu_seconds": self.gpu_seconds, "evaluations": self.evaluations, "probes": self.probes}
 
     def add_call(self, call: AgentCall | AgentCallRecord) -> None:
         self.calls += 1
@@ -96,6 +99,10 @@ class Spend:
     def add_evaluation(self, ev: EvaluationRecord) -> None:
         self.evaluations += 1
         self.gpu_seconds += evaluation_seconds(ev)
+
+    def add_probe(self, seconds: float) -> None:
+        self.probes += 1
+        self.gpu_seconds += seconds
 
     @classmethod
     def from_records(cls, calls: Sequence[AgentCallRecord], evaluations: Sequence[EvaluationRecord]) -> Spend:

@@ -26,6 +26,7 @@ from stratagem.core.search import (
     DesignView,
     Feedback,
     Policy,
+    ProbeMode,
     Remaining,
     Reservation,
     SearchState,
@@ -34,8 +35,9 @@ from stratagem.core.verdict import FailureKind, ValidatorResult
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
+from stratagem.search import probes
 from stratagem.search import state as st
-from stratagem.search.budget import Budgets, Spend
+from stratagem.search.budget import Budgets, Spend, evaluation_seconds
 from stratagem.search.numbers import Counts
 from stratagem.search.numbers import counts as counts_of
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
@@ -43,6 +45,10 @@ from stratagem.store.sqlite import RunStore
 
 HARNESS_FAILURES_MAX = 3
 """Consecutive evaluations failing with `harness_error` (broken infrastructure) that stop a run."""
+
+PROBES_KEY = "session/probes"
+"""Where the writers' tool runs are counted in the run database (`runs`, worker `seconds`), so
+a resumed run's spend keeps them."""
 
 RETIMES_MAX = 2
 """New evaluations a run spends on one design whose timing stayed unstable (each already
@@ -123,6 +129,9 @@ class RunSession:
         self.policy = policy
         self.view = view
         self.spend = Spend.from_records(store.agent_calls(), store.evaluations())
+        tools = store.policy_state(PROBES_KEY) or {}
+        self.spend.probes, self.spend.gpu_seconds = (int(tools.get("runs", 0)),
+                                                     self.spend.gpu_seconds + float(tools.get("seconds", 0.0)))
         self.budgets = Budgets(cfg.search, self.spend)
         planned = getattr(policy, "max_iterations", None)  # a policy that knows it stops sooner
         total = min(cfg.search.iterations, planned) if isinstance(planned, int) else cfg.search.iterations
@@ -422,6 +431,31 @@ class RunSession:
             return Feedback(design_id, view.status, view.report, view.runtime_ms, view.speedup, reused=reused)
         return Feedback(design_id, ev.status, st.report_of(ev),  # type: ignore[arg-type]
                         ev.runtime_ms, ev.speedup, reused=reused, **st.failure_info(ev))
+
+    def probes(self) -> tuple[ProbeMode, ...]:
+        return probes.offered(self.problem)
+
+    async def probe(self, mode: ProbeMode, target: str, *, author: str = "") -> str:
+        graph = probes.graph_of(self.problem, mode)
+        if graph is None:
+            return f"`{mode}` is not offered for this problem"
+        if (spent := self.budget_left()) is not None:
+            return f"`{mode}` not run: a budget of the run is used up ({spent})"
+        design, of = probes.target(self.problem, target, self.views())
+        self.progress.event(f"{author or 'an agent'}: {mode} of {of}")
+        self.refresh()
+        try:
+            ev = await self.evaluator.evaluate(self.problem, design, with_baseline=False, graph=graph)
+        except (HarnessError, OSError) as e:
+            return f"`{mode}` of {of} could not run (the harness failed, not your code): {e}"
+        seconds = evaluation_seconds(ev.to_record())
+        self.spend.add_probe(seconds)
+        done = self.store.policy_state(PROBES_KEY) or {}
+        self.store.set_policy_state(PROBES_KEY, {"runs": self.spend.probes,
+                                                 "seconds": float(done.get("seconds", 0.0)) + seconds})
+        self.refresh()
+        floor = next((v.measures.floor_ms for v in reversed(self.views()) if v.measures.floor_ms), None)
+        return probes.probe_text(mode, ev.verdict, of, floor)
 
     def record_call(self, call: AgentCall) -> None:
         self.store.add_agent_call(AgentCallRecord(

@@ -37,6 +37,10 @@ GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("timing", ("correctness",), "worker"),
 )
 
+PROBE_GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"check": GRAPH[:3]}
+"""The writers' `check` tool: build and a run on the hidden inputs against the reference, no
+timing. No `profile`: the domain has no profiler."""
+
 STAGE_RULES: dict[str, str] = {
     "static_checks": "stage `static_checks`: the design holds only editable files; no forbidden source "
                      "pattern, no forbidden library on a link line",
@@ -148,6 +152,7 @@ class CommandDomain:
     calibrate_graph: tuple[ValidatorSpec, ...] = ()
     audit_graph: tuple[ValidatorSpec, ...] = ()
     confirm_graph: tuple[ValidatorSpec, ...] = ()
+    probe_graphs = PROBE_GRAPHS
     export_footer = ""
     export_note = ""
 

@@ -38,6 +38,7 @@ from stratagem.domains.pytorch.graphs import (
     CALIBRATE_GRAPH,
     CONFIRM_GRAPH,
     DEFAULT_GRAPH,
+    PROBE_GRAPHS,
     STRICT_EXTRA,
     validator_graph,
 )
@@ -369,6 +370,7 @@ class PyTorchDomain:
     peaks_version = PEAKS_VERSION
     baseline_graph = BASELINE_GRAPH
     confirm_graph = CONFIRM_GRAPH
+    probe_graphs = PROBE_GRAPHS
     calibrate_graph = CALIBRATE_GRAPH
     audit_graph = AUDIT_GRAPH
 

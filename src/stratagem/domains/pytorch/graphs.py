@@ -1,7 +1,7 @@
 """Owns the PyTorch domain's validator graphs: the default one (`static_checks -> load ->
 correctness -> {integrity, shapes} -> timing -> roofline`, `provenance` after timing under the
 strict policy), narrowed by a problem's own declaration, and the graphs of a baseline, a
-calibration, an audit and a confirmation block.
+calibration, an audit, a confirmation block and the writers' tools (`PROBE_GRAPHS`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,24 @@ CONFIRM_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("confirm", ("load",), "worker"),
 )
 """One block of a confirmation round: eager, torch.compile and designs timed in one process."""
+
+PROBE_GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {
+    "check": (
+        ValidatorSpec("static_checks", (), "parent"),
+        ValidatorSpec("load", ("static_checks",), "worker"),
+        ValidatorSpec("correctness", ("load",), "worker"),
+        ValidatorSpec("shapes", ("correctness",), "worker"),
+    ),
+    "profile": (
+        ValidatorSpec("static_checks", (), "parent"),
+        ValidatorSpec("load", ("static_checks",), "worker"),
+        ValidatorSpec("profile", ("load",), "worker"),
+    ),
+}
+"""The writers' tools (`agents/tools.py`), run by the evaluator as any graph: `check` builds the
+design and compares it with the reference (the correctness trials, the odd and aligned sizes),
+with no integrity stage and no timing; `profile` loads it and profiles one warm call (GPU: its
+kernels; CPU: torch's operators). Neither is a verdict."""
 
 
 STRICT_EXTRA = ValidatorSpec("provenance", ("timing",), "worker")

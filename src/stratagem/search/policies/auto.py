@@ -30,7 +30,7 @@ from stratagem.agents.implementor import (
 from stratagem.agents.models import RoleModels, choose_models, preflight, quiet_library
 from stratagem.agents.offline import offline_models
 from stratagem.agents.strategist import StrategistDeps, StrategistResult, plan_iteration
-from stratagem.agents.tools import Workdir
+from stratagem.agents.tools import Workdir, session_probe
 from stratagem.config import StratagemConfig
 from stratagem.context import render
 from stratagem.context.curate import CHARS_PER_TOKEN, Curated, curate, truncate_source
@@ -188,6 +188,7 @@ class AutoPolicy:
             analyst_deps = AnalystDeps(
                 workdir=self._dir(state.iteration, "analyst"),
                 designs=designs_by_id(state.designs), docs=self.docs(), domain=self.problem.domain,
+                probe=session_probe(session, "analyst"), probes=session.probes(),
             )
 
             async def ask_the_analyst(question: str) -> str:
@@ -199,7 +200,8 @@ class AutoPolicy:
 
             ask = ask_the_analyst
 
-        deps = StrategistDeps(workdir=self._dir(state.iteration, "strategist"), ask=ask)
+        deps = StrategistDeps(workdir=self._dir(state.iteration, "strategist"), ask=ask,
+                              probe=session_probe(session, "strategist"), probes=session.probes())
         session.set_status("strategist", "planning")
         budget = render.BudgetBrief.of(self.cfg.search, session.budget_remaining(), state.iteration,
                                        patience=self.cfg.search.patience)

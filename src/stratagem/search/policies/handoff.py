@@ -42,6 +42,7 @@ from stratagem.core.search import (
     AgentCall,
     DesignView,
     Feedback,
+    ProbeMode,
     Remaining,
     Reservation,
     Session,
@@ -172,6 +173,12 @@ class HandoffSession:
 
     def save_state(self, key: str, value: Any) -> None:
         self.inner.save_state(key, value)
+
+    def probes(self) -> tuple[ProbeMode, ...]:
+        return self.inner.probes()
+
+    async def probe(self, mode: ProbeMode, target: str, *, author: str = "") -> str:
+        return await self.inner.probe(mode, target, author=author)
 
     def load_state(self, key: str) -> Any:
         return self.inner.load_state(key)

@@ -38,6 +38,7 @@ from stratagem.domains.pytorch.worker import (
     params,
     prebuild,
     precision,
+    profile,
     provenance,
     record,
     roofline,
@@ -406,6 +407,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "baseline": timed.run_baseline,
     "confirm": confirm.run_confirm,
     "prebuild": prebuild.run_prebuild,
+    "profile": profile.run_profile,
 }
 
 
@@ -496,7 +498,7 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
     return {"results": [r.to_json() for r in run.results], "environment": environment.describe(device)}
 
 
-SELF_LOCKING = frozenset({"load", "timing", "baseline", "confirm"})
+SELF_LOCKING = frozenset({"load", "timing", "baseline", "confirm", "profile"})
 """Stages that take the device lock themselves (for parts of their work); every other stage
 holds it shared throughout, and `calibrate` (which measures the device's peaks) exclusive."""
 

@@ -1,0 +1,91 @@
+"""Owns the writers' tools as the harness runs them (`check`, `profile`; docs/agents.md): a
+design, or the reference as the domain restates it, through the evaluator with the graph the
+problem's domain offers for the tool (`Domain.probe_graphs`), in the sandbox like every
+evaluation, and what the model is told of it. Neither is a verdict nor a stored design: the
+Session (`search/session.py`) counts each run in the spend (`Spend.probes`, its worker seconds
+in `gpu_seconds`) and refuses one once a budget is used up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stratagem.core.design import Design, text_files
+from stratagem.core.graph import ValidatorGraph, ValidatorSpec
+from stratagem.core.jsonish import mapping
+from stratagem.core.problem import Problem
+from stratagem.core.search import PROBE_MODES, DesignView, ProbeMode
+from stratagem.core.verdict import Verdict
+from stratagem.domains import get_domain
+from stratagem.search.state import ERROR_TAIL_CHARS
+
+__all__ = ["PROBE_MODES", "ProbeMode", "graph_of", "offered", "probe_text", "target"]
+
+
+def _graphs(problem: Problem) -> Mapping[str, Sequence[ValidatorSpec]]:
+    return getattr(get_domain(problem.domain), "probe_graphs", None) or {}
+
+
+def offered(problem: Problem) -> tuple[ProbeMode, ...]:
+    """The tools `problem`'s domain offers (none: its writers get no tool)."""
+    graphs = _graphs(problem)
+    return tuple(m for m in PROBE_MODES if graphs.get(m))
+
+
+def graph_of(problem: Problem, mode: ProbeMode) -> ValidatorGraph | None:
+    specs = _graphs(problem).get(mode)
+    return ValidatorGraph.of(tuple(specs)) if specs else None
+
+
+def target(problem: Problem, what: str, designs: Sequence[DesignView]) -> tuple[Design, str]:
+    """The design a tool runs and how the model is told it: `reference` (the reference
+    restated as a design, `Prompts.offline_design`), a design of the run by its id or a unique
+    prefix of at least 6 characters, or else a design's whole text (the domain's main file, or
+    several files in the `text_files` form)."""
+    domain = get_domain(problem.domain)
+    ref = what.strip().strip("`")
+    if ref.lower() in ("reference", "the reference"):
+        text, of = domain.prompts.offline_design(problem), "the reference"
+    else:
+        named = [v for v in designs if len(ref) >= 6 and "\n" not in ref and v.id.startswith(ref)]
+        text, of = (named[0].source, f"design `{named[0].id[:12]}`") if len(named) == 1 else (what, "this code")
+    return (Design(files=text_files(text, domain.main_file(problem)),
+                   provenance={"author": "tool", "strategy": "probe"}), of)
+
+
+def probe_text(mode: ProbeMode, verdict: Verdict, of: str, floor_ms: float | None = None) -> str:
+    """What the model is told of one tool run on `of` (`the reference`, `this code`, ...)."""
+    if verdict.status != "valid":
+        first = verdict.failures[0] if verdict.failures else None
+        d = mapping(first.details) if first is not None else {}
+        tail = str(d.get("traceback") or mapping(d.get("sandbox")).get("stderr_tail") or d.get("stderr_tail") or "")
+        tail = f"\n{tail[-ERROR_TAIL_CHARS:]}" if tail.strip() else ""
+        return f"{mode} of {of} failed (not an evaluation: nothing was recorded):\n{verdict.report()}{tail}"
+    if mode == "check":
+        stages = ", ".join(r.name for r in verdict.results)
+        return (f"check of {of} passed ({stages}): it builds and its outputs match the reference's on the hidden "
+                "inputs. Not a verdict: the evaluation of your answer also runs every other check and times it.")
+    result = verdict.result("profile")
+    return _profile_lines(mapping(result.details) if result is not None else {}, of, floor_ms)
+
+
+def _profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
+    rows: list[Any] = list(d.get("kernels") or d.get("operators") or [])
+    what = "kernels by device time" if d.get("device") == "cuda" else "operators by their own CPU time"
+    total_us = d.get("total_us")
+    lines = [f"profile of one warm call of {of}: the heaviest {what} (untimed, under the profiler: "
+             "compare shares, not absolute times)"]
+    for row in rows:
+        name, us = str(row[0]), float(row[1])
+        calls = f", {row[2]} calls" if len(row) > 2 else ""
+        share = f" ({us / total_us:.0%})" if isinstance(total_us, int | float) and total_us > 0 else ""
+        lines.append(f"- {name[:100]}: {us:.4g} us{share}{calls}")
+    if not rows:
+        lines.append(f"- no profile: {d.get('note') or 'nothing was recorded'}")
+    if isinstance(total_us, int | float) and total_us > 0:
+        lines.append(f"total: {total_us / 1e3:.4g} ms")
+        if floor_ms:
+            lines.append(f"the roofline floor (the least time at the device's calibrated peaks): {floor_ms:.4g} ms, "
+                         f"{floor_ms / (total_us / 1e3):.1%} of this total")
+    return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""The writers' tools (`check`, `profile`) run through the harness: a wrong design's mismatch
+and a right one's pass come back as text, the reference's CPU profile names torch's operators,
+each run is counted in the run's spend (kept across a resume) and refused once a budget is
+used up, nothing is stored as a design; a domain without a profiler offers `check` alone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stratagem.config import environment, load_config
+from stratagem.domains import load_problem
+from stratagem.evaluation.executors import LocalExecutor
+from stratagem.evaluation.service import Evaluator
+from stratagem.search import probes
+from stratagem.search.session import RunSession
+from stratagem.store.sqlite import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+GELU = ROOT / "examples" / "01_elementwise"
+GOOD = (GELU / "candidates" / "torch_rewrite.py").read_text()
+WRONG = GOOD.replace('approximate="tanh"', 'approximate="none"')
+
+
+class NoPolicy:
+    name = "none"
+
+
+def session(run_dir: Path, **search: Any) -> RunSession:
+    cfg = load_config(None, {"evaluation": {"device": "cpu", "timeout_s": 120, "baselines": ["eager"]},
+                             "search": search})
+    problem = load_problem(GELU / "problem.py")
+    store = RunStore.open(run_dir)
+    store.add_problem(problem)
+    executor = LocalExecutor.for_devices(["cpu"], cfg.evaluation, dict(environment()))
+    return RunSession(cfg, problem, store, Evaluator(cfg.evaluation, executor, "cpu"), NoPolicy())  # type: ignore[arg-type]
+
+
+def test_check_and_profile_run_in_the_harness_and_count_in_the_spend(tmp_path: Path) -> None:
+    s = session(tmp_path)
+    assert s.probes() == ("check", "profile")
+
+    async def go() -> list[str]:
+        return [await s.probe("check", WRONG, author="implementor-1"),
+                await s.probe("check", GOOD, author="implementor-1"),
+                await s.probe("profile", "reference", author="strategist")]
+
+    wrong, good, profile = asyncio.run(go())
+    assert "check of this code failed" in wrong and "[correctness]" in wrong
+    assert "check of this code passed" in good and "Not a verdict" in good
+    assert "profile of one warm call of the reference" in profile and "aten::" in profile
+    assert s.spend.probes == 3 and s.spend.gpu_seconds > 0 and s.spend.evaluations == 0
+    assert s.store.designs(s.problem.id) == [] and s.store.evaluations() == []  # not designs
+    again = session(tmp_path)  # a resumed run's spend keeps them, and its budgets limit them
+    assert again.spend.probes == 3 and again.spend.gpu_seconds == pytest.approx(s.spend.gpu_seconds)
+    again.budgets.cfg = again.cfg.search.model_copy(update={"max_gpu_seconds": again.spend.gpu_seconds})
+    refused = asyncio.run(again.probe("check", GOOD))
+    assert refused.startswith("`check` not run") and "max_gpu_seconds" in refused
+    assert again.spend.probes == 3
+
+
+def test_the_command_domain_offers_check_alone() -> None:
+    problem = load_problem(ROOT / "examples" / "command" / "window_sums")
+    assert probes.offered(problem) == ("check",)
+    assert probes.graph_of(problem, "profile") is None
+    check = probes.graph_of(problem, "check")
+    assert check is not None and "timing" not in [s.name for s in check.specs]
