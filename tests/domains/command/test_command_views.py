@@ -138,3 +138,37 @@ def test_the_last_lines_of_a_command_run_name_no_pytorch_baseline(small_problem,
     header = header.split("\n\n", 1)[0]
     assert "speedup vs the reference (paired, 95% interval): 2.00x" in header and "the reference 1.0000 ms" in header
     _no_pytorch_word(header.replace(str(tmp_path), ""))
+
+
+def test_every_view_of_a_command_run_tells_the_same_headline(small_problem, tmp_path, capsys):
+    """Issue 43's agreement, on a command run: the headline `show` prints, `show --json`, the
+    export header and `best/`, the HTML report, the suite row, `compare` and the MCP tool."""
+    from stratagem.mcp.harness import run_entry
+    from stratagem.report.compare import compare_runs
+    from stratagem.report.suite import rows_of
+    from stratagem.search.api import show_run
+
+    run_dir = tmp_path / "run"
+    best = command_run(run_dir, small_problem)
+    head = show_run(run_dir).headline
+    assert head.top is not None and head.top.id == best and head.ratios is not None and not head.confirmed
+    ref_text = head.ratios.reference.number()
+    assert main(["show", str(run_dir)]) == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    assert all(" ".join(line.split()) in flat for line in head.lines())
+    assert main(["show", str(run_dir), "--json"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    assert j["headline"]["design"] == best == j["best"]["id"] and j["headline"]["vs"]["reference"]["text"] == ref_text
+    out = tmp_path / "kernel.c"  # a design of one file: that file, headed in C's comment syntax
+    assert main(["export", str(run_dir), "--out", str(out)]) == 0
+    capsys.readouterr()
+    header = out.read_text().split("\n\n")[0]
+    assert best in header and ref_text in header and all(ln.startswith("// ") for ln in header.splitlines())
+    page = build_report(run_dir, analyses=False)
+    assert head.lines()[0] in page and ">Confirmation round<" not in page
+    row = rows_of([run_dir])[0]
+    assert row.best_id == best and row.speedup == head.ratios.reference.ratio
+    curve = compare_runs([run_dir]).curves[0]
+    assert curve.best is not None and curve.best.id == best
+    entry = run_entry(run_dir)
+    assert entry.best_speedup == head.ratios.reference.ratio and entry.best_confirmed is False
