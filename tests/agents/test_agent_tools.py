@@ -9,7 +9,17 @@ import asyncio
 import random
 from pathlib import Path
 
-from agent_fakes import GOOD_SOURCE, WRONG_SOURCE, FakeSession, call_tool, output, problem, runtime, scripted, state
+from agent_fakes import (
+    GOOD_SOURCE,
+    WRONG_SOURCE,
+    FakeSession,
+    call_tool,
+    output,
+    problem,
+    runtime,
+    scripted,
+    state,
+)
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo
 

@@ -164,6 +164,6 @@ def test_the_first_strategist_prompt_of_a_run_has_the_rules_and_the_budget(tmp_p
     from stratagem.domains.pytorch.problem import load_problem
 
     prompt = first_prompt_of_a_run(tmp_path)
-    every_rule_in(prompt, pt.agent_rules(load_problem(PROBLEM), EvaluationConfig()))
+    every_rule_in(prompt, pt.agent_rules(load_problem(PROBLEM), EvaluationConfig(device="cpu")))  # the run's device
     assert "## Budget\n\nThis is iteration 1 of 1." in prompt
     assert "This is the last iteration (the run ends after iteration 1)" in prompt

@@ -184,7 +184,8 @@ class RunSession:
             self._views[v.id] = v
 
     def state(self, iteration: int) -> SearchState:
-        facts = dict(get_domain(self.problem.domain).agent_facts(self.problem, self.cfg.evaluation))
+        on = self.cfg.evaluation.model_copy(update={"device": self.evaluator.physical_device})  # rules in its words
+        facts = dict(get_domain(self.problem.domain).agent_facts(self.problem, on))
         known = {f.name for f in dataclasses.fields(SearchState)}
         named: dict[str, Any] = {k: tuple(v) if k == "rules" else v for k, v in facts.items()
                                  if k in known and k != "facts"}

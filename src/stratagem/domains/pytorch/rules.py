@@ -21,6 +21,24 @@ FILES_RULE = (
 )
 """What a design may contain, as the agents are told (`agent_rules`)."""
 
+DEVICE_POLICY_RULES: dict[tuple[str, str], str] = {
+    ("lenient", "cpu"): "integrity policy `lenient`: any honest code counts: torch operators, vendor libraries "
+                        "(oneDNN, MKL), C++ functions of your own (`load_inline`), algebraic simplifications that "
+                        "compute the same function for every input",
+    ("lenient", "cuda"): "integrity policy `lenient`: any honest code counts: torch operators, vendor libraries "
+                         "(cuBLAS, cuDNN, CUTLASS), kernels of your own (CUDA, Triton), algebraic simplifications "
+                         "that compute the same function for every input",
+    ("strict", "cpu"): "integrity policy `strict`: the heavy work must run in code the design wrote itself (a "
+                       "C++ function of its own that loops over the data): the static `own_kernels` check "
+                       "requires one, and the `provenance` stage measures after timing that it does at least "
+                       "half of the timed work",
+    ("strict", "cuda"): "integrity policy `strict`: the heavy work must run in kernels the design wrote itself "
+                        "(a CUDA `__global__` function, a Triton kernel): the static `own_kernels` check requires "
+                        "one, and the `provenance` stage measures after timing that they do at least half of the "
+                        "timed work",
+}
+"""Each integrity policy in a device's words, when the run's device is known (`agent_rules`)."""
+
 POLICY_RULES: dict[str, str] = {
     "lenient": "integrity policy `lenient`: any honest code counts: torch operators, vendor libraries "
                "(cuBLAS, cuDNN, CUTLASS, oneDNN), kernels of your own (CUDA, Triton, C++), algebraic "
@@ -65,6 +83,11 @@ STAGE_RULES: dict[str, str] = {
 a test fails on a validator without one."""
 
 
+_ROUNDS = {"cpu": "long reductions", "cuda": "TF32 convolutions or matmuls, long reductions",
+           "auto": "TF32 convolutions or matmuls on a GPU, long reductions"}
+"""Where a reference rounds, in a device's words (`correctness_rule_text`)."""
+
+
 def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
     """The correctness rule in force, as the agents are told it."""
     rule = correctness_rule(problem, cfg)
@@ -77,8 +100,7 @@ def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
     tol = "; ".join(f"{dtype} atol={t['atol']:g}, rtol={t['rtol']:g}" for dtype, t in sorted(tolerances(problem, cfg).items()))
     if rule["mode"] == "reference":
         return ("correctness rule `reference`: every output element within atol + rtol x |reference| of the "
-                f"reference's ({tol}); where the reference itself rounds (TF32 convolutions or matmuls on a GPU, "
-                "long reductions), an output at least as close to a float64 run of the reference as the "
+                f"reference's ({tol}); where the reference itself rounds ({_ROUNDS[cfg.device[:4]]}), an output at least as close to a float64 run of the reference as the "
                 f"reference is passes too (within {float(rule['factor']):g} times the reference's own error plus "
                 "the tolerance): lower precision than the reference's fails")
     return ("correctness rule `fixed`: every output element within atol + rtol x |reference| of the "
@@ -89,8 +111,10 @@ def agent_rules(problem: Problem, cfg: EvaluationConfig) -> tuple[str, ...]:
     """Every rule the harness enforces on a design of `problem`, one line each, generated from
     the tables the checks run from: what a design may contain, the integrity policy, the
     correctness rule, the static checks of the policy (`static.agent_rules`) and each stage of
-    the problem's validator graph, in order."""
+    the problem's validator graph, in order; in the words of the device `cfg.device` names (a
+    CPU run's rules say nothing of GPUs, a GPU run's nothing of the CPU), or of both for `auto`."""
     policy = integrity_policy(problem, cfg)
+    device = "cpu" if cfg.device == "cpu" else "cuda" if cfg.device.startswith("cuda") else None
     graph = validator_graph(problem, policy)
     variants = shape_variants(problem)
     shown = "; ".join(", ".join(f"{k}={v}" for k, v in var.items()) for var in variants)
@@ -103,7 +127,8 @@ def agent_rules(problem: Problem, cfg: EvaluationConfig) -> tuple[str, ...]:
             alone = ", and each alone made a little larger" if any(len(v) > 1 for v in variants) else ""
             text = text.format(variants=f" ({shown}{alone})")
         stages.append(text)
-    statics = static_agent_rules(policy) if "static_checks" in graph.names else ()
-    return (FILES_RULE, POLICY_RULES[policy], correctness_rule_text(problem, cfg), *statics, *stages)
+    statics = static_agent_rules(policy, device) if "static_checks" in graph.names else ()
+    said = DEVICE_POLICY_RULES[policy, device] if device is not None else POLICY_RULES[policy]
+    return (FILES_RULE, said, correctness_rule_text(problem, cfg), *statics, *stages)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from stratagem.core import pysyntax
@@ -190,14 +190,20 @@ REGISTRY: tuple[StaticCheck, ...] = (
                "global hooks (settrace, module hooks, aten overrides).", ic.monkey_patch,
                R.MONKEY_PATCH.why),
     _integrity("threads", "reject",
-               "No threads, processes, async tasks or signals (Python or C++).", ic.threads,
+               "No threads, processes, async tasks or signals the design starts itself: in Python "
+               "threading, multiprocessing, concurrent.futures, asyncio, subprocess, signal, "
+               "torch.jit.fork; in C++ std::thread, std::async, pthreads, fork/exec/system/popen. "
+               "Allowed: `at::parallel_for`, OpenMP (`#pragma omp parallel for`) and atomics, whose "
+               "work ends inside the call.", ic.threads,
                R.THREADS.why),
     _integrity("streams", "reject",
                "No side streams or CUDA graphs (Python or C++); the current stream is fine.",
                ic.streams, R.STREAMS.why),
     _integrity("mutable_state", "reject",
-               "No state kept between calls: mutated module/class containers, global rebinding, "
-               "caches, id()/data_ptr()/_version, non-const static or global C++ variables.",
+               "No state kept between calls: in Python mutated module/class containers, global "
+               "rebinding, caches (functools.lru_cache, ...), id(), a tensor's `.data_ptr()`, "
+               "`._version` or storage; in C++ non-const static or global variables. A C++ "
+               "extension's `x.data_ptr<float>()` to reach a tensor's memory is fine.",
                mutable_state, R.MUTABLE_STATE.why),
     _integrity("fake_tensor", "reject",
                "No Tensor subclasses, __torch_function__/__torch_dispatch__, custom __eq__/__bool__ "
@@ -233,6 +239,19 @@ OWN_KERNELS_CPU = _integrity(
     "the strict policy credits only work done in code the design wrote; wrapping torch or library "
     "calls is rejected")
 """The CPU device's `own_kernels`: there, code the candidate compiles itself is its kernel."""
+
+DEVICE_DOCS: dict[tuple[str, str], str] = {
+    ("threads", "cuda"): "No threads, processes, async tasks or signals the design starts itself: in "
+                         "Python threading, multiprocessing, concurrent.futures, asyncio, subprocess, "
+                         "signal, torch.jit.fork; in host C++ std::thread, std::async, pthreads, "
+                         "fork/exec/system/popen. Allowed: atomics in kernels.",
+    ("precision", "cpu"): "Warns on fp16/bf16/fp8/fast-math; the tolerance decides.",
+}
+"""A check's rule as a device's run states it, where its words differ (`agent_rules`)."""
+
+GPU_ONLY = frozenset({"streams"})
+"""Checks whose rule a CPU run does not state (the check still runs: nothing it forbids can run
+there)."""
 
 STRICT_ONLY = frozenset({"own_kernels"})
 DEFAULT_CHECKS: tuple[StaticCheck, ...] = tuple(c for c in REGISTRY if c.name not in STRICT_ONLY)
@@ -279,14 +298,16 @@ def checks_for_policy(policy: IntegrityPolicy, device: str = "cuda") -> tuple[St
 def agent_rules(policy: IntegrityPolicy, device: str | None = None) -> tuple[str, ...]:
     """Every check `policy` runs, as the agents' prompts state it (`StaticCheck.prompt_text`),
     in registry order: the same table the checks run from, so the two cannot drift apart. With
-    no `device`, a rule that differs by device (the strict policy's `own_kernels`) is stated
-    for each.
+    a `device`, in its words (`DEVICE_DOCS`; a CPU run without the GPU-only rules); with none,
+    a rule that differs by device (the strict policy's `own_kernels`) is stated for each.
 
     Raises:
         ConfigError: an unknown policy.
     """
     if device is not None:
-        return tuple(c.prompt_text() for c in checks_for_policy(policy, "cpu" if device == "cpu" else "cuda"))
+        kind = "cpu" if device == "cpu" else "cuda"
+        return tuple(replace(c, doc=DEVICE_DOCS.get((c.name, kind), c.doc)).prompt_text()
+                     for c in checks_for_policy(policy, kind) if not (kind == "cpu" and c.name in GPU_ONLY))
     out: list[str] = []
     for c in checks_for_policy(policy, "cuda"):
         if c.name == OWN_KERNELS_CPU.name:

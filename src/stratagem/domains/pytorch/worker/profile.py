@@ -35,7 +35,8 @@ def run_profile(w: StageContext) -> dict[str, Any]:
     t0 = time.perf_counter()
     from torch.autograd import profiler
 
-    with w.hold("exclusive"), torch.no_grad(), profiler.profile(use_cpu=True) as prof:
+    prof: Any = profiler.profile(use_cpu=True)
+    with w.hold("exclusive"), torch.no_grad(), prof:
         c0 = time.perf_counter()
         w.call_candidate(p.candidate, runtime.clone_inputs(inputs))
         call_ms = (time.perf_counter() - c0) * 1e3
