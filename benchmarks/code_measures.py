@@ -1,0 +1,100 @@
+"""The code's size and shape, as the architecture reviews measure it (issue 45): lines, modules
+over the soft cap, functions over complexity 10 (ruff's mccabe) and over 60 lines, classes with
+more than 15 public methods, the Domain protocol's members, stubs and side doors past it, and
+duplicate pairs (the `duplicates` command, where it is installed). Prints one table.
+
+    python benchmarks/code_measures.py [SRC_DIR]
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _modules(src: Path) -> list[Path]:
+    return sorted(p for p in src.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _complex(src: Path, over: int) -> int:
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    out = subprocess.run([ruff, "check", "--isolated", "--select", "C901", "--output-format", "json",
+                          "--config", f"lint.mccabe.max-complexity={over}", str(src)],
+                         capture_output=True, text=True, check=False).stdout
+    return len(json.loads(out or "[]"))
+
+
+def _long_functions(trees: dict[Path, ast.Module], over: int) -> int:
+    return sum(1 for t in trees.values() for n in ast.walk(t)
+               if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and (n.end_lineno or n.lineno) - n.lineno + 1 > over)
+
+
+def _wide_classes(trees: dict[Path, ast.Module], over: int) -> int:
+    count = 0
+    for t in trees.values():
+        for n in ast.walk(t):
+            if isinstance(n, ast.ClassDef):
+                public = [f for f in n.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                          and not f.name.startswith("_")]
+                count += len(public) > over
+    return count
+
+
+def _protocol_members(trees: dict[Path, ast.Module], path: Path, name: str) -> int | None:
+    tree = trees.get(path)
+    for n in ast.walk(tree) if tree is not None else ():
+        if isinstance(n, ast.ClassDef) and n.name == name:
+            return sum(1 for f in n.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef | ast.AnnAssign)
+                       and not getattr(f, "name", "").startswith("_"))
+    return None
+
+
+def _duplicates(src: Path) -> str:
+    tool = shutil.which("duplicates")
+    if tool is None:
+        return "n/a (the duplicates command is not installed)"
+    out = subprocess.run([tool, "--seconds", "120"], cwd=src, capture_output=True, text=True, check=False).stdout
+    m = re.match(r"(\d+) pairs", out)
+    return m.group(1) if m else (out.splitlines() or ["?"])[0]
+
+
+def measures(src: Path) -> list[tuple[str, str]]:
+    mods = _modules(src)
+    texts = {p: p.read_text() for p in mods}
+    trees = {p: ast.parse(t) for p, t in texts.items()}
+    lines = {p: t.count("\n") for p, t in texts.items()}
+    generic = [p for p in mods if "domains" not in p.relative_to(src).parts]
+    base = src / "stratagem" / "domains" / "base.py"
+    return [
+        ("modules / lines", f"{len(mods)} / {sum(lines.values()):,}"),
+        ("modules over 500 lines", ", ".join(f"{p.relative_to(src)} {n}" for p, n in sorted(
+            lines.items(), key=lambda x: -x[1]) if n > 500) or "0"),
+        ("functions over complexity 10", str(_complex(src, 10))),
+        ("functions over 60 lines", str(_long_functions(trees, 60))),
+        ("classes with more than 15 public methods", str(_wide_classes(trees, 15))),
+        ("Domain protocol members (domains/base.py)", str(_protocol_members(trees, base, "Domain"))),
+        ("`getattr(domain` outside domains/", str(sum(texts[p].count("getattr(domain") for p in generic))),
+        ("`domain: str = ` defaults outside domains/",
+         str(sum(len(re.findall(r"domain: str = ", texts[p])) for p in generic))),
+        ("duplicate pairs", _duplicates(src)),
+    ]
+
+
+def main() -> None:
+    src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "src"
+    rows = measures(src)
+    width = max(len(k) for k, _ in rows)
+    print(f"{'measure':<{width}}  value")
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()
