@@ -182,10 +182,34 @@ def test_usage_formats(stdout, expected):
 
 
 def test_a_command_without_a_model_needs_a_policy_whose_every_role_writes(tmp_path, capsys):
-    for extra in ([], ["--policy", "auto"], ["--policy", "pike-b"]):
+    for extra in (["--policy", "auto"], ["--policy", "pike-b"]):
         assert main(["run", str(PROBLEM), "--agent-cmd", "true", "--run-dir", str(tmp_path / "r"), *extra]) == 2
         assert "--model" in capsys.readouterr().out
+    cfg = tmp_path / "roles.toml"  # a command that takes only some of PIKE-O's roles cannot run it alone
+    cfg.write_text('[agents.command]\ncmd = "true"\nroles = ["mutate"]\n', encoding="utf-8")
+    assert main(["run", str(PROBLEM), "--config", str(cfg), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "--model" in capsys.readouterr().out
     assert not (tmp_path / "r").exists()
+
+
+def test_a_coding_agent_alone_runs_a_search_by_default(tmp_path, capsys):
+    agent = _script(tmp_path, "agent.sh", f"cp {HONEST} candidate.py\n")
+    cfg = tmp_path / "fast.toml"
+    cfg.write_text(FAST, encoding="utf-8")
+    code = main(["run", str(PROBLEM), "--agent-cmd", f"sh {agent}", "--max-queries", "1", "--device", "cpu",
+                 "--run-dir", str(tmp_path / "run"), "--config", str(cfg), "--json"])
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert code == 0, out
+    said = [line for line in captured.err.splitlines() if "--policy pike-o" in line]
+    assert len(said) == 1 and said[0].startswith("no --model: the coding agent runs the search alone")
+    con = sqlite3.connect(tmp_path / "run" / "run.db")
+    try:
+        assert con.execute("SELECT policy FROM run").fetchone() == ("pike-o",)
+    finally:
+        con.close()
+    calls = _agent_calls(_calls(tmp_path / "run"))
+    assert calls and all(c["model"].startswith("command:") for c in calls)
 
 
 def test_the_command_config_is_checked():

@@ -35,7 +35,7 @@ def run_cmd(
     endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
     agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (Claude Code, Codex CLI, ...) as a shell command that writes the designs in the writing roles (Implementor; PIKE's optimize, fix, mutate, crossover), run in a fresh work directory per call ([agents.command]; docs/agents.md). The other roles keep --model.")] = None,
     agent_timeout: Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call; its process group is killed past it (default 1800).")] = None,
-    policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, else recipes.")] = None,
+    policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, pike-o with --agent-cmd alone, else the problem's own.")] = None,
     design: Annotated[Path | None, typer.Option("--design", metavar="FILE|DIR", exists=True, help="The template --policy tune tunes: a design file, or a directory of a command problem's editable files, declaring its parameters (docs/tune.md).")] = None,
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
     patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop after K iterations without a new best (default 3).")] = None,
@@ -81,6 +81,7 @@ def run_cmd(
         fail(console, e, as_json, 2)
     from stratagem.domains import load_problem
     from stratagem.search.api import check_policy, default_run_dir, start_run
+    from stratagem.search.policies.registry import default_note
 
     try:
         loaded = load_problem(problem)
@@ -91,6 +92,8 @@ def run_cmd(
         check_policy(cfg, loaded)
     except ConfigError as e:
         fail(console, e, as_json, 2)
+    if (note := default_note(cfg)) is not None:
+        console.print(note)
     server = None
     if serve:
         from stratagem.report.serve import serve_in_background

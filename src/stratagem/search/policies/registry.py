@@ -95,6 +95,20 @@ COMMAND_ONLY_ROLES: dict[str, frozenset[str]] = {"pike-o": frozenset({"mutate", 
 roles they need no model (docs/agents.md)."""
 
 
+AGENT_ALONE = "pike-o"
+"""The policy a coding-agent command runs alone (no model, no --policy): every one of its agents
+writes code, so the command plans (by what it writes) and writes."""
+
+
+def default_note(cfg: StratagemConfig) -> str | None:
+    """The line the CLI says when the policy is the coding agent's alone (`AGENT_ALONE`); None
+    otherwise."""
+    if cfg.policy is not None or cfg.agents.model or cfg.agents.command is None:
+        return None
+    return (f"no --model: the coding agent runs the search alone with --policy {AGENT_ALONE} (it writes every "
+            "design: mutation, crossover, error fixing); give --model for auto or pike-b")
+
+
 def command_writes_all(cfg: StratagemConfig, policy: str) -> bool:
     """Whether the coding-agent command takes every role `policy` calls (so it needs no model)."""
     c = cfg.agents.command
@@ -153,8 +167,9 @@ def policy_names(problem: Problem | None = None) -> list[str]:
 
 
 def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
-    """The policy in force: the configured one, else `auto` with a model, else the problem's
-    domain's model-free default, else `tune` when the problem's reference declares a template.
+    """The policy in force: the configured one, else `auto` with a model, else `pike-o` for a
+    coding-agent command alone (`AGENT_ALONE`), else the problem's domain's model-free default,
+    else `tune` when the problem's reference declares a template.
 
     Raises:
         ConfigError: neither a policy nor a model, and the problem's domain (or, without a
@@ -163,9 +178,11 @@ def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
     if cfg.policy is not None:
         return cfg.policy
     if cfg.agents.command is not None and not cfg.agents.model:
-        raise ConfigError("a coding-agent command (--agent-cmd, [agents.command]) writes designs for a policy: give "
-                          "--policy pike-o (its every agent writes code), or --model for the other roles of auto "
-                          "(docs/agents.md)")
+        if command_writes_all(cfg, AGENT_ALONE):
+            return AGENT_ALONE
+        raise ConfigError(f"a coding-agent command (--agent-cmd, [agents.command]) writes designs for a policy, and "
+                          f"its roles leave out some of {AGENT_ALONE}'s ({', '.join(sorted(COMMAND_ONLY_ROLES[AGENT_ALONE]))}): "
+                          "give it them, or --model for the other roles of auto (docs/agents.md)")
     if problem is not None:
         domain = get_domain(problem.domain)
         for p in domain.policies():
