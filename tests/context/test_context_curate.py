@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from stratagem.config import ContextConfig
 from stratagem.context.curate import (
@@ -192,3 +193,25 @@ def test_truncate_source_keeps_head_and_tail() -> None:
     assert len(out) <= 800 + 60
     assert out.startswith("line 0") and out.endswith("line 999")
     assert "lines cut" in out
+
+
+def test_over_budget_the_best_and_the_newest_stay_whole_and_the_old_weak_one_is_shortened() -> None:
+    # the observed case: the newest relevant design cut in its middle while an iteration-1
+    # design at 1.12x was shown in full
+    def long(i: int, runtime_ms: float, lines: int) -> DesignView:
+        v = valid(i, runtime_ms)
+        body = "".join(f"    y{n} = kernel_{i}_{n}(x)  # step {n} of design {i}\n" for n in range(lines))
+        return replace(v, source=f"class ModelNew:\n{body}")
+
+    old_weak = long(1, 1.0 / 1.12, 120)
+    middling = [long(i, 1.0 / 1.3, 120) for i in (2, 3)]
+    best = long(4, 1.0 / 1.6, 200)
+    newest = long(5, 1.0 / 1.4, 200)
+    state = run_state([old_weak, *middling, best, newest])
+    whole = sum(len(d.source) for d in (best, newest))
+    cfg = ContextConfig(best=1, worst=1, recent=2, failed=0, token_budget=(whole + 6_000) // 4)
+    cur = curate(state, cfg, random.Random(0), reserved_chars=0)
+    shown = {d.id: d for d in cur.designs}
+    assert shown[best.id].source == best.source and shown[newest.id].source == newest.source
+    assert old_weak.id not in shown or len(shown[old_weak.id].source) < len(old_weak.source)
+    assert old_weak.id in cur.truncated_ids + cur.dropped_ids

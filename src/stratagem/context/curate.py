@@ -211,9 +211,10 @@ def _size(p: _Pick) -> int:
 
 
 def _fit(picks: list[_Pick], budget_chars: int) -> None:
-    """Shorten sources, then drop the lowest-priority picks (the list's tail), to fit the budget.
-
-    The highest-priority pick is never dropped; its source is cut as far as needed instead.
+    """Fit the picks to the budget, keeping what matters whole: the best designs and the newest
+    one. The others are shortened first (to `MIN_SOURCE_CHARS`, the weakest and oldest first:
+    the list's tail), then dropped; only then do the kept ones share what is left, and the
+    highest-priority pick is never dropped (its source is cut as far as needed instead).
     """
 
     def total() -> int:
@@ -221,17 +222,26 @@ def _fit(picks: list[_Pick], budget_chars: int) -> None:
 
     if not picks or total() <= budget_chars:
         return
-    # 1. Give every design an equal share of the budget for its source (never below the floor).
-    share = max(budget_chars // len(picks) - PER_DESIGN_OVERHEAD_CHARS, MIN_SOURCE_CHARS)
-    for p in picks:
+    newest = next((p for p in picks if p.group == "recent"), None)
+    rest = [p for p in picks if p.group != "best" and p is not newest][::-1]  # lowest priority first
+    for p in rest:  # 1. the others summarized
+        if total() <= budget_chars:
+            return
+        if len(p.view.source) > MIN_SOURCE_CHARS:
+            p.source_cap = MIN_SOURCE_CHARS
+    for p in rest:  # 2. then left out
+        if total() <= budget_chars:
+            return
+        p.dropped = True
+    # 3. the kept ones share what is left, the lowest priority dropped while still over
+    live = [p for p in picks if not p.dropped]
+    share = max(budget_chars // len(live) - PER_DESIGN_OVERHEAD_CHARS, MIN_SOURCE_CHARS)
+    for p in live:
         if len(p.view.source) > share:
             p.source_cap = share
-    # 2. Drop designs from the lowest priority up while still over the budget.
-    live = [p for p in picks if not p.dropped]
     while total() > budget_chars and len(live) > 1:
         live.pop().dropped = True
-    # 3. The last one standing gets what is left of the budget.
-    if total() > budget_chars:
+    if total() > budget_chars:  # 4. the last one standing gets what is left of the budget
         top = live[0]
         room = budget_chars - len(top.view.report) - PER_DESIGN_OVERHEAD_CHARS
         top.source_cap = max(room, MIN_SOURCE_CHARS // 2)
