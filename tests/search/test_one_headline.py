@@ -177,3 +177,27 @@ def test_a_suite_row_gives_the_best_designs_verdicts_under_the_benchmarks_rules(
            SimpleNamespace(design_id="a", validators=[{"name": "correctness", "details": {}}])]
     assert _rules_of(evs, "b") == (("kernelbench", False), ("pike", True))
     assert _rules_of(evs, "a") == () and _rules_of(evs, None) == ()
+
+
+def test_the_headline_says_which_correctness_rule_passed_the_design_and_the_references_precision() -> None:
+    """Issue 42: the verdict and `show` (every view: the headline) say at what precision the
+    reference ran and which rule decided; the rule comes from the stored correctness details."""
+    import dataclasses
+    import time
+
+    from stratagem.search.headline import headline_of
+    from stratagem.search.state import measures_of
+    from stratagem.store.records import EvaluationRecord
+
+    rule = ("reference: 2 of 5 trials outside the fixed tolerance of eager, judged against float64 within the "
+            "reference's own error (the reference ran in TF32 convolutions)")
+    ev = EvaluationRecord(design_id="d" * 64, problem_id="p", status="valid", device="cuda", runtime_ms=1.0,
+                          speedup=2.0, validators=[{"name": "correctness", "outcome": "passed", "details": {
+                              "trials": [], "max_abs_err": 1e-3, "max_rel_err": 1e-2, "decided_by": rule}}],
+                          environment={}, seeds=[1], reference_ms={}, created_at=time.time())
+    v = dataclasses.replace(_compile_design(), author="implementor-1", measures=measures_of(ev))
+    lines = headline_of([v], PT).lines()
+    assert ("correctness decided by the reference rule: 2 of 5 trials outside the fixed tolerance of eager, judged "
+            "against float64 within the reference's own error (the reference ran in TF32 convolutions)") in lines
+    bare = dataclasses.replace(v, measures=measures_of(ev.model_copy(update={"validators": []})))
+    assert not any("correctness" in line for line in headline_of([bare], PT).lines())  # a domain that does not say

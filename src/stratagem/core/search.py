@@ -83,6 +83,9 @@ class Measures:
     calibrated peaks (None: not checked)."""
     floor_fraction: float | None = None
     """The floor over the design's time (1.0: at the floor; the headroom left is what is below 1)."""
+    correctness_rule: str | None = None
+    """Which correctness rule decided its trials, with the precision the reference ran at, in
+    words (None: the domain does not say)."""
 
     def lines(self, reference: str = "the reference") -> list[str]:
         """The measurements as short lines (what a prompt and `read_design` show); `reference`:

@@ -210,6 +210,10 @@ class Headline:
         out = [head]
         if r.compared is not None:
             out.append(r.compared.sentence())
+        rule = self.top.measures.correctness_rule
+        if rule:  # which rule passed it, and at what precision the reference ran
+            name, _, why = rule.partition(": ")
+            out.append(f"correctness decided by the {name} rule: {why}" if why else f"correctness: {rule}")
         return out
 
     def to_json(self) -> dict[str, Any]:
