@@ -37,6 +37,7 @@ def _sh(cmd: str, cwd: Path, env: dict[str, str], timeout_s: float) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # an install and a whole search
 def test_a_newcomers_path_from_the_readme(tmp_path: Path) -> None:
     clone = tmp_path / "stratagem"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
