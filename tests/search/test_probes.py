@@ -30,7 +30,7 @@ class NoPolicy:
 
 
 def session(run_dir: Path, **search: Any) -> RunSession:
-    cfg = load_config(None, {"evaluation": {"device": "cpu", "timeout_s": 120, "baselines": ["eager"]},
+    cfg = load_config(None, {"evaluation": {"device": "cpu", "timeout_s": 600, "baselines": ["eager"]},
                              "search": search})
     problem = load_problem(GELU / "problem.py")
     store = RunStore.open(run_dir)
