@@ -27,6 +27,12 @@ from pydantic_ai.exceptions import ModelAuthenticationError, ModelHTTPError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from stratagem.config import load_config
+from stratagem.context.curate import (
+    CHARS_PER_TOKEN,
+    PER_DESIGN_OVERHEAD_CHARS,
+    TEMPLATE_OVERHEAD_CHARS,
+)
 from stratagem.core.search import DesignView, Feedback, Policy
 from stratagem.errors import HarnessError
 from stratagem.search.policies.auto import AutoIterationResult, AutoPolicy
@@ -194,3 +200,49 @@ def test_test_model_completes_an_iteration(tmp_path: Path) -> None:
         DesignView(res.design_ids[0], "x", "valid", speedup=20.0, runtime_ms=1.0),
         state(), session))
     assert review is not None and not review.cheating
+
+
+def test_over_budget_the_implementor_keeps_the_cited_best_whole_and_a_long_designs_new_part(
+    tmp_path: Path,
+) -> None:
+    # issue 44 item 4: the cited designs no longer split the budget equally; the best stays
+    # whole, and a design that must be shortened keeps what it changed from its parent
+    def steps(tag: str, n: int) -> list[str]:
+        return [f"        y = op_{tag}_{i}(y)  # step {i} of the {tag} pipeline, as written" for i in range(n)]
+
+    def view(lines: list[str], speedup: float, at: float, parents: tuple[str, ...] = ()) -> DesignView:
+        source = "class ModelNew:\n    def forward(self, y):\n" + "\n".join(lines) + "\n        return y\n"
+        return DesignView(design_id(source), source, "valid", 1, parents=parents, runtime_ms=1.0 / speedup,
+                          speedup=speedup, created_at=at)
+
+    base = steps("old", 160)
+    parent = view(base, 1.1, 1.0)
+    new_part = [f"        y = fused_down_projection_{i}(y, self.w{i})  # the new kernel, part {i}" for i in range(8)]
+    long = view(base[:80] + new_part + base[80:], 1.3, 2.0, parents=(parent.id,))
+    best = view(steps("best", 100), 2.0, 3.0)
+    run = state([parent, long, best], 2)
+    reserved = len(run.problem.source) + sum(len(r) + 3 for r in run.rules) + TEMPLATE_OVERHEAD_CHARS
+    room = len(best.source) + len(long.source) // 2 + 2 * PER_DESIGN_OVERHEAD_CHARS
+    cfg = load_config(None, {"agents": {"model": "test", "max_retries": 0},
+                             "search": {"implementors": 1, "seed": 7},
+                             "context": {"token_budget": (reserved + room) // CHARS_PER_TOKEN}})
+    firsts: list[str] = []
+
+    def plan(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        return output(i, {"strategy": "refine", "evidence": [best.id[:12], long.id[:12]], "rationale": "r",
+                          "instructions": "bring the new kernel into the best design"})
+
+    def impl(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        firsts.append(user_prompts(m)[0])
+        return output(i, {"source": GOOD_SOURCE, "notes": "n"})
+
+    pol = AutoPolicy.from_config(cfg, problem(), tmp_path, sleep=no_sleep,
+                                 models={"strategist": FunctionModel(plan), "implementor": FunctionModel(impl)})
+    res = asyncio.run(pol.iterate(run, FakeSession()))
+    assert res.plan is not None and res.plan.evidence == (best.id, long.id)
+    prompt = firsts[0]
+    assert best.source.strip() in prompt  # the cited best, whole
+    assert all(line in prompt for line in new_part)  # the long design's new part, whole
+    assert "lines as in its parent, cut to fit the context budget" in prompt
+    assert base[79] in prompt and base[80] in prompt  # the unchanged lines beside it stay
+    assert base[0] not in prompt and base[-1] not in prompt  # the farthest are cut first

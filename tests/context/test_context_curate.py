@@ -195,6 +195,18 @@ def test_truncate_source_keeps_head_and_tail() -> None:
     assert "lines cut" in out
 
 
+def test_truncate_source_keeps_the_new_part_whole_and_cuts_what_the_parent_had() -> None:
+    parent = [f"line {i}" for i in range(1_000)]
+    new = [f"new kernel line {i}" for i in range(5)]
+    child = "\n".join(parent[:10] + new + parent[10:])
+    out = truncate_source(child, 800, ["\n".join(parent)])
+    assert len(out) <= 800
+    assert all(line in out.splitlines() for line in new)
+    assert "line 9" in out and "line 10" in out.splitlines()  # beside the new part
+    assert "line 999" not in out and "lines as in its parent" in out  # the farthest cut first
+    assert truncate_source(child, 800).endswith("line 999")  # no parent: head and tail
+
+
 def test_over_budget_the_best_and_the_newest_stay_whole_and_the_old_weak_one_is_shortened() -> None:
     # the observed case: the newest relevant design cut in its middle while an iteration-1
     # design at 1.12x was shown in full

@@ -14,13 +14,16 @@ Four sections, each what its name says, and a design is shown in full in one of 
 
 Failure reports are compressed, and the whole selection is fitted to a token budget (about 4
 characters per token) by shortening sources and then dropping the lowest-priority designs
-(worst, then failed, then recent; the best last).
+(worst, then failed, then recent; the best last). The Implementor's cited designs are fitted by
+the same rules (`fit_cited`). A source that must be shortened keeps what it changed from its
+parents whole and loses its unchanged lines first (`truncate_source`).
 
 Pure functions over records; the randomness comes from an explicit `random.Random`.
 """
 
 from __future__ import annotations
 
+import difflib
 import random
 import re
 from collections.abc import Sequence
@@ -174,20 +177,7 @@ def curate(
         *(_Pick("failed", d) for d in failed),
         *(_Pick("worst", d) for d in worst),
     ]
-    for p in picks:
-        p.view = replace(p.view, report=compress_report(p.view.report, cfg.failure_report_chars))
-    reserved = (
-        reserved_chars
-        if reserved_chars is not None
-        else len(state.problem.source) + sum(len(r) + 3 for r in state.rules) + TEMPLATE_OVERHEAD_CHARS
-    )
-    budget = max(cfg.token_budget * CHARS_PER_TOKEN - reserved, 0)
-    _fit(picks, budget)
-    kept = [p for p in picks if not p.dropped]
-    for p in kept:
-        if p.source_cap is not None and len(p.view.source) > p.source_cap:
-            p.view = replace(p.view, source=truncate_source(p.view.source, p.source_cap))
-            p.truncated = True
+    kept = _shown(picks, state, cfg, reserved_chars)
 
     def group(name: Group) -> tuple[DesignView, ...]:
         return tuple(p.view for p in kept if p.group == name)
@@ -205,6 +195,44 @@ def curate(
     )
 
 
+def fit_cited(cited: Sequence[DesignView], state: SearchState, cfg: ContextConfig) -> tuple[DesignView, ...]:
+    """The designs a plan cites, in its order, fitted to the Implementor's prompt by the
+    Strategist's rules (`_fit`): the best of them and the newest stay whole; the others are
+    shortened first (the weakest and oldest first), then left out."""
+    top = next(iter(ranked(cited)), None)
+    newest = max(cited, key=lambda d: d.created_at, default=None)
+    others = sorted((d for d in cited if d is not top and d is not newest),
+                    key=lambda d: (d.speedup or 0.0, d.created_at), reverse=True)  # lowest priority last
+    picks = [*(_Pick("best", d) for d in (top,) if d is not None),
+             *(_Pick("recent", d) for d in (newest,) if d is not None and d is not top),
+             *(_Pick("worst", d) for d in others)]
+    shown = {p.view.id: p.view for p in _shown(picks, state, cfg)}
+    return tuple(shown[d.id] for d in cited if d.id in shown)
+
+
+def _shown(
+    picks: list[_Pick], state: SearchState, cfg: ContextConfig, reserved_chars: int | None = None
+) -> list[_Pick]:
+    """The picks kept in the prompt's budget, their reports compressed and their sources cut to
+    fit (each against its parents in `state`)."""
+    for p in picks:
+        p.view = replace(p.view, report=compress_report(p.view.report, cfg.failure_report_chars))
+    reserved = (
+        reserved_chars
+        if reserved_chars is not None
+        else len(state.problem.source) + sum(len(r) + 3 for r in state.rules) + TEMPLATE_OVERHEAD_CHARS
+    )
+    _fit(picks, max(cfg.token_budget * CHARS_PER_TOKEN - reserved, 0))
+    sources = {d.id: d.source for d in state.designs}
+    kept = [p for p in picks if not p.dropped]
+    for p in kept:
+        if p.source_cap is not None and len(p.view.source) > p.source_cap:
+            parents = [sources[i] for i in p.view.parents if i in sources]
+            p.view = replace(p.view, source=truncate_source(p.view.source, p.source_cap, parents))
+            p.truncated = True
+    return kept
+
+
 def _size(p: _Pick) -> int:
     src = len(p.view.source) if p.source_cap is None else min(len(p.view.source), p.source_cap)
     return src + len(p.view.report) + PER_DESIGN_OVERHEAD_CHARS
@@ -212,9 +240,10 @@ def _size(p: _Pick) -> int:
 
 def _fit(picks: list[_Pick], budget_chars: int) -> None:
     """Fit the picks to the budget, keeping what matters whole: the best designs and the newest
-    one. The others are shortened first (to `MIN_SOURCE_CHARS`, the weakest and oldest first:
-    the list's tail), then dropped; only then do the kept ones share what is left, and the
-    highest-priority pick is never dropped (its source is cut as far as needed instead).
+    one. The others are shortened first (as far as needed, down to `MIN_SOURCE_CHARS`, the
+    weakest and oldest first: the list's tail), then dropped; only then do the kept ones share
+    what is left, and the highest-priority pick is never dropped (its source is cut as far as
+    needed instead).
     """
 
     def total() -> int:
@@ -224,11 +253,11 @@ def _fit(picks: list[_Pick], budget_chars: int) -> None:
         return
     newest = next((p for p in picks if p.group == "recent"), None)
     rest = [p for p in picks if p.group != "best" and p is not newest][::-1]  # lowest priority first
-    for p in rest:  # 1. the others summarized
-        if total() <= budget_chars:
+    for p in rest:  # 1. the others shortened
+        if (over := total() - budget_chars) <= 0:
             return
         if len(p.view.source) > MIN_SOURCE_CHARS:
-            p.source_cap = MIN_SOURCE_CHARS
+            p.source_cap = max(len(p.view.source) - over, MIN_SOURCE_CHARS)
     for p in rest:  # 2. then left out
         if total() <= budget_chars:
             return
@@ -247,11 +276,20 @@ def _fit(picks: list[_Pick], budget_chars: int) -> None:
         top.source_cap = max(room, MIN_SOURCE_CHARS // 2)
 
 
-def truncate_source(source: str, max_chars: int) -> str:
-    """Keep the head and tail of a source, marking the cut; whole lines only where possible."""
+def truncate_source(source: str, max_chars: int, parents: Sequence[str] = ()) -> str:
+    """Shorten a source to about `max_chars`, marking each cut; whole lines only where possible.
+
+    Against its parents' sources, its new part (the lines no parent has, by difflib) is kept
+    whole and the unchanged lines are cut first, those farthest from a new line first. Without
+    parents, or when its new part alone is too long, the head and tail are kept.
+    """
     if len(source) <= max_chars:
         return source
     lines = source.splitlines()
+    if parents and (kept := _new_part(lines, parents, max_chars)) is not None:
+        if len(kept) <= max_chars:
+            return kept
+        lines = kept.splitlines()
     marker = "# ... [{n} lines cut to fit the context budget] ..."
     head_budget = int(max_chars * 0.7)
     tail_budget = max_chars - head_budget - len(marker) - 8
@@ -274,6 +312,49 @@ def truncate_source(source: str, max_chars: int) -> str:
     if not head and not tail:  # one enormous line
         return source[: max(max_chars - 40, 0)] + "\n# ... [cut to fit the context budget]"
     return "\n".join([*head, marker.format(n=cut), *tail])
+
+
+_UNCHANGED_MARKER = "# ... [{n} lines as in its parent, cut to fit the context budget] ..."
+
+
+def _new_part(lines: list[str], parents: Sequence[str], max_chars: int) -> str | None:
+    """`lines` with its new part whole and as many unchanged lines as fit, nearest the new
+    part first; None when every line is new or none is."""
+    new = set(range(len(lines)))
+    for parent in parents:
+        matcher = difflib.SequenceMatcher(None, parent.splitlines(), lines, autojunk=False)
+        for block in matcher.get_matching_blocks():
+            new -= set(range(block.b, block.b + block.size))
+    if not new or len(new) == len(lines):
+        return None
+    n = len(lines)
+    away = [n] * n  # lines to the nearest new one
+    for order in (range(n), range(n - 1, -1, -1)):
+        last: int | None = None
+        for i in order:
+            last = i if i in new else last
+            away[i] = min(away[i], abs(i - last) if last is not None else n)
+    marks = sum(1 for i in range(n) if i not in new and (i == 0 or i - 1 in new))
+    room = max_chars - sum(len(lines[i]) + 1 for i in new) - marks * (len(_UNCHANGED_MARKER) + 3)
+    keep = set(new)
+    for i in sorted(set(range(n)) - new, key=lambda i: (away[i], i)):
+        if room < len(lines[i]) + 1:
+            break
+        keep.add(i)
+        room -= len(lines[i]) + 1
+    out: list[str] = []
+    cut = 0
+    for i, line in enumerate(lines):
+        if i in keep:
+            if cut:
+                out.append(_UNCHANGED_MARKER.format(n=cut))
+            out.append(line)
+            cut = 0
+        else:
+            cut += 1
+    if cut:
+        out.append(_UNCHANGED_MARKER.format(n=cut))
+    return "\n".join(out)
 
 
 def compress_report(report: str, max_chars: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from stratagem.agents.agent_command import command_routes
@@ -33,7 +33,7 @@ from stratagem.agents.strategist import StrategistDeps, StrategistResult, plan_i
 from stratagem.agents.tools import Workdir, session_probe
 from stratagem.config import StratagemConfig
 from stratagem.context import render
-from stratagem.context.curate import CHARS_PER_TOKEN, Curated, curate, truncate_source
+from stratagem.context.curate import Curated, curate, fit_cited
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
     DesignView,
@@ -221,8 +221,7 @@ class AutoPolicy:
     ) -> list[ImplementorResult]:
         views = designs_by_id(state.designs)
         cited = [views[i] for i in plan.evidence if i in views]
-        cap = self.cfg.context.token_budget * CHARS_PER_TOKEN // max(len(cited), 1)
-        evidence = tuple(replace(v, source=truncate_source(v.source, cap)) for v in cited)
+        evidence = fit_cited(cited, state, self.cfg.context)  # the Strategist's priorities
         start = starting_files(plan, cited, self.domain.main_file(self.problem))
         tasks = [
             ImplementorTask(
