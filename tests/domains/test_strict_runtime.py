@@ -23,9 +23,9 @@ from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.worker import provenance, runtime
-from stratagem.domains.pytorch.worker.runtime import StageFailure
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
+from stratagem.worker_api.stages import StageFailure
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 STRICT = FIX / "strict"

@@ -77,8 +77,8 @@ def test_timing_on_a_gpu_slot_runs_commands_on_its_timing_cores(tmp_path) -> Non
     ctx = Context(json.loads(req.model_dump_json()), tmp_path / "w", lambda e, x: None)
     before = os.sched_getaffinity(0)
     show = "grep Cpus_allowed_list /proc/self/status"
-    with ctx.hold("exclusive"):
+    with ctx.use.hold("exclusive"):
         inside = execute(show, tmp_path, 5).stdout.split()[-1]
     assert inside == str(core) and os.sched_getaffinity(0) == before
-    with ctx.hold("shared"):
+    with ctx.use.hold("shared"):
         assert execute(show, tmp_path, 5).stdout.split()[-1] != str(core)

@@ -1,14 +1,13 @@
 """Owns what the command domain's worker stages share: `Context` (the request, the problem's
 bundle, the build directories of every program: the reference, the design and the harness's
-baselines; the device lock, the progress emitter) and `StageFailure`, a stage's end as a failed
-result. Standard library only."""
+baselines; the device's lock holds and phases, `worker_api/device_use.py`). Standard library
+only."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,9 @@ from stratagem.domains.command import outputs
 from stratagem.domains.command.problem import Bundle, bundle_of
 from stratagem.domains.command.runner import Ran, changed_files, execute, fill, tree_hashes
 from stratagem.domains.command.spec import Spec
-from stratagem.worker_api.device_lock import DeviceLock
+from stratagem.worker_api.device_use import DeviceUse
+from stratagem.worker_api.stages import Emit, StageFailure
 
-Emit = Callable[[str, dict[str, Any]], None]
 WHO = ("reference", "design")
 BASELINE = "baseline:"
 """A harness baseline's program name prefix (`baseline:cublas`)."""
@@ -28,19 +27,9 @@ CLOCK_TOLERANCE_MS = 0.5
 granularity); more is a time line the harness did not see happen."""
 
 
-class StageFailure(Exception):
-    """A stage's end as a failed result (raised inside the worker, caught by the stage driver)."""
-
-    def __init__(self, kind: FailureKind, reason: str, **details: Any) -> None:
-        super().__init__(reason)
-        self.kind: FailureKind = kind
-        self.reason = reason
-        self.details = details
-
-
 class Context:
-    """What the stages share: the request, the bundle, the build directories, the lock, the
-    progress emitter (a narrow view of the worker, not the worker itself)."""
+    """What the stages share: the request, the bundle, the build directories, the device's
+    lock holds and phases (`use`: a narrow view of the worker, not the worker itself)."""
 
     def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit) -> None:
         self.request = request
@@ -50,11 +39,9 @@ class Context:
         self.programs: tuple[str, ...] = (*WHO, *(BASELINE + b.name for b in self.bundle.spec.baselines))
         """Every program an evaluation builds and times: the reference, the design, the baselines."""
         self.dirs = {who: workdir / "build" / who.replace(":", "_") for who in self.programs}
-        self.device = str(request.get("device") or "cpu")
-        self.emit = emit
-        lock = request.get("timing_lock")
-        self.lock = DeviceLock(str(lock)) if lock else None
-        self._phases = ["run"]
+        self.use = DeviceUse(request, emit)
+        """The device lock held shared while building and checking, exclusive while timing."""
+        self.device = self.use.device
         self._reference_files: dict[str, str] = {}
         """The reference directory's files as its last run left them (a design's run may not touch them)."""
 
@@ -77,52 +64,6 @@ class Context:
         if who == "design":
             files.update({k: v for k, v in self.design_files.items() if k in files})
         return files
-
-    @contextlib.contextmanager
-    def phase(self, name: str, **about: Any) -> Iterator[None]:
-        self._phases.append(name)
-        self.emit("phase", {"phase": name, **about})
-        try:
-            yield
-        finally:
-            self._phases.pop()
-            self.emit("phase", {"phase": self._phases[-1]})
-
-    @contextlib.contextmanager
-    def hold(self, mode: str) -> Iterator[None]:
-        """The device lock in `mode` (shared while building and checking, exclusive while timing)."""
-        if self.lock is None:
-            yield
-            return
-
-        @contextlib.contextmanager
-        def waiting(holder: dict[str, Any] | None) -> Iterator[None]:
-            with self.phase("wait", holder=holder):
-                yield
-
-        with self.lock.hold(mode, owner=dict(self.request.get("lock_owner") or {}), waiting=waiting):  # type: ignore[arg-type]
-            with self.pinned() if mode == "exclusive" else contextlib.nullcontext():
-                yield
-
-    @contextlib.contextmanager
-    def pinned(self) -> Iterator[None]:
-        """While timing on a GPU slot, this worker and the commands it starts run on the cores
-        reserved for that GPU's timing (Linux); elsewhere, or without them, nothing changes."""
-        cores = {int(c) for c in self.request.get("timing_cores") or ()}
-        if not cores or not hasattr(os, "sched_setaffinity"):
-            yield
-            return
-        before = os.sched_getaffinity(0)
-        try:
-            os.sched_setaffinity(0, cores)
-        except OSError:
-            yield
-            return
-        try:
-            yield
-        finally:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(0, before)
 
     def inputs(self, draw: Mapping[str, Any]) -> dict[str, Any]:
         """A hidden input draw as placeholder values: the seed and the sizes."""

@@ -16,8 +16,9 @@ from typing import Any
 from stratagem.core.paired import bootstrap_median, pair_ratios, paired_ratio, paired_stability
 from stratagem.core.verdict import FailureKind
 from stratagem.domains.command import formula, outputs
-from stratagem.domains.command.context import BASELINE, CLOCK_TOLERANCE_MS, Context, StageFailure
+from stratagem.domains.command.context import BASELINE, CLOCK_TOLERANCE_MS, Context
 from stratagem.domains.command.spec import CASE_VARIABLE, RETIMES
+from stratagem.worker_api.stages import StageFailure
 
 
 def _stats(samples: list[float], keep: bool = True) -> dict[str, Any]:
@@ -90,7 +91,7 @@ def _pairs(ctx: Context, values: Mapping[str, Any], expected: list[float] | None
     spec = ctx.spec
     rng = random.SystemRandom()
     out: dict[str, dict[str, list[Any]]] = {k: {w: [] for w in ctx.programs} for k in ("blocks", "walls", "outside")}
-    with ctx.hold("exclusive"):
+    with ctx.use.hold("exclusive"):
         for p in range(spec.timing.pairs):
             for who in _order(ctx.programs, p):
                 block: list[Times] = []

@@ -4,26 +4,26 @@ and the design built in separate directories, fixed files verified by hash, the 
 binaries checked for forbidden dependencies; the harness's baselines built beside them, exempt
 from `[forbid]`),
 `correctness` (both run on the same hidden inputs, outputs compared; a problem that needs a GPU
-stops here on the CPU) and `timing` (`timing.py`); the stage driver and `run_request`.
-Standard library only."""
+stops here on the CPU) and `timing` (`timing.py`); `run_request`, through the stage driver
+every worker shares (`worker_api/stages.py`). Standard library only."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import platform
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.command import forbid
-from stratagem.domains.command.context import BASELINE, Context, Emit, StageFailure
+from stratagem.domains.command.context import BASELINE, Context
 from stratagem.domains.command.runner import become_subreaper, execute, write_files
 from stratagem.domains.command.timing import timing
 from stratagem.errors import ProblemError
+from stratagem.worker_api import stages
+from stratagem.worker_api.stages import Emit, StageFailure
 
 # -- stages -----------------------------------------------------------------------------
 
@@ -44,7 +44,7 @@ def build(ctx: Context) -> dict[str, Any]:
         d.mkdir(parents=True)
         write_files(d, ctx.files_of(who))
         write_files(d, ctx.bundle.fixed_files())  # after the editable ones: the harness's versions win
-        with ctx.phase("compile"):
+        with ctx.use.phase("compile"):
             ran = execute(spec.build.command, d, spec.build.timeout_s)
         out[f"{who}_build_s"] = round(ran.wall_ms / 1e3, 3)
         if not ran.ok:
@@ -122,10 +122,10 @@ STAGES: dict[str, Callable[[Context], dict[str, Any]]] = {"build": build, "corre
 def _run_stage(ctx: Context, name: str) -> ValidatorResult:
     t0 = time.monotonic()
     try:
-        with ctx.hold("shared") if name != "timing" else contextlib.nullcontext():
+        with ctx.use.hold("shared") if name != "timing" else contextlib.nullcontext():
             details = STAGES[name](ctx)
     except StageFailure as f:
-        return ValidatorResult(name, "failed", f.reason, f.kind, f.details, time.monotonic() - t0)
+        return f.result(name, time.monotonic() - t0)
     except Exception as e:  # noqa: BLE001 - the harness's own fault, said as data
         return ValidatorResult(name, "failed", f"harness: {type(e).__name__}: {e}", "harness_error", {},
                                time.monotonic() - t0)
@@ -135,47 +135,23 @@ def _run_stage(ctx: Context, name: str) -> ValidatorResult:
 def describe(device: str) -> dict[str, Any]:
     """Where the worker ran: its device (`cpu`, or `cuda` pinned by the slot), host, the CPU's
     model name, the machine."""
-    name = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return {"device": device, "device_name": name, "host_name": platform.node(), "machine": platform.machine(),
-            "python": platform.python_version()}
-
-
-def _keep_off_reserved_cores(request: Mapping[str, Any]) -> None:
-    """On a GPU machine with cores reserved for timing, this worker (and every command it
-    starts) runs off them except while it times (Linux only)."""
-    reserved = {int(c) for c in request.get("reserved_cores") or ()}
-    if not reserved or not hasattr(os, "sched_setaffinity"):
-        return
-    with contextlib.suppress(OSError):
-        rest = os.sched_getaffinity(0) - reserved
-        if rest:
-            os.sched_setaffinity(0, rest)
+    return {"device": device, "device_name": stages.cpu_name(), "host_name": platform.node(),
+            "machine": platform.machine(), "python": platform.python_version()}
 
 
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
     """Run the requested stages; return the response body (results and environment)."""
     become_subreaper()
-    specs = [ValidatorSpec(s["name"], tuple(s.get("requires", ())), "worker") for s in request["stages"]]
-    unknown = [s.name for s in specs if s.name not in STAGES]
-    if unknown:
-        raise ValueError(f"unknown command-domain worker stages: {unknown}")
-    run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
-    _keep_off_reserved_cores(request)
+    graph = stages.plan(request, STAGES, "command-domain worker stages")
+    stages.keep_off_reserved_cores(request)
     try:
         ctx: Context | None = Context(request, workdir, emit)
         broken = ""
     except ProblemError as e:  # the parent checked the same text: a mismatch is the problem's to answer for
         ctx, broken = None, str(e)
-    while (step := run.next_step()) is not None:
-        spec = step.specs[0]
-        emit("start", {"stage": spec.name})
-        result = (_run_stage(ctx, spec.name) if ctx is not None
-                  else ValidatorResult(spec.name, "failed", broken, "problem_error"))
-        run.record([result])
-        emit("end", {"stage": spec.name, "result": result.to_json()})
-    return {"results": [r.to_json() for r in run.results], "environment": describe(str(request.get("device") or "cpu"))}
+
+    def run_stage(name: str) -> ValidatorResult:
+        return _run_stage(ctx, name) if ctx is not None else ValidatorResult(name, "failed", broken, "problem_error")
+
+    results = stages.drive(graph, run_stage, emit)
+    return {"results": results, "environment": describe(str(request.get("device") or "cpu"))}

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from stratagem.worker_api.stages import cpu_name
+
 
 def describe(device: str) -> dict[str, Any]:
     env: dict[str, Any] = {
@@ -32,7 +34,7 @@ def describe(device: str) -> dict[str, Any]:
             visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         )
     else:
-        env.update(device_name=_cpu_name(), threads=torch.get_num_threads(), cpu_capability=_cpu_capability(),
+        env.update(device_name=cpu_name(), threads=torch.get_num_threads(), cpu_capability=_cpu_capability(),
                    isa=_isa())
     env.update(_versions())
     return env
@@ -78,13 +80,3 @@ def _versions() -> dict[str, str]:
     except Exception:  # noqa: BLE001 - a build without the config string
         pass
     return out
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()

@@ -42,8 +42,8 @@ from typing import Any
 import torch
 
 from stratagem.domains.pytorch.worker import params, record, runtime, timed
-from stratagem.domains.pytorch.worker.runtime import StageFailure
 from stratagem.domains.pytorch.worker.stages import Emit, Worker, prepare_device
+from stratagem.worker_api.stages import StageFailure
 
 MAX_RECORD_BYTES = 1 << 34
 """The largest recorded output file the judge reads (16 GiB)."""

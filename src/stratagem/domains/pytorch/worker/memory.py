@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.domains.pytorch.worker import runtime
-from stratagem.domains.pytorch.worker.runtime import StageFailure
+from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from stratagem.domains.pytorch.worker import record, runtime
+from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext
@@ -143,8 +144,8 @@ def _run_trial(w: StageContext, seed: int) -> dict[str, Any]:
             cmp = judge_randomised(w, ref, ref_out, cand_out, inputs)
     info = {"mapped": how, "tensors": len(pairs), "seed": seed, **cmp.to_json()}
     if not cmp.ok:
-        raise runtime.StageFailure(cmp.kind, f"with randomised parameters (mapped {how}): {cmp.reason}",
-                                   {"randomised_parameters": info})
+        raise StageFailure(cmp.kind, f"with randomised parameters (mapped {how}): {cmp.reason}",
+                           {"randomised_parameters": info})
     return {"randomised_parameters": info}
 
 
@@ -263,6 +264,6 @@ def _run_off_distribution(w: StageContext, seed: int, visible_magnitude: float) 
     cmp, grow = judge_off_distribution(w, ref_out, cand_out, inputs, visible_magnitude)
     info = {"scale": scale, "atol_growth": grow, "seed": seed, **cmp.to_json()}
     if not cmp.ok:
-        raise runtime.StageFailure(cmp.kind, f"with inputs off get_inputs()'s distribution (scaled by {scale:g}, "
-                                   f"heavy-tailed): {cmp.reason}", {"off_distribution": info})
+        raise StageFailure(cmp.kind, f"with inputs off get_inputs()'s distribution (scaled by {scale:g}, "
+                           f"heavy-tailed): {cmp.reason}", {"off_distribution": info})
     return {"off_distribution": info}

@@ -59,7 +59,7 @@ from stratagem.domains.pytorch.worker.native_calls import (
     _under,
     own_functions,
 )
-from stratagem.domains.pytorch.worker.runtime import StageFailure
+from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext

@@ -115,14 +115,6 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-class StageFailure(Exception):
-    """Raised inside a worker stage to end it as failed with a kind, reason and details."""
-
-    def __init__(self, kind: str, reason: str, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(reason)
-        self.kind, self.reason, self.details = kind, reason, dict(details or {})
-
-
 def detach_copy(out: Any) -> Any:
     """A copy of an output (tensors cloned, sequences rebuilt) that later calls cannot change."""
     if isinstance(out, torch.Tensor):

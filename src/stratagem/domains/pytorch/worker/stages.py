@@ -14,7 +14,6 @@ hold no lock on a GPU, and unchanged sources load from the shared build cache.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 
 import torch
 
-from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.worker import (
     audit,
@@ -46,8 +44,10 @@ from stratagem.domains.pytorch.worker import (
     timed,
 )
 from stratagem.domains.pytorch.worker.anchor import Anchor
-from stratagem.domains.pytorch.worker.device_use import DeviceUse, Emit, watch_compile_modes
-from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
+from stratagem.domains.pytorch.worker.device_use import DeviceUse, watch_compile_modes
+from stratagem.domains.pytorch.worker.runtime import Programs
+from stratagem.worker_api import stages
+from stratagem.worker_api.stages import Emit, StageFailure
 
 ANCHOR_REPORT_BYTES = 1 << 30
 """The fixed rule anchors its first trial only while the float64 copies of its inputs stay
@@ -474,28 +474,19 @@ def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
     """Run the requested stages; return the response body (results and environment)."""
     request = prepare_device(request)
-    device = str(request["device"])
-    specs = [ValidatorSpec(s["name"], tuple(s.get("requires", ())), "worker") for s in request["stages"]]
-    unknown = [s.name for s in specs if s.name not in STAGES]
-    if unknown:
-        raise ValueError(f"unknown worker stages: {unknown}")
+    graph = stages.plan(request, STAGES)
     worker = Worker(request, workdir, emit, record_dir)
-    _keep_off_timing_cores(request)
+    stages.keep_off_reserved_cores(request)
     if request.get("candidate") is not None:
         # before any device lock is held: a worker waiting here holds nothing another needs
         with worker.phase("wait"):
             worker.cleared_builds = builds.claim()
-    run = GraphRun(ValidatorGraph.of(specs), batch_placement=None)
-    while (step := run.next_step()) is not None:
-        spec = step.specs[0]
-        if worker.poisoned is not None:
-            result = ValidatorResult(spec.name, "skipped", reason=f"worker retired after a CUDA error: {worker.poisoned}")
-        else:
-            emit("start", {"stage": spec.name})
-            result = _run_stage(worker, spec.name)
-        run.record([result])
-        emit("end", {"stage": spec.name, "result": result.to_json()})
-    return {"results": [r.to_json() for r in run.results], "environment": environment.describe(device)}
+
+    def retired() -> str | None:
+        return None if worker.poisoned is None else f"worker retired after a CUDA error: {worker.poisoned}"
+
+    results = stages.drive(graph, lambda name: _run_stage(worker, name), emit, retired)
+    return {"results": results, "environment": environment.describe(worker.device)}
 
 
 SELF_LOCKING = frozenset({"load", "timing", "baseline", "confirm", "profile"})
@@ -523,18 +514,6 @@ def _stage_context(worker: Worker, name: str) -> Iterator[None]:
             yield
 
 
-def _keep_off_timing_cores(request: Mapping[str, Any]) -> None:
-    """On a GPU machine with cores reserved for timing, this worker (and every process it
-    starts: compile workers, nvcc) runs off them, except while it times (Linux only)."""
-    reserved = {int(c) for c in request.get("reserved_cores") or ()}
-    if not reserved or not hasattr(os, "sched_setaffinity"):
-        return
-    with contextlib.suppress(OSError):
-        rest = os.sched_getaffinity(0) - reserved
-        if rest:
-            os.sched_setaffinity(0, rest)
-
-
 def _run_stage(worker: Worker, name: str) -> ValidatorResult:
     t0 = time.perf_counter()
     first_window = len(worker.windows)
@@ -550,9 +529,7 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
                        "lock_wait_s": round(sum(w.waited_s for w in worker.windows[first_window:]), 4)}
         return ValidatorResult(name, "passed", details=details, duration_s=time.perf_counter() - t0)
     except StageFailure as f:
-        return ValidatorResult(name, "failed", reason=f.reason, kind=f.kind,  # type: ignore[arg-type]
-                               details={**(f.details or {}), **memory.peak_now(worker.device)},
-                               duration_s=time.perf_counter() - t0)
+        return f.result(name, time.perf_counter() - t0, **memory.peak_now(worker.device))
     except (Exception, SystemExit) as e:  # candidate code can raise anything; it becomes data
         worker.note_cuda(e)
         kind = runtime.classify_exception(e)

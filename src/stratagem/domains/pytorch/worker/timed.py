@@ -23,7 +23,8 @@ from stratagem.domains.pytorch.worker import (
     runtime,
     timing,
 )
-from stratagem.domains.pytorch.worker.runtime import Programs, StageFailure
+from stratagem.domains.pytorch.worker.runtime import Programs
+from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext
