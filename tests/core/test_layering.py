@@ -342,3 +342,46 @@ def test_an_upward_import_is_caught():
     tree = ast.parse("from stratagem.search.loop import SearchLoop\nfrom stratagem.core.search import Plan\n")
     found = upward("stratagem.context.render", PKG / "context" / "render.py", tree)
     assert len(found) == 2 and all("stratagem.search.loop" in f for f in found)  # the module and its name
+
+
+def test_generic_code_asks_the_domain_no_side_door():
+    """The Domain seam (`domains/base.py`): no `getattr(domain, ...)` with a default anywhere;
+    a capability a domain lacks is None, and generic code asks whether it exists."""
+    bad = [f"{path.relative_to(SRC)}:{n.lineno}" for _mod, path, tree in MODULES for n in ast.walk(tree)
+           if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr" and n.args
+           and isinstance(n.args[0], ast.Name) and n.args[0].id in ("domain", "dom", "d")
+           and "domain" in path.read_text(encoding="utf-8")]
+    assert not bad, "getattr on a domain (ask for the capability instead):\n" + "\n".join(bad)
+
+
+def _stub(fn: ast.FunctionDef) -> bool:
+    """A method that answers nothing: its body (past a docstring) returns a constant None,
+    (), [], {}, False or '', or one of its own parameters unchanged."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return False
+    v = body[0].value
+    params = {a.arg for a in fn.args.args[1:]}
+    return (v is None or (isinstance(v, ast.Constant) and not v.value) or (isinstance(v, ast.Name) and v.id in params)
+            or (isinstance(v, ast.Tuple | ast.List | ast.Dict) and not (getattr(v, "elts", None) or getattr(v, "keys", None))))
+
+
+def test_built_in_domains_write_no_stubs():
+    """A built-in domain writes what it has: no method of its class answers with nothing
+    (an absent capability is the base class's None), and no optional capability is set to
+    an empty stand-in."""
+    from stratagem.domains import BUILTIN, get_domain
+
+    optional = ("baselines", "peaks", "reference_facts", "confirm_graph", "audit_graph", "prebuild", "export",
+                "probe_graphs")
+    bad: list[str] = []
+    for name in BUILTIN:
+        cls = type(get_domain(name))
+        path = Path(sys.modules[cls.__module__].__file__ or "")
+        node = next(n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                    if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
+        bad += [f"{name}: {f.name}" for f in node.body if isinstance(f, ast.FunctionDef) and _stub(f)]
+        bad += [f"{name}: {k} = {v!r}" for k, v in vars(cls).items() if k in optional and not v]
+    assert not bad, "stubs in a built-in domain (leave the capability absent):\n" + "\n".join(bad)
+    sample = ast.parse("def f(self, req):\n    'doc'\n    return req\n").body[0]
+    assert isinstance(sample, ast.FunctionDef) and _stub(sample)

@@ -1,6 +1,7 @@
-"""The Domain seam: a second domain defined only in the tests (`toy.py`: a pure-Python function
-to speed up, checked and timed by commands) runs through `stratagem eval` and a search with a
-scripted policy end to end, without a line of it in the generic layers."""
+"""The Domain seam: a third domain defined only in this folder (`toy.py`: a pure-Python function
+to speed up, checked and timed by its own worker module in the real sandbox) runs through
+`stratagem eval`, a search with a scripted policy and `show` end to end, with the core alone
+and without a line of it in the generic layers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from stratagem.cli import main
 from stratagem.config import load_config
 from stratagem.evaluation.api import make_evaluator
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "search"))
@@ -26,11 +28,30 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures" / "toy"
 PROBLEM = FIX / "sum_squares.toy.py"
 
 
+HERE = str(Path(__file__).resolve().parent)  # where toy_worker.py is
+
+
 @pytest.fixture
-def toy_domain():  # type: ignore[no-untyped-def]
+def toy_domain(monkeypatch):  # type: ignore[no-untyped-def]
+    """The toy registered, its worker module on the sandbox's path (the parent's PYTHONPATH
+    reaches the worker), and a variable of its own the sandbox must keep (`keep_env`)."""
+    monkeypatch.setenv("PYTHONPATH", HERE)
+    monkeypatch.setenv("TOY_SETTING", "kept")
+    monkeypatch.setenv("UNLISTED_SETTING", "scrubbed")
     domains.register(toy.DOMAIN)
     yield toy.DOMAIN
     domains.unregister("toy")
+
+
+def test_the_toy_domain_writes_the_core_alone() -> None:
+    """No stubs: every optional capability is the base class's absent one."""
+    from stratagem.domains.base import Domain
+
+    optional = ("baselines", "peaks", "reference_facts", "confirm_graph", "audit_graph", "prebuild", "export",
+                "probe_graphs", "normal_form", "policies", "measure")
+    assert not set(optional) & set(vars(toy.ToyDomain)), "the toy writes an optional member"
+    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:8])
+    assert not Domain.__abstractmethods__ - set(vars(toy.ToyDomain))  # and every core one
 
 
 def test_eval_judges_a_design_of_another_domain(toy_domain, capsys) -> None:
@@ -38,6 +59,7 @@ def test_eval_judges_a_design_of_another_domain(toy_domain, capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "valid", out["failures"]
     assert list(out["validators"]) == ["syntax", "check", "timing"]
+    assert out["environment"]["worker_module"] == "toy_worker"  # check and timing ran in the sandbox
     assert out["speedup"] > 5 and out["speedup_ci"][0] > 1  # closed form vs a 20000-step loop
     assert out["runtime_ms"] < out["reference_paired_ms"]
     assert main(["eval", str(PROBLEM), str(FIX / "off_by_one.py"), "--device", "cpu", "--json"]) == 0
@@ -55,12 +77,12 @@ def test_a_search_runs_on_another_domain(toy_domain, tmp_path, capsys) -> None:
     store.add_problem(problem)
     store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
     script = [[(FIX / "off_by_one.py").read_text()], [(FIX / "closed_form.py").read_text()]]
-    loop = SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), ScriptedPolicy(script))
+    loop = SearchLoop(RunSession(cfg, problem, store, make_evaluator(cfg.evaluation), ScriptedPolicy(script)))
     out = asyncio.run(loop.run())
     assert out.best is not None and "// 6" in out.best.source and out.best.speedup > 5
     written = out.best_path.read_text()
     assert written.startswith("# stratagem") and "load_reference_state_dict" not in written  # no PyTorch footer
-    assert [v.status for v in loop.views()] == ["invalid", "valid"]
+    assert [v.status for v in loop.session.views()] == ["invalid", "valid"]
     assert main(["show", str(store.run_dir), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["best"]["id"] == out.best.id
@@ -97,7 +119,7 @@ def test_a_design_of_several_files_is_stored_and_judged_whole(toy_domain, tmp_pa
     store = RunStore.open(tmp_path / "run")
     store.add_problem(problem)
     store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
-    asyncio.run(SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), TwoFiles([])).run())
+    asyncio.run(SearchLoop(RunSession(cfg, problem, store, make_evaluator(cfg.evaluation), TwoFiles([]))).run())
     good, bad = seen
     assert good.status == "valid" and bad.status == "invalid" and good.design_id != bad.design_id
     rec = store.design(good.design_id)
@@ -105,9 +127,10 @@ def test_a_design_of_several_files_is_stored_and_judged_whole(toy_domain, tmp_pa
 
 
 def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, tmp_path) -> None:
-    """The worker module is the domain's to name (`ToyDomain.worker_module`, a module outside
+    """The worker module is the domain's to name (`ToyDomain.worker`, a module outside
     `stratagem`): the parent writes it into the request, and the sandboxed worker entry point
-    runs it without loading the domain registry or pydantic."""
+    runs it without loading the domain registry or pydantic, with the variables the domain
+    keeps and its cache in the slot's folder (nothing else of the parent's)."""
     from stratagem.config import EvaluationConfig, environment
     from stratagem.core.design import Design
     from stratagem.core.graph import ValidatorSpec
@@ -116,15 +139,15 @@ def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, 
 
     problem = domains.load_problem(PROBLEM)
     domain = domains.get_domain(problem.domain)
-    here = str(Path(__file__).resolve().parent)  # where toy_worker.py is
-    settings = SandboxSettings(timeout_s=60, base_env={**environment(), "PYTHONPATH": here}, tmp_root=tmp_path)
+    settings = SandboxSettings(timeout_s=60, base_env=environment(), tmp_root=tmp_path, cache_dir=tmp_path / "slot")
     for fixture, outcome in (("closed_form.py", "passed"), ("off_by_one.py", "failed")):
         design = Design.from_source((FIX / fixture).read_text())
         req = domain.build_request(problem, design, [ValidatorSpec("check", (), "worker")], EvaluationConfig())
-        assert req.worker_module == "toy_worker" and req.judge_module is None
+        assert req.worker_module == "toy_worker" and req.judge_module is None and req.keep_env == ["TOY_*"]
         ran = asyncio.run(run_worker(req.model_dump_json(), settings))
         assert ran.returncode == 0 and ran.response_text is not None, ran.stderr_tail
         response = EvalResponse.model_validate_json(ran.response_text)
         assert response.request_id == req.request_id
         assert [(r.name, r.outcome) for r in response.results] == [("check", outcome)]
-        assert response.environment == {"worker_module": "toy_worker", "pydantic_loaded": False}
+        assert response.environment == {"worker_module": "toy_worker", "pydantic_loaded": False,
+                                        "TOY_SETTING": "kept", "TOY_CACHE_DIR": str(tmp_path / "slot" / "toy")}

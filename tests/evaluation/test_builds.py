@@ -41,7 +41,7 @@ def test_a_dead_builds_baton_is_cleared_before_the_next_load(cpu_config, monkeyp
     monkeypatch.setattr(domain, "run_static_checks", lambda *a, **k: ValidatorResult("static_checks", "passed"))
     cfg = cpu_config.model_copy(update={"correctness_trials": 1, "timeout_s": 30, "compile_timeout_s": 30})
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
-    root = Path(ex.slots[0].env["TORCH_EXTENSIONS_DIR"])
+    root = ex.slots[0].caches / "torch_extensions"  # the PyTorch worker's cache in the slot's folder
     (root / "relu_ext").mkdir(parents=True)
     (root / "relu_ext" / "main.o").write_bytes(b"half a build")
     (root / "relu_ext" / "lock").touch()  # what a build killed mid-way leaves

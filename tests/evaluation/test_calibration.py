@@ -9,6 +9,7 @@ from pathlib import Path
 
 from stratagem.cli import main
 from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import DOMAIN as PYTORCH
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -20,7 +21,7 @@ def test_a_calibration_the_reference_beats_is_redone_not_believed(cpu_config, _i
     cfg = cpu_config.model_copy(update={"correctness_trials": 2})
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
     evaluator = Evaluator(cfg, ex, "cpu")
-    path = evaluator.peaks_path()
+    path = evaluator.peaks.path()
     path.parent.mkdir(parents=True, exist_ok=True)
     # what a first calibration on a loaded machine once cached: rates far below the real ones
     path.write_text(json.dumps({"version": 2, "bandwidth_gbps": 1.0, "cache_bandwidth_gbps": 1.0,
@@ -38,10 +39,10 @@ def test_peaks_of_an_older_format_are_measured_again(cpu_config, _isolated_cache
     """Peaks cached before the CPU's cache bandwidth was calibrated lack its bytes floor: a
     newer stratagem measures again rather than run without it."""
     evaluator = Evaluator(cpu_config, LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"}), "cpu")
-    path = evaluator.peaks_path()
+    path = evaluator.peaks.path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"bandwidth_gbps": 7.0, "matmul_tflops": {"float32": 0.1}}))
-    peaks = asyncio.run(evaluator.device_peaks(load_problem(FIX / "problem_linear.py")))
+    peaks = asyncio.run(evaluator.peaks.get(load_problem(FIX / "problem_linear.py"), PYTORCH.peaks))
     assert peaks is not None and peaks["version"] == 2 and peaks["cache_bandwidth_gbps"] > 0
     assert json.loads(path.read_text())["version"] == 2
 

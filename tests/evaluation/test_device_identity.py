@@ -50,7 +50,7 @@ def test_each_evaluation_records_the_device_it_ran_on(cpu_config, tmp_path) -> N
     evaluator = Evaluator(cfg, ex)
     assert evaluator.physical_device == "cuda:0"
     for i in range(2):  # distinct peaks per device, high enough that no floor binds
-        path = evaluator.peaks_path(f"cuda:{i}")
+        path = evaluator.peaks.path(f"cuda:{i}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"version": domain.PEAKS_VERSION, "bandwidth_gbps": 1e6 * (i + 1),
                                     "cache_bandwidth_gbps": 1e6 * (i + 1), "matmul_tflops": {"float32": 1e6}}))

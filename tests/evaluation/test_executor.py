@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,13 +79,12 @@ def test_slots_have_their_own_caches_and_settings(cpu_config, linear_problem, mo
     # Both CPU slots share the CPU's one device lock (timing there excludes every other worker)
     assert len({s.lock_path for s in slots}) == 1 and slots[0].lock_path.is_relative_to(_isolated_cache)
     assert all(s.timing_cores == () and s.reserved_cores == () for s in slots)
-    dirs = [s.env["TORCH_EXTENSIONS_DIR"] for s in slots]
+    dirs = [s.caches for s in slots]  # each slot's compile caches (the request's domain names them)
     assert dirs[0] != dirs[1]
     for s in slots:
         assert s.env["CUDA_VISIBLE_DEVICES"] == ""
-        for key in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
-            p = Path(s.env[key])
-            assert p.is_relative_to(_isolated_cache) and p.is_dir()
+        assert s.caches is not None and s.caches.is_relative_to(_isolated_cache)
+    assert {st.cache_dir for st in rec.settings} <= set(dirs)
     for st in rec.settings:
         assert st.timeout_s == 7.5
         assert st.memory_limit_bytes == 3 * 2**30

@@ -129,6 +129,7 @@ def test_a_run_served_by_one_then_two_once_workers(tmp_path):
     from fakes import ScriptedPolicy
 
     from stratagem.search.loop import RETIMES_MAX, SearchLoop
+    from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore
 
     q = tmp_path / "queue"
@@ -147,7 +148,7 @@ def test_a_run_served_by_one_then_two_once_workers(tmp_path):
             ev = make_evaluator(cfg.evaluation)
             ev.executor.own(str(tmp_path / "run"))
             policy = ScriptedPolicy([[variants[0]], [variants[1], variants[2]]])
-            out["outcome"] = asyncio.run(SearchLoop(cfg, problem, store, ev, policy).run())  # type: ignore[arg-type]
+            out["outcome"] = asyncio.run(SearchLoop(RunSession(cfg, problem, store, ev, policy)).run())  # type: ignore[arg-type]
             out["evaluations"] = [(e.design_id, json.dumps(e.stability)) for e in store.evaluations()]
             out["rounds"] = store.confirmations()
         done.set()
@@ -315,7 +316,7 @@ def test_a_worker_with_two_slots_evaluates_two_requests_at_once_in_slots_of_thei
             with lock:
                 busy[0] += 1
                 peak[0] = max(peak[0], busy[0])
-                seen.append((slot.index, slot.env["TORCH_EXTENSIONS_DIR"], str(slot.lock_path)))
+                seen.append((slot.index, str(slot.caches), str(slot.lock_path)))
             time.sleep(0.5)
             with lock:
                 busy[0] -= 1

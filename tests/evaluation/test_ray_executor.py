@@ -109,7 +109,7 @@ def test_a_design_that_builds_goes_through_the_runners_prebuild(executor) -> Non
     assert "prebuild" not in ev.environment
     from stratagem.domains import get_domain
 
-    request = get_domain("pytorch").prebuild_request(problem, Design.from_source(source), cfg)
+    request = get_domain("pytorch").prebuild(problem, Design.from_source(source), cfg)
     assert request is not None
     assert asyncio.run(ex.prebuild(request, 60.0)) is None  # the actor's own prebuild ran, found no GPU
     assert ex.runners()[0]["lost"] == 0

@@ -18,6 +18,7 @@ import pytest
 
 from stratagem.core.design import Design
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import DOMAIN as PYTORCH
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.api import make_evaluator, read_candidate
 from stratagem.evaluation.executors import LocalExecutor
@@ -106,22 +107,22 @@ def test_peaks_are_read_for_the_host_the_design_ran_on(cpu_config, _isolated_cac
     cfg = cpu_config.model_copy(update={"correctness_trials": 2})
     ev = Evaluator(cfg, on("node-a", cfg), "cpu")
     for host, rate in (("node-a", 1e6), ("node-b", 5e6)):
-        path = ev.peaks_path("cpu", host)
+        path = ev.peaks.path("cpu", host)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"version": domain.PEAKS_VERSION, "bandwidth_gbps": rate,
                                     "cache_bandwidth_gbps": rate, "matmul_tflops": {"float32": 1e6}}))
-    assert ev.peaks_path("cpu", "node-a") != ev.peaks_path("cpu", "node-b")
+    assert ev.peaks.path("cpu", "node-a") != ev.peaks.path("cpu", "node-b")
     design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
     out = asyncio.run(ev.evaluate(load_problem(FIX / "problem_linear.py"), design, with_baseline=False))
     roof = out.verdict.result("roofline")
     assert roof is not None and roof.details["checked"]
     assert roof.details["bandwidth_gbps"] in (1e6, 2e6)  # node-a's (doubled for a cache floor), not node-b's
 
-    ev.peaks_path("cpu", "node-c").unlink(missing_ok=True)
-    got = asyncio.run(ev.device_peaks(load_problem(FIX / "problem_linear.py"), device="cpu", host="node-c"))
+    ev.peaks.path("cpu", "node-c").unlink(missing_ok=True)
+    got = asyncio.run(ev.peaks.get(load_problem(FIX / "problem_linear.py"), PYTORCH.peaks, device="cpu", host="node-c"))
     assert got is None  # measured by node-a's worker: not node-c's
-    assert not ev.peaks_path("cpu", "node-c").exists()
-    assert json.loads(ev.peaks_path("cpu", "node-a").read_text())["bandwidth_gbps"] != 1e6  # node-a's, refreshed
+    assert not ev.peaks.path("cpu", "node-c").exists()
+    assert json.loads(ev.peaks.path("cpu", "node-a").read_text())["bandwidth_gbps"] != 1e6  # node-a's, refreshed
 
 
 def test_compile_caches_are_per_host_and_device(tmp_path) -> None:
@@ -200,7 +201,7 @@ def test_a_searchs_baseline_is_attached_only_on_its_own_host(cpu_config, _isolat
     cpu = LocalExecutor.for_devices(["cpu"], cfg, ENV).slots[0]
     b_only = TwoHosts([dataclasses.replace(cpu, host="node-b")], cfg, ENV)
     ev = Evaluator(cfg, b_only, "cpu")
-    ev._fresh.update(a._fresh)  # the same evaluator measured node-a's: one search, two hosts
+    ev.baselines.fresh.update(a.baselines.fresh)  # the same evaluator measured node-a's: one search, two hosts
     first = asyncio.run(ev.evaluate(problem, design, baseline=search_baseline))
     assert first.environment["host"] == "node-b"
     assert first.baseline is not None and first.baseline.environment["host"] == "node-b"

@@ -1,15 +1,20 @@
-"""Owns the Domain protocol: what the generic layers (the evaluator, the search loop, the
-policies and the agents) may ask of a kind of program being optimised. Each domain lives in a
-package under `domains/`; the registry (`domains/__init__.py`) finds it by `Problem.domain`,
-and nothing outside `domains/` imports a concrete domain.
+"""Owns the Domain seam: what the generic layers (the evaluator, the search loop, the
+policies, the agents and the views) may ask of a kind of program being optimised. A domain is
+a subclass of `Domain`: a small required core (abstract: a domain that lacks one cannot be
+made) and optional capabilities, each None (or, for the agents' two hooks, a plain default)
+where the domain lacks it; generic code asks whether a capability exists and never reaches
+past the class. Each domain lives in a package under `domains/` (or is `register`ed); the
+registry (`domains/__init__.py`) finds it by `Problem.domain`, and nothing outside `domains/`
+imports a concrete domain.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -17,6 +22,7 @@ from stratagem.config import EvaluationConfig, StratagemConfig
 from stratagem.core.design import Design
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
+from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
 from stratagem.core.search import Policy
 from stratagem.core.verdict import ValidatorResult, Verdict
@@ -31,15 +37,26 @@ class BaselineRules(Protocol):
     written, measured by a worker that loads no design) hold for: the evaluator keys its
     baseline cache by them and asks whether a cached one still holds, naming none of them."""
 
-    version: int
-    """The format of the domain's baseline measurements: bumped when the way they are
-    measured changes, so older cached ones are not reused."""
-    settings: Mapping[str, Any]
-    """Everything a baseline's validity depends on besides the hardware and the problem."""
-    check_trials: int
-    """The correctness trials (fresh seeds) each mode gets in the baseline worker."""
-    min_limit_s: float
-    """The least run limit of a baseline worker (building the modes may take minutes)."""
+    @property
+    def version(self) -> int:
+        """The format of the domain's baseline measurements: bumped when the way they are
+        measured changes, so older cached ones are not reused."""
+        ...
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """Everything a baseline's validity depends on besides the hardware and the problem."""
+        ...
+
+    @property
+    def check_trials(self) -> int:
+        """The correctness trials (fresh seeds) each mode gets in the baseline worker."""
+        ...
+
+    @property
+    def min_limit_s(self) -> float:
+        """The least run limit of a baseline worker (building the modes may take minutes)."""
+        ...
 
     def identity(self, environment: Mapping[str, Any]) -> dict[str, Any]:
         """The part of a worker's environment a baseline measured there holds for."""
@@ -53,11 +70,11 @@ class BaselineRules(Protocol):
 
 @dataclass(frozen=True)
 class BaselineNames:
-    """The names of a domain's baselines, as data the domain supplies (`Domain.baseline_names`),
-    so the views say them without the generic layers naming any."""
+    """How the views name a domain's reference and baselines, as data the domain supplies
+    (`Domain.names`), so the views say them without the generic layers naming any."""
 
     reference: str = "the reference"
-    """The reference as written, as the views say it (`Domain.reference_label`)."""
+    """The reference as written, as the views say it ."""
     compared: str | None = None
     """The baseline the views set beside the reference, in a column of its own: its key in the
     records (`EvaluationRecord.speedups`, a design view's second ratio); None: none."""
@@ -70,15 +87,6 @@ class BaselineNames:
     @property
     def compared_text(self) -> str:
         return self.compared_label or self.compared or ""
-
-
-def baseline_names(domain: object) -> BaselineNames:
-    """`domain.baseline_names`, or for a domain that declares none, its reference's label
-    alone (no compared baseline)."""
-    names = getattr(domain, "baseline_names", None)
-    if isinstance(names, BaselineNames):
-        return names
-    return BaselineNames(str(getattr(domain, "reference_label", "") or "the reference"))
 
 
 @dataclass(frozen=True)
@@ -116,174 +124,268 @@ class Prompts(Protocol):
         ...
 
 
-class Domain(Protocol):
-    """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe).
+@dataclass(frozen=True)
+class WorkerSpec:
+    """The domain's worker, as the sandbox and the executors need to know it (`Domain.worker`):
+    the modules its request names, the variables of the parent's environment it needs and the
+    compile caches it keeps per slot. The domain's `build_request` writes it into the request
+    (`EvalRequest.worker_module`, `judge_module`, `keep_env`, `caches`), so the sandbox never
+    loads the registry."""
 
-    Besides these members a domain may declare `baseline_names` (`BaselineNames`: how the views
-    name its reference and the baseline they set beside it); the views read it through
-    `baseline_names(domain)`, which falls back to `reference_label` alone. Its own config
-    section (`[<name>]`, `EvaluationConfig.domains`) it validates itself when it reads it."""
-
-    name: str
-    """The registry key, and `Problem.domain` of its problems."""
-    reference_label: str
-    """What a design's speedup is over, in the views (the first domain's reference mode, or `the reference`)."""
-    worker_module: str
+    module: str
     """The module whose `run_request(request, workdir, emit, record_dir=)` runs the domain's
-    worker stages in the sandbox: its `build_request` writes the name into the request and the
-    worker entry point (`python -m stratagem.evaluation.worker`) imports it, so the module may
-    import only what a GPU machine has (the standard library, the domain's own libraries; no
-    pydantic)."""
-    judge_module: str | None
+    worker stages in the sandbox (`python -m stratagem.evaluation.worker` imports it by this
+    name), so it may import only what a GPU machine has (the standard library, the domain's own
+    libraries; no pydantic)."""
+    judge_module: str | None = None
     """The module whose `run_judge(request, go, record_dir, workdir, emit)` confirms a worker's
-    recorded outputs (`python -P -m stratagem.evaluation.judge`), named in the request the same
-    way; None: the domain has no judge and never asks for one."""
-    objective: Objective
-    """What its measurements optimise (PyTorch: runtime in ms, lower is better)."""
-    peaks_version: int
-    """The format version of the device peaks its parent-side validators read."""
-    baseline_graph: tuple[ValidatorSpec, ...]
+    recorded outputs (`python -P -m stratagem.evaluation.judge`); None: the domain has no judge."""
+    keep_env: tuple[str, ...] = ()
+    """Variables of the parent's environment the sandbox passes to the worker besides its own
+    allowlist (`evaluation/isolation.py`); a name ending in `*` is a prefix."""
+    caches: Mapping[str, str] = field(default_factory=dict)
+    """Variable -> folder name: a compile cache the worker keeps per slot (the executor's slot
+    folder, per host and device; a build worker's own folder)."""
+
+    def fields(self) -> dict[str, Any]:
+        """The request's fields that name the worker (`EvalRequest`)."""
+        return {"worker_module": self.module, "judge_module": self.judge_module,
+                "keep_env": list(self.keep_env), "caches": dict(self.caches)}
+
+
+class Baselines(Protocol):
+    """The optional capability of timing the reference in modes other than as written
+    (`Domain.baselines`; PyTorch: its compiler's modes), by a worker that loads no design: the
+    evaluator measures and caches them and chains a design's speedup over each."""
+
+    graph: tuple[ValidatorSpec, ...]
+    """The baseline worker's graph (its `baseline` stage's details hold the modes' timings)."""
+
+    def modes(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+        """The modes a run measures, the reference as written first (never empty)."""
+        ...
+
+    def rules(self, problem: Problem, cfg: EvaluationConfig) -> BaselineRules:
+        """What `problem`'s cached baselines hold for."""
+        ...
+
+    def new_seed(self) -> int:
+        """A fresh correctness seed for the baseline worker's checks."""
+        ...
+
+
+class Peaks(Protocol):
+    """The optional capability of reading the device's calibrated peaks in a parent validator
+    (`Domain.peaks`; PyTorch: the roofline's floor). The evaluator calibrates them once per
+    machine and device (`evaluation/peaks.py`) and guards against a calibration the reference
+    beats."""
+
+    version: int
+    """The format of the peaks (cached ones of another version are measured again)."""
     calibrate_graph: tuple[ValidatorSpec, ...]
-    audit_graph: tuple[ValidatorSpec, ...]
-    confirm_graph: tuple[ValidatorSpec, ...]
-    """One block of a confirmation round (`Evaluator.confirm_block`); empty: the domain has none."""
-    probe_graphs: Mapping[str, tuple[ValidatorSpec, ...]]
-    """The writers' tools the domain offers (`check`: build and compare on the hidden inputs, no
-    timing; `profile`: where one call's time goes), each the graph the evaluator runs for it; a
-    tool it cannot offer is absent (read with `getattr(domain, "probe_graphs", {})`: optional)."""
-    export_footer: str
-    """Appended to a design taken away (`stratagem export`, `best/`)."""
-    export_note: str
-    """One line for the exported file's header saying what the footer is ('' for none)."""
+    """The calibration worker's graph (its `calibrate` stage's details are the peaks)."""
 
-    def reference_design(self, reference_source: str, why: str) -> str:
-        """What `best/` holds when no design beats the reference: the reference, as a design."""
+    def calibration_problem(self) -> Problem:
+        """The problem the calibration runs on (only `calibrate_graph` runs: never timed)."""
         ...
 
-    def claims(self, path: Path) -> bool:
-        """Whether a problem file at `path` is this domain's."""
-        ...
-
-    def load_problem(self, path: str | Path) -> Problem: ...
-
-    def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem: ...
-
-    def calibration_problem(self) -> Problem | None:
-        """The problem `stratagem calibrate` hands the evaluator to measure the device's peaks
-        with (only `calibrate_graph` runs on it: its reference is never timed); None: the domain
-        reads no peaks and has nothing to calibrate."""
-        ...
-
-    def prebuild_request(self, problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
-        """A request that compiles what `design` compiles, run on a CPU worker before the design
-        takes a GPU slot (its builds land in the shared build cache its evaluation then loads
-        from); None: nothing to build ahead (the executor then goes straight to the slot)."""
-        ...
-
-    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph: ...
-
-    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
-                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
-                             device: str) -> ValidatorResult:
-        """A parent-placed validator, given the results so far (and the device's peaks)."""
-        ...
-
-    def needs_peaks(self, name: str) -> bool:
-        """Whether the parent validator `name` reads the device's calibrated peaks."""
+    def reads_peaks(self, name: str) -> bool:
+        """Whether the parent validator `name` reads the peaks."""
         ...
 
     def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
         """Why a peaks-based verdict proves the peaks wrong (the reference beats it), or None."""
         ...
 
-    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
-                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+    def demonstrated(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                     peaks: Mapping[str, Any]) -> dict[str, Any] | None:
         """The peaks raised to what the reference (honest by definition) was measured doing,
         when a calibration still puts it under the floor; None when they cannot be."""
         ...
 
+
+class ReferenceFacts(Protocol):
+    """The optional capability of keeping what a worker measured of the reference alone, a
+    property of the problem (`Domain.reference_facts`; PyTorch: its FLOPs and bytes), so no
+    later evaluation measures it again."""
+
+    def of(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+        """The facts a worker's results hold, or None."""
+        ...
+
+    def told(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
+        """The request told that the facts are known (the worker skips measuring them)."""
+        ...
+
+    def applied(self, results: Sequence[ValidatorResult], facts: Mapping[str, Any]) -> list[ValidatorResult]:
+        """The worker's results with the known facts where the parent validators read them."""
+        ...
+
+
+@dataclass(frozen=True)
+class Export:
+    """What a design taken away carries (`Domain.export`: `stratagem export`, `best/`)."""
+
+    footer: str
+    """Appended to the design's main file."""
+    note: str = ""
+    """One line for the exported file's header saying what the footer is."""
+
+
+@runtime_checkable
+class WrittenReference(Protocol):
+    """The optional capability of a domain whose reference may be a template built at its
+    defaults (the command domain): the reference as written, apart (the report, `tune`)."""
+
+    def reference_source_files(self, problem: Problem) -> dict[str, str]:
+        ...
+
+
+def measure_paired(verdict: Verdict) -> Measured | None:
+    """The measurement of a passed paired `timing` stage (its details: `runtime` and
+    `reference` with `median_ms`, `speedup`, `stability`); None when nothing was measured. A
+    busy machine's timing has no ratio."""
+    r = verdict.result("timing")
+    if r is None or r.outcome != "passed":
+        return None
+    d = r.details
+    rt, ref = d.get("runtime"), d.get("reference")
+    if not isinstance(rt, Mapping) or not isinstance(rt.get("median_ms"), int | float):
+        return None
+    ref = ref if isinstance(ref, Mapping) else None
+    ref_ms = ref.get("median_ms") if ref is not None else None
+    stab = Stability.from_json(d.get("stability"))
+    return Measured(float(rt["median_ms"]), float(ref_ms) if isinstance(ref_ms, int | float) else None,
+                    None if stab.busy else Ratio.from_json(d.get("speedup")), stab,
+                    dict(rt), dict(ref) if ref is not None else None)
+
+
+class Domain(ABC):
+    """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe).
+
+    The core (abstract, every domain writes it): `name`, `objective`, `names`, `worker`;
+    `claims`, `load_problem`, `parse_problem`; `validator_graph`, `run_parent_validator`;
+    `build_request`, `with_reference_expectation`, `request_seeds`; `timeout_s`,
+    `compile_timeout_s`; `describe`; the agents' part: `prompts`, `agent_facts`, `precheck`,
+    `main_file`, `reference_design`. `measure` reads a paired `timing` stage unless overridden.
+
+    Optional capabilities, None where the domain lacks them: `baselines`, `peaks`,
+    `reference_facts`, `confirm_graph`, `audit_graph`, `prebuild`, `export`, `probe_graphs`
+    (and `WrittenReference`, a method the domain may have); the agents' `normal_form` (None
+    for every design) and `policies` (none) have plain defaults. A domain's own config section
+    (`[<name>]`, `EvaluationConfig.domains`) it validates itself when it reads it."""
+
+    name: str
+    """The registry key, and `Problem.domain` of its problems."""
+    objective: Objective
+    """What its measurements optimise (runtime in ms, lower is better)."""
+    names: BaselineNames
+    """How the views name its reference (and the baseline they set beside it)."""
+    worker: WorkerSpec
+    """Its worker: modules, the environment it needs, its per-slot caches."""
+
+    baselines: Baselines | None = None
+    peaks: Peaks | None = None
+    reference_facts: ReferenceFacts | None = None
+    confirm_graph: tuple[ValidatorSpec, ...] | None = None
+    """One block of a confirmation round (`Evaluator.confirm_block`)."""
+    audit_graph: tuple[ValidatorSpec, ...] | None = None
+    """The null-model audit of a problem (`stratagem audit`)."""
+    prebuild: Callable[[Problem, Design, EvaluationConfig], EvalRequest | None] | None = None
+    """A request that compiles what a design compiles, run on a CPU worker before the design
+    takes a GPU slot (its builds land in the shared build cache); it returns None when the
+    design builds nothing."""
+    export: Export | None = None
+    probe_graphs: Mapping[str, tuple[ValidatorSpec, ...]] | None = None
+    """The writers' tools the domain offers (`check`: build and compare on the hidden inputs, no
+    timing; `profile`: where one call's time goes), each the graph the evaluator runs for it."""
+
+    @abstractmethod
+    def claims(self, path: Path) -> bool:
+        """Whether a problem file or directory at `path` is this domain's, by its content (a
+        second domain's problems may share its suffix)."""
+
+    @abstractmethod
+    def load_problem(self, path: str | Path) -> Problem: ...
+
+    @abstractmethod
+    def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem: ...
+
+    @abstractmethod
+    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph: ...
+
+    @abstractmethod
+    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
+                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
+                             device: str) -> ValidatorResult:
+        """A parent-placed validator, given the results so far (and the device's peaks, for a
+        domain with `peaks`)."""
+
+    @abstractmethod
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
                       confirm_order: Sequence[str] = ()) -> EvalRequest:
-        """The worker's envelope, with this domain's payload (`confirm`, `confirm_order`: a
-        confirmation block's designs, id and source each, and the order to time them in)."""
-        ...
+        """The worker's envelope (with `worker.fields()`), with this domain's payload
+        (`confirm`, `confirm_order`: a confirmation block's designs, id and source each, and
+        the order to time them in)."""
 
+    @abstractmethod
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
         """The request told what the reference measured in this invocation's baseline."""
-        ...
 
-    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
-        """What a worker's results say about the reference alone (a property of the problem,
-        not of the design; PyTorch: its FLOPs and bytes), to be kept and not measured again."""
-        ...
+    @abstractmethod
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        """The seeds a request's checks use (kept with the evaluation)."""
 
-    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
-        """The request told that the reference's facts are known (the worker and judge skip
-        measuring them)."""
-        ...
-
-    def apply_reference_facts(self, results: Sequence[ValidatorResult],
-                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
-        """The worker's results with the known facts where the parent validators read them."""
-        ...
-
-    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]: ...
-
-    def new_seed(self) -> int: ...
-
+    @abstractmethod
     def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
                   reference_ms: float | None = None) -> float:
         """The run limit: the user's when set, else a default that fits the problem (from the
         reference's own time, when known)."""
-        ...
 
+    @abstractmethod
     def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
         """The compile limit, or None when a run limit the user set bounds the whole evaluation."""
-        ...
-
-    def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-        """The reference modes a run measures, the reference as written first; empty: the
-        domain times its reference beside each design only."""
-        ...
-
-    def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> BaselineRules | None:
-        """What `problem`'s cached baselines hold for (asked only when `baselines` is not
-        empty; None: nothing is cached)."""
-        ...
 
     def measure(self, verdict: Verdict) -> Measured | None:
         """The typed measurement of a passed timing (None when nothing was measured)."""
-        ...
+        return measure_paired(verdict)
 
+    @abstractmethod
+    def describe(self, name: str, details: Mapping[str, Any]) -> str | None:
+        """One line for the `eval` view of a passed validator's details (None: nothing beyond
+        its reason); the views never read a domain's detail keys themselves."""
+
+    @property
+    @abstractmethod
+    def prompts(self) -> Prompts:
+        """The domain's prompt templates and offline design (`Prompts`)."""
+
+    @abstractmethod
     def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Precheck:
         """The static checks an agent's answer must pass before it is evaluated."""
-        ...
 
+    @abstractmethod
     def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
         """What the agents are told about how designs are judged (tolerances, correctness mode)."""
-        ...
 
+    @abstractmethod
     def main_file(self, problem: Problem) -> str:
         """The file a design written as one text is, when that text names no files
-        (`core.design.text_files`): PyTorch's `candidate.py`, a command problem's first
-        editable file."""
-        ...
+        (`core.design.text_files`)."""
+
+    @abstractmethod
+    def reference_design(self, reference_source: str, why: str) -> str:
+        """What `best/` holds when no design beats the reference: the reference, as a design."""
 
     def normal_form(self, files: Mapping[str, str]) -> str | None:
         """A form two designs share when one only restates the other (comments, whitespace,
         local names): the run links such a design to the earlier one's verdict instead of
-        evaluating it again. None: no such form (every distinct file set is evaluated). Two
-        designs with one form must compute the same thing."""
-        ...
-
-    @property
-    def prompts(self) -> Prompts:
-        """The domain's prompt templates and offline design (`Prompts`)."""
-        ...
+        evaluating it again. None (the default): every distinct file set is evaluated."""
+        return None
 
     def policies(self) -> Sequence[DomainPolicy]:
         """The search policies of the domain's own (its model-free default among them, if it
-        has one); empty: only the generic ones."""
-        ...
+        has one); none by default: only the generic ones."""
+        return ()

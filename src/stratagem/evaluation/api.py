@@ -73,25 +73,26 @@ def calibrate_device(cfg: EvaluationConfig, domain: str = DEFAULT) -> tuple[dict
     """Measure this device's peaks again (bandwidth, matmul rates per math mode) and replace
     the cached ones; returns them (None if the calibration failed) and where they live (under
     the host and device of the worker that measured them). The problem they are measured with
-    is `domain`'s (`Domain.calibration_problem`).
+    is `domain`'s (`Domain.peaks`).
 
     Raises:
         ProblemError: `domain` is unknown or has no peaks to calibrate.
     """
-    problem = get_domain(domain).calibration_problem()
-    if problem is None:
+    peaks_of = get_domain(domain).peaks
+    if peaks_of is None:
         raise ProblemError(f"the {domain} domain reads no device peaks: there is nothing to calibrate")
+    problem = peaks_of.calibration_problem()
     evaluator = make_evaluator(cfg)
 
     async def go() -> dict[str, Any] | None:
-        return await evaluator.device_peaks(problem, refresh=True)
+        return await evaluator.peaks.get(problem, peaks_of, refresh=True)
 
     peaks = asyncio.run(go())
     env = (peaks or {}).get("environment") or {}
     host = str(env.get("host") or "") or evaluator.executor.host()  # where the worker measured them
     if host is None:  # a remote worker failed to calibrate: no machine to name
         return None, cache_dir(cfg) / "peaks"
-    return peaks, evaluator.peaks_path(str(env.get("physical_device") or "") or None, host)
+    return peaks, evaluator.peaks.path(str(env.get("physical_device") or "") or None, host)
 
 
 def audit_file(

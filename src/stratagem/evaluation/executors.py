@@ -227,6 +227,7 @@ class LocalExecutor:
                 timeout_s=timeout_s,
                 base_env=self._base_env,
                 slot_env=slot.env,
+                cache_dir=slot.caches,
                 network=self._cfg.network,
                 memory_limit_bytes=(
                     int(self._cfg.memory_limit_gb * 2**30)
@@ -275,13 +276,12 @@ class LocalExecutor:
         async with self._builds:
             folder = Path(tempfile.mkdtemp(prefix="prebuild-", dir=_ensure(cache_dir(self._cfg) / "slots")))
             try:
-                env = {**slot.env, "CUDA_VISIBLE_DEVICES": "", "STRATAGEM_BUILD_ARCH": arch,
-                       "STRATAGEM_BUILD_PCH": "1", "TORCH_EXTENSIONS_DIR": str(folder / "torch_extensions"),
-                       "TRITON_CACHE_DIR": str(folder / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor")}
+                env = {**slot.env, "CUDA_VISIBLE_DEVICES": "", "STRATAGEM_BUILD_ARCH": arch, "STRATAGEM_BUILD_PCH": "1"}
                 req = request.model_copy(update={"device": "cpu", "timing_lock": None, "timing_cores": [],
                                                  "reserved_cores": list(slot.reserved_cores)})
                 settings = SandboxSettings(
-                    timeout_s=timeout_s, base_env=self._base_env, slot_env=env, network=self._cfg.network,
+                    timeout_s=timeout_s, base_env=self._base_env, slot_env=env, cache_dir=folder,
+                    network=self._cfg.network,
                     memory_limit_bytes=int(self._cfg.memory_limit_gb * 2**30) if self._cfg.memory_limit_gb else None,
                     max_response_bytes=self._cfg.max_response_bytes)
                 return await run_worker(req.model_dump_json(), settings)

@@ -1,7 +1,8 @@
 """Owns what sets one sandboxed process apart from the parent (evaluation/sandbox.py runs it):
-the scrubbed environment it is given (an allowlist of variables, minus anything whose name
-looks like a secret; the slot's variables; its own HOME, TMPDIR and PYTHONPATH; this run's
-marker), the command prefix of a private network namespace, its rlimits and the signal it
+the scrubbed environment it is given (an allowlist of variables, with those the request's
+domain names for its worker, minus anything whose name looks like a secret; the slot's
+variables; the worker's compile caches in the slot's folder; its own HOME, TMPDIR and
+PYTHONPATH; this run's marker), the command prefix of a private network namespace, its rlimits and the signal it
 gets when its parent dies, and killing its process group and every process that still carries
 the run's marker.
 """
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
+import json
 import os
 import re
 import resource
@@ -32,23 +35,35 @@ MARKER_VAR = "STRATAGEM_SANDBOX_ID"
 _ALLOW_EXACT = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL",
     "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
-    "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS", "TORCH_CUDA_ARCH_LIST", "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VIRTUAL_ENV", "CONDA_PREFIX", "STRATAGEM_BUILD_PCH",
-    "STRATAGEM_BUILD_HEADER_DIET",
+    "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS", "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VIRTUAL_ENV", "CONDA_PREFIX",
 })
-_ALLOW_PREFIX = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "CUDNN_", "TRITON_", "TORCHINDUCTOR_")
+_ALLOW_PREFIX = ("LC_", "CUDA_", "NVIDIA_", "NCCL_", "CUDNN_")
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
 
 
-def scrub_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The allowlisted, secret-free part of an environment."""
-    out = {}
-    for k, v in env.items():
-        if _SECRET.search(k):
-            continue
-        if k in _ALLOW_EXACT or k.startswith(_ALLOW_PREFIX):
-            out[k] = v
-    return out
+def scrub_environment(env: Mapping[str, str], keep: tuple[str, ...] = ()) -> dict[str, str]:
+    """The allowlisted, secret-free part of an environment; `keep`: names the worker's domain
+    adds to the allowlist (`Domain.worker.keep_env`; one ending in `*` a prefix)."""
+    exact = _ALLOW_EXACT.union(k for k in keep if not k.endswith("*"))
+    prefixes = (*_ALLOW_PREFIX, *(k[:-1] for k in keep if k.endswith("*")))
+    return {k: v for k, v in env.items() if not _SECRET.search(k) and (k in exact or k.startswith(prefixes))}
+
+
+def for_request(settings: SandboxSettings, request_json: str) -> SandboxSettings:
+    """`settings` with what the request says its domain's worker needs (`EvalRequest.keep_env`,
+    `caches`): the variables it keeps, and its compile caches in the slot's folder (created)."""
+    try:
+        req = json.loads(request_json)
+    except ValueError:
+        return settings
+    root, caches = settings.cache_dir, {}
+    if root is not None:
+        caches = {str(var): str(root / str(folder)) for var, folder in dict(req.get("caches") or {}).items()}
+    for path in caches.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    return dataclasses.replace(settings, keep_env=tuple(str(k) for k in req.get("keep_env") or ()),
+                               slot_env={**settings.slot_env, **caches})
 
 
 @functools.cache
@@ -131,7 +146,7 @@ def _preexec(memory_limit: int | None) -> None:
 
 
 def build_env(settings: SandboxSettings, workdir: Path, marker: str) -> dict[str, str]:
-    env = scrub_environment(settings.base_env)
+    env = scrub_environment(settings.base_env, settings.keep_env)
     env.update(settings.slot_env)
     env.update(
         HOME=str(workdir),

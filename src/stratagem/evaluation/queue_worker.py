@@ -68,7 +68,7 @@ def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) ->
             with open(progress, "a", encoding="utf-8") as f:
                 f.write(json.dumps(ev) + "\n")
 
-    settings = SandboxSettings(base_env=dict(os.environ), slot_env=slot.env, on_event=on_event,
+    settings = SandboxSettings(base_env=dict(os.environ), slot_env=slot.env, cache_dir=slot.caches, on_event=on_event,
                                **{k: given[k] for k in SETTINGS if k in given and given[k] is not None})
 
     result = asyncio.run(run_worker(json.dumps(req), settings))

@@ -184,7 +184,7 @@ class Evaluation:
             "problem": self.problem.name,
             "problem_id": self.problem.id,
             "domain": self.problem.domain,
-            "reference_label": get_domain(self.problem.domain).reference_label,
+            "reference_label": get_domain(self.problem.domain).names.reference,
             "design_id": self.design.id,
             "failures": [{"validator": r.name, "kind": r.kind, "reason": r.reason} for r in v.failures],
             "validators": {

@@ -5,9 +5,9 @@ What the sandbox does:
   process group, with its own temporary directory (also its HOME and TMPDIR);
 - gives it a scrubbed environment: an allowlist of variables (PATH, locale, CUDA/compiler
   settings), minus anything whose name looks like a secret (KEY, TOKEN, SECRET, PASSWORD...);
-- points the compile caches (`TORCH_EXTENSIONS_DIR`, `TRITON_CACHE_DIR`,
-  `TORCHINDUCTOR_CACHE_DIR`) at the executor slot's directory, so they persist across
-  candidates without being shared between concurrent workers;
+- points the compile caches the request's domain names (`EvalRequest.caches`) at the
+  executor slot's directory, so they persist across candidates without being shared between
+  concurrent workers, and keeps the variables its worker needs (`EvalRequest.keep_env`);
 - puts it in a private network namespace (`unshare --net`) where the OS allows it, so it has
   no network at all; where not, it says so in the result (`network_isolated=False`);
 - sets rlimits: no core dumps, and an address-space cap for CPU workers when configured;
@@ -57,6 +57,7 @@ from stratagem.evaluation.isolation import (
     _preexec,
     _unshare_prefix,
     build_env,
+    for_request,
     scrub_environment,
 )
 from stratagem.evaluation.leftovers import TAIL_CHARS, _read_progress, _read_response, _tail
@@ -76,7 +77,12 @@ class SandboxSettings:
     base_env: Mapping[str, str]
     """The parent's environment (from `config.environment()`), before scrubbing."""
     slot_env: Mapping[str, str] = field(default_factory=dict)
-    """Variables the executor slot pins (CUDA_VISIBLE_DEVICES, cache dirs)."""
+    """Variables the executor slot pins (CUDA_VISIBLE_DEVICES, the shared build cache)."""
+    cache_dir: Path | None = None
+    """The slot's folder of compile caches (per host and device): the request's domain names
+    the caches its worker keeps there (`EvalRequest.caches`); None: none are set."""
+    keep_env: tuple[str, ...] = ()
+    """Variables of `base_env` the request's domain adds to the allowlist (set from the request)."""
     network: str = "deny"
     memory_limit_bytes: int | None = None
     max_response_bytes: int = 8 * 1024 * 1024
@@ -152,6 +158,7 @@ async def run_worker(request_json: str, settings: SandboxSettings) -> SandboxRes
     the worker and its strays are gone and its response says every stage passed; never
     raises for candidate failures."""
     marker = uuid.uuid4().hex
+    settings = for_request(settings, request_json)
     workdir = Path(tempfile.mkdtemp(prefix="stratagem-", dir=settings.tmp_root))
     judge: asyncio.Task[JudgeRun] | None = None
     jdir: Path | None = None

@@ -1,5 +1,6 @@
 """Owns executor slots: one concurrent worker position each, with its device, pinned
-environment (visible devices, compile caches, both per host and device), device lock and timing cores. Standard library
+environment (visible devices, the shared build cache), compile-cache folder (per host and
+device: the request's domain names the caches in it), device lock and timing cores. Standard library
 only, so a queue worker (`evaluation/queue_worker.py`) builds its slot the way the local
 executor does.
 """
@@ -22,7 +23,7 @@ class Slot:
     physical: str
     """The device on this machine: `cpu` or `cuda:N`."""
     env: Mapping[str, str]
-    """Variables pinned for this slot (visible devices, compile caches)."""
+    """Variables pinned for this slot (visible devices, the shared build cache)."""
     lock_path: Path | None
     """The physical device's shared/exclusive lock."""
     timing_cores: tuple[int, ...] = ()
@@ -31,6 +32,8 @@ class Slot:
     """Every GPU's timing cores on this machine (workers keep off them otherwise)."""
     host: str = ""
     """The machine this slot is on (`platform.node()` for local slots)."""
+    caches: Path | None = None
+    """The slot's folder of compile caches (`SandboxSettings.cache_dir`)."""
 
     @property
     def where(self) -> str:
@@ -67,13 +70,8 @@ def make_slots(devices: list[str], root: Path, per_device: Mapping[str, int], ho
         for j in range(per_device.get(dev, 1)):
             tag = dev.replace(":", "") + f"-w{j}"
             caches = root / "slots" / f"{host}-{tag}"
-            env = {
-                "TORCH_EXTENSIONS_DIR": str(caches / "torch_extensions"),
-                "TRITON_CACHE_DIR": str(caches / "triton"),
-                "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
-                # shared by every slot and run: entries are keyed and verified (build_cache.py)
-                "STRATAGEM_BUILD_CACHE": build_cache or str(root / "builds"),
-            }
+            # shared by every slot and run: entries are keyed and verified (build_cache.py)
+            env = {"STRATAGEM_BUILD_CACHE": build_cache or str(root / "builds")}
             lock = root / "locks" / f"{host}-{dev.replace(':', '')}.lock"
             if dev == "cpu":
                 env["CUDA_VISIBLE_DEVICES"] = ""
@@ -82,5 +80,5 @@ def make_slots(devices: list[str], root: Path, per_device: Mapping[str, int], ho
                 env["CUDA_VISIBLE_DEVICES"] = dev.split(":", 1)[1]
                 worker_dev = "cuda"
             slots.append(Slot(len(slots), worker_dev, dev, env, lock,
-                              timing_cores.get(dev, ()), reserved if dev != "cpu" else (), host))
+                              timing_cores.get(dev, ()), reserved if dev != "cpu" else (), host, caches))
     return slots

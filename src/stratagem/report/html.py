@@ -106,14 +106,14 @@ def _reference_text(rec: Any, source: str) -> str:
     problem: `reference_source_files`) the reference's editable files as written, as one text."""
     from stratagem.core.design import files_text
     from stratagem.domains import get_domain
+    from stratagem.domains.base import WrittenReference
     from stratagem.errors import StratagemError
 
     domain = get_domain(rec.domain)
-    files = getattr(domain, "reference_source_files", None)
-    if files is None:
+    if not isinstance(domain, WrittenReference):
         return source
     try:
-        return files_text(files(domain.parse_problem(source, name=rec.name, path=rec.path)))
+        return files_text(domain.reference_source_files(domain.parse_problem(source, name=rec.name, path=rec.path)))
     except (StratagemError, OSError, ValueError):
         return source  # a stored problem this version cannot read: diffed as stored
 

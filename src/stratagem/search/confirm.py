@@ -135,7 +135,8 @@ def compared_program(problem: Problem, evaluator: Evaluator) -> str | None:
     confirmation worker times it under that name), when the domain measures it here; None
     otherwise."""
     second = names_of(problem.domain).compared
-    return second if second and second in get_domain(problem.domain).baselines(evaluator.cfg, evaluator.on_gpu) else None
+    b = get_domain(problem.domain).baselines
+    return second if second and b is not None and second in b.modes(evaluator.cfg, evaluator.on_gpu) else None
 
 
 def _ratios(results: Sequence[dict[str, Any]], name: str, condition: str) -> list[list[float]]:

@@ -27,7 +27,7 @@ import stratagem
 from stratagem.core.design import files_text, text_files, with_header
 from stratagem.core.search import DesignView
 from stratagem.domains import DEFAULT, get_domain
-from stratagem.domains.base import BaselineNames, baseline_names
+from stratagem.domains.base import BaselineNames
 from stratagem.errors import StoreError
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import clip, not_ranked_because, passed, times_text
@@ -41,7 +41,7 @@ def provenance_lines(view: DesignView, problem: str, run_dir: Path, device: str 
                      names: BaselineNames | None = None) -> list[str]:
     """The lines an exported design is headed by (`names`: the problem's domain's words; None:
     the default domain's): its ratios as every view says them (`search/headline.py`)."""
-    n = names or baseline_names(get_domain(DEFAULT))
+    n = names or get_domain(DEFAULT).names
     r = ratios_of(view, n)
     lines = [
         f"stratagem {stratagem.__version__}: design {view.id} of problem {problem}",
@@ -96,10 +96,10 @@ def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | 
     d = get_domain(domain)
     main = main or "candidate.py"
     files = text_files(view.source, main)
-    if d.export_footer and main in files:
-        files[main] = files[main].rstrip("\n") + "\n" + d.export_footer
-    return headed_files(files, main, provenance_lines(view, problem, run_dir, device, reference_ms, d.export_note,
-                                                      baseline_names(d)))
+    if d.export is not None and main in files:
+        files[main] = files[main].rstrip("\n") + "\n" + d.export.footer
+    return headed_files(files, main, provenance_lines(view, problem, run_dir, device, reference_ms,
+                                                      d.export.note if d.export is not None else "", d.names))
 
 
 def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,

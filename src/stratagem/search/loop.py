@@ -141,7 +141,7 @@ class SearchLoop:
         (so the first prompt has them). A reference that cannot be timed stops the run."""
         if self.baseline is not None:
             return
-        if not get_domain(self.problem.domain).baselines(self.cfg.evaluation, self.evaluator.on_gpu):
+        if get_domain(self.problem.domain).baselines is None:
             return  # a domain with no baselines: each design's reference is measured beside it
         self.progress.event("measuring the reference baselines")
         entry = InFlight("reference baselines", "starting", time.time())

@@ -24,7 +24,7 @@ __all__ = ["PROBE_MODES", "ProbeMode", "graph_of", "offered", "probe_text", "tar
 
 
 def _graphs(problem: Problem) -> Mapping[str, Sequence[ValidatorSpec]]:
-    return getattr(get_domain(problem.domain), "probe_graphs", None) or {}
+    return get_domain(problem.domain).probe_graphs or {}
 
 
 def offered(problem: Problem) -> tuple[ProbeMode, ...]:

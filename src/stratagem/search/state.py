@@ -16,7 +16,7 @@ from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, PASSED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import DEFAULT, get_domain
-from stratagem.domains.base import BaselineNames, baseline_names
+from stratagem.domains.base import BaselineNames
 from stratagem.search.numbers import clip
 from stratagem.store.records import (
     REFERENCE_KEY,
@@ -124,7 +124,7 @@ def names_of(domain: str | None) -> BaselineNames:
     """How the views name the baselines of a run of `domain` (`BaselineNames`); None: the
     default domain's (a caller that does not say which domain, as views did before runs of
     other domains existed)."""
-    return baseline_names(get_domain(domain or DEFAULT))
+    return get_domain(domain or DEFAULT).names
 
 
 def design_text(store: RunStore, d: DesignRecord) -> str:

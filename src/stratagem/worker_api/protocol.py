@@ -41,12 +41,18 @@ class EvalRequest(BaseModel):
     request_id: str
     domain: str
     worker_module: str
-    """The domain's worker module (`Domain.worker_module`), which the worker entry point
+    """The domain's worker module (`Domain.worker.module`), which the worker entry point
     (`evaluation/worker.py`) imports by this name: resolved in the parent, so the worker never
     loads the domain registry (nor pydantic)."""
     judge_module: str | None = None
-    """The domain's judge module (`Domain.judge_module`), which the judge entry point
+    """The domain's judge module (`Domain.worker.judge_module`), which the judge entry point
     (`evaluation/judge.py`) imports; None: the domain has no judge (`judge` stays false)."""
+    keep_env: list[str] = Field(default_factory=list)
+    """Variables of the parent's environment the sandbox passes to this domain's worker besides
+    its own allowlist (`Domain.worker.keep_env`; a name ending in `*` is a prefix)."""
+    caches: dict[str, str] = Field(default_factory=dict)
+    """Variable -> folder name: the worker's compile caches, which the sandbox places in the
+    slot's cache folder (`Domain.worker.caches`)."""
     stages: list[StageSpec]
     problem: SourceFile
     files: dict[str, str] = Field(default_factory=dict)

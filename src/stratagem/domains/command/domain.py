@@ -19,13 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from stratagem.config import EvaluationConfig
 from stratagem.core.design import Design, files_text, text_files, with_header
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
-from stratagem.core.objective import Measured, Objective
-from stratagem.core.paired import Ratio, Stability
+from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
-from stratagem.core.verdict import ValidatorResult, Verdict
+from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.base import BaselineNames, Domain, WorkerSpec
 from stratagem.domains.command import problem as problems
 from stratagem.domains.command.forbid import link_findings, source_findings
 from stratagem.domains.command.spec import RETIMES, SizeRange, Spec
+from stratagem.domains.views import describe_correctness, describe_timing
 from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "command"
@@ -138,31 +139,16 @@ def static_checks(spec: Spec, files: Mapping[str, str]) -> ValidatorResult:
     return ValidatorResult("static_checks", "passed", details={"files": sorted(files)})
 
 
-class CommandDomain:
-    """The command domain behind the `Domain` protocol (`domains/base.py`)."""
+class CommandDomain(Domain):
+    """The command domain behind the `Domain` seam (`domains/base.py`): the core, the writers'
+    `check` tool and the reference as written (`WrittenReference`); no baselines beyond the
+    reference (timed beside each design), no peaks, judge, prebuild or export footer."""
 
     name = NAME
-    worker_module = "stratagem.domains.command.worker"
-    judge_module: str | None = None
-    reference_label = "the reference"
-    """What a design's speedup is over, in the views."""
     objective = Objective("runtime", "ms", "minimize")
-    peaks_version = 0
-    baseline_graph: tuple[ValidatorSpec, ...] = ()
-    calibrate_graph: tuple[ValidatorSpec, ...] = ()
-    audit_graph: tuple[ValidatorSpec, ...] = ()
-    confirm_graph: tuple[ValidatorSpec, ...] = ()
+    names = BaselineNames()
+    worker = WorkerSpec("stratagem.domains.command.worker")
     probe_graphs = PROBE_GRAPHS
-    export_footer = ""
-    export_note = ""
-
-    def calibration_problem(self) -> Problem | None:
-        """None: no parent validator reads the device's peaks."""
-        return None
-
-    def prebuild_request(self, problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
-        """None: a command problem's build is part of its own evaluation (its build command)."""
-        return None
 
     def reference_design(self, reference_source: str, why: str) -> str:
         """The reference's editable files, the first that takes a comment headed by `why`."""
@@ -198,16 +184,6 @@ class CommandDomain:
             return static_checks(spec_of(problem), design.files)
         raise KeyError(f"no parent validator {name!r}")
 
-    def needs_peaks(self, name: str) -> bool:
-        return False
-
-    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
-        return None
-
-    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
-                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
-        return None
-
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
@@ -222,8 +198,7 @@ class CommandDomain:
         payload = Payload(trials=trials, timing_input=timing_input)
         names = {s.name for s in stages}
         return EvalRequest(
-            request_id=uuid.uuid4().hex, domain=NAME,
-            worker_module=self.worker_module, judge_module=self.judge_module,
+            request_id=uuid.uuid4().hex, domain=NAME, **self.worker.fields(),
             stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
             problem=SourceFile(name=problem.name, source=problem.source),
             files=dict(design.files) if design is not None else {},
@@ -235,23 +210,10 @@ class CommandDomain:
         payload = Payload.model_validate({**req.payload, "reference_expect_ms": value})
         return req.model_copy(update={"payload": payload.model_dump()})
 
-    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
-        return None
-
-    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
-        return req
-
-    def apply_reference_facts(self, results: Sequence[ValidatorResult],
-                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
-        return list(results)
-
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
         p = req.payload
         draws = [*(p.get("trials") or ()), p.get("timing_input") or {}]
         return tuple(int(d["seed"]) for d in draws if "seed" in d)
-
-    def new_seed(self) -> int:
-        return secrets.randbelow(2**31 - 1) + 1
 
     def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
                   reference_ms: float | None = None) -> float:
@@ -272,21 +234,10 @@ class CommandDomain:
         spec = spec_of(problem)
         return max(cfg.compile_timeout_s, (2 + len(spec.baselines)) * spec.build.timeout_s + 30.0)
 
-    def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-        return []  # the reference is timed beside each design, in its worker
-
-    def measure(self, verdict: Verdict) -> Measured | None:
-        r = verdict.result("timing")
-        if r is None or r.outcome != "passed":
-            return None
-        d = r.details
-        rt, ref = d.get("runtime"), d.get("reference")
-        if not isinstance(rt, Mapping) or not isinstance(rt.get("median_ms"), int | float):
-            return None
-        ref_ms = ref.get("median_ms") if isinstance(ref, Mapping) else None
-        return Measured(float(rt["median_ms"]), float(ref_ms) if isinstance(ref_ms, int | float) else None,
-                        Ratio.from_json(d.get("speedup")), Stability.from_json(d.get("stability")),
-                        dict(rt), dict(ref) if isinstance(ref, Mapping) else None)
+    def describe(self, name: str, details: Mapping[str, Any]) -> str | None:
+        if name == "correctness":
+            return describe_correctness(details)
+        return describe_timing(details, self.names.reference) if name == "timing" else None
 
     def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
         spec = spec_of(problem)
@@ -306,21 +257,12 @@ class CommandDomain:
     def main_file(self, problem: Problem) -> str:
         return spec_of(problem).editable[0]
 
-    def normal_form(self, files: Mapping[str, str]) -> str | None:
-        return None  # every distinct file set is evaluated
-
     @property
     def prompts(self):  # -> domains.prompts.PackagePrompts (imported on first use)
         """The command domain's prompt templates and offline design (`domains/command/prompts/`)."""
         from stratagem.domains.command.prompts import PROMPTS
 
         return PROMPTS
-
-    def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> None:
-        return None  # no baselines (`baselines` is empty): nothing is cached
-
-    def policies(self) -> tuple[()]:
-        return ()  # only the generic policies; none without a model
 
 
 DOMAIN = CommandDomain()

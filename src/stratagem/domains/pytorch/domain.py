@@ -25,11 +25,10 @@ from stratagem.core import pysyntax
 from stratagem.core.design import MAIN_FILE, Design
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.jsonish import mapping
-from stratagem.core.objective import Measured, Objective
-from stratagem.core.paired import Ratio, Stability
+from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
-from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.domains.base import BaselineNames, DomainPolicy
+from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.base import BaselineNames, Domain, DomainPolicy, Export, WorkerSpec
 from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
 from stratagem.domains.pytorch.floor import CALIBRATION_SOURCE, PEAKS_VERSION, roofline_result
 from stratagem.domains.pytorch.graphs import (
@@ -56,10 +55,16 @@ from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
 from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
-WORKER_MODULE = "stratagem.domains.pytorch.worker.stages"
-"""The worker's stages (`run_request`), run in the sandbox (`Domain.worker_module`)."""
-JUDGE_MODULE = "stratagem.domains.pytorch.worker.judge"
-"""The judge (`run_judge`), run in the sandbox beside the worker (`Domain.judge_module`)."""
+WORKER = WorkerSpec(
+    module="stratagem.domains.pytorch.worker.stages",
+    judge_module="stratagem.domains.pytorch.worker.judge",
+    keep_env=("TORCH_CUDA_ARCH_LIST", "STRATAGEM_BUILD_PCH", "STRATAGEM_BUILD_HEADER_DIET", "TRITON_*",
+              "TORCHINDUCTOR_*"),
+    caches={"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton",
+            "TORCHINDUCTOR_CACHE_DIR": "inductor"},
+)
+"""The worker's stages (`run_request`) and the judge (`run_judge`), run in the sandbox; the
+build settings torch, Triton and Inductor read, and their compile caches per slot."""
 __all__ = [  # re-exported: the evaluator checks the version of cached peaks; tests read the rest here
     "AUDIT_GRAPH", "BASELINE_GRAPH", "CALIBRATE_GRAPH", "CONFIRM_GRAPH", "DEFAULT_GRAPH", "PEAKS_VERSION",
     "POLICY_RULES", "STAGE_RULES", "STRICT_EXTRA", "agent_rules", "correctness_rule", "correctness_trials",
@@ -243,8 +248,7 @@ def build_request(
     return EvalRequest(
         request_id=uuid.uuid4().hex,
         domain=NAME,
-        worker_module=WORKER_MODULE,
-        judge_module=JUDGE_MODULE,
+        **WORKER.fields(),
         stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in {x.name for x in stages}])
                 for s in stages],
         problem=SourceFile(name=problem.name, source=problem.source),
@@ -352,30 +356,90 @@ def own_kernel_names(source: str) -> list[str]:
     return sorted(names)
 
 
-class PyTorchDomain:
-    """The PyTorch domain behind the `Domain` protocol (`domains/base.py`): KernelBench-format
+class _Baselines:
+    """Eager, torch.compile's modes (`baselines.py`), timed by a worker that loads no design."""
+
+    graph = BASELINE_GRAPH
+
+    def modes(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+        return default_modes(cfg, on_gpu)
+
+    def rules(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchBaselines:
+        return PyTorchBaselines({**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
+                                 "tolerances": tolerances(problem, cfg)})
+
+    def new_seed(self) -> int:
+        return new_seed()
+
+
+class _Peaks:
+    """The roofline's device peaks (`floor.py`), calibrated on an identity module."""
+
+    version = PEAKS_VERSION
+    calibrate_graph = CALIBRATE_GRAPH
+
+    def calibration_problem(self) -> Problem:
+        from stratagem.domains.pytorch.problem import parse_problem
+
+        return parse_problem(CALIBRATION_SOURCE, name="calibration")
+
+    def reads_peaks(self, name: str) -> bool:
+        return name == "roofline"
+
+    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
+        return reference_beats_floor(earlier, result)
+
+    def demonstrated(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                     peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+        return demonstrated_peaks(earlier, result, peaks)
+
+
+class _Work:
+    """The reference's counted work (FLOPs, bytes): the judge counts it once per problem."""
+
+    def of(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
+        return reference_work(results)
+
+    def told(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
+        payload = Payload.model_validate({**req.payload, "count_work": False})
+        return req.model_copy(update={"payload": payload.model_dump()})
+
+    def applied(self, results: Sequence[ValidatorResult], facts: Mapping[str, Any]) -> list[ValidatorResult]:
+        return with_work(results, facts)
+
+
+def prebuild_request(problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
+    """The `prebuild` stage (`worker/prebuild.py`) for a design whose source names torch's
+    C++/CUDA extension builder (`load_inline`, `cpp_extension`)."""
+    if not _BUILDS.search("\n".join(design.files.values())):
+        return None
+    return build_request(problem, design, [ValidatorSpec("prebuild")], cfg)
+
+
+_MODEL = re.compile(r"^class\s+Model\b", re.M)
+"""What a KernelBench-format problem file holds (with `get_inputs`, which the loader checks)."""
+
+
+class PyTorchDomain(Domain):
+    """The PyTorch domain behind the `Domain` seam (`domains/base.py`): KernelBench-format
     problems, a ModelNew candidate per design, paired runtime against eager."""
 
-    reference_label = "eager"
-    """What a design's speedup is over, in the views."""
-    baseline_names = BaselineNames("eager", "compile", "torch.compile", ("recipe:compile",))
+    name = NAME
+    objective = Objective("runtime", "ms", "minimize")
+    names = BaselineNames("eager", "compile", "torch.compile", ("recipe:compile",))
     """The views' words: the reference (eager) and the baseline beside it (torch.compile's
     default mode, `compile` in the records), and the design that is that baseline itself (the
     `compile` recipe: plain torch.compile of the reference)."""
+    worker = WORKER
 
-    name = NAME
-    worker_module = WORKER_MODULE
-    judge_module: str | None = JUDGE_MODULE
-    objective = Objective("runtime", "ms", "minimize")
-    peaks_version = PEAKS_VERSION
-    baseline_graph = BASELINE_GRAPH
+    baselines = _Baselines()
+    peaks = _Peaks()
+    reference_facts = _Work()
     confirm_graph = CONFIRM_GRAPH
-    probe_graphs = PROBE_GRAPHS
-    calibrate_graph = CALIBRATE_GRAPH
     audit_graph = AUDIT_GRAPH
-
-    export_footer = LOAD_HELPER
-    export_note = EXPORT_NOTE
+    prebuild = staticmethod(prebuild_request)
+    export = Export(LOAD_HELPER, EXPORT_NOTE)
+    probe_graphs = PROBE_GRAPHS
 
     def reference_design(self, reference_source: str, why: str) -> str:
         """The reference problem file as a candidate (`ModelNew = Model`), headed by `why`."""
@@ -384,7 +448,15 @@ class PyTorchDomain:
         return header + reference_source.rstrip("\n") + "\n\n\nModelNew = Model\n"
 
     def claims(self, path: Path) -> bool:
-        return Path(path).suffix == ".py"
+        """A `.py` file that defines a `Model` class (KernelBench's format: the loader says what
+        else is missing)."""
+        p = Path(path)
+        if p.suffix != ".py" or not p.is_file():
+            return False
+        try:
+            return _MODEL.search(p.read_text(encoding="utf-8", errors="replace")) is not None
+        except OSError:
+            return False
 
     def load_problem(self, path: str | Path) -> Problem:
         from stratagem.domains.pytorch.problem import load_problem
@@ -396,11 +468,6 @@ class PyTorchDomain:
 
         return parse_problem(source, name=name, path=path)
 
-    def calibration_problem(self) -> Problem | None:
-        """An identity module (`floor.CALIBRATION_SOURCE`): the calibrate stage measures the
-        device, not the problem."""
-        return self.parse_problem(CALIBRATION_SOURCE, name="calibration")
-
     def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
         return validator_graph(problem, integrity_policy(problem, cfg))
 
@@ -408,23 +475,6 @@ class PyTorchDomain:
                              earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
                              device: str) -> ValidatorResult:
         return run_parent_validator(name, problem, design, cfg, earlier, peaks, device)
-
-    def needs_peaks(self, name: str) -> bool:
-        return name == "roofline"
-
-    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
-        return reference_beats_floor(earlier, result)
-
-    def demonstrated_peaks(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
-                           peaks: Mapping[str, Any]) -> dict[str, Any] | None:
-        return demonstrated_peaks(earlier, result, peaks)
-
-    def prebuild_request(self, problem: Problem, design: Design, cfg: EvaluationConfig) -> EvalRequest | None:
-        """The `prebuild` stage (`worker/prebuild.py`) for a design whose source names torch's
-        C++/CUDA extension builder (`load_inline`, `cpp_extension`)."""
-        if not _BUILDS.search("\n".join(design.files.values())):
-            return None
-        return build_request(problem, design, [ValidatorSpec("prebuild")], cfg)
 
     def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
                       cfg: EvaluationConfig, baselines: Sequence[str] = (),
@@ -435,22 +485,8 @@ class PyTorchDomain:
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
         return with_reference_expectation(req, value)
 
-    def reference_facts(self, results: Sequence[ValidatorResult]) -> dict[str, Any] | None:
-        return reference_work(results)
-
-    def with_reference_facts(self, req: EvalRequest, facts: Mapping[str, Any]) -> EvalRequest:
-        payload = Payload.model_validate({**req.payload, "count_work": False})
-        return req.model_copy(update={"payload": payload.model_dump()})
-
-    def apply_reference_facts(self, results: Sequence[ValidatorResult],
-                              facts: Mapping[str, Any]) -> list[ValidatorResult]:
-        return with_work(results, facts)
-
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
         return tuple(int(s) for s in req.payload.get("seeds", ()))
-
-    def new_seed(self) -> int:
-        return new_seed()
 
     def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
                   reference_ms: float | None = None) -> float:
@@ -459,27 +495,10 @@ class PyTorchDomain:
     def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
         return compile_timeout_s(problem, cfg, override)
 
-    def baselines(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-        return default_modes(cfg, on_gpu)
+    def describe(self, name: str, details: Mapping[str, Any]) -> str | None:
+        from stratagem.domains.pytorch.views import describe
 
-    def baseline_rules(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchBaselines:
-        return PyTorchBaselines({**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
-                                 "tolerances": tolerances(problem, cfg)})
-
-    def measure(self, verdict: Verdict) -> Measured | None:
-        r = verdict.result("timing")
-        if r is None or r.outcome != "passed":
-            return None
-        d = r.details
-        rt = d.get("runtime")
-        if not isinstance(rt, Mapping) or not isinstance(rt.get("median_ms"), int | float):
-            return None
-        ref = d.get("reference") if isinstance(d.get("reference"), Mapping) else None
-        ref_ms = ref.get("median_ms") if ref is not None else None
-        stab = Stability.from_json(d.get("stability"))
-        return Measured(float(rt["median_ms"]), float(ref_ms) if isinstance(ref_ms, int | float) else None,
-                        None if stab.busy else Ratio.from_json(d.get("speedup")), stab,
-                        dict(rt), dict(ref) if ref is not None else None)
+        return describe(name, details)
 
     def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
         checks = checks_for_policy(integrity_policy(problem, cfg), "cpu" if device == "cpu" else "cuda")
