@@ -1,20 +1,25 @@
 """The writers' tools (`check`, `profile`) run through the harness: a wrong design's mismatch
 and a right one's pass come back as text, the reference's CPU profile names torch's operators,
-each run is counted in the run's spend (kept across a resume) and refused once a budget is
-used up, nothing is stored as a design; a domain without a profiler offers `check` alone."""
+each run is counted in the run's spend (kept across a resume, shown by show, show --json and
+the report) and refused once a budget is used up, nothing is stored as a design; a domain
+without a profiler offers `check` alone."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import FakeEvaluator, src
 
+from stratagem.cli import main
 from stratagem.config import environment, load_config
 from stratagem.domains import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
+from stratagem.report.html import build_report
 from stratagem.search import probes
 from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
@@ -68,3 +73,31 @@ def test_the_command_domain_offers_check_alone() -> None:
     assert probes.graph_of(problem, "profile") is None
     check = probes.graph_of(problem, "check")
     assert check is not None and "timing" not in [s.name for s in check.specs]
+
+
+def test_show_and_the_report_count_the_tool_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 44: show, show --json and the report rebuilt the spend from agent calls and
+    # evaluations alone, so a run's check and profile runs read 0 there
+    cfg = load_config(None, {})
+    problem = load_problem(ROOT / "tests" / "fixtures" / "problem_relu.py")
+    run_dir = tmp_path / "r"
+
+    async def go(s: RunSession) -> None:
+        await s.probe("check", "reference", author="implementor-1")
+        await s.probe("profile", "reference", author="implementor-1")
+        await s.evaluate(src("a", 0.5), strategy="innovate", author="implementor-1")
+
+    with RunStore.open(run_dir) as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, "none", cfg.model_dump(mode="json"))
+        s = RunSession(cfg, problem, store, FakeEvaluator(), NoPolicy())  # type: ignore[arg-type]
+        asyncio.run(go(s))
+        assert s.spend.probes == 2
+    assert main(["show", str(run_dir), "--json"]) == 0
+    spend = json.loads(capsys.readouterr().out)["spend"]
+    assert spend["probes"] == 2 and spend["evaluations"] == 1
+    assert spend["gpu_seconds"] == pytest.approx(3.0)  # a second per tool run and per evaluation
+    assert main(["show", str(run_dir)]) == 0
+    line = " ".join(capsys.readouterr().out.split())
+    assert "evaluations 1 · tool runs 2 (check, profile) · device 3.0 s" in line
+    assert "1 and 2 tool runs (check, profile) (3 s of worker time)" in build_report(run_dir, analyses=False)

@@ -18,7 +18,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,8 @@ class RunData:
     """The problem's domain (None: the run stored no problem)."""
     confirmation: dict[str, Any] | None = None
     """The run's latest confirmation round (the headline's source when it exists)."""
+    spend: Spend = field(default_factory=Spend)
+    """What the run spent (`Spend.from_store`: its writers' tool runs too)."""
 
     @property
     def best(self) -> DesignView | None:
@@ -97,7 +99,7 @@ def load_run(run_dir: str | Path) -> RunData:
         return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
                        sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
                        {r.id: r.created_at for r in designs}, problems[0].domain if problems else None,
-                       (store.confirmations() or [None])[-1])
+                       (store.confirmations() or [None])[-1], Spend.from_store(store, evaluations))
 
 
 def _reference_text(rec: Any, source: str) -> str:
@@ -158,17 +160,18 @@ def queries_at(data: RunData) -> dict[str, int]:
 def _summary(data: RunData) -> str:
     run = data.run
     cfg = run.config if run else {}
-    spend = st_spend(data)
+    spend = data.spend
+    tools = f" and {spend.probes} tool runs (check, profile)" if spend.probes else ""
     env = next((e.environment for e in reversed(data.evaluations) if e.environment), {})
     wall = (run.updated_at - run.created_at) if run else 0.0
     rows = [
         ("problem", data.problem), ("policy", run.policy if run else "-"),
         ("status", f"{run.status} ({run.stop_reason})" if run and run.stop_reason else (run.status if run else "-")),
         ("models", (cfg.get("agents") or {}).get("model") or "- (no LLM)"),
-        ("LLM queries (requests)", f"{spend['queries']} in {spend['calls']} agent calls"),
-        ("tokens", spend["tokens_text"]),
-        ("money", f"${spend['usd']:.4f}" + (f" ({spend['unpriced']} calls unpriced)" if spend["unpriced"] else "")),
-        ("evaluations", f"{len(data.evaluations)} ({spend['gpu_seconds']:.0f} s of worker time)"),
+        ("LLM queries (requests)", f"{spend.queries} in {spend.calls} agent calls"),
+        ("tokens", spend.tokens_text().removeprefix("tokens ")),
+        ("money", f"${spend.usd:.4f}" + (f" ({spend.unpriced_calls} calls unpriced)" if spend.unpriced_calls else "")),
+        ("evaluations", f"{spend.evaluations}{tools} ({spend.gpu_seconds:.0f} s of worker time)"),
         ("iterations", str(len(data.iterations))), ("designs", counts(data.views).text()),
         ("wall time", f"{wall / 60:.1f} min"),
         ("device", str(env.get("device_name") or env.get("device") or "-")),
@@ -178,15 +181,6 @@ def _summary(data: RunData) -> str:
     rows.insert(3, ("result", "; ".join(data.headline.lines())))
     conf = _pre(json.dumps(cfg, indent=2))
     return _table(["run", ""], rows) + f"<details><summary>configuration</summary>{conf}</details>"
-
-
-def st_spend(data: RunData) -> dict[str, Any]:
-    return {"queries": sum(c.requests for c in data.calls), "calls": len(data.calls),
-            "tokens": sum((c.input_tokens or 0) + (c.output_tokens or 0) for c in data.calls),
-            "tokens_text": Spend.from_records(data.calls, ()).tokens_text().removeprefix("tokens "),
-            "usd": sum(c.cost_usd or 0.0 for c in data.calls),
-            "unpriced": sum(1 for c in data.calls if c.cost_usd is None and c.requests),
-            "gpu_seconds": sum(float(v.get("duration_s") or 0.0) for e in data.evaluations for v in e.validators)}
 
 
 def _strategies(data: RunData) -> str:

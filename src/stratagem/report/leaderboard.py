@@ -249,8 +249,9 @@ def spend_line(spend: Spend) -> str:
                                  if spend.unpriced_calls else "")
     failed = f" · [red]{spend.failed_calls} failed agent calls[/]" if spend.failed_calls else ""
     calls = f" in {spend.calls} agent calls" if spend.calls else ""
+    tools = f" · tool runs {spend.probes} (check, profile)" if spend.probes else ""
     return (f"LLM queries {spend.queries}{calls} · {spend.tokens_text()} · {usd} · retries {spend.retries}"
-            f"{failed} · evaluations {spend.evaluations} · device {spend.gpu_seconds:.1f} s")
+            f"{failed} · evaluations {spend.evaluations}{tools} · device {spend.gpu_seconds:.1f} s")
 
 
 def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView],

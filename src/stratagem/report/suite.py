@@ -30,7 +30,6 @@ from typing import Any
 from stratagem.core.jsonish import mapping
 from stratagem.domains.base import BaselineNames
 from stratagem.report.html import CSS, _table, load_run
-from stratagem.search.budget import Spend
 from stratagem.search.headline import headline_of
 from stratagem.search.numbers import passed
 from stratagem.search.state import names_of
@@ -174,7 +173,7 @@ def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None =
     head = headline_of(data.views, data.names)  # the run's result, as every view says it
     b, r = head.top, head.ratios
     ref, sec = (r.reference, r.compared) if r is not None else (None, None)
-    spend = Spend.from_records(data.calls, data.evaluations)
+    spend = data.spend
     stop = data.run.stop_reason if data.run else None
     return ProblemRow(run_dir, data.problem, data.run.policy if data.run else "?",
                       ref.ratio if ref else None, ref.low if ref else None, ref.high if ref else None,

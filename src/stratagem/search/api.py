@@ -214,7 +214,7 @@ def show_run(run_dir: str | Path) -> RunSummary:
                 pass  # a problem this version cannot read: its designs export under their own names
         return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                           views=views, iterations=store.iterations(),
-                          spend=Spend.from_records(store.agent_calls(), evaluations), reference_ms=ref,
+                          spend=Spend.from_store(store, evaluations), reference_ms=ref,
                           device=device, domain=problems[0].domain if problems else "pytorch",
                           confirmation=(store.confirmations() or [None])[-1], main_file=main)
 

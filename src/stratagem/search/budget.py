@@ -1,8 +1,9 @@
 """Owns the run's budgets and what has been spent against them: LLM queries, tokens, money,
 evaluation (GPU) seconds and wall-clock time.
 
-The spend is rebuilt from the store on resume (agent calls and evaluations are recorded), so
-budgets hold across a killed and resumed run; the wall clock counts the current invocation.
+The spend is rebuilt from the store (`Spend.from_store`: agent calls, evaluations and the
+writers' tool runs are recorded), on resume, so budgets hold across a killed and resumed run,
+and by every view of a run; the wall clock counts the current invocation.
 
 Unknown usage. A coding-agent command that reports no usage leaves its call's tokens unknown
 (None, never a made-up 0). Such a call is counted in `unreported_calls`, and `tokens` sums the
@@ -20,10 +21,23 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from stratagem.config import SearchConfig
 from stratagem.core.search import AgentCall, Remaining, Reservation
 from stratagem.store.records import AgentCallRecord, EvaluationRecord
+
+PROBES_KEY = "session/probes"
+"""The store's policy state under which a run keeps its writers' tool runs (`check`,
+`profile`): `{"runs": N, "seconds": S}`, S their worker seconds. They are not evaluations."""
+
+
+class SpendStore(Protocol):
+    """What a run's store holds of its spend (`RunStore`)."""
+
+    def agent_calls(self) -> list[AgentCallRecord]: ...
+    def evaluations(self) -> list[EvaluationRecord]: ...
+    def policy_state(self, key: str) -> Any: ...
 
 
 @dataclass
@@ -111,6 +125,16 @@ class Spend:
             s.add_call(c)
         for e in evaluations:
             s.add_evaluation(e)
+        return s
+
+    @classmethod
+    def from_store(cls, store: SpendStore, evaluations: Sequence[EvaluationRecord] | None = None) -> Spend:
+        """What a run's store says it spent: its agent calls, its evaluations (`evaluations`
+        when already read) and its writers' tool runs (`PROBES_KEY`)."""
+        s = cls.from_records(store.agent_calls(), store.evaluations() if evaluations is None else evaluations)
+        tools = store.policy_state(PROBES_KEY) or {}
+        s.probes = int(tools.get("runs", 0))
+        s.gpu_seconds += float(tools.get("seconds", 0.0))
         return s
 
 

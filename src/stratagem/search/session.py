@@ -37,7 +37,7 @@ from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import probes
 from stratagem.search import state as st
-from stratagem.search.budget import Budgets, Spend, evaluation_seconds
+from stratagem.search.budget import PROBES_KEY, Budgets, Spend, evaluation_seconds
 from stratagem.search.numbers import Counts
 from stratagem.search.numbers import counts as counts_of
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
@@ -45,10 +45,6 @@ from stratagem.store.sqlite import RunStore
 
 HARNESS_FAILURES_MAX = 3
 """Consecutive evaluations failing with `harness_error` (broken infrastructure) that stop a run."""
-
-PROBES_KEY = "session/probes"
-"""Where the writers' tool runs are counted in the run database (`runs`, worker `seconds`), so
-a resumed run's spend keeps them."""
 
 RETIMES_MAX = 2
 """New evaluations a run spends on one design whose timing stayed unstable (each already
@@ -128,10 +124,7 @@ class RunSession:
         self.evaluator = evaluator
         self.policy = policy
         self.view = view
-        self.spend = Spend.from_records(store.agent_calls(), store.evaluations())
-        tools = store.policy_state(PROBES_KEY) or {}
-        self.spend.probes, self.spend.gpu_seconds = (int(tools.get("runs", 0)),
-                                                     self.spend.gpu_seconds + float(tools.get("seconds", 0.0)))
+        self.spend = Spend.from_store(store)
         self.budgets = Budgets(cfg.search, self.spend)
         planned = getattr(policy, "max_iterations", None)  # a policy that knows it stops sooner
         total = min(cfg.search.iterations, planned) if isinstance(planned, int) else cfg.search.iterations
