@@ -12,13 +12,13 @@ domain's judge module, the one the request names (`judge_module`: the domain dec
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from stratagem.evaluation.worker import progress_emitter, write_json_atomic
+from stratagem.evaluation.worker import serve
 
 
 def main(argv: list[str]) -> int:
@@ -30,14 +30,11 @@ def main(argv: list[str]) -> int:
     if not request.get("judge_module"):
         print(f"domain {request.get('domain')!r} names no judge module", file=sys.stderr)
         return 3
-    emit, close = progress_emitter(progress_path)
-    module = importlib.import_module(str(request["judge_module"]))
-    body = module.run_judge(request, go_path, record_dir, Path.cwd(), emit)
-    write_json_atomic(response_path, {"request_id": request["request_id"], **body})
-    close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+
+    def run(module: Any, emit: Callable[[str, dict[str, Any]], None]) -> dict[str, Any]:
+        return {"request_id": request["request_id"], **module.run_judge(request, go_path, record_dir, Path.cwd(), emit)}
+
+    serve(str(request["judge_module"]), run, progress_path, response_path, done=False)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 PROTOCOL_VERSION = 3
 """Of the request (an envelope since 2, naming its worker and judge modules since 3); the
@@ -45,6 +45,24 @@ def write_json_atomic(path: Path, body: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def serve(module: str, run: Callable[[Any, Callable[[str, dict[str, Any]], None]], dict[str, Any]],
+          progress_path: Path, response_path: Path, done: bool) -> NoReturn:
+    """Import `module` (a domain's worker or judge module), `run(module, emit)` with events
+    appended to `progress_path`, write what it returns to `response_path` atomically (then a
+    `done` event, if `done`), and end the process at once."""
+    emit, close = progress_emitter(progress_path)
+    body = run(importlib.import_module(module), emit)
+    write_json_atomic(response_path, body)
+    if done:
+        emit("done", {})
+    close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: candidate extensions and CUDA contexts can hang or crash in
+    # their destructors after a complete response was written.
+    os._exit(0)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m stratagem.evaluation.worker REQUEST RESPONSE PROGRESS", file=sys.stderr)
@@ -54,18 +72,13 @@ def main(argv: list[str]) -> int:
     if request.get("protocol") != PROTOCOL_VERSION:
         print(f"protocol mismatch: {request.get('protocol')} != {PROTOCOL_VERSION}", file=sys.stderr)
         return 3
-    emit, close = progress_emitter(progress_path)
-    module = importlib.import_module(str(request["worker_module"]))
-    # the candidate outputs the judge checks (evaluation/judge.py), beside the response
-    body = module.run_request(request, Path.cwd(), emit, record_dir=response_path.parent / "record")
-    write_json_atomic(response_path, {"protocol": RESPONSE_PROTOCOL, "request_id": request["request_id"], **body})
-    emit("done", {})
-    close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: candidate extensions and CUDA contexts can hang or crash in
-    # their destructors after a complete response was written.
-    os._exit(0)
+    record_dir = response_path.parent / "record"  # the candidate outputs the judge checks, beside the response
+
+    def run(module: Any, emit: Callable[[str, dict[str, Any]], None]) -> dict[str, Any]:
+        body = module.run_request(request, Path.cwd(), emit, record_dir=record_dir)
+        return {"protocol": RESPONSE_PROTOCOL, "request_id": request["request_id"], **body}
+
+    serve(str(request["worker_module"]), run, progress_path, response_path, done=True)
 
 
 if __name__ == "__main__":
