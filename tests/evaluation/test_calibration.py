@@ -59,7 +59,7 @@ def test_peaks_an_honest_reference_outruns_are_raised_to_what_it_did() -> None:
     reference is honest, so the bound it beats is raised to its own rate (and kept), never
     recalibrated at every evaluation; only the rate that bounds the floor moves."""
     from stratagem.core.verdict import ValidatorResult
-    from stratagem.domains.pytorch.domain import demonstrated_peaks, reference_beats_floor
+    from stratagem.domains.pytorch.floor import demonstrated_peaks, reference_beats_floor
 
     peaks = {"bandwidth_gbps": 3900.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0}}
     timing = ValidatorResult("timing", "passed", details={"reference": {"median_ms": 3.04}})

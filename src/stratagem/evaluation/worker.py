@@ -4,7 +4,7 @@ Runs in the sandbox, in a fresh process. Reads one request (plain JSON), runs th
 worker stages, appends one JSON line per stage event to PROGRESS (so a crash mid-way still
 leaves the finished stages' results), and writes the response JSON to RESPONSE atomically.
 The domain's worker module is the one the request names (`worker_module`: the domain declares
-it, `Domain.worker_module`, and the parent writes it into the request), so no domain is named
+it, `Domain.worker.module`, and the parent writes it into the request), so no domain is named
 here and the domain registry, which needs pydantic, is never loaded. Imports only the standard
 library and that module (with what it imports: torch, numpy, triton for PyTorch): GPU machines
 may have nothing else.

@@ -1,5 +1,5 @@
 """Owns the command domain's worker stages (`python -m stratagem.evaluation.worker` imports this
-module by the request's `worker_module`: `CommandDomain.worker_module`): `build` (the reference
+module by the request's `worker_module`: `CommandDomain.worker.module`): `build` (the reference
 and the design built in separate directories, fixed files verified by hash, the design's
 binaries checked for forbidden dependencies; the harness's baselines built beside them, exempt
 from `[forbid]`),

@@ -2,19 +2,23 @@
 torch.compile modes), what a cached baseline holds for (the device, the torch and CUDA
 versions, threads, the timing settings and protocol) and whether one measured under an
 earlier torch still holds for the installed one. The evaluator keys its cache and runs the
-baseline graph (`domain.BASELINE_GRAPH`) through these rules (`domains/base.py`'s
-`BaselineRules`), naming none of them.
+baseline graph (`graphs.BASELINE_GRAPH`) through these rules (`domains/base.py`'s
+`BaselineRules`), naming none of them; `BaselineModes` is the domain's `Baselines` capability
+that offers them.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from stratagem.config import EvaluationConfig
-from stratagem.domains.pytorch.settings import settings
+from stratagem.core.problem import Problem
+from stratagem.domains.pytorch.graphs import BASELINE_GRAPH
+from stratagem.domains.pytorch.settings import correctness_rule, settings, tolerances
 
 TIMING_PROTOCOL = 3
 """Bumped whenever the way the worker times changes, so older cached baselines are not reused
@@ -79,3 +83,25 @@ class PyTorchBaselines:
 
     def holds(self, environment: Mapping[str, Any]) -> bool:
         return same_torch(environment.get("torch"), self.installed)
+
+
+def new_seed() -> int:
+    """A fresh seed from OS entropy (48 bits: readable, and valid for torch.manual_seed)."""
+    return secrets.randbits(48)
+
+
+class BaselineModes:
+    """The PyTorch domain's `Baselines` capability (`domains/base.py`): eager and torch.compile's
+    modes, timed by a worker that loads no design."""
+
+    graph = BASELINE_GRAPH
+
+    def modes(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
+        return default_modes(cfg, on_gpu)
+
+    def rules(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchBaselines:
+        return PyTorchBaselines({**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
+                                 "tolerances": tolerances(problem, cfg)})
+
+    def new_seed(self) -> int:
+        return new_seed()

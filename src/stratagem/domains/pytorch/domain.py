@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import re
-import secrets
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,8 +28,13 @@ from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.base import BaselineNames, Domain, DomainPolicy, Export, WorkerSpec
-from stratagem.domains.pytorch.baselines import PyTorchBaselines, default_modes
-from stratagem.domains.pytorch.floor import CALIBRATION_SOURCE, PEAKS_VERSION, roofline_result
+from stratagem.domains.pytorch.baselines import BaselineModes, new_seed
+from stratagem.domains.pytorch.floor import (
+    PEAKS_VERSION,
+    PyTorchPeaks,
+    admitted_tolerance,
+    roofline_result,
+)
 from stratagem.domains.pytorch.graphs import (
     AUDIT_GRAPH,
     BASELINE_GRAPH,
@@ -105,61 +109,6 @@ def run_parent_validator(
     raise KeyError(f"no parent validator {name!r}")
 
 
-FLOOR_NOISE = 0.03
-"""The eager reference proves the peaks wrong only when it runs more than this fraction under
-the floor: its median moves by about that much between evaluations, and peaks raised to one
-evaluation's reference (`demonstrated_peaks`) must hold at the next."""
-
-
-def reference_beats_floor(earlier: Mapping[str, ValidatorResult], roofline: ValidatorResult) -> str | None:
-    """A description of how the eager reference (timed beside the candidate) beats the
-    roofline floor, which proves the calibrated peaks too low; None when it does not."""
-    timing = earlier.get("timing")
-    ref = (timing.details.get("reference") or {}) if timing is not None else {}
-    ref_ms, floor = ref.get("median_ms"), roofline.details.get("floor_ms")
-    if not roofline.details.get("checked") or not isinstance(ref_ms, int | float) or not isinstance(floor, int | float):
-        return None
-    if ref_ms < floor * (1 - FLOOR_NOISE):
-        return f"the eager reference ran in {ref_ms:.4g} ms, under the floor of {floor:.4g} ms"
-    return None
-
-
-def demonstrated_peaks(earlier: Mapping[str, ValidatorResult], roofline: ValidatorResult,
-                       peaks: Mapping[str, Any]) -> dict[str, Any] | None:
-    """`peaks` with the rate that bounds the floor raised to what the eager reference was
-    measured doing (bytes or FLOPs over its median): an honest program proved the device that
-    fast, where a copy or a matmul calibrated lower (an elementwise kernel over 6.4 GB ran at
-    4.2 TB/s on an H200 whose calibrated copy did less). None when nothing can be raised."""
-    timing = earlier.get("timing")
-    ref_ms = ((timing.details.get("reference") or {}) if timing is not None else {}).get("median_ms")
-    d = roofline.details
-    if not isinstance(ref_ms, int | float) or ref_ms <= 0:
-        return None
-    out = {**peaks, "matmul_tflops": dict(peaks.get("matmul_tflops") or {})}
-    if d.get("bound") == "memory" and d.get("memory_floor") == "main memory" and d.get("memory_ms"):
-        out["bandwidth_gbps"] = float(d["bandwidth_gbps"]) * float(d["memory_ms"]) / float(ref_ms)
-        what = f"bandwidth {out['bandwidth_gbps']:.0f} GB/s"
-    elif d.get("bound") == "compute" and d.get("rate_mode") and d.get("compute_ms"):
-        mode = str(d["rate_mode"])
-        out["matmul_tflops"][mode] = float(out["matmul_tflops"][mode]) * float(d["compute_ms"]) / float(ref_ms)
-        what = f"{mode} matmul rate {out['matmul_tflops'][mode]:.1f} TFLOP/s"
-    else:
-        return None
-    out["raised"] = [*list(peaks.get("raised") or []), f"{what}: what an eager reference was measured doing"]
-    return out
-
-
-def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
-    """The relative error the calibrated rule admitted in these correctness details (the
-    largest limit over the anchor's magnitude), as a tolerance the roofline can read."""
-    rel = 0.0
-    for t in correctness.get("trials") or ():
-        for a in t.get("anchor") or ():
-            if a.get("magnitude"):
-                rel = max(rel, float(a["limit"]) / float(a["magnitude"]))
-    return {"atol": 0.0, "rtol": rel}
-
-
 SLOW_FACTOR = 10.0
 """The default run limit lets every call of an evaluation take this many times the eager
 reference's own time (a candidate that much slower than eager, and the harness's work around
@@ -205,11 +154,6 @@ def timeout_s(problem: Problem, cfg: EvaluationConfig, override: float | None = 
     if "timeout_s" in cfg.model_fields_set or not reference_ms or reference_ms <= 0:
         return cfg.timeout_s
     return max(cfg.timeout_s, harness_calls(problem, cfg) * reference_ms / 1000.0 * SLOW_FACTOR)
-
-
-def new_seed() -> int:
-    """A fresh seed from OS entropy (48 bits: readable, and valid for torch.manual_seed)."""
-    return secrets.randbits(48)
 
 
 def build_request(
@@ -356,44 +300,6 @@ def own_kernel_names(source: str) -> list[str]:
     return sorted(names)
 
 
-class _Baselines:
-    """Eager, torch.compile's modes (`baselines.py`), timed by a worker that loads no design."""
-
-    graph = BASELINE_GRAPH
-
-    def modes(self, cfg: EvaluationConfig, on_gpu: bool) -> list[str]:
-        return default_modes(cfg, on_gpu)
-
-    def rules(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchBaselines:
-        return PyTorchBaselines({**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
-                                 "tolerances": tolerances(problem, cfg)})
-
-    def new_seed(self) -> int:
-        return new_seed()
-
-
-class _Peaks:
-    """The roofline's device peaks (`floor.py`), calibrated on an identity module."""
-
-    version = PEAKS_VERSION
-    calibrate_graph = CALIBRATE_GRAPH
-
-    def calibration_problem(self) -> Problem:
-        from stratagem.domains.pytorch.problem import parse_problem
-
-        return parse_problem(CALIBRATION_SOURCE, name="calibration")
-
-    def reads_peaks(self, name: str) -> bool:
-        return name == "roofline"
-
-    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
-        return reference_beats_floor(earlier, result)
-
-    def demonstrated(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
-                     peaks: Mapping[str, Any]) -> dict[str, Any] | None:
-        return demonstrated_peaks(earlier, result, peaks)
-
-
 class _Work:
     """The reference's counted work (FLOPs, bytes): the judge counts it once per problem."""
 
@@ -432,8 +338,8 @@ class PyTorchDomain(Domain):
     `compile` recipe: plain torch.compile of the reference)."""
     worker = WORKER
 
-    baselines = _Baselines()
-    peaks = _Peaks()
+    baselines = BaselineModes()
+    peaks = PyTorchPeaks()
     reference_facts = _Work()
     confirm_graph = CONFIRM_GRAPH
     audit_graph = AUDIT_GRAPH

@@ -15,6 +15,10 @@ rejected as impossible when the floor used it), so there the bandwidth is the ca
 cache bandwidth (the fastest of copies and sums over working sets from L1 to L3 sizes) times
 CACHE_HEADROOM, since hand-written SIMD loops may move data faster than torch's own ops.
 Peaks calibrated before it existed (no `cache_bandwidth_gbps`) give no bytes floor there.
+
+The domain's `Peaks` capability (`PyTorchPeaks`) is here too: the calibration problem, and
+how an eager reference that beats the floor proves the peaks too low (`reference_beats_floor`)
+and raises them to what it was measured doing (`demonstrated_peaks`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.pytorch.graphs import CALIBRATE_GRAPH
 
 CACHE_HEADROOM = 2.0
 """The CPU's cache bandwidth in the floor is this many times the calibrated one: torch's copy
@@ -114,3 +120,81 @@ def roofline_result(
             ),
         )
     return ValidatorResult("roofline", "passed", details=details)
+
+
+FLOOR_NOISE = 0.03
+"""The eager reference proves the peaks wrong only when it runs more than this fraction under
+the floor: its median moves by about that much between evaluations, and peaks raised to one
+evaluation's reference (`demonstrated_peaks`) must hold at the next."""
+
+
+def reference_beats_floor(earlier: Mapping[str, ValidatorResult], roofline: ValidatorResult) -> str | None:
+    """A description of how the eager reference (timed beside the candidate) beats the
+    roofline floor, which proves the calibrated peaks too low; None when it does not."""
+    timing = earlier.get("timing")
+    ref = (timing.details.get("reference") or {}) if timing is not None else {}
+    ref_ms, floor = ref.get("median_ms"), roofline.details.get("floor_ms")
+    if not roofline.details.get("checked") or not isinstance(ref_ms, int | float) or not isinstance(floor, int | float):
+        return None
+    if ref_ms < floor * (1 - FLOOR_NOISE):
+        return f"the eager reference ran in {ref_ms:.4g} ms, under the floor of {floor:.4g} ms"
+    return None
+
+
+def demonstrated_peaks(earlier: Mapping[str, ValidatorResult], roofline: ValidatorResult,
+                       peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`peaks` with the rate that bounds the floor raised to what the eager reference was
+    measured doing (bytes or FLOPs over its median): an honest program proved the device that
+    fast, where a copy or a matmul calibrated lower (an elementwise kernel over 6.4 GB ran at
+    4.2 TB/s on an H200 whose calibrated copy did less). None when nothing can be raised."""
+    timing = earlier.get("timing")
+    ref_ms = ((timing.details.get("reference") or {}) if timing is not None else {}).get("median_ms")
+    d = roofline.details
+    if not isinstance(ref_ms, int | float) or ref_ms <= 0:
+        return None
+    out = {**peaks, "matmul_tflops": dict(peaks.get("matmul_tflops") or {})}
+    if d.get("bound") == "memory" and d.get("memory_floor") == "main memory" and d.get("memory_ms"):
+        out["bandwidth_gbps"] = float(d["bandwidth_gbps"]) * float(d["memory_ms"]) / float(ref_ms)
+        what = f"bandwidth {out['bandwidth_gbps']:.0f} GB/s"
+    elif d.get("bound") == "compute" and d.get("rate_mode") and d.get("compute_ms"):
+        mode = str(d["rate_mode"])
+        out["matmul_tflops"][mode] = float(out["matmul_tflops"][mode]) * float(d["compute_ms"]) / float(ref_ms)
+        what = f"{mode} matmul rate {out['matmul_tflops'][mode]:.1f} TFLOP/s"
+    else:
+        return None
+    out["raised"] = [*list(peaks.get("raised") or []), f"{what}: what an eager reference was measured doing"]
+    return out
+
+
+def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
+    """The relative error the calibrated rule admitted in these correctness details (the
+    largest limit over the anchor's magnitude), as a tolerance the roofline can read."""
+    rel = 0.0
+    for t in correctness.get("trials") or ():
+        for a in t.get("anchor") or ():
+            if a.get("magnitude"):
+                rel = max(rel, float(a["limit"]) / float(a["magnitude"]))
+    return {"atol": 0.0, "rtol": rel}
+
+
+class PyTorchPeaks:
+    """The PyTorch domain's `Peaks` (`domains/base.py`): the roofline's device peaks, calibrated
+    on an identity module (`CALIBRATION_SOURCE`)."""
+
+    version = PEAKS_VERSION
+    calibrate_graph = CALIBRATE_GRAPH
+
+    def calibration_problem(self) -> Problem:
+        from stratagem.domains.pytorch.problem import parse_problem
+
+        return parse_problem(CALIBRATION_SOURCE, name="calibration")
+
+    def reads_peaks(self, name: str) -> bool:
+        return name == "roofline"
+
+    def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
+        return reference_beats_floor(earlier, result)
+
+    def demonstrated(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult,
+                     peaks: Mapping[str, Any]) -> dict[str, Any] | None:
+        return demonstrated_peaks(earlier, result, peaks)
