@@ -337,6 +337,22 @@ def test_domains_import_no_generic_layer_above_them():
     assert not bad, "\n".join(bad)
 
 
+def test_the_mcp_server_never_imports_the_cli():
+    """The two front ends stand side by side: the MCP server reaches the harness and the run
+    databases through the library (a run's record: `report/run_json.py`), never by running
+    the CLI, not even through a function-local import."""
+    bad = [
+        f"{path.relative_to(SRC)}:{line}: {mod} imports {name}"
+        for mod, path, tree in MODULES
+        if mod == "stratagem.mcp" or mod.startswith("stratagem.mcp.")
+        for name, line in imported(mod, path, tree)
+        if name == "stratagem.cli" or name.startswith("stratagem.cli.")
+    ]
+    assert not bad, "\n".join(bad)
+    tree = ast.parse("def f():\n    from stratagem.cli import main\n")  # the check sees a nested import
+    assert any(n == "stratagem.cli" for n, _ in imported("stratagem.mcp.harness", PKG / "mcp" / "harness.py", tree))
+
+
 def test_an_upward_import_is_caught():
     """The cycle the seams issue found (context importing the search package above it)."""
     tree = ast.parse("from stratagem.search.loop import SearchLoop\nfrom stratagem.core.search import Plan\n")

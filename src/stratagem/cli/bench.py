@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -25,7 +25,7 @@ from stratagem.cli.common import (
     wide_console,
 )
 from stratagem.config import load_config
-from stratagem.errors import ConfigError, ProblemError, StratagemError
+from stratagem.errors import ConfigError
 
 
 @app.command("bench")
@@ -61,6 +61,7 @@ def bench_cmd(
     (unclamped and clamped at 1x), correctness rate, cost per problem. Ctrl-C stops cleanly;
     `stratagem bench --resume SUITE_DIR` continues. stratagem reads the checkout in place and
     copies none of its files."""
+    from stratagem.cli.search import exit_codes
     from stratagem.search.suite import default_suite_dir, new_suite
     from stratagem.search.suite_problems import find_problems, parse_ids, parse_levels
 
@@ -82,7 +83,7 @@ def bench_cmd(
                    "max_wall_seconds": max_wall_seconds},
         "agents": {"model": model, "endpoints": endpoint or None},
     }
-    try:
+    with exit_codes(console, as_json):
         cfg = load_config(config, overrides)
         chosen_levels = parse_levels(levels) if levels else None
         ids = parse_ids(problems) if problems else None
@@ -90,10 +91,6 @@ def bench_cmd(
         suite_dir = run_dir or default_suite_dir(suite_path)
         new_suite(suite_dir, suite_path.resolve(), found, cfg, jobs=jobs, levels=chosen_levels,
                   ids=sorted(ids) if ids is not None else None)
-    except ConfigError as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
     console.print(f"suite: {suite_dir} · {len(found)} problems · {jobs or 'one per GPU slot (1 on the CPU)'} at once",
                   highlight=False)
     _drive(console, as_json, suite_dir, None)
@@ -103,29 +100,14 @@ def _drive(console: Console, as_json: bool, suite_dir: Path, jobs: int | None) -
     """Run the suite with a line per problem's change of state; Ctrl-C and SIGTERM stop it
     cleanly (the running problems marked interrupted, exit 130); then print its results."""
     import asyncio
-    import os
-    import signal
 
+    from stratagem.cli.search import stopping_cleanly
     from stratagem.report.suite_live import SuiteLiveView
     from stratagem.search.suite import run_suite
 
-    def on_term(_sig: int, _frame: Any) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        with SuiteLiveView(console, suite_dir) as view:  # a table on a terminal, lines elsewhere
-            asyncio.run(run_suite(suite_dir, jobs=jobs, on_change=view.changed))
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: finished problems are kept; continue with "
-                      f"`stratagem bench --resume {suite_dir}`", highlight=False)
-        raise typer.Exit(130) from None
-    except (ConfigError, ProblemError) as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    kept = f"finished problems are kept; continue with `stratagem bench --resume {suite_dir}`"
+    with stopping_cleanly(console, as_json, kept), SuiteLiveView(console, suite_dir) as view:
+        asyncio.run(run_suite(suite_dir, jobs=jobs, on_change=view.changed))  # a table on a terminal, lines elsewhere
     print_results(console, as_json, suite_dir)
 
 

@@ -48,10 +48,10 @@ def confirm_cmd(
     if as_json:
         print(json.dumps(body))
         return
-    from stratagem.cli.search import _stored_domain
+    from stratagem.search.api import stored_domain
     from stratagem.search.state import names_of
 
-    print_confirmed(console, body, names_of(_stored_domain(run_dir)))
+    print_confirmed(console, body, names_of(stored_domain(run_dir)))
 
 
 def _r(d: dict[str, Any] | None) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -118,24 +119,11 @@ def resume_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Continue a stopped or killed run from its database, with the settings it started with."""
-    from stratagem.search.api import resume_run
+    from stratagem.search.api import resume_run, stored_domain
 
     console = wide_console(stderr=as_json)
     over = {"search": {"iterations": iterations}}
-    _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir, _stored_domain(run_dir))
-
-
-def _stored_domain(run_dir: Path) -> str | None:
-    """The domain of the problem a run directory holds (None: none readable yet; the run's
-    own error says why)."""
-    from stratagem.store.sqlite import RunStore
-
-    try:
-        with RunStore.read(run_dir) as store:
-            problems = store.problems()
-    except (StratagemError, OSError):
-        return None
-    return problems[0].domain if problems else None
+    _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir, stored_domain(run_dir))
 
 
 def _print_best_cases(console: Console, run_dir: Path, design_id: str) -> None:
@@ -155,7 +143,6 @@ def show_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a run's leaderboard, iterations, strategy counts and spend."""
-    from stratagem.core.search import ranked
     from stratagem.report.leaderboard import (
         failures_table,
         iterations_table,
@@ -163,36 +150,16 @@ def show_cmd(
         spend_line,
         strategy_table,
     )
+    from stratagem.report.run_json import run_json
     from stratagem.search.api import show_run
     from stratagem.search.numbers import counts
-    from stratagem.search.state import names_of
 
     console = wide_console()
-    try:
+    with exit_codes(console, as_json):
         r = show_run(run_dir)
-    except ConfigError as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
-    best = r.best
-    names = names_of(r.domain)
+    best, names = r.best, r.names
     if as_json:
-        print(json.dumps({
-            "run_dir": str(r.run_dir), "problem": r.problem, "domain": r.domain,
-            "objective": dataclasses.asdict(_objective(r.domain)),
-            "status": r.run.status if r.run else None, "stop_reason": r.run.stop_reason if r.run else None,
-            "iterations": len(r.iterations), **counts(r.views).to_json(),
-            "best": None if best is None else _design_json(best, names),
-            "beats_reference": bool(best is not None and best.beats_reference),
-            "headline": r.headline.to_json(),
-            "reference_ms": r.reference_ms, "strategies": r.strategy_counts,
-            "spend": r.spend.to_json(),
-            "leaderboard": [_design_json(v, names) for v in ranked(r.views)],
-            "all_designs": [_design_entry(v, names) for v in sorted(r.views, key=lambda v: v.created_at)],
-            "iteration_log": _iteration_log(r.iterations, r.views),
-            "confirmation": r.confirmation,
-            **({"tuning": tuned.to_json()} if (tuned := _tuning(r.views)) is not None else {}),
-        }))
+        print(json.dumps(run_json(r)))
         return
     status = f"{r.run.status} ({r.run.stop_reason})" if r.run and r.run.stop_reason else (r.run.status if r.run else "-")
     console.print(f"[bold]{r.problem}[/] · {r.run_dir} · {status} · {len(r.iterations)} iterations",
@@ -204,7 +171,7 @@ def show_cmd(
         from stratagem.cli.confirm import print_confirmed
 
         print_confirmed(console, r.confirmation, names)
-    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain), names=names))
+    console.print(leaderboard(r.views, r.reference_ms, objective=r.objective, names=names))
     if best is not None:
         _print_best_cases(console, r.run_dir, best.id)
     failed = failures_table(r.views)
@@ -212,7 +179,7 @@ def show_cmd(
         console.print(failed)
     console.print(iterations_table(r.iterations, r.views, names=names))
     console.print(strategy_table(r.strategy_counts))
-    tuned = _tuning(r.views)
+    tuned = r.tuning
     if tuned is not None:
         _print_tuning(console, tuned, names.reference)
     console.print(spend_line(r.spend))
@@ -234,13 +201,9 @@ def export_cmd(
     from stratagem.search.export import exported_files, pick, write_files
 
     console = Console(stderr=True)
-    try:
+    with exit_codes(console, False):
         r = show_run(run_dir)
         view = pick(r.views, design, r.best)
-    except ConfigError as e:
-        fail(console, e, False, 2)
-    except StratagemError as e:
-        fail(console, e, False, 1)
     files = exported_files(view, r.problem, r.run_dir, r.device, r.reference_ms or None, r.domain, r.main_file)
     if out is None:
         print(files_text(files), end="")
@@ -250,18 +213,10 @@ def export_cmd(
         return
     written = write_files(files, out)
     from stratagem.search.headline import ratios_of
-    from stratagem.search.state import names_of
 
     shown = ", ".join(str(p) for p in written)
-    console.print(f"wrote {shown} (design {view.id[:12]}, {ratios_of(view, names_of(r.domain)).reference.number()} "
-                  f"vs {names_of(r.domain).reference})", highlight=False)
-
-
-def _tuning(views: Any) -> Any:
-    """The run's study (`--policy tune`), or None when no design carries parameters."""
-    from stratagem.search.policies.tune import tuning
-
-    return tuning(views)
+    console.print(f"wrote {shown} (design {view.id[:12]}, {ratios_of(view, r.names).reference.number()} "
+                  f"vs {r.names.reference})", highlight=False)
 
 
 def _print_tuning(console: Console, t: Any, reference: str) -> None:
@@ -284,136 +239,43 @@ def _print_tuning(console: Console, t: Any, reference: str) -> None:
         console.print(f"  {name}: {shown}", highlight=False)
 
 
-def _design_entry(v: Any, names: Any) -> dict[str, Any]:
-    """One design of `show --json`'s `all_designs`: its numbers, lineage and, when it did not
-    pass, the validator that failed it and why."""
-    from stratagem.report.leaderboard import failure
-    from stratagem.search.numbers import did_not_pass
-
-    out = {**_design_json(v, names), "iteration": v.iteration, "author": v.author, "strategy": v.strategy,
-           "parents": list(v.parents), "created_at": v.created_at, "measures": dataclasses.asdict(v.measures)}
-    if did_not_pass(v):
-        where, why = failure(v)
-        out.update(failed_at=where, reason=_whole_reason(v.report, why), report=v.report)
-    return out
-
-
-def _whole_reason(report: str, first_line: str) -> str:
-    """The whole reason of the first failure in a report (`[validator] kind: reason`, which may
-    go on over several lines until the next validator's), where the tables show its first
-    line clipped at a word."""
-    lines = (report or "").strip().splitlines()
-    if not lines or not lines[0].startswith("[") or "] " not in lines[0]:
-        return first_line
-    block = [first_line]
-    for line in lines[1:]:
-        if line.startswith("[") or line.startswith("Skipped: "):
-            break
-        block.append(line)
-    return "\n".join(block)
-
-
-def _iteration_log(iterations: Any, views: Any) -> list[dict[str, Any]]:
-    """`show --json`'s `iteration_log`: each iteration's plan, designs, and the best after it."""
-    from stratagem.core.search import ranked
-    from stratagem.search.numbers import counts
-
-    by_id = {v.id: v for v in views}
-    best: Any = None
-    out = []
-    for it in iterations:
-        made = [by_id[i] for i in it.design_ids if i in by_id]
-        top = ranked(made)
-        if top and (best is None or (top[0].speedup or 0) > (best.speedup or 0)):
-            best = top[0]
-        out.append({"n": it.n, "status": it.status, "strategy": (it.plan or {}).get("strategy"),
-                    "plan": it.plan, "context": it.context_ids, "designs": list(it.design_ids),
-                    "valid": counts(made).valid, "note": it.note,
-                    "best_after": None if best is None else {"id": best.id, "speedup": best.speedup,
-                                                              "speedup_ci": [best.speedup_low, best.speedup_high]},
-                    "started_at": it.started_at, "finished_at": it.finished_at})
-    return out
-
-
-def _design_json(v: Any, names: Any) -> dict[str, Any]:
-    """One design's numbers as `show --json` and `run --json` give them (valid, ranked and the
-    verdict over the compared baseline by `search/numbers.py`, as every view says them). The
-    compared baseline's keys carry its name (`names.compared`; PyTorch: `speedup_compile`,
-    `vs_compile`, ...); a domain without one has none (docs/show-json.md)."""
-    from stratagem.search.headline import ratios_of
-    from stratagem.search.numbers import is_ranked, not_ranked_because, passed
-
-    c = names.compared
-    k = ratios_of(v, names).compared
-    second = {} if not c or k is None else {
-        f"speedup_{c}": k.ratio,
-        f"speedup_{c}_ci": None if k.low is None or k.high is None else [k.low, k.high],
-        f"{c}_chained": k.chained, f"{c}_confirmed": k.confirmed, f"vs_{c}": k.verdict,
-        f"{c}_fails": v.compared_fails or None, f"{c}_unstable": v.compared_unstable or None}
-    stability = (v.stability if v.status in ("unstable", "busy") and v.stability
-                 else next((n for n in v.timing_notes if "ranked on the confirmation round" in n), "stable"))
-    return {"id": v.id, "status": v.status, "valid": passed(v), "ranked": is_ranked(v),
-            "not_ranked": not_ranked_because(v) or None, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
-            "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
-            **second, "tags": dict(v.tags),
-            "beats_reference": v.beats_reference,
-            "stability": stability, "timing_notes": list(v.timing_notes),
-            "confirmed": v.confirmed.to_json() if v.confirmed is not None else None}
-
-
-
 def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: str | None) -> None:
     """Run a search coroutine with the live view. Ctrl-C, and SIGTERM (`kill`, `timeout`)
     the same way, stop it cleanly: the run and its iteration marked interrupted, workers
     killed, their temporary directories removed, exit 130. `domain`: the problem's, whose
     words the live view speaks (None: the default domain's)."""
     import asyncio
-    import os
-    import signal
 
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
-    from stratagem.search import state as st
+    from stratagem.report.run_json import design_json
+    from stratagem.search.api import show_run
     from stratagem.search.headline import headline_of
     from stratagem.search.numbers import counts, passed
+    from stratagem.search.state import names_of
 
-    def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
-        os.kill(os.getpid(), signal.SIGINT)
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        with LiveView(console, reference=st.names_of(domain).reference) as view:
+    with stopping_cleanly(console, as_json, f"everything so far is saved; continue with `stratagem resume {run_dir}`"):
+        with LiveView(console, reference=names_of(domain).reference) as view:
             outcome = asyncio.run(start(None if as_json else view))
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: everything so far is saved; continue with "
-                      f"`stratagem resume {run_dir}`", highlight=False)
-        raise typer.Exit(130) from None
-    except (ConfigError, ProblemError) as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    from stratagem.search.api import show_run
 
     best = outcome.best
     r = show_run(outcome.run_dir)
-    names = st.names_of(r.domain)
+    names = r.names
     if as_json:
         print(json.dumps({
             "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
             "iterations": outcome.iterations, **counts(r.views).to_json(),
-            "best": None if best is None else {**_design_json(best, names), "path": str(outcome.best_path)},
+            "best": None if best is None else {**design_json(best, names), "path": str(outcome.best_path)},
             "no_gain": outcome.no_gain,
             "best_path": str(outcome.best_path) if outcome.best_path else None,
-            "fastest": None if outcome.top is None else _design_json(outcome.top, names),
+            "fastest": None if outcome.top is None else design_json(outcome.top, names),
             "reference_ms": outcome.reference_ms,
             "spend": outcome.spend.to_json(),
         }))
         return
     console.print(f"stopped: {outcome.stop_reason}")
-    console.print(leaderboard(r.views, r.reference_ms, objective=_objective(r.domain), names=names))
-    console.print(strategy_table(st.strategy_counts(r.views)))
+    console.print(leaderboard(r.views, r.reference_ms, objective=r.objective, names=names))
+    console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
     console.print(counts(r.views).text(), highlight=False)
     if r.confirmation is not None:
@@ -441,6 +303,41 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     console.print(next_steps(outcome.run_dir, best is not None), highlight=False, soft_wrap=True)
 
 
+@contextmanager
+def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Iterator[None]:
+    """Ctrl-C, and SIGTERM (`kill`, `timeout`) the same way, stop the work inside cleanly: a
+    line saying `interrupted` and what is kept, exit 130; stratagem's errors exit 2 (the
+    configuration or the problem) or 1."""
+    import os
+    import signal
+
+    def on_term(_sig: int, _frame: Any) -> None:  # become a Ctrl-C, which asyncio turns into a clean cancel
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with exit_codes(console, as_json, (ConfigError, ProblemError)):
+            yield
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)
+        raise typer.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def exit_codes(console: Console, as_json: bool,
+               usage: tuple[type[StratagemError], ...] = (ConfigError,)) -> Iterator[None]:
+    """stratagem's errors inside as the command's exit: 2 for `usage` ones (a configuration, an
+    argument), 1 for the others."""
+    try:
+        yield
+    except usage as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
+
+
 def next_steps(run_dir: Path, has_best: bool) -> str:
     """The run's last lines: where it is and what to do next, with the run directory filled in
     (printed unwrapped, so each command stays whole for copying)."""
@@ -450,13 +347,6 @@ def next_steps(run_dir: Path, has_best: bool) -> str:
     return (f"run directory: {d}\nnext:\n"
             f"  stratagem show {d}  (every design, why each failed, iterations, spend)\n"
             f"  stratagem report {d}  (an HTML page with plots: {Path(d) / 'report.html'})\n  " + export)
-
-
-def _objective(domain: str) -> Any:
-    """The objective of a run's domain (for the leaderboard's value column)."""
-    from stratagem.domains import get_domain
-
-    return get_domain(domain).objective
 
 
 @app.command("compare")
@@ -472,12 +362,8 @@ def compare_cmd(
     from stratagem.report.compare import compare_runs, dumps, plot, table, tuning_table
 
     console = wide_console()
-    try:
+    with exit_codes(console, as_json):
         cmp = compare_runs(run_dirs)
-    except ConfigError as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
     png = plot(cmp, plot_path or run_dirs[0].parent / "compare.png")
     if as_json:
         print(json.dumps({**json.loads(dumps(cmp)), "plot": str(png)}))

@@ -9,8 +9,6 @@ notifications). Reading a run never writes into it (`RunStore.read`).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -98,25 +96,17 @@ def show_run(run_dir: str) -> ShowRunResult:
 
 
 def show_json(where: Path) -> dict[str, Any]:
-    """`stratagem show --json`, run in this process with its standard output captured (one
-    source for the record's shape). Synchronous: no other task of the server prints meanwhile."""
-    from stratagem.cli import main
+    """The run's record, as `stratagem show --json` prints it (`report/run_json.py`)."""
     from stratagem.errors import StoreError
+    from stratagem.report.run_json import run_json
+    from stratagem.search.api import show_run as read
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["show", str(where), "--json"])
-    text = out.getvalue().strip()
     try:
-        body = json.loads(text.splitlines()[-1]) if text else {}
-    except json.JSONDecodeError:
-        body = {}
-    if code != 0 or body.get("status") == "error" and "error" in body:
-        message = body.get("error") or err.getvalue().strip() or f"stratagem show exited {code}"
-        if "holds no run database" in str(message):
-            raise ToolInputError("run_dir", f"run_dir: {message}", kind="not_found")
-        raise StoreError(str(message))
-    return body
+        return run_json(read(where))
+    except StoreError as e:
+        if "holds no run database" in str(e):
+            raise ToolInputError("run_dir", f"run_dir: {e}", kind="not_found") from e
+        raise
 
 
 def run_entry(where: Path) -> RunEntry:

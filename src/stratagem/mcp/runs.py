@@ -254,10 +254,13 @@ def _entry(read: Callable[[Path], RunEntry], where: Path) -> RunEntry | None:
 
 
 def _best(where: Path) -> dict[str, Any] | None:
-    from stratagem.mcp.harness import show_json
+    """The run's best design as `show --json` gives it (`report/run_json.py`)."""
+    from stratagem.report.run_json import design_json
+    from stratagem.search.api import show_run
 
     try:
-        return show_json(where).get("best")
+        r = show_run(where)
+        return None if r.best is None else design_json(r.best, r.names)
     except Exception:  # noqa: BLE001 - a view while the run writes; the counts stand without it
         return None
 

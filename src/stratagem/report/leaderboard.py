@@ -9,7 +9,7 @@ for them, so an 80-column terminal shows whole words, not a few letters a line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -254,19 +254,26 @@ def spend_line(spend: Spend) -> str:
             f"{failed} · evaluations {spend.evaluations}{tools} · device {spend.gpu_seconds:.1f} s")
 
 
+def best_after(iterations: Sequence[IterationRecord], views: Sequence[DesignView]
+               ) -> Iterator[tuple[IterationRecord, list[DesignView], DesignView | None]]:
+    """Each iteration with the designs it made and the best ranked design after it."""
+    by_id = {v.id: v for v in views}
+    best: DesignView | None = None
+    for it in iterations:
+        made = [by_id[i] for i in it.design_ids if i in by_id]
+        top = ranked(made)
+        if top and (best is None or (top[0].speedup or 0) > (best.speedup or 0)):
+            best = top[0]
+        yield it, made, best
+
+
 def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView],
                      last: int = 20, names: BaselineNames | None = None) -> FittedTable:
     """Each iteration: status, strategy, designs made, valid ones (as every view counts them), the
     best speedup after it,
     and its note (why it ended as it did: failed agent calls, a stop, a review)."""
-    by_id = {v.id: v for v in views}
-    best: DesignView | None = None
     rows = []
-    for it in iterations:
-        made = [by_id[i] for i in it.design_ids if i in by_id]
-        ok = ranked(made)
-        if ok and (best is None or (ok[0].speedup or 0) > (best.speedup or 0)):
-            best = ok[0]
+    for it, made, best in best_after(iterations, views):
         strategy = str((it.plan or {}).get("strategy") or "-")
         rows.append((str(it.n), it.status, strategy, str(len(made)), str(counts(made).valid),
                      "-" if best is None else best.speedup_text(), clip(it.note or "", 300)))

@@ -7,12 +7,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratagem.config import StratagemConfig, apply_overrides
+from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
 from stratagem.domains import get_domain, load_problem, parse_problem
+from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StoreError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
@@ -23,6 +25,9 @@ from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.store.records import IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
+
+if TYPE_CHECKING:
+    from stratagem.search.policies.tune import Tuning
 
 
 def default_run_dir(problem: Problem, root: Path = Path("runs")) -> Path:
@@ -189,6 +194,23 @@ class RunSummary:
     def strategy_counts(self) -> dict[str, dict[str, int]]:
         return st.strategy_counts(self.views)
 
+    @property
+    def names(self) -> BaselineNames:
+        """How the run's domain names its baselines."""
+        return st.names_of(self.domain)
+
+    @property
+    def objective(self) -> Objective:
+        """The objective of the run's domain (the leaderboard's value column)."""
+        return get_domain(self.domain).objective
+
+    @property
+    def tuning(self) -> Tuning | None:
+        """The run's tune study (`--policy tune`), or None when no design carries parameters."""
+        from stratagem.search.policies.tune import tuning
+
+        return tuning(self.views)
+
 
 def show_run(run_dir: str | Path) -> RunSummary:
     """Read a run directory, writing nothing into it (`RunStore.read`; works while the run is
@@ -217,6 +239,17 @@ def show_run(run_dir: str | Path) -> RunSummary:
                           spend=Spend.from_store(store, evaluations), reference_ms=ref,
                           device=device, domain=problems[0].domain if problems else "pytorch",
                           confirmation=(store.confirmations() or [None])[-1], main_file=main)
+
+
+def stored_domain(run_dir: str | Path) -> str | None:
+    """The domain of the problem a run directory holds (None: none readable yet; the run's
+    own error says why)."""
+    try:
+        with RunStore.read(Path(run_dir)) as store:
+            problems = store.problems()
+    except (StratagemError, OSError):
+        return None
+    return problems[0].domain if problems else None
 
 
 def _existing_run_dir(run_dir: str | Path) -> Path:
