@@ -33,6 +33,7 @@ from stratagem.core.verdict import ValidatorResult, Verdict  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.service import Baseline, Evaluation  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
+from stratagem.search.session import RunSession  # noqa: E402
 from stratagem.store.sqlite import RunStore  # noqa: E402
 
 
@@ -90,7 +91,7 @@ async def run(args: argparse.Namespace) -> list[float]:
         store.add_problem(problem)
         store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
         policy = Scripted(args.designs_per_iteration, args.source_kb, [], cfg)
-        loop = SearchLoop(cfg, problem, store, InstantEvaluator(), policy)  # type: ignore[arg-type]
+        loop = SearchLoop(RunSession(cfg, problem, store, InstantEvaluator(), policy))  # type: ignore[arg-type]
         t = time.perf_counter()
         marks: list[float] = []
         orig = loop._iterate

@@ -47,6 +47,7 @@ from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.service import Baseline, Evaluation  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
 from stratagem.search.policies.registry import build_policy, policy_settings, resolved_config  # noqa: E402
+from stratagem.search.session import RunSession  # noqa: E402
 from stratagem.store.sqlite import RunStore  # noqa: E402
 
 POLICIES = ("recipes", "auto", "pike-b", "pike-o")
@@ -181,7 +182,7 @@ async def run_one(example: Path, policy: str, queries: int, harness: str, device
             store.add_problem(problem)
             store.start_run(problem.id, policy, cfg.model_dump(mode="json"))
             t = time.perf_counter()
-            out = await SearchLoop(cfg, problem, store, evaluator, pol).run()
+            out = await SearchLoop(RunSession(cfg, problem, store, evaluator, pol)).run()
             wall = time.perf_counter() - t
             n_designs = len(store.designs())
         if harness == "real":

@@ -35,6 +35,7 @@ from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
 from stratagem.search.policies.auto import AutoPolicy  # noqa: E402
+from stratagem.search.session import RunSession  # noqa: E402
 from stratagem.store.sqlite import RunStore  # noqa: E402
 
 
@@ -78,7 +79,7 @@ async def run(example: Path, queries: int, repeat_every: int) -> list[str]:
             store.add_problem(problem)
             store.start_run(problem.id, "auto", cfg.model_dump(mode="json"))
             t = time.perf_counter()
-            out = await SearchLoop(cfg, problem, store, evaluator, pol).run()
+            out = await SearchLoop(RunSession(cfg, problem, store, evaluator, pol)).run()
             wall = time.perf_counter() - t
     answers = len(script.sources)
     before = len(set(script.sources))

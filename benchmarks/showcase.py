@@ -77,6 +77,7 @@ def scripted_search(example: Path, designs: list[str], device: str, runs_dir: Pa
     from stratagem.search.loop import SearchLoop
     from stratagem.search.policies.auto import AutoPolicy
     from stratagem.search.policies.registry import resolved_config
+    from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore
 
     texts = [files_text(design_files(example, rel)) for rel in designs]
@@ -109,7 +110,7 @@ def scripted_search(example: Path, designs: list[str], device: str, runs_dir: Pa
     pol = AutoPolicy.from_config(cfg, problem, run_dir / "work", models={"default": FunctionModel(model)})
     ev = Evaluator(cfg.evaluation, make_executor(cfg.evaluation, environment()))
     t0 = time.monotonic()
-    asyncio.run(SearchLoop(cfg, problem, store, ev, pol).run())  # type: ignore[arg-type]
+    asyncio.run(SearchLoop(RunSession(cfg, problem, store, ev, pol)).run())  # type: ignore[arg-type]
     wall = time.monotonic() - t0
     from stratagem.search import state as st
 
@@ -135,6 +136,7 @@ def tune_search(example: Path, template: Path, iterations: int, device: str, run
     from stratagem.search.loop import SearchLoop
     from stratagem.search.policies.registry import TuneSettings, resolved_config
     from stratagem.search.policies.tune import TAG_PARAMS, TunePolicy, point_text
+    from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore
 
     run_dir = runs_dir / f"{example.name}-tune-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -149,7 +151,7 @@ def tune_search(example: Path, template: Path, iterations: int, device: str, run
     store.start_run(problem.id, "tune", cfg.model_dump(mode="json"))
     ev = Evaluator(cfg.evaluation, make_executor(cfg.evaluation, environment()))
     t0 = time.monotonic()
-    out = asyncio.run(SearchLoop(cfg, problem, store, ev, policy).run())  # type: ignore[arg-type]
+    out = asyncio.run(SearchLoop(RunSession(cfg, problem, store, ev, policy)).run())  # type: ignore[arg-type]
     wall = time.monotonic() - t0
     views = sorted(st.stored_views(store), key=lambda v: v.created_at)
     points = [{"design": v.id[:12], "params": v.tags.get(TAG_PARAMS), "status": v.status, "speedup": v.speedup}

@@ -19,6 +19,7 @@ from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
 from stratagem.search.policies.auto import AutoPolicy  # noqa: E402
+from stratagem.search.session import RunSession  # noqa: E402
 from stratagem.store.sqlite import RunStore  # noqa: E402
 
 PROBLEM = HERE / "fixtures/problem_relu.py"
@@ -41,5 +42,5 @@ def first_prompt_of_a_run(tmp: Path) -> str:
     with RunStore.open(tmp / "run") as store:
         store.add_problem(problem)
         store.start_run(problem.id, "auto", cfg.model_dump(mode="json"))
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), pol).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), pol)).run())  # type: ignore[arg-type]
     return seen[0]

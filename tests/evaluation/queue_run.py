@@ -16,6 +16,7 @@ from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.api import make_evaluator  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
+from stratagem.search.session import RunSession  # noqa: E402
 from stratagem.store.sqlite import RunStore  # noqa: E402
 
 ADV = HERE.parent / "adversarial"
@@ -38,7 +39,7 @@ def make(run_dir: Path, queue: Path):
     ev = make_evaluator(cfg.evaluation)
     ev.executor.own(str(run_dir.resolve()))
     policy = ScriptedPolicy([DESIGNS] if not store.iterations() else [])
-    return SearchLoop(cfg, problem, store, ev, policy), store  # type: ignore[arg-type]
+    return SearchLoop(RunSession(cfg, problem, store, ev, policy)), store  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

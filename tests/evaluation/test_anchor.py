@@ -152,7 +152,7 @@ def test_a_failing_compile_baseline_is_flagged_in_show_and_the_context(tmp_path,
     assert main(["show", str(store.run_dir), "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["compile_fails"].startswith("trial seed 1")
-    view = loop.views()[0]
+    view = loop.session.views()[0]
     assert "fails the correctness check" in render_design(view)
 
 

@@ -79,6 +79,6 @@ def test_an_unstable_compile_baseline_is_flagged_in_show_and_the_context(tmp_pat
     assert main(["show", str(store.run_dir), "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["compile_unstable"].startswith("ratio drift")
-    view = loop.views()[0]
+    view = loop.session.views()[0]
     assert view.compared_text("compile") == "1.60x (compile baseline unstable)"
     assert "timing unstable" in render_design(view)

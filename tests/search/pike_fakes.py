@@ -19,6 +19,7 @@ from stratagem.search.loop import SearchLoop
 from stratagem.search.policies.pike_b import PikeBPolicy
 from stratagem.search.policies.pike_o import PikeOPolicy
 from stratagem.search.policies.registry import policy_settings, resolved_config
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 WRONG_BY = "# max_abs_err=0.5\n"
@@ -96,7 +97,7 @@ def make_pike_loop(tmp_path: Path, policy: str, script: Script, settings: dict |
     cls = PikeBPolicy if policy == "pike-b" else PikeOPolicy
     pol = cls(cfg, problem, tmp_path / "work", models, policy_settings(cfg))  # type: ignore[arg-type]
     ev = evaluator or FakeEvaluator()
-    return SearchLoop(cfg, problem, store, ev, pol), store, ev  # type: ignore[arg-type]
+    return SearchLoop(RunSession(cfg, problem, store, ev, pol)), store, ev  # type: ignore[arg-type]
 
 
 def marker_ms(source: str) -> float | None:

@@ -12,6 +12,7 @@ from fakes import FakeEvaluator, ScriptedPolicy, src
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 PROBLEM = Path(__file__).resolve().parents[1] / "fixtures/problem_relu.py"
@@ -27,7 +28,7 @@ def make(run_dir: Path, delay_s: float) -> tuple[SearchLoop, RunStore, FakeEvalu
     ev = FakeEvaluator(delay_s=delay_s)
     n_done = len(store.iterations())
     policy = ScriptedPolicy(SCRIPT[n_done:])
-    return SearchLoop(cfg, problem, store, ev, policy), store, ev  # type: ignore[arg-type]
+    return SearchLoop(RunSession(cfg, problem, store, ev, policy)), store, ev  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from stratagem.cli import main
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def fake_run(run_dir: Path) -> None:
         store.add_problem(problem)
         store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
         policy = ScriptedPolicy([[src("a", 0.5), src("b", invalid="nan")], [src("c", 0.25)]])
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), policy).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), policy)).run())  # type: ignore[arg-type]
 
 
 def test_show_json(tmp_path, capsys):

@@ -17,6 +17,7 @@ from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import ConfigError
 from stratagem.report.compare import compare_runs, figure, load_curve
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 
@@ -49,7 +50,7 @@ def run(tmp_path, name, steps, problem_path=None):
         store = RunStore.open(tmp_path / name / "run")
         store.add_problem(problem)
         store.start_run(problem.id, "spender", cfg.model_dump(mode="json"))
-        loop = SearchLoop(cfg, problem, store, FakeEvaluator(), Spender(steps))  # type: ignore[arg-type]
+        loop = SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), Spender(steps)))  # type: ignore[arg-type]
     asyncio.run(loop.run())
     store.close()
     return tmp_path / name / "run"

@@ -17,6 +17,7 @@ from stratagem.core.search import IterationResult, SearchState, Session
 from stratagem.report.compare import compare_runs, tuning_table
 from stratagem.search.loop import SearchLoop
 from stratagem.search.policies.tune import TunePolicy
+from stratagem.search.session import RunSession
 
 
 class WrittenThenTuned:
@@ -42,7 +43,7 @@ def study(tmp_path: Path, name: str, iterations: int, written_ms: float | None =
     cfg, problem, policy, store = make(tmp_path, write(tmp_path), iterations, run=name)
     chosen = policy if written_ms is None else WrittenThenTuned(policy, written_ms)
     try:
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), chosen).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), chosen)).run())  # type: ignore[arg-type]
     finally:
         store.close()
     return tmp_path / name
@@ -87,7 +88,7 @@ def test_a_run_without_tuning_has_no_tuning_table(tmp_path: Path) -> None:
             return None
 
     try:
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), Written()).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), Written())).run())  # type: ignore[arg-type]
     finally:
         store.close()
     cmp = compare_runs([tmp_path / "plain"])

@@ -158,7 +158,7 @@ def test_a_run_with_a_wall_budget_is_not_confirmed_beyond_it(tmp_path) -> None:
     loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1, max_wall_seconds=3600)
     asyncio.run(loop.run())
     assert ev.confirm_blocks == [] and store.confirmations() == []
-    assert any("not confirmed" in e and "stratagem confirm" in e for e in loop.progress.events)
+    assert any("not confirmed" in e and "stratagem confirm" in e for e in loop.session.progress.events)
     store.close()
 
 

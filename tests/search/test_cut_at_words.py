@@ -15,6 +15,7 @@ from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search.loop import SearchLoop
 from stratagem.search.numbers import clip
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 WORDS = " ".join(f"w{i:03d}" for i in range(150))
@@ -42,7 +43,7 @@ def test_show_cuts_the_reason_at_a_word_and_its_json_keeps_all_of_it(tmp_path, c
         store.add_problem(problem)
         store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
         policy = ScriptedPolicy([[src("a", 0.5), src("b", invalid=WORDS)]])
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), policy).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), policy)).run())  # type: ignore[arg-type]
     monkeypatch.setenv("COLUMNS", "160")
     assert main(["show", str(tmp_path / "r")]) == 0
     text = capsys.readouterr().out

@@ -94,6 +94,7 @@ def test_resuming_a_finished_run_adds_nothing(tmp_path) -> None:
     from stratagem.config import load_config
     from stratagem.domains.pytorch.problem import load_problem
     from stratagem.search.loop import EXHAUSTED, SearchLoop
+    from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore
 
     cfg = load_config(None, {"search": {"iterations": 6}})
@@ -101,7 +102,7 @@ def test_resuming_a_finished_run_adds_nothing(tmp_path) -> None:
 
     def go(store: RunStore):
         policy = ScriptedPolicy([[src("a", 0.5)], [src("b", 0.25)]])
-        return asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), policy).run())  # type: ignore[arg-type]
+        return asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), policy)).run())  # type: ignore[arg-type]
 
     with RunStore.open(tmp_path / "r") as store:
         store.add_problem(problem)

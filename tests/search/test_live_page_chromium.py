@@ -23,6 +23,7 @@ from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.report.serve import serve_in_background
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -64,7 +65,7 @@ def add_design(run: Path, tag: str, ms: float) -> None:
     cfg = load_config(None, {"search": {"iterations": 4, "patience": 10}})
     problem = load_problem(PROBLEM)
     with RunStore.open(run) as store:
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), ScriptedPolicy([[src(tag, ms)]])).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), ScriptedPolicy([[src(tag, ms)]]))).run())  # type: ignore[arg-type]
 
 
 def test_the_live_page_renders_and_follows_the_run(tmp_path):

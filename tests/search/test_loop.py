@@ -15,6 +15,7 @@ from stratagem.core.search import AgentCall, Review
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search import state as st
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def make_loop(tmp_path: Path, policy: ScriptedPolicy, evaluator: FakeEvaluator |
     store.add_problem(problem)
     store.start_run(problem.id, policy.name, cfg.model_dump(mode="json"))
     ev = evaluator or FakeEvaluator()
-    return SearchLoop(cfg, problem, store, ev, policy), store, ev  # type: ignore[arg-type]
+    return SearchLoop(RunSession(cfg, problem, store, ev, policy)), store, ev  # type: ignore[arg-type]
 
 
 def test_iterations_are_stored_and_the_best_is_written(tmp_path):
@@ -116,8 +117,8 @@ def test_concurrent_identical_designs_share_one_evaluation(tmp_path):
 
     async def go():
         loop, store, ev = make_loop(tmp_path, policy, FakeEvaluator(delay_s=0.05), iterations=1)
-        loop._iteration = 1
-        fbs = await asyncio.gather(*(loop.evaluate(src("x", 0.5), strategy="refine") for _ in range(3)))
+        loop.session.iteration = 1
+        fbs = await asyncio.gather(*(loop.session.evaluate(src("x", 0.5), strategy="refine") for _ in range(3)))
         return fbs, ev, store
 
     fbs, ev, store = asyncio.run(go())
@@ -133,7 +134,7 @@ def test_a_too_good_design_judged_cheating_never_becomes_best(tmp_path):
     out = asyncio.run(loop.run())
     assert out.best is not None and "honest" in out.best.source
     assert [r.cheating for r in store.reviews()] == [True]
-    flagged = [v for v in loop.views() if v.status == "flagged"]
+    flagged = [v for v in loop.session.views() if v.status == "flagged"]
     assert len(flagged) == 1 and "cached tensor" in flagged[0].report
 
 
@@ -165,12 +166,12 @@ def test_a_too_good_design_whose_review_failed_is_not_best_until_a_retry_clears_
     policy = FlakyReviews(script, failures=2)
     loop, store, _ = make_loop(tmp_path, policy, iterations=3)
     asyncio.run(loop._iterate(1))
-    fast = next(v for v in loop.views() if "SUSPECT" in v.source)
+    fast = next(v for v in loop.session.views() if "SUSPECT" in v.source)
     assert fast.status == "unreviewed" and fast.runtime_ms == pytest.approx(0.01)
-    assert "honest" in st.best_of(loop.views()).source  # not the unreviewed one
+    assert "honest" in st.best_of(loop.session.views()).source  # not the unreviewed one
     # Iteration 2 retries the review first (fails again); iteration 3's retry clears it.
     asyncio.run(loop._iterate(2))
-    assert "other" in st.best_of(loop.views()).source
+    assert "other" in st.best_of(loop.session.views()).source
     out = asyncio.run(loop.run())
     assert out.best is not None and "SUSPECT" in out.best.source
     assert [r.failed for r in store.reviews()] == [True, True, False]

@@ -61,9 +61,9 @@ def test_counts_agree_between_the_live_view_show_and_json(tmp_path, capsys):
     said = "3 designs: 2 valid (1 with unstable timing, not ranked), 1 did not pass"
     assert c.text() == said
     # the live view: the loop's own counts, rendered
-    assert loop.progress.counts == c
+    assert loop.session.progress.counts == c
     buf = io.StringIO()
-    Console(file=buf, width=80).print(LiveView(Console(file=io.StringIO())).render(loop.progress))
+    Console(file=buf, width=80).print(LiveView(Console(file=io.StringIO())).render(loop.session.progress))
     assert said in buf.getvalue()
     # show: the same sentence, and the unstable design is not among those that did not pass
     assert main(["show", str(store.run_dir)]) == 0

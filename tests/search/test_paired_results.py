@@ -28,7 +28,7 @@ def test_one_number_per_design_everywhere(tmp_path, capsys):
     loop, store, _ = make_loop(tmp_path, policy, iterations=1, confirm_top=0)
     events: list[str] = []
     out = asyncio.run(loop.run())
-    events = loop.progress.events
+    events = loop.session.progress.events
     best = out.best
     assert best is not None
     rec = store.evaluations(best.id)[-1]
@@ -45,7 +45,7 @@ def test_one_number_per_design_everywhere(tmp_path, capsys):
     assert text in _text(leaderboard(show_run(store.run_dir).views, {}))
     assert text in render_design(best)
     assert any(text in e for e in events)
-    fb_view = loop._view(best.id)
+    fb_view = loop.session.view_of(best.id)
     assert fb_view is not None and fb_view.speedup == rec.speedup
 
 
@@ -81,8 +81,8 @@ def test_unstable_timings_are_not_ranked_and_are_re_timed(tmp_path, capsys):
                                 confirm_top=0)
     out = asyncio.run(loop.run())
     assert out.best is not None and out.best.source == steady
-    shaky_id = next(v.id for v in loop.views() if v.source == shaky)
-    assert next(v for v in loop.views() if v.id == shaky_id).status == "unstable"
+    shaky_id = next(v.id for v in loop.session.views() if v.source == shaky)
+    assert next(v for v in loop.session.views() if v.id == shaky_id).status == "unstable"
     # re-timed at the start of later iterations, a bounded number of times
     assert ev.calls.count(shaky_id) == 3
     assert main(["show", str(store.run_dir)]) == 0

@@ -43,7 +43,7 @@ def test_phase_one_splits_ten_queries_over_the_top_four_as_3_3_2_2(tmp_path):
     counts = list(Counter(parents).values())
     assert counts == [3, 3, 2, 2]
     # the seeds are the four fastest of phase 0, fastest first, with branch ids 0..3
-    views = {d.id: d for d in loop.views()}
+    views = {d.id: d for d in loop.session.views()}
     phase0 = [v for v in views.values() if any(k.startswith("slot p0/") for k in v.tags)]
     fastest = [v.id for v in sorted(phase0, key=lambda v: -(v.speedup or 0))[:4]]
     assert list(dict.fromkeys(parents)) == fastest
@@ -74,7 +74,7 @@ def test_failing_candidates_get_exactly_max_fix_rounds_with_the_max_difference(t
     assert Counter(r for r, _ in phase0) == {"optimize": 2, "fix": 6}  # 2 slots x 3 rounds
     assert all("Fix the correctness issue" in p and "max abs 0.5" in p for p in fixes)
     # each fix is stored as the child of the attempt it fixes, round by round
-    views = loop.views()
+    views = loop.session.views()
     chain = sorted((v for v in views if "slot p0/s0" in v.tags), key=lambda v: v.tags["slot p0/s0"]["round"])
     assert [v.tags["slot p0/s0"]["round"] for v in chain] == [0, 1, 2, 3]
     assert all(b.parents == (a.id,) for a, b in zip(chain, chain[1:], strict=False))
@@ -100,7 +100,7 @@ def test_the_run_records_the_policy_and_its_full_configuration(tmp_path):
 def test_the_query_budget_defaults_to_300_when_none_is_given(tmp_path):
     loop, store, _ = make_pike_loop(tmp_path, "pike-b", Script())
     assert store.run().config["search"]["max_queries"] == 300
-    assert loop.progress.iterations == 0  # no iteration limit: the live view shows no count
+    assert loop.session.progress.iterations == 0  # no iteration limit: the live view shows no count
     limited, _, _ = make_pike_loop(tmp_path / "b", "pike-b", Script(), iterations=4)
     assert limited.progress.iterations == 4
 

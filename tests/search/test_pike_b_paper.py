@@ -68,7 +68,7 @@ def test_a_failing_candidate_keeps_its_fix_rounds_under_a_tight_budget(tmp_path)
     phase1 = script.roles()[3:]
     # Before: 4 improvement queries at once took 4 of the 7 and left 3 fixes for 4 failures.
     assert Counter(phase1) == {"optimize": 3, "fix": 4}
-    views = loop.views()
+    views = loop.session.views()
     rounds = Counter(k for v in views for k in v.tags if k.startswith("slot p1/"))
     full = [k for k, n in rounds.items() if n == 3]
     assert len(full) == 2  # two slots had their first query and both fix rounds
@@ -196,7 +196,7 @@ def test_the_notes_count_queries_valid_designs_and_writer_failures(tmp_path):
     asyncio.run(loop.run())
     it = store.iterations()[0]
     charged = sum(c.requests for c in store.agent_calls() if c.role != "brainstorm")
-    made = [v for v in loop.views() if v.id in it.design_ids]
+    made = [v for v in loop.session.views() if v.id in it.design_ids]
     assert charged == 3 and sum(v.status == "valid" for v in made) == 2
     assert it.note.startswith("brainstorm: 1 query, 3 distinct ideas; phase 0: 3 queries, 2 valid designs, "
                               "1 fix round, 1 writer failure")

@@ -58,6 +58,7 @@ def test_the_header_counts_the_iterations_a_policy_will_run() -> None:
     from stratagem.domains.pytorch.problem import load_problem
     from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
     from stratagem.search.loop import SearchLoop
+    from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore
 
     problem = load_problem(Path(__file__).resolve().parents[1] / "fixtures" / "problem_relu.py")
@@ -65,8 +66,8 @@ def test_the_header_counts_the_iterations_a_policy_will_run() -> None:
     import tempfile
 
     with RunStore.open(Path(tempfile.mkdtemp()) / "r") as store:
-        loop = SearchLoop(cfg, problem, store, FakeEvaluator(), RecipesPolicy.from_config(cfg, on_gpu=False))  # type: ignore[arg-type]
-        assert loop.progress.iterations == 2  # singles, then their combination: not "1/10"
+        loop = SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), RecipesPolicy.from_config(cfg, on_gpu=False)))  # type: ignore[arg-type]
+        assert loop.session.progress.iterations == 2  # singles, then their combination: not "1/10"
 
 
 def test_on_a_pipe_a_long_stage_is_said_again_while_it_lasts_and_its_end_with_its_time() -> None:
@@ -111,12 +112,12 @@ def test_the_loops_baselines_and_confirmation_blocks_show_their_stages(tmp_path)
     class Watching(FakeEvaluator):
         async def baseline(self, problem, *, refresh=False, on_stage=None, **kw):  # type: ignore[no-untyped-def]
             on_stage("baseline: compiling")
-            seen.extend((k, f.stage) for k, f in loop.progress.inflight.items())
+            seen.extend((k, f.stage) for k, f in loop.session.progress.inflight.items())
             return await super().baseline(problem, refresh=refresh, **kw)
 
         async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
             out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
-            seen.extend((k, f.stage) for k, f in loop.progress.inflight.items() if k == "confirm")
+            seen.extend((k, f.stage) for k, f in loop.session.progress.inflight.items() if k == "confirm")
             return out
 
     loop, _store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), Watching(), iterations=1)

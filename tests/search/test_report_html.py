@@ -19,6 +19,7 @@ from stratagem.report.html import build_report
 from stratagem.report.serve import serve_in_background
 from stratagem.report.suite import build_suite, fast_p, rows_of, summary
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 PROBLEM = Path(__file__).resolve().parents[1] / "fixtures/problem_relu.py"
@@ -36,7 +37,7 @@ def fake_run(run_dir: Path, script: list[list[str]] | None = None) -> Path:
         store.start_run(problem.id, "scripted", cfg.model_dump(mode="json"))
         policy = ScriptedPolicy(script or [[src("a", 0.8), src("b", invalid="nan")], [src("c", 0.5)],
                                            [src("d", 0.25), src("e", 0.9)]])
-        asyncio.run(SearchLoop(cfg, problem, store, FakeEvaluator(), policy).run())  # type: ignore[arg-type]
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), policy)).run())  # type: ignore[arg-type]
     return run_dir
 
 

@@ -62,4 +62,4 @@ def test_parallel_queries_inside_reservations_never_overshoot_the_query_budget(t
     assert out.stop_reason.startswith("max_queries")
     assert out.spend.queries == 17  # 7 + 7 + 3: the third iteration's phases got what was left
     assert all(granted == used for granted, used in grants)
-    assert sum(g for g, _ in grants) == 17 and loop.budget_remaining().queries == 0
+    assert sum(g for g, _ in grants) == 17 and loop.session.budget_remaining().queries == 0

@@ -26,9 +26,9 @@ def test_the_session_says_which_design_it_restates(tmp_path):
     loop, store, ev = make_loop(tmp_path, ScriptedPolicy([]), iterations=1)
 
     async def go():
-        first = await loop.evaluate(a, strategy="innovate", author="x")
-        again = await loop.evaluate("\n\n" + a, strategy="refine", author="y", tags={"seen": 1})
-        same = await loop.evaluate(a, strategy="refine", author="z")
+        first = await loop.session.evaluate(a, strategy="innovate", author="x")
+        again = await loop.session.evaluate("\n\n" + a, strategy="refine", author="y", tags={"seen": 1})
+        same = await loop.session.evaluate(a, strategy="refine", author="z")
         return first, again, same
 
     first, again, same = asyncio.run(go())

@@ -27,6 +27,7 @@ from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.api import make_evaluator
 from stratagem.search.loop import SearchLoop
 from stratagem.search.policies.auto import AutoPolicy
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,9 +79,9 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
     with RunStore.open(tmp_path / "run") as store:
         store.add_problem(problem)
         store.start_run(problem.id, "auto", cfg.model_dump(mode="json"))
-        loop = SearchLoop(cfg, problem, store, make_evaluator(cfg.evaluation), policy)
+        loop = SearchLoop(RunSession(cfg, problem, store, make_evaluator(cfg.evaluation), policy))
         out = asyncio.run(loop.run())
-        views = {v.source: v for v in loop.views()}
+        views = {v.source: v for v in loop.session.views()}
         seen = ([(v.author, v.status, v.report[:200]) for v in views.values()],
                 [i.note for i in store.iterations()],
                 [(c.role, c.ok, c.error, round(c.latency_s, 2)) for c in store.agent_calls()])
@@ -153,7 +154,7 @@ def test_a_run_through_the_openai_wire_protocol(tmp_path, monkeypatch):
         with RunStore.open(tmp_path / "run") as store:
             store.add_problem(problem)
             store.start_run(problem.id, "auto", cfg.model_dump(mode="json"))
-            loop = SearchLoop(cfg, problem, store, FakeEvaluator(), policy)  # type: ignore[arg-type]
+            loop = SearchLoop(RunSession(cfg, problem, store, FakeEvaluator(), policy))  # type: ignore[arg-type]
             out = asyncio.run(asyncio.wait_for(loop.run(), timeout=60))
             calls = store.agent_calls()
         assert len(stub.requests) == 2 and {r["model"] for r in stub.requests} == {"stub-model"}

@@ -15,6 +15,7 @@ from stratagem.config import load_config
 from stratagem.core.search import SearchState, Session
 from stratagem.errors import StoreError
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 
 
 class Islands(ScriptedPolicy):
@@ -41,14 +42,14 @@ def test_tags_persist_are_shown_and_survive_a_resume(tmp_path, capsys) -> None:
     policy = Islands([[src("a", 0.5), src("b", 0.7)]])
     loop, store, ev = make_loop(tmp_path, policy, iterations=1)
     asyncio.run(loop.run())
-    views = {v.source: v for v in loop.views()}
+    views = {v.source: v for v in loop.session.views()}
     assert views[src("a", 0.5)].tags == {"island": 0, "archive": ["elite"]}
     assert views[src("b", 0.7)].tags["island"] == 1
     # a resumed run: a fresh loop over the same database (its views rebuilt from the store)
     cfg = load_config(None, {"search": {"patience": 5, "iterations": 2}})
-    again = SearchLoop(cfg, loop.problem, store, FakeEvaluator(), policy)  # type: ignore[arg-type]
+    again = SearchLoop(RunSession(cfg, loop.problem, store, FakeEvaluator(), policy))  # type: ignore[arg-type]
     asyncio.run(again.run())
-    first = again.views()[0]
+    first = again.session.views()[0]
     assert first.tags == {"island": 1, "archive": ["elite"]}
     assert main(["show", str(store.run_dir), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)

@@ -25,6 +25,7 @@ from stratagem.search.policies.tune import (
     history,
     key,
 )
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,8 +73,8 @@ def run(tmp_path: Path, design: Path, iterations: int, evaluator: FakeEvaluator 
     cfg, problem, policy, store = make(tmp_path, design, iterations, **kw)
     ev = evaluator or FakeEvaluator()
     try:
-        out = asyncio.run(SearchLoop(cfg, problem, store, ev, policy).run())  # type: ignore[arg-type]
-        views = SearchLoop(cfg, problem, store, ev, policy).views()  # type: ignore[arg-type]
+        out = asyncio.run(SearchLoop(RunSession(cfg, problem, store, ev, policy)).run())  # type: ignore[arg-type]
+        views = SearchLoop(RunSession(cfg, problem, store, ev, policy)).session.views()  # type: ignore[arg-type]
         infeasible = store.policy_state(f"tune/{STATE_INFEASIBLE}") or []
         evaluations = [e.design_id for e in store.evaluations()]
     finally:
@@ -254,7 +255,7 @@ def test_a_templated_pytorch_candidate_on_the_cpu_harness(tmp_path: Path) -> Non
     with RunStore.open(tmp_path / "run") as store:
         store.add_problem(problem)
         store.start_run(problem.id, "tune", cfg.model_dump(mode="json"))
-        loop = SearchLoop(cfg, problem, store, evaluator, policy)
+        loop = SearchLoop(RunSession(cfg, problem, store, evaluator, policy))
 
         async def go():
             try:
@@ -263,7 +264,7 @@ def test_a_templated_pytorch_candidate_on_the_cpu_harness(tmp_path: Path) -> Non
                 await evaluator.executor.aclose()
 
         asyncio.run(go())
-        views = loop.views()
+        views = loop.session.views()
     # seed 2 draws (CHUNK 16, SCALE 2.5) then (CHUNK 32, SCALE 2.0) at random (startup 2)
     assert [v.tags[TAG_PARAMS] for v in views] == [{"CHUNK": 16, "SCALE": "2.5"}, {"CHUNK": 32, "SCALE": "2.0"}]
     for v in views:

@@ -23,6 +23,7 @@ from stratagem.search.budget import Spend
 from stratagem.search.headline import Headline, headline_of
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
+from stratagem.search.session import RunSession
 from stratagem.store.records import IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 
@@ -66,7 +67,7 @@ async def start_run(
         store.add_problem(problem)
         store.start_run(problem.id, policy_name(cfg, problem), cfg.model_dump(mode="json"))
         try:
-            return await SearchLoop(cfg, problem, store, evaluator, policy, view).run()
+            return await SearchLoop(RunSession(cfg, problem, store, evaluator, policy, view)).run()
         finally:
             await evaluator.executor.aclose()
 
@@ -104,7 +105,7 @@ async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: Ru
     claim_queue(evaluator, store.run_dir)
     policy = make_policy(cfg, problem, evaluator, store.run_dir)
     await preflight(policy)
-    loop = SearchLoop(cfg, problem, store, evaluator, policy, view)
+    loop = SearchLoop(RunSession(cfg, problem, store, evaluator, policy, view))
     try:
         return await loop.run()
     finally:

@@ -15,20 +15,17 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stratagem.config import StratagemConfig
 from stratagem.core.design import Design, text_files
-from stratagem.core.problem import Problem
-from stratagem.core.search import DesignView, Feedback, Policy, Remaining, SearchState
+from stratagem.core.search import DesignView
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
-from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import state as st
-from stratagem.search.budget import Budgets, Spend
+from stratagem.search.budget import Spend
 from stratagem.search.export import exported_files, write_files
 from stratagem.search.headline import Headline, headline_of
 from stratagem.search.session import (
@@ -40,7 +37,6 @@ from stratagem.search.session import (
     RunView,
 )
 from stratagem.store.records import EvaluationRecord
-from stratagem.store.sqlite import RunStore
 
 __all__ = ["EXHAUSTED", "HARNESS_FAILURES_MAX", "RETIMES_MAX", "InFlight", "Progress", "RunOutcome", "RunView",
            "SearchLoop"]
@@ -67,85 +63,25 @@ class RunOutcome:
 
 
 class SearchLoop:
-    """One run directory's search: the driver of a `RunSession`."""
+    """One run directory's search: the driver of a `RunSession` (`loop.session`, which holds
+    the run's state: its views, spend, budgets, progress and baselines)."""
 
-    def __init__(
-        self,
-        cfg: StratagemConfig,
-        problem: Problem,
-        store: RunStore,
-        evaluator: Evaluator,
-        policy: Policy,
-        view: RunView | None = None,
-    ) -> None:
-        self.cfg = cfg
-        self.problem = problem
-        self.store = store
-        self.evaluator = evaluator
-        self.policy = policy
-        self.session = RunSession(cfg, problem, store, evaluator, policy, view)
-
-    # -- the session's state, as the loop's (callers and tests read it here) ------------------
-
-    @property
-    def progress(self) -> Progress:
-        return self.session.progress
-
-    @property
-    def spend(self) -> Spend:
-        return self.session.spend
-
-    @property
-    def budgets(self) -> Budgets:
-        return self.session.budgets
-
-    @property
-    def baseline(self) -> Baseline | None:
-        return self.session.baseline
-
-    @property
-    def reference_ms(self) -> dict[str, float | None]:
-        return self.session.reference_ms
-
-    @property
-    def _iteration(self) -> int | None:
-        return self.session.iteration
-
-    @_iteration.setter
-    def _iteration(self, n: int | None) -> None:
-        self.session.iteration = n
-
-    def views(self) -> list[DesignView]:
-        return self.session.views()
-
-    def _view(self, design_id: str) -> DesignView | None:
-        return self.session.view_of(design_id)
-
-    def state(self, iteration: int) -> SearchState:
-        return self.session.state(iteration)
-
-    def budget_remaining(self) -> Remaining:
-        return self.session.budget_remaining()
-
-    async def evaluate(
-        self, source: str, *, strategy: str, parents: Sequence[str] = (), author: str = "",
-        tags: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None,
-    ) -> Feedback:
-        return await self.session.evaluate(source, strategy=strategy, parents=parents, author=author, tags=tags,
-                                           files=files)
+    def __init__(self, session: RunSession) -> None:
+        self.session = session
+        self.cfg, self.problem, self.store = session.cfg, session.problem, session.store
 
     # -- the loop -------------------------------------------------------------------------
 
     async def measure_baseline(self) -> None:
         """Time the reference baselines afresh, once per invocation and before the first plan
         (so the first prompt has them). A reference that cannot be timed stops the run."""
-        if self.baseline is not None:
+        if self.session.baseline is not None:
             return
         if get_domain(self.problem.domain).baselines is None:
             return  # a domain with no baselines: each design's reference is measured beside it
-        self.progress.event("measuring the reference baselines")
+        self.session.progress.event("measuring the reference baselines")
         entry = InFlight("reference baselines", "starting", time.time())
-        self.progress.inflight["baseline"] = entry
+        self.session.progress.inflight["baseline"] = entry
 
         def staged(name: str) -> None:
             entry.stage, entry.stage_since = name, time.time()
@@ -153,9 +89,9 @@ class SearchLoop:
 
         self.session.refresh()
         try:
-            base = await self.evaluator.baseline(self.problem, refresh=True, on_stage=staged)
+            base = await self.session.evaluator.baseline(self.problem, refresh=True, on_stage=staged)
         finally:
-            self.progress.inflight.pop("baseline", None)
+            self.session.progress.inflight.pop("baseline", None)
         if not base.modes or base.median_ms("eager") is None:
             failures = base.verdict.failures
             why = "; ".join(f"[{r.name}] {r.reason}" for r in failures) or "no eager timing"
@@ -165,10 +101,10 @@ class SearchLoop:
             raise HarnessError(f"measuring the reference baselines failed: {why}")
         self.session.baseline = base
         self.session.reference_ms = {m: base.median_ms(m) for m in base.modes}
-        shown = ", ".join(f"{m} {v:.4g} ms" for m, v in self.reference_ms.items() if v is not None)
+        shown = ", ".join(f"{m} {v:.4g} ms" for m, v in self.session.reference_ms.items() if v is not None)
         unstable = base.unstable()
         note = f" (unstable: {', '.join(unstable)})" if unstable else ""
-        self.progress.event(f"reference: {shown}{note}")
+        self.session.progress.event(f"reference: {shown}{note}")
         self.session.refresh()
 
     async def recover(self) -> None:
@@ -181,7 +117,7 @@ class SearchLoop:
             self.session.iteration = d.provenance.get("iteration")
             design = Design(files={n: self.store.get_artifact(h) for n, h in d.files.items()},
                             parent_ids=tuple(d.parent_ids), provenance=d.provenance)
-            self.progress.event(f"resuming: {d.id[:10]} was never evaluated")
+            self.session.progress.event(f"resuming: {d.id[:10]} was never evaluated")
             await self.session.evaluate_stored(design)
         self.session.iteration = None
 
@@ -190,9 +126,9 @@ class SearchLoop:
         if len(its) >= self.cfg.search.iterations:
             return f"iterations ({len(its)} of {self.cfg.search.iterations})"
         patience = self.cfg.search.patience
-        if patience is not None and st.stale_iterations(its, self.views()) >= patience:
+        if patience is not None and st.stale_iterations(its, self.session.views()) >= patience:
             return f"patience ({patience} iterations without a new best)"
-        return self.budgets.exhausted()
+        return self.session.budgets.exhausted()
 
     async def run(self) -> RunOutcome:
         """Run iterations until a stop rule fires; Ctrl-C (cancellation) stops cleanly. A
@@ -230,20 +166,20 @@ class SearchLoop:
 
     async def _iterate(self, n: int) -> bool:
         self.session.iteration, self.session.iteration_ids = n, []
-        self.progress.iteration, self.progress.workers = n, {}
+        self.session.progress.iteration, self.session.progress.workers = n, {}
         self.store.start_iteration(n, {})
-        self.progress.event(f"iteration {n} started")
+        self.session.progress.event(f"iteration {n} started")
         self.session.refresh()
         await self.session.retry_review()
         await self.session.retime_unstable()
-        result = await self.policy.iterate(self.state(n), self.session)
+        result = await self.session.policy.iterate(self.session.state(n), self.session)
         ids = list(dict.fromkeys([*result.design_ids, *self.session.iteration_ids]))
         plan = result.plan.to_json() if result.plan else None
         if result.plan is not None:
-            self.progress.strategy = result.plan.strategy
+            self.session.progress.strategy = result.plan.strategy
         ctx = {k: list(v) for k, v in result.context_ids.items()}
         self.store.finish_iteration(n, "done", plan, ids, result.note, ctx or None)
-        self.progress.event(f"iteration {n} done: {len(ids)} designs")
+        self.session.progress.event(f"iteration {n} done: {len(ids)} designs")
         self.session.iteration = None
         self.session.refresh()
         return result.exhausted
@@ -268,30 +204,30 @@ class SearchLoop:
             return
         s = self.cfg.search
         if s.max_gpu_seconds is not None or s.max_wall_seconds is not None:
-            self.progress.event("not confirmed: the run has a device or wall budget, which a round would "
+            self.session.progress.event("not confirmed: the run has a device or wall budget, which a round would "
                                 f"exceed; `stratagem confirm {self.store.run_dir}` re-times the best designs")
             return
-        picked = {v.id for v in chosen(self.views(), top)}
+        picked = {v.id for v in chosen(self.session.views(), top)}
         rounds = self.store.confirmations()
         if not picked or (rounds and picked <= {str(d.get("design_id")) for d in rounds[-1].get("designs") or ()}):
             return
         entry = InFlight("confirmation", "starting", time.time())
-        self.progress.inflight["confirm"] = entry
+        self.session.progress.inflight["confirm"] = entry
 
         def said(text: str) -> None:  # the round's stages, block by block, as its in-flight line
             entry.stage, entry.stage_since = text, time.time()
             self.session.refresh()
 
-        self.progress.event(f"confirming the best {top} designs in {self.cfg.search.confirm_blocks} independent blocks")
+        self.session.progress.event(f"confirming the best {top} designs in {self.cfg.search.confirm_blocks} independent blocks")
 
         try:
-            await confirm_run(self.store, self.problem, self.evaluator, top=top,
+            await confirm_run(self.store, self.problem, self.session.evaluator, top=top,
                               blocks=self.cfg.search.confirm_blocks, on_progress=said)
-            self.progress.event("confirmed: the best designs re-timed together (`stratagem show` heads with them)")
+            self.session.progress.event("confirmed: the best designs re-timed together (`stratagem show` heads with them)")
         except StratagemError as e:
-            self.progress.event(f"the confirmation round failed ({e}); the search-time figures stand")
+            self.session.progress.event(f"the confirmation round failed ({e}); the search-time figures stand")
         finally:
-            self.progress.inflight.pop("confirm", None)
+            self.session.progress.inflight.pop("confirm", None)
             self.session.refresh()
 
     def outcome(self, reason: str) -> RunOutcome:
@@ -299,7 +235,7 @@ class SearchLoop:
         by where they came from, `search/export.py`) only when it beats the reference by more
         than its measurement's interval; otherwise it holds the reference itself, and `best` is
         None with `no_gain` saying why."""
-        head = headline_of(st.with_confirmation(self.views(), self.store.confirmations()),
+        head = headline_of(st.with_confirmation(self.session.views(), self.store.confirmations()),
                            st.names_of(self.problem.domain))
         top, best = head.top, head.best
         domain = get_domain(self.problem.domain)
@@ -309,7 +245,7 @@ class SearchLoop:
             env = next((e.environment for e in reversed(self.store.evaluations()) if e.design_id == best.id), {})
             device = str(env.get("device_name") or env.get("device") or self.cfg.evaluation.device)
             files = exported_files(best, self.problem.name, self.store.run_dir, device,
-                                   self.reference_ms or None, self.problem.domain, main)
+                                   self.session.reference_ms or None, self.problem.domain, main)
         else:
             no_gain = head.no_gain()
             files = text_files(domain.reference_design(self.problem.source, no_gain), main)
@@ -318,9 +254,9 @@ class SearchLoop:
             shutil.rmtree(where)
         write_files(files, where, directory=True)
         path = where / main if len(files) == 1 and main in files else where
-        ref = self.reference_ms or _reference_from(self.store.evaluations())
+        ref = self.session.reference_ms or _reference_from(self.store.evaluations())
         return RunOutcome(run_dir=self.store.run_dir, stop_reason=reason, best=best, best_path=path,
-                          iterations=len(self.store.iterations()), spend=self.spend, reference_ms=ref,
+                          iterations=len(self.store.iterations()), spend=self.session.spend, reference_ms=ref,
                           no_gain=no_gain, top=top, headline=head)
 
 

@@ -37,6 +37,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search.api import check_policy, claim_queue, make_policy, preflight, stored_problem
 from stratagem.search.loop import RunOutcome, SearchLoop
 from stratagem.search.policies.registry import policy_name, resolved_config
+from stratagem.search.session import RunSession
 from stratagem.search.suite_manifest import (
     FINAL_STATES,
     ProblemEntry,
@@ -242,7 +243,7 @@ async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,
                 problem = stored_problem(store, run)
                 policy = make_policy(run_cfg, problem, evaluator, run_dir)
                 await preflight(policy)
-                return await SearchLoop(run_cfg, problem, store, evaluator, policy).run()
+                return await SearchLoop(RunSession(run_cfg, problem, store, evaluator, policy)).run()
     problem = load_problem(entry.path)
     try:  # the policy named for this problem (its domain's default when none is) or why there is none
         cfg = resolved_config(cfg, problem)
@@ -253,4 +254,4 @@ async def _run_problem(entry: ProblemEntry, run_dir: Path, cfg: StratagemConfig,
     with RunStore.open(run_dir) as store:
         store.add_problem(problem)
         store.start_run(problem.id, policy_name(cfg, problem), cfg.model_dump(mode="json"))
-        return await SearchLoop(cfg, problem, store, evaluator, policy).run()
+        return await SearchLoop(RunSession(cfg, problem, store, evaluator, policy)).run()

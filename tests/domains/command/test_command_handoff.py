@@ -33,6 +33,7 @@ from stratagem.search.policies.handoff import HandoffSession, HandoffSettings
 from stratagem.search.policies.pike_b import PikeBPolicy
 from stratagem.search.policies.registry import policy_settings, resolved_config
 from stratagem.search.policies.tune import TAG_HANDOFF, TAG_PARAMS, TAG_TEMPLATE, shares, tuning
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "command" / "blocked_scan"
@@ -102,7 +103,7 @@ def search(problem_dir: Path, cpu_config: EvaluationConfig, tmp_path: Path, mode
         store.add_problem(problem)
         store.start_run(problem.id, "auto", cfg.model_dump(mode="json"))
         policy = AutoPolicy.from_config(cfg, problem, tmp_path / "work", models={"default": FunctionModel(model)})
-        loop = SearchLoop(cfg, problem, store, ev, policy)
+        loop = SearchLoop(RunSession(cfg, problem, store, ev, policy))
         out = asyncio.run(loop.run())
         return out, st.stored_views(store), loop, len(store.evaluations())
 
@@ -129,7 +130,7 @@ def test_an_implementors_template_is_tuned_and_its_best_point_reaches_the_next_p
         assert "{{" not in v.source and "stratagem: tuned BLOCK" in v.source
         assert v.status in ("valid", "unstable", "unreviewed", "invalid")
     # charged to the run: every point is an evaluation of the run's spend
-    assert loop.spend.evaluations == evaluations >= 3
+    assert loop.session.spend.evaluations == evaluations >= 3
     # the Implementor got the best point's verdict headed by every point's: one answer, one turn
     assert len(model.prompts["implementor"]) >= 2  # iteration 1's template, iteration 2's fixed design
     # the next prompt (iteration 2's Strategist) shows the points with their parameters
@@ -239,7 +240,7 @@ def test_a_pike_optimizers_template_is_tuned(problem_dir: Path, cpu_config: Eval
         store.start_run(problem.id, "pike-b", cfg.model_dump(mode="json"))
         policy = PikeBPolicy(cfg, problem, tmp_path / "work", RoleModels.of({"default": FunctionModel(optimizer)}),
                              policy_settings(cfg))  # type: ignore[arg-type]
-        asyncio.run(SearchLoop(cfg, problem, store, ev, policy).run())
+        asyncio.run(SearchLoop(RunSession(cfg, problem, store, ev, policy)).run())
         views = st.stored_views(store)
     tuned = points(views)
     assert [v.tags[TAG_PARAMS]["BLOCK"] for v in tuned][0] == 4 and len(tuned) == 2

@@ -33,6 +33,7 @@ from stratagem.search.policies.auto import AutoPolicy
 from stratagem.search.policies.pike_b import PikeBPolicy
 from stratagem.search.policies.pike_o import PikeOPolicy
 from stratagem.search.policies.registry import policy_settings, resolved_config
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 PYTORCH_WORDS = ("ModelNew", "torch", "PyTorch")
@@ -92,7 +93,7 @@ def _loop(tmp_path: Path, small_problem: Path, cpu_config, policy: str, model: C
         pol = cls(cfg, problem, tmp_path / "work", RoleModels.of({"default": FunctionModel(model)}),
                   policy_settings(cfg))  # type: ignore[arg-type]
     ev = Evaluator(cpu_config, LocalExecutor.for_devices(["cpu"], cpu_config, environment()), "cpu")
-    return SearchLoop(cfg, problem, store, ev, pol), store  # type: ignore[arg-type]
+    return SearchLoop(RunSession(cfg, problem, store, ev, pol)), store  # type: ignore[arg-type]
 
 
 def _check_prompts(model: Capture) -> None:

@@ -19,6 +19,7 @@ from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.loop import SearchLoop
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 
@@ -59,7 +60,7 @@ def test_a_search_writes_and_judges_a_command_problems_files(small_problem: Path
     fast = files_text({**example_design("fast"), "flags.txt": "-O3\n"})  # two files: one text
     wrong = files_text(example_design("wrong"))
     ev = Evaluator(cpu_config, LocalExecutor.for_devices(["cpu"], cpu_config, environment()), "cpu")
-    asyncio.run(SearchLoop(cfg, problem, store, ev, WritesTexts([fast, wrong])).run())
+    asyncio.run(SearchLoop(RunSession(cfg, problem, store, ev, WritesTexts([fast, wrong]))).run())
 
     designs = store.designs()
     assert sorted(sorted(d.files) for d in designs) == [["flags.txt", "kernel.c"], ["kernel.c"]]

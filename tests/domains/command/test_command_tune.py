@@ -33,6 +33,7 @@ from stratagem.search.policies.tune import (
     read_template_files,
     reference_template,
 )
+from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "command" / "blocked_scan"
@@ -75,9 +76,9 @@ def study(problem_dir: Path, design: Path, cpu_config: EvaluationConfig, run_dir
         store.add_problem(problem)
         if store.run() is None:
             store.start_run(problem.id, "tune", cfg.model_dump(mode="json"))
-        loop = SearchLoop(cfg, problem, store, ev, policy)
+        loop = SearchLoop(RunSession(cfg, problem, store, ev, policy))
         out = asyncio.run(loop.run())
-        views = loop.views()
+        views = loop.session.views()
         infeasible = store.policy_state(f"tune/{STATE_INFEASIBLE}") or []
         judged = [e.design_id for e in store.evaluations()]
     return out, views, infeasible, judged
