@@ -105,11 +105,14 @@ MOVED_KEYS: dict[str, tuple[str, ...]] = {
 (and stored runs' configs) still carry them in `[evaluation]`; they are moved to the domain's
 section, a file's with a deprecation message naming the key and its new place."""
 
-DOMAIN_SECTIONS: tuple[str, ...] = tuple(MOVED_KEYS)
-"""Top-level sections of the config file that are a built-in domain's own settings (`[pytorch]`):
-each lands in `EvaluationConfig.domains` and is validated by its domain (a domain without
-settings has none, so a section of its name is an unknown setting). A plug-in domain's
-section is written `[evaluation.domains.<name>]`."""
+
+def is_domain_section(name: str, value: Any) -> bool:
+    """Whether a top-level entry of a config mapping is a domain's own section (`[pytorch]`,
+    a plug-in's `[<name>]`): a table that is not one of the configuration's own sections. It
+    lands in `EvaluationConfig.domains` as it is; this module knows no domain, so the registry
+    checks the section's name and the domain validates its keys (`domains.check_sections`,
+    `Domain.settings`), as the policy registry does `[policies.<name>]`."""
+    return name not in StratagemConfig.model_fields and isinstance(value, Mapping)
 
 
 class ConfigDeprecationWarning(FutureWarning):
@@ -137,27 +140,26 @@ def _move_keys(ev: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _lift(data: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
-    """A config mapping with every built-in domain's settings at the top (`[pytorch]`): moved
-    keys out of `[evaluation]`, and `evaluation.domains.<name>` (a stored config) for the names
-    of `DOMAIN_SECTIONS`; so merging a file, a stored config and overrides lets the later win.
-    `strict` (one file): a key set at its old and its new place differently is an error."""
+    """A config mapping with every domain's settings at the top (`[pytorch]`): moved keys out
+    of `[evaluation]`, and `evaluation.domains.<name>` (a stored config); so merging a file, a
+    stored config and overrides lets the later win. `strict` (one file): a key set at its old
+    and its new place differently is an error."""
     out = dict(data)
     ev = out.get("evaluation")
     if not isinstance(ev, Mapping):
         return out
     ev = _move_keys(ev)
     domains = dict(ev.pop("domains", None) or {})
-    for name in DOMAIN_SECTIONS:
-        if name in domains:
-            top, old = out.get(name), domains.pop(name)
-            if not isinstance(top, Mapping):
-                out[name] = old
-                continue
-            both = sorted(k for k in old if k in top and old[k] != top[k])
-            if strict and both:
-                raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
-                                 f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
-            out[name] = _merge(old, top)
+    for name in [n for n in domains if n not in StratagemConfig.model_fields]:
+        top, old = out.get(name), domains.pop(name)
+        if not isinstance(top, Mapping):
+            out[name] = old
+            continue
+        both = sorted(k for k in old if k in top and old[k] != top[k])
+        if strict and both:
+            raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
+                             f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
+        out[name] = _merge(old, top)
     if domains:
         ev["domains"] = domains
     out["evaluation"] = ev
@@ -236,7 +238,8 @@ class EvaluationConfig(BaseModel):
     timing: TimingConfig = Field(default_factory=TimingConfig)
     domains: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Each domain's own settings section (`[pytorch]` in the file: `domains/pytorch/settings.py`;
-    a plug-in's `[evaluation.domains.<name>]`), validated by that domain when it reads it."""
+    a plug-in's `[<name>]`), carried as written: the registry checks its name and the domain
+    validates it (`domains.check_sections`, `Domain.settings`)."""
     network: Literal["deny", "allow"] = "deny"
     """`deny` runs workers in a private network namespace where the OS allows it."""
     memory_limit_gb: float | None = Field(default=None, gt=0)
@@ -434,23 +437,27 @@ class StratagemConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _domain_sections(cls, data: Any) -> Any:
-        """Top-level domain sections (`[pytorch]`) into `evaluation.domains`."""
-        if not isinstance(data, Mapping) or not any(k in data for k in DOMAIN_SECTIONS):
+        """Top-level domain sections (`[pytorch]`, any table not the configuration's own) into
+        `evaluation.domains`."""
+        if not isinstance(data, Mapping):
             return data
-        out = {k: v for k, v in data.items() if k not in DOMAIN_SECTIONS}
+        for name in MOVED_KEYS:
+            if name in data and not isinstance(data[name], Mapping):
+                raise ValueError(f"[{name}] must be a section (a table of settings), not {data[name]!r}")
+        found = [k for k, v in data.items() if is_domain_section(k, v)]
+        if not found:
+            return data
+        out = {k: v for k, v in data.items() if k not in found}
         ev = _move_keys(dict(out.get("evaluation") or {}))
         domains = dict(ev.get("domains") or {})
-        for name in DOMAIN_SECTIONS:
-            if name in data:
-                section = data[name]
-                if not isinstance(section, Mapping):
-                    raise ValueError(f"[{name}] must be a section (a table of settings), not {section!r}")
-                mine = dict(domains.get(name) or {})
-                both = sorted(k for k in section if k in mine and mine[k] != section[k])
-                if both:
-                    raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
-                                     f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
-                domains[name] = _merge(mine, section)
+        for name in found:
+            section = data[name]
+            mine = dict(domains.get(name) or {})
+            both = sorted(k for k in section if k in mine and mine[k] != section[k])
+            if both:
+                raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
+                                 f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
+            domains[name] = _merge(mine, section)
         out["evaluation"] = {**ev, "domains": domains}
         return out
 
@@ -509,14 +516,17 @@ def load_config(
 
 
 OPTIONS = {
-    "evaluation.device": "--device", "evaluation.timeout_s": "--timeout", "pytorch.integrity": "--integrity",
-    "pytorch.correctness.mode": "--correctness", "search.policy": "--policy",
+    "evaluation.device": "--device", "evaluation.timeout_s": "--timeout", "search.policy": "--policy",
     "search.iterations": "--iterations", "search.patience": "--patience", "search.implementors": "--implementors",
     "search.max_queries": "--max-queries", "search.max_tokens": "--max-tokens", "search.max_usd": "--max-usd",
     "search.max_gpu_seconds": "--max-gpu-seconds", "search.max_wall_seconds": "--max-wall-seconds",
     "search.run_dir": "--run-dir", "agents.model": "--model", "agents.endpoints": "--endpoint",
 }
 """Config keys set by a command-line option: errors name both."""
+
+DOMAIN_OPTIONS = {"integrity": "--integrity", "correctness.mode": "--correctness"}
+"""Keys of the problem's domain's own section that a command-line option sets (`[<domain>]`:
+`cli/common.domain_over`): errors name both."""
 
 
 def describe_errors(e: ValidationError, path: str | Path | None = None, prefix: str | None = None) -> str:
@@ -526,11 +536,12 @@ def describe_errors(e: ValidationError, path: str | Path | None = None, prefix: 
     lines = []
     for err in e.errors():
         loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
+        in_domain = prefix is not None or loc[:2] == ["evaluation", "domains"]
         if loc[:2] == ["evaluation", "domains"]:
             loc = loc[2:]  # `pytorch.KEY`, as the file spells it
         loc = [prefix, *loc] if prefix else loc
         key = ".".join(loc) or "configuration"
-        opt = OPTIONS.get(key)
+        opt = DOMAIN_OPTIONS.get(".".join(loc[1:])) if in_domain else OPTIONS.get(key)
         name = f"{key} ({opt})" if opt else key
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         given = err.get("input")

@@ -74,7 +74,7 @@ def test_cli_none_values_are_ignored(tmp_path):
 @pytest.mark.parametrize(
     "toml",
     [
-        "[bogus]\nx = 1\n",
+        "bogus = 1\n",
         "[evaluation]\nbogus = 1\n",
         "[evaluation.timing]\nbogus = 1\n",
     ],
@@ -268,6 +268,22 @@ def test_with_settings_changes_the_pytorch_section_and_validates():
         with_settings(ev, integrity="maybe")
 
 
-def test_a_section_of_a_domain_without_settings_is_unknown(tmp_path):
-    with pytest.raises(ConfigError, match="command: unknown setting"):
-        load_config(write(tmp_path, "[command]\nx = 1\n"))
+def test_a_section_of_a_domain_without_settings_is_an_error(tmp_path):
+    from stratagem.domains import check_sections
+
+    ev = load_config(write(tmp_path, "[command]\nx = 1\n")).evaluation
+    with pytest.raises(ConfigError, match=r"command\.x: the command domain has no such setting"):
+        check_sections(ev)
+
+
+def test_a_table_that_is_no_section_names_it_when_checked(tmp_path):
+    """A top-level table is a domain's section to the config (it knows no domain); the
+    registry says a misspelt one is no section at all, before anything is evaluated."""
+    from stratagem.domains import check_sections
+    from stratagem.evaluation.api import make_evaluator
+
+    ev = load_config(write(tmp_path, '[serach]\niterations = 3\n[pytorch]\nintegrity = "strict"\n')).evaluation
+    assert ev.domains == {"serach": {"iterations": 3}, "pytorch": {"integrity": "strict"}}
+    for check in (check_sections, make_evaluator):
+        with pytest.raises(ConfigError, match=r"\[serach\]: unknown section.*search.*pytorch"):
+            check(ev)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import toy
+from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem import domains
 from stratagem.cli import main
@@ -47,10 +48,10 @@ def test_the_toy_domain_writes_the_core_alone() -> None:
     """No stubs: every optional capability is the base class's absent one."""
     from stratagem.domains.base import Domain
 
-    optional = ("baselines", "peaks", "reference_facts", "confirm_graph", "audit_graph", "prebuild", "export",
-                "probe_graphs", "normal_form", "policies", "measure")
+    optional = ("settings", "baselines", "peaks", "reference_facts", "confirm_graph", "audit_graph", "prebuild",
+                "export", "probe_graphs", "normal_form", "policies", "measure")
     assert not set(optional) & set(vars(toy.ToyDomain)), "the toy writes an optional member"
-    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:8])
+    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:9])
     assert not Domain.__abstractmethods__ - set(vars(toy.ToyDomain))  # and every core one
 
 
@@ -151,3 +152,83 @@ def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, 
         assert [(r.name, r.outcome) for r in response.results] == [("check", outcome)]
         assert response.environment == {"worker_module": "toy_worker", "pydantic_loaded": False,
                                         "TOY_SETTING": "kept", "TOY_CACHE_DIR": str(tmp_path / "slot" / "toy")}
+
+
+# -- the edges ask the domain: bench's problems, the config section, the CLI's options ---------
+
+
+class _Knobs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rounds: int = Field(default=1, ge=1)
+    integrity: str = "lenient"
+
+
+class _ToyWithSettings(toy.ToyDomain):
+    """The toy with a config section of its own (`[toyset]`), still written only here."""
+
+    name = "toyset"
+    settings = _Knobs
+
+
+@pytest.fixture
+def toyset():  # type: ignore[no-untyped-def]
+    domains.register(_ToyWithSettings())
+    yield
+    domains.unregister("toyset")
+
+
+def test_bench_finds_a_problem_of_a_registered_domain(toy_domain, tmp_path) -> None:
+    """What a problem is, `bench` asks the domains (`Domain.claims`): a toy problem in a suite
+    folder is one, beside a PyTorch one, and nothing else there is."""
+    from stratagem.search.suite_problems import find_problems
+
+    suite = tmp_path / "suite"
+    (suite / "toys").mkdir(parents=True)
+    (suite / "toys" / "sum_squares.toy.py").write_text(PROBLEM.read_text())
+    (suite / "notes.py").write_text("X = 1\n")
+    (suite / "1_relu.py").write_text((FIX.parent / "paired" / "problem.py").read_text())
+    found = find_problems(suite)
+    assert [p.key for p in found] == ["1_relu", "toys-sum_squares.toy"]
+    assert domains.load_problem(found[1].path).domain == "toy"
+    domains.unregister("toy")
+    assert [p.key for p in find_problems(suite)] == ["1_relu"]  # unregistered: not a problem
+
+
+def test_a_domains_own_section_is_read_by_the_domain(toyset, tmp_path) -> None:
+    """`[toyset]` is the domain's section: the config carries it (it knows no domain), the
+    domain's `settings` model validates it, and a stored run's config keeps it."""
+    from stratagem.config import StratagemConfig, apply_overrides
+    from stratagem.domains import check_sections, section_settings
+    from stratagem.errors import ConfigError
+
+    p = tmp_path / "c.toml"
+    p.write_text('[evaluation]\ndevice = "cpu"\n[toyset]\nrounds = 3\n[pytorch]\nintegrity = "strict"\n')
+    cfg = load_config(p)
+    check_sections(cfg.evaluation)
+    assert section_settings(cfg.evaluation, "toyset") == _Knobs(rounds=3)
+    again = StratagemConfig.model_validate(apply_overrides(cfg.model_dump(mode="json"), None))
+    assert again.evaluation.domains == {"toyset": {"rounds": 3}, "pytorch": {"integrity": "strict"}}
+    p.write_text("[toyset]\nrounds = 0\nbogus = 1\n")
+    with pytest.raises(ConfigError, match=r"toyset\.rounds.*toyset\.bogus: unknown setting"):
+        check_sections(load_config(p).evaluation)
+
+
+def test_the_cli_options_land_in_the_problems_domain(toy_domain, toyset, capsys) -> None:
+    """--integrity lands in the section of the domain that claims the problem; a domain
+    without that setting is an error naming the option and the domain (exit 2)."""
+    from stratagem.cli.common import config_for, domain_over
+    from stratagem.domains import section_settings
+    from stratagem.errors import ConfigError
+
+    paired = FIX.parent / "paired" / "problem.py"
+    assert domain_over("strict", None, paired) == {"pytorch": {"integrity": "strict", "correctness": None}}
+    assert domain_over(None, None, PROBLEM) == {}
+    assert main(["eval", str(PROBLEM), str(FIX / "closed_form.py"), "--device", "cpu", "--integrity", "strict"]) == 2
+    err = capsys.readouterr().out
+    assert "--integrity: the toy domain has no such setting" in err
+    domains.unregister("toy")  # the toyset claims the same files, and has an integrity setting
+    cfg = config_for(None, "cpu", integrity="strict", problem=PROBLEM)
+    assert cfg.evaluation.domains == {"toyset": {"integrity": "strict"}}
+    assert section_settings(cfg.evaluation, "toyset") == _Knobs(integrity="strict")
+    with pytest.raises(ConfigError, match="--correctness: the toyset domain has no such setting"):
+        config_for(None, "cpu", correctness="calibrated", problem=PROBLEM)

@@ -76,7 +76,7 @@ def bench_cmd(
         fail(console, ConfigError("bench: give SUITE_PATH (or --resume SUITE_DIR)"), as_json, 2)
     overrides = {
         "evaluation": {"device": device, **executor_over(executor, queue)},
-        **domain_over(integrity, correctness),
+        **domain_over(integrity, correctness, suite_path),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,

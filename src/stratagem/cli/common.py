@@ -63,19 +63,47 @@ def executor_over(executor: str | None, queue: Path | None) -> dict[str, object]
     return {"executor": executor or ("queue" if queue is not None else None), "queue_dir": queue}
 
 
-def domain_over(integrity: str | None, correctness: str | None) -> dict[str, object]:
-    """The overrides of --integrity and --correctness: settings of the PyTorch domain's own
-    section (`[pytorch]`, as `config.OPTIONS` names them)."""
-    return {"pytorch": {"integrity": integrity, "correctness": {"mode": correctness}}}
+def domain_over(integrity: str | None, correctness: str | None, problem: Path) -> dict[str, object]:
+    """The overrides of --integrity and --correctness: settings of the own section of the
+    domain that claims `problem` (`[pytorch]`; a suite's folder: of each domain of its
+    problems), as `config.DOMAIN_OPTIONS` names them. A domain without such a setting is told
+    when the configuration meets the registry (`domains.check_sections`: an error naming the
+    option and the domain); a path no domain claims gets none (loading it says why)."""
+    given = {"integrity": integrity, "correctness": {"mode": correctness} if correctness is not None else None}
+    if integrity is None and correctness is None:
+        return {}
+    return {name: given for name in _domains_of(problem)}
+
+
+def _domains_of(path: Path) -> list[str]:
+    """The domains of the problem at `path`, or of the suite's problems under it."""
+    from stratagem.domains import claimant
+    from stratagem.search.suite_problems import find_problems
+
+    one = claimant(path)
+    if one is not None:
+        return [one.name]
+    try:
+        found = find_problems(path) if path.is_dir() else []
+    except StratagemError:
+        return []
+    return sorted({d.name for p in found if (d := claimant(p.path)) is not None})
 
 
 def config_for(
     config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None,
     correctness: str | None = None, executor: str | None = None, queue: Path | None = None,
+    problem: Path | None = None,
 ) -> StratagemConfig:
-    return load_config(config, {"evaluation": {"device": device, "timeout_s": timeout,
-                                               **executor_over(executor, queue)},
-                                **domain_over(integrity, correctness)})
+    """The configuration of an evaluation command (the file, then its options; --integrity
+    and --correctness in `problem`'s domain's section), its domain sections checked."""
+    from stratagem.domains import check_sections
+
+    domain = domain_over(integrity, correctness, problem) if problem is not None else {}
+    cfg = load_config(config, {"evaluation": {"device": device, "timeout_s": timeout,
+                                              **executor_over(executor, queue)}, **domain})
+    check_sections(cfg.evaluation)
+    return cfg
 
 
 CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="reference (the default: KernelBench's tolerances against eager, and where they "

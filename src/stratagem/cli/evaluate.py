@@ -58,7 +58,7 @@ def eval_cmd(
 
     console = Console(stderr=as_json)
     try:
-        cfg = config_for(config, device, timeout, integrity, correctness, executor, queue)
+        cfg = config_for(config, device, timeout, integrity, correctness, executor, queue, problem)
         with stage_view(Console(stderr=True), f"evaluating {candidate.name}") as on_stage:
             if candidate.is_dir():
                 ev = _evaluate_design_dir(problem, candidate, cfg.evaluation, run_dir, on_stage)
@@ -152,12 +152,13 @@ def calibrate_cmd(
     """Measure the device's peaks again (memory bandwidth, matmul rates per math mode) for the
     roofline check, replacing the cached ones (kept in $STRATAGEM_CACHE_DIR/peaks/). Run it on
     an idle machine."""
+    from stratagem.domains import DEFAULT
     from stratagem.evaluation.api import calibrate_device
 
     console = Console(stderr=as_json)
     try:
         cfg = config_for(config, device)
-        peaks, path = calibrate_device(cfg.evaluation)
+        peaks, path = calibrate_device(cfg.evaluation, DEFAULT)  # the default domain's peaks, as before
     except ConfigError as e:
         fail(console, e, as_json, 2)
     except StratagemError as e:

@@ -63,7 +63,7 @@ def run_cmd(
     resume RUN_DIR` continues."""
     overrides = {
         "evaluation": {"device": device, **executor_over(executor, queue)},
-        **domain_over(integrity, correctness),
+        **domain_over(integrity, correctness, problem),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "tune_evaluations": tune_evaluations,
                    "max_queries": max_queries, "max_tokens": max_tokens,

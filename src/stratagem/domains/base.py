@@ -269,11 +269,10 @@ class Domain(ABC):
     `compile_timeout_s`; `describe`; the agents' part: `prompts`, `agent_facts`, `precheck`,
     `main_file`, `reference_design`. `measure` reads a paired `timing` stage unless overridden.
 
-    Optional capabilities, None where the domain lacks them: `baselines`, `peaks`,
+    Optional capabilities, None where the domain lacks them: `settings`, `baselines`, `peaks`,
     `reference_facts`, `confirm_graph`, `audit_graph`, `prebuild`, `export`, `probe_graphs`
     (and `WrittenReference`, a method the domain may have); the agents' `normal_form` (None
-    for every design) and `policies` (none) have plain defaults. A domain's own config section
-    (`[<name>]`, `EvaluationConfig.domains`) it validates itself when it reads it."""
+    for every design) and `policies` (none) have plain defaults."""
 
     name: str
     """The registry key, and `Problem.domain` of its problems."""
@@ -284,6 +283,11 @@ class Domain(ABC):
     worker: WorkerSpec
     """Its worker: modules, the environment it needs, its per-slot caches."""
 
+    settings: type[BaseModel] | None = None
+    """The model of the domain's own config section (`[<name>]` in the file, carried raw in
+    `EvaluationConfig.domains`; the registry validates it with this: `domains.section_settings`,
+    `check_sections`); None: the domain takes no settings, and a section of its name is an
+    error."""
     baselines: Baselines | None = None
     peaks: Peaks | None = None
     reference_facts: ReferenceFacts | None = None

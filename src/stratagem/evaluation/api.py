@@ -15,7 +15,7 @@ from stratagem.config import EvaluationConfig, cache_dir, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
-from stratagem.domains import DEFAULT, get_domain, load_problem
+from stratagem.domains import check_sections, get_domain, load_problem
 from stratagem.errors import CandidateError, ProblemError
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
@@ -41,7 +41,12 @@ def read_candidate(path: str | Path) -> Design:
 def make_evaluator(cfg: EvaluationConfig) -> Evaluator:
     """An evaluator over the executor the configuration selects (every slot of every device
     it resolves to; each evaluation is stored with the device its worker ran on). Close it
-    with `await evaluator.executor.aclose()`."""
+    with `await evaluator.executor.aclose()`.
+
+    Raises:
+        ConfigError: a domain section of `cfg` names no domain or is invalid for it.
+    """
+    check_sections(cfg)
     return Evaluator(cfg, make_executor(cfg, environment()))
 
 
@@ -69,7 +74,7 @@ def record(run_dir: str | Path, evaluation: Evaluation) -> int:
         return store.add_evaluation(evaluation.to_record())
 
 
-def calibrate_device(cfg: EvaluationConfig, domain: str = DEFAULT) -> tuple[dict[str, Any] | None, Path]:
+def calibrate_device(cfg: EvaluationConfig, domain: str) -> tuple[dict[str, Any] | None, Path]:
     """Measure this device's peaks again (bandwidth, matmul rates per math mode) and replace
     the cached ones; returns them (None if the calibration failed) and where they live (under
     the host and device of the worker that measured them). The problem they are measured with

@@ -1,9 +1,11 @@
 """Owns finding a suite's problems in the user's checkout (`stratagem bench SUITE_PATH`):
 KernelBench's `KernelBench/level{N}/{id}_{Name}.py` (chosen with `--levels` and
 `--problems`), PIKE's `level3-pike/` and `level5/` folders, and any folder of problem files
-(a `problem.py` per directory as in examples/, loose KernelBench-format files, or a
-command problem's directory holding `problem.toml`). Only paths are returned; nothing is
-copied out of the checkout.
+(a `problem.py` per directory as in examples/, loose problem files, or a problem's own
+directory, such as a command problem's holding `problem.toml`). What a problem is, the
+registered domains say (`Domain.claims`, asked through `domains.claimant`), so a plug-in
+domain's problems are found too. Only paths are returned; nothing is copied out of the
+checkout.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratagem.domains import claimant, names
 from stratagem.errors import ConfigError
 
 _LEVEL_DIR = re.compile(r"^level(?P<level>[0-9][A-Za-z0-9_-]*)$")
 _KB_FILE = re.compile(r"^(?P<id>[0-9]+)_.+\.py$")
-_MODEL_CLASS = re.compile(r"^class\s+Model\s*[(:]", re.MULTILINE)
 _SKIP_DIRS = frozenset({"candidates", "__pycache__", "runs", "results", "node_modules", "venv"})
 
 
@@ -28,7 +30,7 @@ class SuiteProblem:
     key: str
     """Unique within the suite, filesystem-safe: names its run directory (`level1-19_ReLU`)."""
     path: Path
-    """The problem file, or a command problem's directory (absolute)."""
+    """The problem file, or a problem's directory (a command problem's; absolute)."""
     level: str | None = None
     """KernelBench's or PIKE's level (`1`, `3-pike`, `5`), when the layout has levels."""
     number: int | None = None
@@ -121,8 +123,7 @@ def find_problems(root: Path, levels: Sequence[str] | None = None,
         found = [p for p in found if p.number in ids]
     if not found:
         raise ConfigError(f"{root}: no problems found" + (" with those --problems ids" if ids is not None else "")
-                          + " (a problem is a .py file with class Model and get_inputs, or a directory "
-                            "with problem.toml)")
+                          + f" (no file or folder there is a problem of a domain: {', '.join(names())})")
     keys = [p.key for p in found]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
@@ -131,17 +132,18 @@ def find_problems(root: Path, levels: Sequence[str] | None = None,
 
 
 def _walk(folder: Path, base: Path, level: str | None) -> list[SuiteProblem]:
-    """Problems under `folder`: a directory with problem.toml or problem.py is one problem
-    (not looked into further); elsewhere each KernelBench-format .py file is one."""
+    """Problems under `folder`: a directory a domain claims (a command problem's), or one
+    holding a claimed problem.py, is one problem (not looked into further); elsewhere each file
+    a domain claims is one."""
     out: list[SuiteProblem] = []
-    if (folder / "problem.toml").is_file():
+    if claimant(folder) is not None:
         return [_problem(folder, base, level)]
-    if (folder / "problem.py").is_file():
+    if (folder / "problem.py").is_file() and claimant(folder / "problem.py") is not None:
         return [_problem(folder / "problem.py", base, level)]
     for p in sorted(folder.iterdir(), key=_order):
         if p.is_dir() and p.name not in _SKIP_DIRS and not p.name.startswith("."):
             out.extend(_walk(p, base, level))
-        elif p.is_file() and p.suffix == ".py" and _looks_like_problem(p):
+        elif p.is_file() and claimant(p) is not None:
             out.append(_problem(p, base, level))
     return out
 
@@ -149,14 +151,6 @@ def _walk(folder: Path, base: Path, level: str | None) -> list[SuiteProblem]:
 def _order(p: Path) -> tuple[int, str]:
     m = _KB_FILE.match(p.name)
     return (int(m.group("id")) if m else 1 << 30, p.name)
-
-
-def _looks_like_problem(p: Path) -> bool:
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return bool(_MODEL_CLASS.search(text)) and "def get_inputs" in text
 
 
 def _problem(path: Path, base: Path, level: str | None) -> SuiteProblem:

@@ -47,6 +47,7 @@ from stratagem.domains.pytorch.graphs import (
 )
 from stratagem.domains.pytorch.rules import POLICY_RULES, STAGE_RULES, agent_rules
 from stratagem.domains.pytorch.settings import (
+    PyTorchSettings,
     correctness_rule,
     correctness_trials,
     integrity_policy,
@@ -338,6 +339,7 @@ class PyTorchDomain(Domain):
     `compile` recipe: plain torch.compile of the reference)."""
     worker = WORKER
 
+    settings = PyTorchSettings
     baselines = BaselineModes()
     peaks = PyTorchPeaks()
     reference_facts = _Work()
