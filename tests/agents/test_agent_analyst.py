@@ -61,7 +61,7 @@ def test_chunking_keeps_sections_apart() -> None:
 
 
 def analyst_deps(tmp_path: Path, docs: DocIndex | None = None) -> AnalystDeps:
-    return AnalystDeps(workdir=Workdir(tmp_path / "work"), designs=designs_by_id([A, B]), docs=docs)
+    return AnalystDeps(workdir=Workdir(tmp_path / "work"), designs=designs_by_id([A, B]), docs=docs, domain="pytorch")
 
 
 def test_analyst_tools_read_diff_and_search(tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_review_returns_a_verdict(tmp_path: Path) -> None:
     model = scripted(lambda m, i: output(i, {"cheating": True,
                                              "reason": "caches the output in self._out"}))
     rt = runtime({"review": model}).recording(session.record_call)
-    brief = render.ProblemBrief("p", "class Model: ...")
+    brief = render.ProblemBrief("p", "class Model: ...", domain="pytorch")
     review = asyncio.run(review_design(A, analyst_deps(tmp_path), rt, problem=brief))
     assert review.cheating and "caches" in review.reason
     assert [c.role for c in session.calls] == ["analyst"]
@@ -121,7 +121,7 @@ def test_review_returns_a_verdict(tmp_path: Path) -> None:
 
 def test_failed_review_is_not_a_cheating_verdict(tmp_path: Path) -> None:
     rt = runtime({"review": scripted(lambda m, i: text("no structured answer"))})
-    brief = render.ProblemBrief("p", "class Model: ...")
+    brief = render.ProblemBrief("p", "class Model: ...", domain="pytorch")
     review = asyncio.run(review_design(A, analyst_deps(tmp_path), rt, problem=brief))
     assert review.failed and not review.cheating and review.reason.startswith("review failed")
 

@@ -34,7 +34,7 @@ PLAN = Plan("innovate", (), "first try", "use F.gelu with approximate='tanh'")
 def task(tmp_path: Path, worker: str = "implementor-1") -> ImplementorTask:
     p = problem()
     return ImplementorTask(worker=worker, plan=PLAN, problem=p,
-                           brief=render.ProblemBrief(p.name, p.source), workdir=tmp_path)
+                           brief=render.ProblemBrief(p.name, p.source, domain="pytorch"), workdir=tmp_path)
 
 
 def answer(source: str):

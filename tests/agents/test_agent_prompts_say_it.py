@@ -196,8 +196,8 @@ def test_each_role_gets_only_tools_it_uses_and_each_says_what_for(tmp_path: Path
             return output(i, {}) if i.output_tools else ModelResponse(parts=[])
         return FunctionModel(fn)
 
-    for name, agent in (("strategist+analyst", build_strategist(analyst=True)), ("analyst", build_analyst()),
-                        ("reviewer", build_reviewer()), ("implementor", build_implementor())):
+    for name, agent in (("strategist+analyst", build_strategist(analyst=True, domain="pytorch")), ("analyst", build_analyst(domain="pytorch")),
+                        ("reviewer", build_reviewer(domain="pytorch")), ("implementor", build_implementor(domain="pytorch"))):
         try:
             agent.run_sync("q", model=capture(name), deps=None)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - only the offer is checked; the scripted answer is empty

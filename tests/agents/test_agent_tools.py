@@ -40,7 +40,7 @@ def returns(messages: list[ModelMessage]) -> list[str]:
 def task(tmp_path: Path) -> ImplementorTask:
     p = problem()
     return ImplementorTask(worker="implementor-1", plan=Plan("innovate", (), "r", "use tanh"), problem=p,
-                           brief=render.ProblemBrief(p.name, p.source), workdir=tmp_path)
+                           brief=render.ProblemBrief(p.name, p.source, domain="pytorch"), workdir=tmp_path)
 
 
 def test_the_implementor_checks_and_profiles_before_it_answers(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from stratagem.agents.pike import PikeAgents, Tickets
 
 def agents_with(model, recorded):
     rt = runtime({"default": model}, agents_cfg(backoff_s=1.0, max_retries=4), sleep=SleepRecorder())
-    return PikeAgents(rt.recording(recorded.append))
+    return PikeAgents(rt.recording(recorded.append), domain="pytorch")
 
 
 def test_a_retry_is_no_query_and_needs_no_ticket():

@@ -25,7 +25,7 @@ def test_a_routed_role_writes_through_its_backend_and_the_others_keep_their_mode
     rt = runtime({"default": model}, agents_cfg(), sleep=SleepRecorder())
     rt = replace(rt, writers=WriterRoutes(script, frozenset({"fix"})))
     recorded = []
-    agents = PikeAgents(rt.recording(recorded.append), problem=PROBLEM)
+    agents = PikeAgents(rt.recording(recorded.append), problem=PROBLEM, domain="pytorch")
     t = Tickets(3)
     w1 = asyncio.run(agents.write("optimize", "optimize it", t))
     w2 = asyncio.run(agents.write("fix", "fix it", t, worker="p0/s1", current="class ModelNew: broken\n"))

@@ -22,7 +22,7 @@ GPU_ENV = {"torch": "2.11.0", "device": "cuda:0", "device_name": "NVIDIA H200", 
 
 
 def test_the_cpu_environment_block_speaks_of_cpu_code():
-    text = render.environment_text("cpu", CPU_ENV)
+    text = render.environment_text("cpu", CPU_ENV, domain="pytorch")
     assert "Device: CPU Intel(R) Xeon(R) Gold (2 threads; instruction sets avx2 fma avx512f" in text
     assert "torch 2.13.0+cpu" in text and "torch built with GCC 13.3" in text
     assert "CUDA and Triton kernels cannot run on this device" in text
@@ -30,18 +30,18 @@ def test_the_cpu_environment_block_speaks_of_cpu_code():
 
 
 def test_the_problem_dtype_is_stated_once_measured():
-    assert "The problem's output dtype: float16." in render.environment_text("cpu", {**CPU_ENV, "problem_dtype": "float16"})
+    assert "The problem's output dtype: float16." in render.environment_text("cpu", {**CPU_ENV, "problem_dtype": "float16"}, domain="pytorch")
 
 
 def test_the_gpu_environment_block_names_the_gpu_and_the_versions():
-    text = render.environment_text("cuda:0", GPU_ENV)
+    text = render.environment_text("cuda:0", GPU_ENV, domain="pytorch")
     assert "Device: GPU NVIDIA H200 (compute capability 9.0, 139.8 GB)." in text
     assert "torch 2.11.0, CUDA 13.0, Triton 3.6.0" in text and "Triton kernels" in text
     assert "cannot run" not in text
 
 
 def test_the_prompts_carry_the_environment_block():
-    brief = render.ProblemBrief("p", "class Model: pass", device="cpu", environment=CPU_ENV)
+    brief = render.ProblemBrief("p", "class Model: pass", device="cpu", environment=CPU_ENV, domain="pytorch")
     from stratagem.core.search import Plan
 
     prompt = render.render_implementor(brief, Plan("innovate", instructions="x"), (), worker="implementor-1",
@@ -72,7 +72,7 @@ def test_the_context_and_read_design_show_what_the_harness_measured():
     v = measured_view()
     m = v.measures
     assert (m.runtime_q1_ms, m.runtime_q3_ms, m.reference_ms, m.pairs, m.compile_s) == (0.24, 0.27, 1.0, 12, 82.5)
-    for text in (render.render_design(v), describe_design(v)):
+    for text in (render.render_design(v, domain="pytorch"), describe_design(v, domain="pytorch")):
         assert "4.00x [3.90, 4.10] vs eager" in text
         assert ("its own evaluation: design 0.25 ms, eager 1 ms timed beside it (medians; quartiles "
                 "0.24-0.27 ms, 12 block pairs)") in text
@@ -85,7 +85,7 @@ def test_the_analyst_compares_two_designs_measurements():
     a = measured_view()
     b = DesignView("e" * 64, "x", "invalid", 3, report="[correctness] wrong",
                    measures=Measures(failures=("correctness (wrong_output): max abs 0.3",)))
-    text = compare_text(a, b)
+    text = compare_text(a, b, domain="pytorch")
     assert "| load and compile | 82.5 s | - |" in text
     assert "| failures | - | correctness (wrong_output): max abs 0.3 |" in text
     assert "| quartiles | 0.24-0.27 ms | - |" in text
@@ -114,7 +114,7 @@ def test_timing_notes_and_lock_waits_reach_the_agents_context() -> None:
                      "waited 187 s for the timing lock (not charged to the design)")
     view = DesignView(id="d" * 64, source="x", status="valid", speedup=1.2, speedup_low=1.1, speedup_high=1.3,
                       timing_notes=notes)
-    text = render.render_design(view)
+    text = render.render_design(view, domain="pytorch")
     assert "timing notes: the candidate samples fall into two clusters; waited 187 s" in text
     quiet = record([{"name": "timing", "outcome": "passed", "details": {"lock_wait_s": 0.2}}])
     assert timing_notes_of(quiet) == ()

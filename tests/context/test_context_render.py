@@ -38,7 +38,7 @@ PROBLEM = render.ProblemBrief(
     reference_ms={"eager": 0.0412, "compile": 0.0388},
     tolerances={"float32": {"atol": 1e-4, "rtol": 1e-4}},
     integrity="lenient",
-    rules=RULES,
+    rules=RULES, domain="pytorch",
 )
 BEST = DesignView("1" * 64, "class ModelNew:  # fused\n    pass\n", "valid", 3, "refine",
                   "implementor-1", ("0" * 64,), runtime_ms=0.0205, speedup=2.01, speedup_low=1.95,
@@ -62,30 +62,30 @@ BUDGET = render.BudgetBrief(4, 10, "iteration", (render.BudgetLine("queries", 40
 
 def renderings() -> dict[str, Callable[[], str]]:
     return {
-        "strategist.instructions": lambda: render.instructions("strategist", analyst=True),
+        "strategist.instructions": lambda: render.instructions("strategist", analyst=True, domain="pytorch"),
         "strategist.instructions_no_analyst": lambda: render.instructions("strategist",
-                                                                          analyst=False),
+                                                                          analyst=False, domain="pytorch"),
         "strategist.prompt": lambda: render.render_strategist(PROBLEM, CURATED, iteration=4, budget=BUDGET),
         "strategist.prompt_first": lambda: render.render_strategist(PROBLEM, Curated(),
                                                                     iteration=1),
         "strategist.fallback_refine": lambda: "\n---\n".join(
-            render.fallback_plan_text("refine", "server: 503")),
-        "analyst.instructions": lambda: render.instructions("analyst"),
+            render.fallback_plan_text("refine", "server: 503", domain="pytorch")),
+        "analyst.instructions": lambda: render.instructions("analyst", domain="pytorch"),
         "analyst.prompt": lambda: render.render_analyst(
-            "Why is 1111 faster than 2222?", [BEST, WORST, FAILED], docs="2 files (a.md, b.md)"),
-        "implementor.instructions": lambda: render.instructions("implementor"),
+            "Why is 1111 faster than 2222?", [BEST, WORST, FAILED], docs="2 files (a.md, b.md)", domain="pytorch"),
+        "implementor.instructions": lambda: render.instructions("implementor", domain="pytorch"),
         "implementor.prompt": lambda: render.render_implementor(
             PROBLEM, PLAN, [BEST, WORST], worker="implementor-2", max_attempts=6),
         "implementor.static_rejection": lambda: render.fill(
-            "implementor", "static_rejection", reason="candidate.py defines no `class ModelNew`"),
+            "implementor", "static_rejection", reason="candidate.py defines no `class ModelNew`", domain="pytorch"),
         "implementor_feedback.prompt": lambda: render.render_implementor_feedback(
             Feedback("5" * 64, "invalid", "[correctness] wrong: max abs diff 0.5\n"
-                     "Skipped: timing (needs correctness)"), attempt=2, max_attempts=6),
-        "review.instructions": lambda: render.instructions("review"),
+                     "Skipped: timing (needs correctness)"), attempt=2, max_attempts=6, domain="pytorch"),
+        "review.instructions": lambda: render.instructions("review", domain="pytorch"),
         "review.prompt": lambda: render.render_review(
             PROBLEM, DesignView("6" * 64, "class ModelNew:  # suspicious\n    pass\n", "valid",
                                 runtime_ms=0.0011, speedup=37.5), BEST),
-        "summarizer.instructions": lambda: render.instructions("summarizer"),
+        "summarizer.instructions": lambda: render.instructions("summarizer", domain=None),
         "summarizer.prompt": lambda: render.render_summarizer(
             "USER: write a kernel\n\nASSISTANT: here it is"),
         "summarizer.summary": lambda: render.summary_message("The kernel compiles; fix the mask.")
@@ -120,8 +120,8 @@ def test_rendered_prompts_have_no_unfilled_placeholders() -> None:
 
 
 def test_design_block_shows_status_lineage_and_report() -> None:
-    block = render.render_design(RECENT)
+    block = render.render_design(RECENT, domain="pytorch")
     assert "`333333333333` (invalid)" in block
     assert "from `111111111111`, `222222222222`" in block
     assert "max abs diff 0.5" in block
-    assert "Failure report" not in render.render_design(BEST)
+    assert "Failure report" not in render.render_design(BEST, domain="pytorch")

@@ -19,11 +19,11 @@ SOURCE = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):
 def prompts_for(device: str) -> list[str]:
     """Every PIKE prompt and system prompt of a PyTorch problem on `device` (no rules given: the
     rule lines are the domain's tables, checked apart)."""
-    brief = ProblemBrief(name="relu", source=SOURCE, device=device)
+    brief = ProblemBrief(name="relu", source=SOURCE, device=device, domain="pytorch")
     seed = DesignView(id="a" * 64, source=SOURCE, status="valid", speedup=1.2, speedup_low=1.1, speedup_high=1.3)
     out = [pike.brainstorm(brief, 4), pike.optimize(brief, "fuse"), pike.improve(brief, seed, "fuse", [seed]),
            pike.mutate(brief, seed, "fuse"), pike.crossover(brief, seed, "f", [seed], [])]
-    out += [pike.instructions(r) for r in ("brainstorm", "optimize", "fix")]
+    out += [pike.instructions(r, domain="pytorch") for r in ("brainstorm", "optimize", "fix")]
     out += pike.directions(brief)
     return out
 
@@ -41,7 +41,7 @@ def test_a_gpu_run_gets_no_cpu_guidance():
 def test_the_roofline_floor_and_a_design_s_fraction_of_it_are_shown():
     from stratagem.core.search import Measures
 
-    brief = ProblemBrief(name="relu", source=SOURCE, device="cpu")
+    brief = ProblemBrief(name="relu", source=SOURCE, device="cpu", domain="pytorch")
     seed = DesignView(id="b" * 64, source=SOURCE, status="valid", speedup=1.5, speedup_low=1.4, speedup_high=1.6,
                       runtime_ms=0.418, measures=Measures(floor_ms=0.4, floor_fraction=0.957))
     text = pike.improve(brief, seed, "fuse")

@@ -48,7 +48,7 @@ def problem(settings: str = ""):
 
 
 def brief(rules: tuple[str, ...], device: str = "cuda:0") -> render.ProblemBrief:
-    return render.ProblemBrief("relu", SOURCE, device=device, rules=rules)
+    return render.ProblemBrief("relu", SOURCE, device=device, rules=rules, domain="pytorch")
 
 
 def rules(settings: str = "", **cfg: object) -> tuple[str, ...]:
@@ -152,7 +152,7 @@ def test_every_code_writing_prompt_states_every_rule(settings: str, cfg: dict) -
 
 def test_calibrated_tolerances_are_not_shown_as_if_they_decided() -> None:
     b = render.ProblemBrief("relu", SOURCE, tolerances={"float32": {"atol": 1e-4, "rtol": 1e-4}},
-                            correctness="calibrated", rules=rules(correctness={"mode": "calibrated"}))
+                            correctness="calibrated", rules=rules(correctness={"mode": "calibrated"}), domain="pytorch")
     text = render.render_implementor(b, Plan("innovate", instructions="x"), (), worker="i", max_attempts=1)
     assert "Tolerances: none fixed: the `calibrated` correctness rule" in text
     assert not re.search(r"Tolerances: float32", text)

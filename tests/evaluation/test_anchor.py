@@ -153,7 +153,7 @@ def test_a_failing_compile_baseline_is_flagged_in_show_and_the_context(tmp_path,
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["compile_fails"].startswith("trial seed 1")
     view = loop.session.views()[0]
-    assert "fails the correctness check" in render_design(view)
+    assert "fails the correctness check" in render_design(view, domain="pytorch")
 
 
 # -- the reference rule (the default): precision that follows the reference's own -----------

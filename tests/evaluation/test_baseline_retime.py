@@ -81,4 +81,4 @@ def test_an_unstable_compile_baseline_is_flagged_in_show_and_the_context(tmp_pat
     assert best["compile_unstable"].startswith("ratio drift")
     view = loop.session.views()[0]
     assert view.compared_text("compile") == "1.60x (compile baseline unstable)"
-    assert "timing unstable" in render_design(view)
+    assert "timing unstable" in render_design(view, domain="pytorch")

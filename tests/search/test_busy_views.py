@@ -40,5 +40,5 @@ def test_a_busy_design_is_valid_but_has_no_ratio_and_is_not_ranked() -> None:
 
 
 def test_the_agents_are_told_the_same_words() -> None:
-    text = render_design({v.id: v for v in _views()}["busy1"])
+    text = render_design({v.id: v for v in _views()}["busy1"], domain="pytorch")
     assert WHY in text and "1.4" not in text

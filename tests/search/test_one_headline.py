@@ -132,7 +132,7 @@ def test_a_command_design_exports_as_its_own_files(tmp_path: Path) -> None:
     written = write_files(files, tmp_path / "out")
     assert sorted(p.name for p in written) == ["Makefile", "main.c", "sizes.json"]
     data_only = exported_files(DesignView(id="e" * 64, source="1 2 3\n", status="valid"), "p", tmp_path, None,
-                               domain="command", main="data.txt")
+                               reference_ms=None, domain="command", main="data.txt")
     assert "PROVENANCE.txt" in data_only and data_only["data.txt"] == "1 2 3\n"
 
 

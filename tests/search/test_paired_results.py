@@ -43,7 +43,7 @@ def test_one_number_per_design_everywhere(tmp_path, capsys):
     assert shown["best"]["speedup"] == rec.speedup and shown["best"]["speedup_ci"] == [stored["low"], stored["high"]]
     assert shown["best"]["speedup_compile"] == rec.speedups["compile"]["ratio"]
     assert text in _text(leaderboard(show_run(store.run_dir).views, {}))
-    assert text in render_design(best)
+    assert text in render_design(best, domain="pytorch")
     assert any(text in e for e in events)
     fb_view = loop.session.view_of(best.id)
     assert fb_view is not None and fb_view.speedup == rec.speedup

@@ -37,14 +37,14 @@ def test_each_role_has_its_own_system_prompt(tmp_path):
     assert "error-fixing agent" in by_role["fix"] and "complete Python file" in by_role["fix"]
     assert len({by_role["brainstorm"], by_role["optimize"], by_role["fix"]}) == 3
     for role in ("mutate", "crossover"):  # PIKE-O's code writers share the optimizer's
-        assert prompts.instructions(role) == prompts.instructions("optimize")
+        assert prompts.instructions(role, domain="pytorch") == prompts.instructions("optimize", domain="pytorch")
 
 
 def test_the_error_fixing_prompts_carry_the_device_and_the_rules():
     brief = ProblemBrief(name="relu", source="class Model: pass", device="cuda:0",
                          reference_ms={"eager": 0.12}, tolerances={"float32": {"atol": 1e-4, "rtol": 1e-4}},
                          integrity="strict", environment={"device_name": "NVIDIA H200", "capability": "9.0",
-                                                          "torch": "2.8.0"})
+                                                          "torch": "2.8.0"}, domain="pytorch")
     crashed = Feedback("d1", "failed", "[load] compile_error: nvcc failed", kind="compile_error",
                        validator="load", error_tail="error: identifier x is undefined")
     wrong = Feedback("d2", "failed", "[correctness] wrong_output: mismatch", kind="wrong_output",

@@ -26,7 +26,6 @@ from stratagem.agents.tools import BaseDeps, probe_toolset
 from stratagem.context import render
 from stratagem.context.curate import compress_report
 from stratagem.core.search import DesignView, ProbeMode, Review
-from stratagem.domains import DEFAULT
 
 MIN_PREFIX = 6
 MAX_DIFF_CHARS = 20_000
@@ -40,7 +39,7 @@ class AnalystDeps(BaseDeps):
     designs: Mapping[str, DesignView] = field(default_factory=dict)
     """Full design id -> view."""
     docs: DocIndex | None = None
-    domain: str = DEFAULT
+    domain: str = field(kw_only=True)
     """The problem's domain: whose words the designs are shown in."""
 
 
@@ -66,7 +65,7 @@ def find_design(designs: Mapping[str, DesignView], ref: str) -> DesignView | str
     return f"ambiguous design id {ref!r}: matches {len(matches)} designs"
 
 
-def describe_design(view: DesignView, domain: str = DEFAULT) -> str:
+def describe_design(view: DesignView, domain: str) -> str:
     """A design's full record as `read_design` shows it."""
     source = view.source
     if len(source) > MAX_SOURCE_CHARS:
@@ -90,7 +89,7 @@ def diff_text(a: DesignView, b: DesignView) -> str:
     return text
 
 
-def measurement_rows(v: DesignView, domain: str = DEFAULT) -> dict[str, str]:
+def measurement_rows(v: DesignView, domain: str) -> dict[str, str]:
     """A design's measurements by name, as `compare_designs` lines them up (the second
     baseline's row only where the domain has one)."""
     m = v.measures
@@ -114,7 +113,7 @@ def measurement_rows(v: DesignView, domain: str = DEFAULT) -> dict[str, str]:
     }
 
 
-def compare_text(a: DesignView, b: DesignView, domain: str = DEFAULT) -> str:
+def compare_text(a: DesignView, b: DesignView, domain: str) -> str:
     """Two designs' measurements side by side, and the ratio of their medians."""
     ra, rb = measurement_rows(a, domain), measurement_rows(b, domain)
     ia, ib = render.short_id(a.id), render.short_id(b.id)
@@ -189,7 +188,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
 
 
 def build_analyst(*, output_retries: int = 2, model: Model | None = None,
-                  domain: str = DEFAULT, tools: Sequence[ProbeMode] = ()) -> Agent[AnalystDeps, str]:
+                  domain: str, tools: Sequence[ProbeMode] = ()) -> Agent[AnalystDeps, str]:
     """A fresh Analyst that answers questions in text (told in `domain`'s words), with the
     harness's `profile` when it is among `tools`."""
     return Agent(
@@ -201,7 +200,7 @@ def build_analyst(*, output_retries: int = 2, model: Model | None = None,
 
 
 def build_reviewer(
-    *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT
+    *, output_retries: int = 2, model: Model | None = None, domain: str
 ) -> Agent[AnalystDeps, ReviewOutput]:
     """A fresh Analyst that reviews one design and answers with a `ReviewOutput`."""
     return Agent(

@@ -33,7 +33,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, ProbeMode, Session
 from stratagem.core.template import TemplateError, is_template, parse_template
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains import get_domain
 from stratagem.domains.base import Precheck
 
 REQUEST_LIMIT = 40
@@ -86,7 +86,7 @@ def checked_text(source: str) -> str:
 
 
 def build_implementor(
-    *, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT,
+    *, output_retries: int = 2, model: Model | None = None, domain: str,
     tools: Sequence[ProbeMode] = (),
 ) -> Agent[ImplementorDeps, CandidateOutput]:
     """A fresh Implementor (told in `domain`'s words) whose output validator runs the static

@@ -97,7 +97,7 @@ class PikeAgents:
     `domain`'s)."""
 
     runtime: AgentRuntime
-    domain: str = DEFAULT
+    domain: str = field(kw_only=True)
     problem: Problem | None = None
     """The problem (a coding-agent writer's work directory holds it)."""
     agents: dict[str, Agent[None, str]] = field(default_factory=dict, init=False)

@@ -25,7 +25,6 @@ from stratagem.agents.tools import BaseDeps, probe_toolset
 from stratagem.context import render
 from stratagem.context.curate import Curated
 from stratagem.core.search import Plan, ProbeMode
-from stratagem.domains import DEFAULT
 
 MIN_PREFIX = 6
 MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure": 1, "combine": 2}
@@ -101,7 +100,7 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
 
 
 def build_strategist(
-    *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str = DEFAULT,
+    *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str,
     tools: Sequence[ProbeMode] = (),
 ) -> Agent[StrategistDeps, PlanOutput]:
     """A fresh Strategist (told in `domain`'s words); with `analyst`, it gets the `ask_analyst`

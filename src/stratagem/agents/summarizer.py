@@ -37,7 +37,7 @@ PART_CHARS = 3_000
 
 def build_summarizer(model: Model | None = None) -> Agent[None, str]:
     """A fresh Summarizer agent (plain text output)."""
-    return Agent(model, output_type=str, instructions=render.instructions("summarizer"),
+    return Agent(model, output_type=str, instructions=render.instructions("summarizer", domain=None),
                  name="summarizer")
 
 

@@ -12,10 +12,9 @@ from dataclasses import replace
 from stratagem.context.curate import compress_report
 from stratagem.context.templates import fill, has, reference_word, short_id
 from stratagem.core.search import DesignView, ratio_text, standing
-from stratagem.domains import DEFAULT
 
 
-def standing_words(where: str, domain: str = DEFAULT) -> str:
+def standing_words(where: str, domain: str) -> str:
     """How a design's standing against the reference it is timed beside (`core.search.standing`:
     the one rule) is written."""
     ref = reference_word(domain)
@@ -23,7 +22,7 @@ def standing_words(where: str, domain: str = DEFAULT) -> str:
             "slower": f"slower than {ref}"}[where]
 
 
-def _performance(view: DesignView, domain: str = DEFAULT) -> str:
+def _performance(view: DesignView, domain: str) -> str:
     """The design's headline number: its paired ratio over the reference with its 95% interval,
     and where that stands against 1.00x (the one rule: within noise when the interval holds it)."""
     if view.speedup is None:
@@ -34,7 +33,7 @@ def _performance(view: DesignView, domain: str = DEFAULT) -> str:
             + (f": {standing_words(where, domain)}" if where else ""))
 
 
-def second_baseline_line(view: DesignView, domain: str = DEFAULT) -> str:
+def second_baseline_line(view: DesignView, domain: str) -> str:
     """The ratio against the domain's second baseline (`design.md`'s `vs_second`), marked as
     chained through the reference (it is not paired); '' when the design has none."""
     if view.speedup_compared is None or not has("design", "vs_second", domain):
@@ -53,7 +52,7 @@ def second_baseline_line(view: DesignView, domain: str = DEFAULT) -> str:
     return fill("design", "vs_second", domain=domain, num=num, verdict=verdict)
 
 
-def timing_lines(view: DesignView, domain: str = DEFAULT) -> list[str]:
+def timing_lines(view: DesignView, domain: str) -> list[str]:
     """What the harness timed of a design, one fact a line: its own time beside the reference's
     time of its own evaluation, the chained ratio against the second baseline, the confirmed
     numbers, unstable timing and the timing notes (`DesignView.timing_notes`)."""
@@ -93,7 +92,7 @@ def timing_lines(view: DesignView, domain: str = DEFAULT) -> list[str]:
     return out
 
 
-def design_summary(view: DesignView, domain: str = DEFAULT) -> str:
+def design_summary(view: DesignView, domain: str) -> str:
     """A design on one line: status, paired ratio and standing, its time beside the reference's."""
     m = view.measures
     beside = ""
@@ -134,7 +133,7 @@ def tuned_lines(view: DesignView) -> list[str]:
     return [f"tuned from a template: {values}{whose}"]
 
 
-def render_design(view: DesignView, *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
+def render_design(view: DesignView, *, report_chars: int | None = None, domain: str) -> str:
     """One design as every prompt shows it: id, verdict, lineage, source, failure report."""
     report = view.report.strip()
     if report_chars is not None:
@@ -158,7 +157,7 @@ def render_design(view: DesignView, *, report_chars: int | None = None, domain: 
     )
 
 
-def render_designs(views: Sequence[DesignView], *, report_chars: int | None = None, domain: str = DEFAULT) -> str:
+def render_designs(views: Sequence[DesignView], *, report_chars: int | None = None, domain: str) -> str:
     if not views:
         return fill("design", "empty", domain=domain)
     return "\n\n".join(render_design(v, report_chars=report_chars, domain=domain) for v in views)

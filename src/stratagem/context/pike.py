@@ -28,7 +28,6 @@ from stratagem.context.render import (
 )
 from stratagem.core.search import DesignView, Feedback, Remaining
 from stratagem.core.text import clip
-from stratagem.domains import DEFAULT
 
 ERROR_TAIL_CHARS = 10_000
 """The end of a failed candidate's output shown to the Error-Fixing Agent (PIKE: 10,000)."""
@@ -40,7 +39,7 @@ CODE_ROLES = frozenset({"optimize", "mutate", "crossover"})
 """Roles that write a candidate from an idea or a working program (the Code Optimization Agent)."""
 
 
-def instructions(role: str, domain: str = DEFAULT) -> str:
+def instructions(role: str, domain: str) -> str:
     """The system prompt of one PIKE role: the brainstorm proposes ideas and writes no code;
     the Code Optimization Agent (`optimize`, `mutate`, `crossover`) and the Error-Fixing Agent
     (`fix`) each have their own, with the code contract they share."""
@@ -75,7 +74,7 @@ def _common(brief: ProblemBrief) -> dict[str, str]:
             "problem_source": v["problem_source"], "numbers": v["numbers"], **facts}
 
 
-def performance(view: DesignView | None, domain: str = DEFAULT) -> str:
+def performance(view: DesignView | None, domain: str) -> str:
     """A design's measured numbers, as every prompt shows them (`render.design_summary`): its
     paired ratio over the reference with the interval and where it stands, its time beside the
     reference's time of its own evaluation, and the chained ratio against the domain's second
@@ -87,7 +86,7 @@ def performance(view: DesignView | None, domain: str = DEFAULT) -> str:
 
 
 def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str, slots: int,
-           max_fix: int, domain: str = DEFAULT) -> str:
+           max_fix: int, domain: str) -> str:
     """The budget block of a PIKE prompt: the run's limits and what is left (`render_budget`),
     and this phase's (or batch's) share with the fix rounds each attempt keeps."""
     run = render_budget(BudgetBrief.of(search, remaining, step, steps=None, step_name=step_name))
@@ -138,7 +137,7 @@ def _outcome(view: DesignView, domain: str) -> str:
     return f"{view.status}" + (f": {clip(why, 160)}" if why else "")
 
 
-def earlier(seed: DesignView | None, designs: Sequence[DesignView], domain: str = DEFAULT) -> str:
+def earlier(seed: DesignView | None, designs: Sequence[DesignView], domain: str) -> str:
     """The attempts made from `seed` (None: the original program) and from its siblings (designs
     with the seed's parent), each with what it tried and its outcome (a fix chain's last design
     stands for its attempt); empty when there are none."""
@@ -162,7 +161,7 @@ def earlier(seed: DesignView | None, designs: Sequence[DesignView], domain: str 
     return fill("pike", "earlier", domain=domain, attempts="\n".join(lines)) if lines else ""
 
 
-def restated(prompt: str, twins: Sequence[DesignView | str], domain: str = DEFAULT) -> str:
+def restated(prompt: str, twins: Sequence[DesignView | str], domain: str) -> str:
     """`prompt` again, told that the answers to it so far restated `twins` (earlier designs,
     or their ids), so the model writes something else."""
     what = "; ".join(f"design `{short_id(t)}`" if isinstance(t, str)
@@ -200,7 +199,7 @@ def crossover(brief: ProblemBrief, current: DesignView | None, features: str, to
                 direction=_focus(direction, d), **_common(brief))
 
 
-def _programs(views: Sequence[DesignView], source_chars: int, domain: str = DEFAULT) -> str:
+def _programs(views: Sequence[DesignView], source_chars: int, domain: str) -> str:
     per = max(1_000, source_chars // max(1, len(views)))
     return "\n\n".join(fill("pike", "program", domain=domain, short_id=short_id(v.id),
                             performance=performance(v, domain), source=v.source.strip()[:per]) for v in views)

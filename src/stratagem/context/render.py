@@ -48,7 +48,6 @@ from stratagem.core.search import (
     Remaining,
     SearchState,
 )
-from stratagem.domains import DEFAULT
 
 __all__ = [  # the template machinery and the design views live beside this module; callers import them here too
     "GENERIC", "ROLES", "SHORT_ID_CHARS", "design_summary", "fill", "has", "reference_word", "render_design",
@@ -75,7 +74,7 @@ class ProblemBrief:
     rules: tuple[str, ...] = ()
     """Every rule the harness enforces, one line each (`SearchState.rules`, from the domain's
     tables): every prompt of a role that plans or writes code states them."""
-    domain: str = DEFAULT
+    domain: str = field(kw_only=True)
     """The problem's domain: whose templates the prompts are filled from."""
     facts: Mapping[str, Any] = field(default_factory=dict)
     """The rest of what the domain tells the agents (`SearchState.facts`), each a `$fact_NAME`
@@ -144,7 +143,7 @@ def _labelled(env: Mapping[str, Any], section: str, domain: str) -> list[str]:
     return out
 
 
-def environment_text(device: str, env: Mapping[str, Any], domain: str = DEFAULT) -> str:
+def environment_text(device: str, env: Mapping[str, Any], domain: str) -> str:
     """The environment block every prompt carries: the device and what runs there, and the
     versions the code is built against, from what the harness measured (`Evaluation.environment`),
     named as the domain's `design.md` names them (`software`, `cpu_details`)."""
@@ -184,8 +183,9 @@ def _tolerances(tol: Mapping[str, Mapping[str, float]], mode: str = "fixed") -> 
     )
 
 
-def instructions(role: str, *, domain: str = DEFAULT, **values: object) -> str:
-    """The system prompt of a role (`strategist` needs `analyst=True/False`)."""
+def instructions(role: str, *, domain: str | None, **values: object) -> str:
+    """The system prompt of a role (`strategist` needs `analyst=True/False`; the domain-free
+    `summarizer` takes `domain=None`)."""
     if role == "strategist":
         note = "analyst_available" if values.pop("analyst", False) else "analyst_unavailable"
         values["analyst_note"] = fill("strategist", note, domain=domain)
@@ -261,7 +261,7 @@ def render_budget(budget: BudgetBrief | None) -> str:
     """The budget block of a prompt: the step, each limited budget (spent, limit, left, the
     spend per finished step) and, on the last step, that it is the last."""
     if budget is None:
-        return fill("budget", "budget_unknown")
+        return fill("budget", "budget_unknown", domain=None)
     b = budget
     head = (f"This is {b.step_name} {b.step} of {b.steps}." if b.steps is not None
             else f"This is {b.step_name} {b.step}; the budgets below end the run.")
@@ -277,7 +277,7 @@ def render_budget(budget: BudgetBrief | None) -> str:
     if b.patience is not None:
         lines.append(f"- the run also stops after {b.patience} {b.step_name}s in a row without a new best design")
     end = b.last()
-    last = fill("budget", "budget_last" if end[0] else "budget_likely_last", step_name=b.step_name,
+    last = fill("budget", "budget_last" if end[0] else "budget_likely_last", domain=None, step_name=b.step_name,
                 why=end[1]) if end else ""
     return "\n".join([head, *lines, *([last] if last else [])])
 
@@ -285,7 +285,7 @@ def render_budget(budget: BudgetBrief | None) -> str:
 GROUP_TITLES: dict[Group, str] = {"best": "Best", "worst": "Worst", "recent": "Most recent", "failed": "Failed"}
 
 
-def render_recent(curated: Curated, domain: str = DEFAULT) -> str:
+def render_recent(curated: Curated, domain: str) -> str:
     """The most recent section: the newest designs, newest first; one shown in full in another
     section is named here with its numbers and where it is, so the section is what it says."""
     if not curated.newest:
@@ -340,14 +340,14 @@ def render_strategist(problem: ProblemBrief, curated: Curated, *, iteration: int
     )
 
 
-def fallback_variants(n: int, domain: str = DEFAULT) -> tuple[str, ...]:
+def fallback_variants(n: int, domain: str) -> tuple[str, ...]:
     """Distinct variants for the fallback plan's Implementors (at most `n`)."""
     text = fill("strategist", "fallback_variants", domain=domain)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return tuple(lines[:n])
 
 
-def fallback_plan_text(kind: str, reason: str, domain: str = DEFAULT) -> tuple[str, str]:
+def fallback_plan_text(kind: str, reason: str, domain: str) -> tuple[str, str]:
     """(rationale, instructions) of the default plan used when the Strategist fails."""
     if kind not in ("innovate", "refine"):
         raise ValueError(f"no fallback plan for {kind!r}")
@@ -355,7 +355,7 @@ def fallback_plan_text(kind: str, reason: str, domain: str = DEFAULT) -> tuple[s
     return rationale, fill("strategist", f"fallback_{kind}_instructions", domain=domain)
 
 
-def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str, domain: str = DEFAULT) -> str:
+def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str, domain: str) -> str:
     """The Analyst's prompt: the Strategist's question and the designs it can read."""
     listing = "\n".join(
         f"- `{short_id(d.id)}`: {design_summary(d, domain)} {lineage(d)}".rstrip()
@@ -394,7 +394,7 @@ def render_implementor(
 
 
 def render_implementor_feedback(
-    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str = DEFAULT
+    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str
 ) -> str:
     """The message that sends an evaluation's failures back into an Implementor's conversation."""
     left = max_attempts - attempt
@@ -442,15 +442,15 @@ def render_review(
 
 def render_summarizer(transcript: str) -> str:
     """The Summarizer's prompt: the transcript to compress."""
-    return fill("summarizer", "prompt", transcript=transcript.strip())
+    return fill("summarizer", "prompt", domain=None, transcript=transcript.strip())
 
 
 def summary_message(summary: str) -> str:
     """The user message that stands in for the compressed part of a conversation."""
-    return fill("summarizer", "summary", summary=summary.strip())
+    return fill("summarizer", "summary", domain=None, summary=summary.strip())
 
 
 def summary_acknowledgement() -> str:
     """The assistant reply that follows the summary message (keeps turns alternating)."""
-    return fill("summarizer", "acknowledgement")
+    return fill("summarizer", "acknowledgement", domain=None)
 

@@ -10,7 +10,7 @@ import re
 from importlib import resources
 from string import Template
 
-from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains import get_domain
 
 ROLES = ("strategist", "analyst", "implementor", "implementor_feedback", "review", "summarizer")
 """One template file per role (plus `design`, the block every design is shown in, and `pike`)."""
@@ -29,11 +29,14 @@ def short_id(design_id: str) -> str:
 
 
 @functools.cache
-def sections(name: str, domain: str = DEFAULT) -> dict[str, Template]:
+def sections(name: str, domain: str | None) -> dict[str, Template]:
     """The named sections of template `name`: the domain's (`Domain.prompts`), or this package's
-    own for the domain-free ones (`GENERIC`); read once, then cached."""
+    own for the domain-free ones (`GENERIC`, whose callers say `domain=None`); read once, then
+    cached."""
     if name in GENERIC:
         text = (resources.files("stratagem.context") / "prompts" / f"{name}.md").read_text("utf-8")
+    elif domain is None:
+        raise ValueError(f"the {name} template is a domain's: name the domain")
     else:
         text = get_domain(domain).prompts.template(name)
     parts = _SECTION.split(text)
@@ -43,16 +46,16 @@ def sections(name: str, domain: str = DEFAULT) -> dict[str, Template]:
     return out
 
 
-def fill(name: str, section: str, *, domain: str = DEFAULT, **values: object) -> str:
+def fill(name: str, section: str, *, domain: str | None, **values: object) -> str:
     """Fill one section of one template of `domain`; a missing value is a bug and raises KeyError."""
     return sections(name, domain)[section].substitute({k: str(v) for k, v in values.items()}).strip()
 
 
-def has(name: str, section: str, domain: str = DEFAULT) -> bool:
+def has(name: str, section: str, domain: str) -> bool:
     """Whether the domain's template `name` has `section` (the optional ones)."""
     return section in sections(name, domain)
 
 
-def reference_word(domain: str = DEFAULT) -> str:
+def reference_word(domain: str) -> str:
     """What a design is timed against, as the views name it (`design.md`'s `reference`)."""
     return fill("design", "reference", domain=domain)

@@ -5,7 +5,7 @@ the run directory, choose the policy, build the evaluator, run the loop.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -174,7 +174,7 @@ class RunSummary:
     reference_ms: dict[str, float | None]
     device: str | None = None
     """The device of the latest evaluation (its name, e.g. `NVIDIA H200`, when known)."""
-    domain: str = "pytorch"
+    domain: str = field(kw_only=True)
     """The problem's domain."""
     confirmation: dict[str, Any] | None = None
     """The run's latest confirmation round (`search/confirm.py`), when it had one."""

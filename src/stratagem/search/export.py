@@ -88,7 +88,7 @@ def headed_files(files: dict[str, str], main: str, lines: list[str]) -> dict[str
 
 
 def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                   reference_ms: dict[str, float | None] | None = None, domain: str = "pytorch",
+                   reference_ms: dict[str, float | None] | None, domain: str,
                    main: str | None = None) -> dict[str, str]:
     """A design taken away: its own files, ready to build, one of them headed by where it came
     from, and what the problem's domain appends to its main file (PyTorch: the weight-loading
@@ -103,7 +103,7 @@ def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | 
 
 
 def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                    reference_ms: dict[str, float | None] | None = None, domain: str = "pytorch",
+                    reference_ms: dict[str, float | None] | None, domain: str,
                     main: str | None = None) -> str:
     """`exported_files` as one text: the single file itself, or several each under its
     `=== stratagem file: NAME ===` line (`write_files` writes them apart)."""

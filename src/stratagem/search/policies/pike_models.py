@@ -62,7 +62,7 @@ class PikeBase:
         self.runtime = AgentRuntime(cfg=cfg.agents, models=models, writers=command_routes(cfg, self.workdir))
 
     def agents(self, session: Session) -> PikeAgents:
-        return PikeAgents(self.runtime.recording(session.record_call), self.problem.domain, self.problem)
+        return PikeAgents(self.runtime.recording(session.record_call), self.problem, domain=self.problem.domain)
 
     def brief(self, state: SearchState) -> ProblemBrief:
         return ProblemBrief.from_state(state, state.integrity)
