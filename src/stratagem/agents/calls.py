@@ -121,32 +121,28 @@ class CallOutcome(Generic[OutputT]):
         return (self.call.input_tokens or 0) + (self.call.output_tokens or 0)
 
 
+_KINDS: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
+    ((ModelContextWindowExceededError,), "context_window"),
+    ((UsageLimitExceeded,), "usage_limit"),
+    ((ModelAuthenticationError,), "auth"),
+    ((ModelNotFoundError,), "not_found"),
+    ((ModelQuotaExceededError,), "quota"),
+    ((ModelRateLimitError,), "rate_limit"),
+    ((ModelTimeoutError, ModelRequestTimeout, TimeoutError), "timeout"),
+    ((ModelConnectionError,), "connection"),
+    ((ModelServerError, ModelUnavailableError), "server"),
+    ((ModelHTTPError,), "http"),
+    ((UnexpectedModelBehavior,), "output"),
+    ((ModelAPIError,), "api"),
+)
+"""Exception types to error kinds, the first match wins; `http` is read from the status."""
+
+
 def classify(e: BaseException) -> str:
     """The error kind of an exception raised by an agent run."""
-    if isinstance(e, ModelContextWindowExceededError):
-        return "context_window"
-    if isinstance(e, UsageLimitExceeded):
-        return "usage_limit"
-    if isinstance(e, ModelAuthenticationError):
-        return "auth"
-    if isinstance(e, ModelNotFoundError):
-        return "not_found"
-    if isinstance(e, ModelQuotaExceededError):
-        return "quota"
-    if isinstance(e, ModelRateLimitError):
-        return "rate_limit"
-    if isinstance(e, ModelTimeoutError | ModelRequestTimeout | TimeoutError):
-        return "timeout"
-    if isinstance(e, ModelConnectionError):
-        return "connection"
-    if isinstance(e, ModelServerError | ModelUnavailableError):
-        return "server"
-    if isinstance(e, ModelHTTPError):
-        return _http_kind(e)
-    if isinstance(e, UnexpectedModelBehavior):
-        return "output"
-    if isinstance(e, ModelAPIError):
-        return "api"
+    for types, kind in _KINDS:
+        if isinstance(e, types):
+            return _http_kind(e) if kind == "http" and isinstance(e, ModelHTTPError) else kind
     return "other"
 
 
