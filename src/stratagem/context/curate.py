@@ -238,6 +238,10 @@ def _size(p: _Pick) -> int:
     return src + len(p.view.report) + PER_DESIGN_OVERHEAD_CHARS
 
 
+def _total(picks: list[_Pick]) -> int:
+    return sum(_size(p) for p in picks if not p.dropped)
+
+
 def _fit(picks: list[_Pick], budget_chars: int) -> None:
     """Fit the picks to the budget, keeping what matters whole: the best designs and the newest
     one. The others are shortened first (as far as needed, down to `MIN_SOURCE_CHARS`, the
@@ -245,32 +249,39 @@ def _fit(picks: list[_Pick], budget_chars: int) -> None:
     what is left, and the highest-priority pick is never dropped (its source is cut as far as
     needed instead).
     """
-
-    def total() -> int:
-        return sum(_size(p) for p in picks if not p.dropped)
-
-    if not picks or total() <= budget_chars:
+    if not picks or _total(picks) <= budget_chars:
         return
     newest = next((p for p in picks if p.group == "recent"), None)
     rest = [p for p in picks if p.group != "best" and p is not newest][::-1]  # lowest priority first
+    if not _trim_others(picks, rest, budget_chars):  # 1. the others shortened, 2. then left out
+        _share_the_rest(picks, budget_chars)
+
+
+def _trim_others(picks: list[_Pick], rest: list[_Pick], budget_chars: int) -> bool:
+    """Steps 1-2 of `_fit`; whether they were enough (False once all are dropped, unchecked)."""
     for p in rest:  # 1. the others shortened
-        if (over := total() - budget_chars) <= 0:
-            return
+        if (over := _total(picks) - budget_chars) <= 0:
+            return True
         if len(p.view.source) > MIN_SOURCE_CHARS:
             p.source_cap = max(len(p.view.source) - over, MIN_SOURCE_CHARS)
     for p in rest:  # 2. then left out
-        if total() <= budget_chars:
-            return
+        if _total(picks) <= budget_chars:
+            return True
         p.dropped = True
-    # 3. the kept ones share what is left, the lowest priority dropped while still over
+    return False
+
+
+def _share_the_rest(picks: list[_Pick], budget_chars: int) -> None:
+    """Steps 3-4 of `_fit`: the kept ones share what is left, the lowest priority dropped while
+    still over; then the last one standing gets what is left of the budget."""
     live = [p for p in picks if not p.dropped]
     share = max(budget_chars // len(live) - PER_DESIGN_OVERHEAD_CHARS, MIN_SOURCE_CHARS)
     for p in live:
         if len(p.view.source) > share:
             p.source_cap = share
-    while total() > budget_chars and len(live) > 1:
+    while _total(picks) > budget_chars and len(live) > 1:
         live.pop().dropped = True
-    if total() > budget_chars:  # 4. the last one standing gets what is left of the budget
+    if _total(picks) > budget_chars:
         top = live[0]
         room = budget_chars - len(top.view.report) - PER_DESIGN_OVERHEAD_CHARS
         top.source_cap = max(room, MIN_SOURCE_CHARS // 2)
@@ -328,12 +339,7 @@ def _new_part(lines: list[str], parents: Sequence[str], max_chars: int) -> str |
     if not new or len(new) == len(lines):
         return None
     n = len(lines)
-    away = [n] * n  # lines to the nearest new one
-    for order in (range(n), range(n - 1, -1, -1)):
-        last: int | None = None
-        for i in order:
-            last = i if i in new else last
-            away[i] = min(away[i], abs(i - last) if last is not None else n)
+    away = _distances_to(new, n)
     marks = sum(1 for i in range(n) if i not in new and (i == 0 or i - 1 in new))
     room = max_chars - sum(len(lines[i]) + 1 for i in new) - marks * (len(_UNCHANGED_MARKER) + 3)
     keep = set(new)
@@ -342,6 +348,22 @@ def _new_part(lines: list[str], parents: Sequence[str], max_chars: int) -> str |
             break
         keep.add(i)
         room -= len(lines[i]) + 1
+    return _join_kept(lines, keep)
+
+
+def _distances_to(new: set[int], n: int) -> list[int]:
+    """For each of `n` lines, how many lines away the nearest of `new` is (`n` when none)."""
+    away = [n] * n
+    for order in (range(n), range(n - 1, -1, -1)):
+        last: int | None = None
+        for i in order:
+            last = i if i in new else last
+            away[i] = min(away[i], abs(i - last) if last is not None else n)
+    return away
+
+
+def _join_kept(lines: list[str], keep: set[int]) -> str:
+    """The kept lines, each run of cut ones replaced by a marker counting them."""
     out: list[str] = []
     cut = 0
     for i, line in enumerate(lines):
