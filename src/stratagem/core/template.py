@@ -233,6 +233,25 @@ def parse_template(files: Mapping[str, str]) -> Template:
             comparisons, a parameter used by no placeholder (its file and line named); or a
             space with no point meeting every constraint.
     """
+    params, constraints = _declarations(files)
+    if not params:
+        raise TemplateError("no parameter is declared (a line `# stratagem: param NAME = pow2(16, 256)`, "
+                            "docs/tune.md)", next(iter(files), None))
+    _check_names(files, params, constraints)
+    t = Template(dict(files), tuple(params), tuple(constraints))
+    if t.size <= ENUMERATE_MAX and next(t.points(), None) is None:
+        c0 = t.constraints[0]
+        raise TemplateError(f"no point of the space ({t.size} points) meets every constraint", c0.file, c0.line)
+    declared = [p for p in params if p.default is not None]
+    broken = t.violations(t.defaults) if declared else []
+    if broken:
+        raise TemplateError(f"the defaults {t.defaults} violate {'; '.join(broken)}", declared[0].file,
+                            declared[0].line)
+    return t
+
+
+def _declarations(files: Mapping[str, str]) -> tuple[list[Param], list[Constraint]]:
+    """The parameters and constraints declared in the files, in order; a duplicate is an error."""
     params: list[Param] = []
     constraints: list[Constraint] = []
     for name, text in files.items():
@@ -240,18 +259,19 @@ def parse_template(files: Mapping[str, str]) -> Template:
             m = _DECL.match(line)
             if m is None:
                 continue
-            if m.group("verb") == "param":
-                p = _param(m.group("rest"), name, n)
-                if p.name in {q.name for q in params}:
-                    first = next(q for q in params if q.name == p.name)
-                    raise TemplateError(f"parameter {p.name} is declared twice (first at {first.file}:{first.line})",
-                                        name, n)
-                params.append(p)
-            else:
+            if m.group("verb") != "param":
                 constraints.append(_constraint(m.group("rest").strip(), name, n))
-    if not params:
-        raise TemplateError("no parameter is declared (a line `# stratagem: param NAME = pow2(16, 256)`, "
-                            "docs/tune.md)", next(iter(files), None))
+                continue
+            p = _param(m.group("rest"), name, n)
+            if (first := next((q for q in params if q.name == p.name), None)) is not None:
+                raise TemplateError(f"parameter {p.name} is declared twice (first at {first.file}:{first.line})",
+                                    name, n)
+            params.append(p)
+    return params, constraints
+
+
+def _check_names(files: Mapping[str, str], params: list[Param], constraints: list[Constraint]) -> None:
+    """Every constraint names only declared parameters, and a placeholder uses each parameter."""
     known = {p.name for p in params}
     for c in constraints:
         unknown = sorted({x.id for x in ast.walk(c.tree) if isinstance(x, ast.Name)} - known)
@@ -264,16 +284,6 @@ def parse_template(files: Mapping[str, str]) -> Template:
         if p.name not in used:
             raise TemplateError(f"parameter {p.name} is declared but no {{{{{p.name}}}}} placeholder uses it",
                                 p.file, p.line)
-    t = Template(dict(files), tuple(params), tuple(constraints))
-    if t.size <= ENUMERATE_MAX and next(t.points(), None) is None:
-        c0 = t.constraints[0]
-        raise TemplateError(f"no point of the space ({t.size} points) meets every constraint", c0.file, c0.line)
-    declared = [p for p in params if p.default is not None]
-    broken = t.violations(t.defaults) if declared else []
-    if broken:
-        raise TemplateError(f"the defaults {t.defaults} violate {'; '.join(broken)}", declared[0].file,
-                            declared[0].line)
-    return t
 
 
 # -- declarations -------------------------------------------------------------------------------
@@ -313,13 +323,7 @@ def _space(name: str, kind: str, args: list[Value], kw: dict[str | None, Value],
         return TemplateError(f"{name}: {msg}", file, line)
 
     if kind == "choice":
-        if kw:
-            raise bad("choice(...) takes values only (and default=)")
-        if not args:
-            raise bad("choice() needs at least one value")
-        if len(set(args)) != len(args):
-            raise bad(f"choice{tuple(args)} repeats a value")
-        return tuple(args)
+        return _choice(args, kw, bad)
     if kind not in ("int", "pow2"):
         raise bad(f"unknown space `{kind}(...)`: int, pow2 or choice")
     if len(args) != 2 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
@@ -327,12 +331,31 @@ def _space(name: str, kind: str, args: list[Value], kw: dict[str | None, Value],
     lo, hi = int(args[0]), int(args[1])
     if lo > hi:
         raise bad(f"{kind}({lo}, {hi}): LO is above HI")
-    if kind == "pow2":
-        if kw:
-            raise bad("pow2(LO, HI) takes no option but default=")
-        if lo < 1 or lo & (lo - 1) or hi & (hi - 1):
-            raise bad(f"pow2({lo}, {hi}): LO and HI must be powers of two")
-        return tuple(1 << k for k in range(lo.bit_length() - 1, hi.bit_length()))
+    return (_pow2 if kind == "pow2" else _int_range)(lo, hi, kw, bad)
+
+
+def _choice(args: list[Value], kw: dict[str | None, Value], bad: Callable[[str], TemplateError]
+            ) -> tuple[Value, ...]:
+    if kw:
+        raise bad("choice(...) takes values only (and default=)")
+    if not args:
+        raise bad("choice() needs at least one value")
+    if len(set(args)) != len(args):
+        raise bad(f"choice{tuple(args)} repeats a value")
+    return tuple(args)
+
+
+def _pow2(lo: int, hi: int, kw: dict[str | None, Value], bad: Callable[[str], TemplateError]
+          ) -> tuple[Value, ...]:
+    if kw:
+        raise bad("pow2(LO, HI) takes no option but default=")
+    if lo < 1 or lo & (lo - 1) or hi & (hi - 1):
+        raise bad(f"pow2({lo}, {hi}): LO and HI must be powers of two")
+    return tuple(1 << k for k in range(lo.bit_length() - 1, hi.bit_length()))
+
+
+def _int_range(lo: int, hi: int, kw: dict[str | None, Value], bad: Callable[[str], TemplateError]
+               ) -> tuple[Value, ...]:
     extra = set(kw) - {"step"}
     if extra:
         raise bad(f"int(...) takes only step= and default=, not {sorted(str(k) for k in extra)}")
