@@ -119,31 +119,32 @@ def binary_findings(path: Path, forbid: Forbidden, shown: str) -> list[str]:
     Raises:
         FileNotFoundError: readelf, ldd or nm is not installed.
     """
-    out = []
-    banned = set(forbid.libraries)
-    if banned:
-        direct, every = needed(path)
-        for so in direct:
-            if lib_name(so) in banned:
-                out.append(f"{shown} needs the forbidden library {so}")
-        for so in every:
-            if lib_name(so) in banned and so not in direct:
-                out.append(f"{shown} loads the forbidden library {so} through another library")
-        try:
-            blob = path.read_bytes()
-        except OSError:
-            blob = b""
-        for lib in sorted(banned):
-            if re.search(rb"lib" + re.escape(lib.encode()) + rb"\.(?:so|a)\b", blob):
-                out.append(f"{shown} holds the name of the forbidden library lib{lib}.so (a dlopen target?)")
+    out = _library_findings(path, set(forbid.libraries), shown) if forbid.libraries else []
     if forbid.symbols or not forbid.allow_dlopen:
-        imports, every_sym = symbols(path)
-        for pattern in forbid.symbols:
-            hit = sorted(s for s in every_sym if fnmatch.fnmatchcase(s, pattern))
-            if hit:
-                out.append(f"{shown} uses the forbidden symbol {hit[0]} (pattern {pattern!r})")
-        if not forbid.allow_dlopen:
-            hit = sorted(s for s in imports if s in DLOPEN)
-            if hit:
-                out.append(f"{shown} imports {hit[0]}: loading libraries at run time is forbidden here")
+        out += _symbol_findings(path, forbid, shown)
+    return out
+
+
+def _library_findings(path: Path, banned: set[str], shown: str) -> list[str]:
+    """The forbidden libraries the binary needs, loads through another library, or names."""
+    direct, every = needed(path)
+    out = [f"{shown} needs the forbidden library {so}" for so in direct if lib_name(so) in banned]
+    out += [f"{shown} loads the forbidden library {so} through another library"
+            for so in every if lib_name(so) in banned and so not in direct]
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        blob = b""
+    return out + [f"{shown} holds the name of the forbidden library lib{lib}.so (a dlopen target?)"
+                  for lib in sorted(banned) if re.search(rb"lib" + re.escape(lib.encode()) + rb"\.(?:so|a)\b", blob)]
+
+
+def _symbol_findings(path: Path, forbid: Forbidden, shown: str) -> list[str]:
+    """The forbidden symbols the binary uses, and its run-time loader imports where forbidden."""
+    imports, every_sym = symbols(path)
+    out = [f"{shown} uses the forbidden symbol {hit[0]} (pattern {pattern!r})" for pattern in forbid.symbols
+           if (hit := sorted(s for s in every_sym if fnmatch.fnmatchcase(s, pattern)))]
+    hit = [] if forbid.allow_dlopen else sorted(s for s in imports if s in DLOPEN)
+    if hit:
+        out.append(f"{shown} imports {hit[0]}: loading libraries at run time is forbidden here")
     return out

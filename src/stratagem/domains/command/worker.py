@@ -19,7 +19,7 @@ from typing import Any
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.command import forbid
 from stratagem.domains.command.context import BASELINE, Context
-from stratagem.domains.command.runner import become_subreaper, execute, write_files
+from stratagem.domains.command.runner import Ran, become_subreaper, execute, write_files
 from stratagem.domains.command.timing import timing
 from stratagem.errors import ProblemError
 from stratagem.worker_api import stages
@@ -48,15 +48,7 @@ def build(ctx: Context) -> dict[str, Any]:
             ran = execute(spec.build.command, d, spec.build.timeout_s)
         out[f"{who}_build_s"] = round(ran.wall_ms / 1e3, 3)
         if not ran.ok:
-            why = ran.why(f"the {ctx.label(who)}'s build", spec.build.timeout_s)
-            if who != "design" and spec.requires_gpu and not ctx.device.startswith("cuda"):
-                raise StageFailure("needs_gpu", f"{why}; the problem declares [requires] gpu = true and this "
-                                   "machine may lack its toolchain: evaluate with --device cuda on a GPU machine",
-                                   stderr=ran.stderr[-3000:])
-            if who != "design":
-                raise StageFailure("problem_error", why, stderr=ran.stderr[-3000:])
-            raise StageFailure("timeout" if ran.timed_out else "compile_error", why, stderr=ran.stderr[-3000:],
-                               stdout=ran.stdout[-1000:])
+            raise _build_failure(ctx, who, ran)
         ctx.verify_fixed(who, "build")
         if who == "reference":
             ctx.snapshot_reference()
@@ -78,6 +70,19 @@ def build(ctx: Context) -> dict[str, Any]:
                                  "toolchain (a static runtime that dlopens its driver, say), not from the design: "
                                  "not held against it (the source and link-line rules still are)")
     return out
+
+
+def _build_failure(ctx: Context, who: str, ran: Ran) -> StageFailure:
+    """A failed build: the design's is its own; the reference's or a baseline's is the problem's."""
+    why = ran.why(f"the {ctx.label(who)}'s build", ctx.spec.build.timeout_s)
+    if who != "design" and ctx.spec.requires_gpu and not ctx.device.startswith("cuda"):
+        return StageFailure("needs_gpu", f"{why}; the problem declares [requires] gpu = true and this "
+                            "machine may lack its toolchain: evaluate with --device cuda on a GPU machine",
+                            stderr=ran.stderr[-3000:])
+    if who != "design":
+        return StageFailure("problem_error", why, stderr=ran.stderr[-3000:])
+    return StageFailure("timeout" if ran.timed_out else "compile_error", why, stderr=ran.stderr[-3000:],
+                        stdout=ran.stdout[-1000:])
 
 
 SHOWN = "{binary}"
