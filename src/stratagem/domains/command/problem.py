@@ -15,7 +15,7 @@ from pathlib import Path
 
 from stratagem.core.problem import Problem
 from stratagem.core.template import TemplateError, render_defaults
-from stratagem.domains.command.spec import PROBLEM_FILE, Spec, parse_spec
+from stratagem.domains.command.spec import PROBLEM_FILE, Baseline, Spec, parse_spec
 from stratagem.errors import ProblemError
 
 BUNDLE_FORMAT = "stratagem-command/1"
@@ -102,35 +102,45 @@ def load_problem(path: str | Path) -> Problem:
     for rel in spec.editable:
         files[f"{spec.reference}/{rel}"] = _read(root, f"{spec.reference}/{rel}", "files.reference", where)
     for b in spec.baselines:
-        folder = root / b.files
-        if not folder.is_dir():
-            raise ProblemError(f"{where}: key `baselines.{b.name}.files`: {b.files} is not a folder in {root}")
-        held = [rel for rel in spec.editable if (folder / rel).is_file()]
-        if not held:
-            raise ProblemError(f"{where}: key `baselines.{b.name}.files`: {b.files} holds none of the editable "
-                               f"files ({', '.join(spec.editable)})")
-        for rel in held:
-            files[f"{b.files}/{rel}"] = _read(root, f"{b.files}/{rel}", f"baselines.{b.name}.files", where)
+        files |= _baseline_files(root, spec, b, where)
     try:
         Bundle(files, spec).reference_files()
     except TemplateError as e:
         raise ProblemError(f"{where}: key `files.reference`: {spec.reference}/{e}") from None
     if spec.docs:
-        folder = root / spec.docs
-        if not folder.is_dir():
-            raise ProblemError(f"{where}: key `docs`: {spec.docs} is not a folder in {root}")
-        total = 0
-        for f in sorted(x for x in folder.rglob("*") if x.is_file()):
-            try:
-                body = f.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue  # binary docs are not for the agents
-            total += len(body)
-            if total > DOCS_MAX_BYTES:
-                break
-            files[f.relative_to(root).as_posix()] = body
+        files |= _docs(root, spec.docs, where)
     return Problem(name=spec.name, domain="command", source=to_source(files), path=str(root),
                    size_constants={s.name: s.low for s in spec.sizes}, settings={})
+
+
+def _baseline_files(root: Path, spec: Spec, b: Baseline, where: str) -> dict[str, str]:
+    """A baseline's editable files, by their path in the bundle."""
+    folder = root / b.files
+    if not folder.is_dir():
+        raise ProblemError(f"{where}: key `baselines.{b.name}.files`: {b.files} is not a folder in {root}")
+    held = [rel for rel in spec.editable if (folder / rel).is_file()]
+    if not held:
+        raise ProblemError(f"{where}: key `baselines.{b.name}.files`: {b.files} holds none of the editable "
+                           f"files ({', '.join(spec.editable)})")
+    return {f"{b.files}/{rel}": _read(root, f"{b.files}/{rel}", f"baselines.{b.name}.files", where) for rel in held}
+
+
+def _docs(root: Path, docs: str, where: str) -> dict[str, str]:
+    """The docs folder's text files, by their path in the bundle, up to DOCS_MAX_BYTES in all."""
+    folder = root / docs
+    if not folder.is_dir():
+        raise ProblemError(f"{where}: key `docs`: {docs} is not a folder in {root}")
+    out, total = {}, 0
+    for f in sorted(x for x in folder.rglob("*") if x.is_file()):
+        try:
+            body = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # binary docs are not for the agents
+        total += len(body)
+        if total > DOCS_MAX_BYTES:
+            break
+        out[f.relative_to(root).as_posix()] = body
+    return out
 
 
 def to_source(files: Mapping[str, str]) -> str:

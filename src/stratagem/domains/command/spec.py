@@ -328,14 +328,7 @@ def _objective(r: _Reader) -> ObjectiveSpec:
         raise obj.fail("key", "required with source = \"json\"")
     regex = obj.get("regex", str)
     if source == "regex":
-        if not regex:
-            raise obj.fail("regex", "required with source = \"regex\"")
-        try:
-            groups = re.compile(regex).groups
-        except re.error as e:
-            raise obj.fail("regex", f"not a valid regex: {e}") from None
-        if groups < 1:
-            raise obj.fail("regex", "needs a group around the number")
+        _check_regex(obj, regex)
     unit = obj.get("unit", str, "ms")
     if unit not in TIME_UNITS_MS:
         raise obj.fail("unit", f"must be a time unit ({', '.join(TIME_UNITS_MS)}), not {unit!r}")
@@ -349,6 +342,18 @@ def _objective(r: _Reader) -> ObjectiveSpec:
     return ObjectiveSpec(source, obj.get("key", str), regex, unit, "minimize",
                          float(obj.get("clock_slack", (int, float), 0.10)),
                          float(obj.get("clock_slack_ms", (int, float), 5.0)), cases)
+
+
+def _check_regex(obj: _Reader, regex: str | None) -> None:
+    """The objective's regex: given, valid, with a group around the number."""
+    if not regex:
+        raise obj.fail("regex", "required with source = \"regex\"")
+    try:
+        groups = re.compile(regex).groups
+    except re.error as e:
+        raise obj.fail("regex", f"not a valid regex: {e}") from None
+    if groups < 1:
+        raise obj.fail("regex", "needs a group around the number")
 
 
 def _baselines(r: _Reader) -> tuple[Baseline, ...]:
