@@ -106,6 +106,28 @@ def _params(args: ast.arguments) -> Iterator[str]:
             yield a.arg
 
 
+def _bound_pairs(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
+    """(name, value) for what `node` binds: assignments, a loop over a literal, a function's
+    defaults and returns, class attributes."""
+    if isinstance(node, ast.Assign):
+        for t in node.targets:
+            yield from _target_pairs(t, node.value)
+            if isinstance(t, ast.Name) and isinstance(node.value, ast.Lambda):
+                yield f"{t.id}()", node.value.body
+    elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        yield from _target_pairs(node.target, node.value)
+    elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+        if isinstance(node.iter, ast.Tuple | ast.List | ast.Set):
+            for e in node.iter.elts:
+                yield from ((k, e) for k, _ in _target_pairs(node.target, e))
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        yield from param_defaults(node.args)
+        yield from _returns(node)
+    elif isinstance(node, ast.ClassDef):  # class attributes: `H.t` where `class H: t = time`
+        yield from ((f"{node.name}.{k}", v) for st in node.body if isinstance(st, ast.Assign)
+                    for t in st.targets for k, v in _target_pairs(t, st.value) if "." not in k)
+
+
 class Aliases:
     """Canonical dotted names for the names a module binds (scope-insensitive, conservative).
 
@@ -124,26 +146,9 @@ class Aliases:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 self._add_import(node)
-            elif isinstance(node, ast.Assign):
-                for t in node.targets:
-                    pairs.extend(_target_pairs(t, node.value))
-                    if isinstance(t, ast.Name) and isinstance(node.value, ast.Lambda):
-                        pairs.append((f"{t.id}()", node.value.body))
-            elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
-                pairs.extend(_target_pairs(node.target, node.value))
-            elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
-                if isinstance(node.iter, ast.Tuple | ast.List | ast.Set):
-                    for e in node.iter.elts:
-                        pairs.extend((k, e) for k, _ in _target_pairs(node.target, e))
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                pairs.extend(param_defaults(node.args))
                 self.shadowed.update(_params(node.args))
-                pairs.extend(_returns(node))
-            elif isinstance(node, ast.ClassDef):  # class attributes: `H.t` where `class H: t = time`
-                pairs.extend(
-                    (f"{node.name}.{k}", v) for st in node.body if isinstance(st, ast.Assign)
-                    for t in st.targets for k, v in _target_pairs(t, st.value) if "." not in k
-                )
+            pairs.extend(_bound_pairs(node))
             self._note_shadowing(node)
         self._resolve(pairs)
 

@@ -330,15 +330,21 @@ def global_flags(scan: Scan) -> list[Hit]:
     for node in scan.nodes:
         if not isinstance(node, ast.Call):
             continue
-        f = node.func
-        if isinstance(f, ast.Attribute) and f.attr in _ENV_WRITERS and "os.environ" in q(f.value):
-            key = literal_str(node.args[0]) if node.args else None
-            if not (f.attr in ("setdefault", "pop", "__setitem__") and key in R.ENV_ALLOWED):
-                hits.add(node.lineno, f"`{scan.segment(node)}` changes the environment")
-        m = first_match(q(f), R.GRAD_SWITCHES)
+        if _changes_environ(scan, node):
+            hits.add(node.lineno, f"`{scan.segment(node)}` changes the environment")
+        m = first_match(q(node.func), R.GRAD_SWITCHES)
         if m and not isinstance(scan.parents.get(node), ast.withitem):
             hits.add(node.lineno, f"`{m[0]}(...)` outside a `with` statement")
     return hits.items()
+
+
+def _changes_environ(scan: Scan, call: ast.Call) -> bool:
+    """A call of an `os.environ` method that writes it, other than to set or drop an allowed key."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr in _ENV_WRITERS and "os.environ" in scan.aliases.qualnames(f.value)):
+        return False
+    key = literal_str(call.args[0]) if call.args else None
+    return not (f.attr in ("setdefault", "pop", "__setitem__") and key in R.ENV_ALLOWED)
 
 
 # -- exception_fallback ----------------------------------------------------------------------
