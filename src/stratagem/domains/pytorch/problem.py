@@ -162,6 +162,24 @@ def _settings(tree: ast.Module, where: str) -> dict[str, Any]:
     return {}
 
 
+def _tolerances_ok(tol: Any) -> bool:
+    """A dict of dtype name -> {"atol": x, "rtol": y}, each a number >= 0."""
+    return isinstance(tol, dict) and all(
+        isinstance(k, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"}
+        and all(isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in t.values())
+        for k, t in tol.items())
+
+
+def _correctness_ok(corr: Any) -> bool:
+    """A rule's name, or a dict of its mode and numbers >= 0."""
+    keys = {"mode", "factor", "atol_floor", "ulp_floor"}
+    return corr in ("reference", "fixed", "calibrated") or (
+        isinstance(corr, dict) and set(corr) <= keys
+        and corr.get("mode", "calibrated") in ("reference", "fixed", "calibrated")
+        and all(isinstance(corr[k], int | float) and not isinstance(corr[k], bool) and corr[k] >= 0
+                for k in corr if k != "mode"))
+
+
 def _check_settings(value: dict[str, Any], where: str) -> None:
     def bad(key: str, want: str) -> ProblemError:
         return ProblemError(f"{where}: {SETTINGS_NAME}[{key!r}] must be {want}")
@@ -170,14 +188,8 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
     if v is not None and (not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v)):
         raise bad("validators", "a list of validator names")
     tol = value.get("tolerances")
-    if tol is not None:
-        ok = isinstance(tol, dict) and all(
-            isinstance(k, str) and isinstance(t, dict) and set(t) == {"atol", "rtol"}
-            and all(isinstance(x, int | float) and not isinstance(x, bool) and x >= 0 for x in t.values())
-            for k, t in tol.items()
-        )
-        if not ok:
-            raise bad("tolerances", 'a dict like {"float32": {"atol": 1e-4, "rtol": 1e-4}}')
+    if tol is not None and not _tolerances_ok(tol):
+        raise bad("tolerances", 'a dict like {"float32": {"atol": 1e-4, "rtol": 1e-4}}')
     n = value.get("correctness_trials")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise bad("correctness_trials", "a positive integer")
@@ -187,15 +199,8 @@ def _check_settings(value: dict[str, Any], where: str) -> None:
     if off is not None and not (isinstance(off, bool) or (isinstance(off, int | float) and off > 0)):
         raise bad("off_distribution", "True, False or a positive input scale")
     corr = value.get("correctness")
-    if corr is not None:
-        keys = {"mode", "factor", "atol_floor", "ulp_floor"}
-        ok = corr in ("reference", "fixed", "calibrated") or (
-            isinstance(corr, dict) and set(corr) <= keys
-            and corr.get("mode", "calibrated") in ("reference", "fixed", "calibrated")
-            and all(isinstance(corr[k], int | float) and not isinstance(corr[k], bool) and corr[k] >= 0
-                    for k in corr if k != "mode"))
-        if not ok:
-            raise bad("correctness", '"reference", "fixed", "calibrated" or a dict like {"mode": "calibrated", "factor": 4}')
+    if corr is not None and not _correctness_ok(corr):
+        raise bad("correctness", '"reference", "fixed", "calibrated" or a dict like {"mode": "calibrated", "factor": 4}')
     shapes = value.get("shapes")
     if shapes is not None and shapes is not False and not (
         isinstance(shapes, list)

@@ -187,7 +187,16 @@ def _mutation(st: _State, node: ast.AST, expr: ast.AST, is_store: bool) -> str |
             return f"`{seg}` mutates the module-level container `{root.id}`"
         if not local and fn is not None and is_store and root.id in st.module_names:
             return f"`{seg}` modifies module-level `{root.id}` from inside a function"
-    for link in _chain(expr):  # self.cache[...] / ModelNew.cache.append(...)
+    if what := _attribute_mutation(st, expr, seg):
+        return what
+    if fn is not None and is_store and _is_class_of_self(scan, expr):
+        return f"`{seg}` modifies the class from inside a method"
+    return None
+
+
+def _attribute_mutation(st: _State, expr: ast.AST, seg: _Lazy) -> str | None:
+    """A container mutated through an attribute: `self.cache[...]`, `ModelNew.cache.append(...)`."""
+    for link in _chain(expr):
         if isinstance(link, ast.Attribute) and isinstance(link.value, ast.Name):
             owner, attr = link.value.id, link.attr
             if is_self(link.value) and attr in st.container_attrs:
@@ -197,8 +206,6 @@ def _mutation(st: _State, node: ast.AST, expr: ast.AST, is_store: bool) -> str |
                 attr in st.class_containers.get(owner, ()))
             if in_class:
                 return f"`{seg}` mutates the class-level container `{attr}`"
-    if fn is not None and is_store and _is_class_of_self(scan, expr):
-        return f"`{seg}` modifies the class from inside a method"
     return None
 
 
