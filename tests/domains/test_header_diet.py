@@ -386,10 +386,13 @@ def test_nvcc_compiles_the_lightened_kernelbench_sources(tmp_path) -> None:
 def test_the_diet_switch_reaches_the_sandboxed_worker() -> None:
     """A user's `STRATAGEM_BUILD_HEADER_DIET=0` survives the sandbox's environment scrub (else the
     documented switch would do nothing in the worker that builds)."""
+    from stratagem.domains import get_domain
     from stratagem.evaluation.sandbox import scrub_environment
 
-    assert scrub_environment({"STRATAGEM_BUILD_HEADER_DIET": "0"}) == {"STRATAGEM_BUILD_HEADER_DIET": "0"}
-    assert scrub_environment({"STRATAGEM_BUILD_PCH": "0"}) == {"STRATAGEM_BUILD_PCH": "0"}
+    keep = get_domain("pytorch").worker.keep_env  # what the PyTorch worker's requests keep
+    assert scrub_environment({"STRATAGEM_BUILD_HEADER_DIET": "0"}, keep) == {"STRATAGEM_BUILD_HEADER_DIET": "0"}
+    assert scrub_environment({"STRATAGEM_BUILD_PCH": "0"}, keep) == {"STRATAGEM_BUILD_PCH": "0"}
+    assert scrub_environment({"STRATAGEM_BUILD_PCH": "0"}) == {}  # another domain's worker does not get it
 
 
 def test_the_split_build_is_tried_first_and_cached_under_its_own_key(tmp_path, monkeypatch) -> None:
