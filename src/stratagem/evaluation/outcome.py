@@ -153,23 +153,7 @@ def _from_progress(
     compile_stage: str | None = None,
 ) -> list[ValidatorResult]:
     names = {s.name for s in specs}
-    done: dict[str, ValidatorResult] = {}
-    running: str | None = None
-    for ev in sr.progress:
-        stage = ev.get("stage")
-        if not isinstance(stage, str) or stage not in names:
-            continue
-        if ev.get("event") == "start":
-            running = stage
-        elif ev.get("event") == "end":
-            try:
-                r = ResultModel.model_validate(ev.get("result")).to_result()
-            except ValidationError:
-                continue
-            if r.name == ev["stage"]:
-                done[r.name] = r
-            if running == r.name:
-                running = None
+    done, running = _replay(sr, names)
     compiling = compile_timeout_s is not None and compile_stage in names and compile_stage not in done
     limit = compile_timeout_s if (sr.limit_hit == "compile" or (sr.limit_hit is None and compiling)) else timeout_s
     kind, reason = _death(sr, problem, limit, whole=compile_timeout_s is None)  # type: ignore[arg-type]
@@ -196,6 +180,28 @@ def _from_progress(
     return results
 
 
+def _replay(sr: SandboxResult, names: set[str]) -> tuple[dict[str, ValidatorResult], str | None]:
+    """The results the worker logged for `names`, and the stage it had started and not ended."""
+    done: dict[str, ValidatorResult] = {}
+    running: str | None = None
+    for ev in sr.progress:
+        stage = ev.get("stage")
+        if not isinstance(stage, str) or stage not in names:
+            continue
+        if ev.get("event") == "start":
+            running = stage
+        elif ev.get("event") == "end":
+            try:
+                r = ResultModel.model_validate(ev.get("result")).to_result()
+            except ValidationError:
+                continue
+            if r.name == ev["stage"]:
+                done[r.name] = r
+            if running == r.name:
+                running = None
+    return done, running
+
+
 def _split(sr: SandboxResult) -> str:
     """`; it ran 121 s, compiled 4 s, waited 0 s`: where the worker's time went."""
     t = sr.phase_s or {}
@@ -209,24 +215,8 @@ def _death(sr: SandboxResult, problem: str | None, timeout_s: float, whole: bool
     """`whole`: one limit covered the whole evaluation, compiles included (a limit the user set)."""
     if sr.lost:
         return "harness_error", sr.lost
-    if sr.timed_out and whole and sr.limit_hit == "run":
-        return "timeout", (f"the worker was killed at the {timeout_s:g} s limit set for the whole evaluation "
-                           "(timeout_s, compiles included; raise it with --timeout S, or give compiles their own "
-                           "limit with [evaluation] compile_timeout_s)")
     if sr.timed_out:
-        if sr.limit_hit == "compile":
-            return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (time while "
-                               "compiler processes ran or torch.compile compiled; raise it with [evaluation] "
-                               f"compile_timeout_s){_split(sr)}")
-        if sr.limit_hit == "lock_wait":
-            return "harness_error", ("the worker was killed after waiting lock_wait_timeout_s for its "
-                                     "device's lock (other workers held it: not the candidate's fault)")
-        if sr.limit_hit == "run":
-            return "timeout", (f"the worker was killed at the {timeout_s:g} s run limit (timeout_s; "
-                               "compiles and lock waits not counted; raise it with --timeout S, "
-                               "[evaluation] timeout_s or the problem's STRATAGEM = {'timeout_s': S})"
-                               f"{_split(sr)}")
-        return "timeout", f"the worker was killed after the {timeout_s:g} s timeout"
+        return _timeout_death(sr, timeout_s, whole)
     if sr.signal_name in _CRASH_SIGNALS:
         return "crash", f"the worker died with {sr.signal_name}"
     if sr.signal_name == "SIGKILL":
@@ -238,3 +228,24 @@ def _death(sr: SandboxResult, problem: str | None, timeout_s: float, whole: bool
     if problem is not None and sr.response_text is not None:
         return "malformed", problem
     return "crash", "the worker exited without a response"
+
+
+def _timeout_death(sr: SandboxResult, timeout_s: float, whole: bool) -> tuple[FailureKind, str]:
+    """`_death` of a worker killed at a limit, by which limit it hit."""
+    if whole and sr.limit_hit == "run":
+        return "timeout", (f"the worker was killed at the {timeout_s:g} s limit set for the whole evaluation "
+                           "(timeout_s, compiles included; raise it with --timeout S, or give compiles their own "
+                           "limit with [evaluation] compile_timeout_s)")
+    if sr.limit_hit == "compile":
+        return "timeout", (f"the worker was killed at the {timeout_s:g} s compile limit (time while "
+                           "compiler processes ran or torch.compile compiled; raise it with [evaluation] "
+                           f"compile_timeout_s){_split(sr)}")
+    if sr.limit_hit == "lock_wait":
+        return "harness_error", ("the worker was killed after waiting lock_wait_timeout_s for its "
+                                 "device's lock (other workers held it: not the candidate's fault)")
+    if sr.limit_hit == "run":
+        return "timeout", (f"the worker was killed at the {timeout_s:g} s run limit (timeout_s; "
+                           "compiles and lock waits not counted; raise it with --timeout S, "
+                           "[evaluation] timeout_s or the problem's STRATAGEM = {'timeout_s': S})"
+                           f"{_split(sr)}")
+    return "timeout", f"the worker was killed after the {timeout_s:g} s timeout"
