@@ -66,12 +66,7 @@ def candidate_files(candidate: str | None, files: dict[str, str] | None) -> tupl
     if (candidate is None) == (files is None):
         raise ToolInputError("candidate", "give either candidate (a path) or files (name -> text), not both or neither")
     if files is not None:
-        if not files:
-            raise ToolInputError("files", "files: give at least one file (name -> text)")
-        for name in files:
-            if not name or name.startswith("/") or ".." in Path(name).parts:
-                raise ToolInputError("files", f"files: {name!r} is not a relative file name inside the design")
-        return dict(files), "inline"
+        return _inline_files(files), "inline"
     assert candidate is not None
     if not candidate.strip():
         raise ToolInputError("candidate", "candidate: give a path (a .py file, or a directory of a design's files)")
@@ -80,6 +75,20 @@ def candidate_files(candidate: str | None, files: dict[str, str] | None) -> tupl
         raise ToolInputError("candidate", f"candidate: {p} does not exist")
     if p.is_file():
         return {"candidate.py": _read(p, "candidate")}, str(p)
+    return _directory_files(p), str(p)
+
+
+def _inline_files(files: dict[str, str]) -> dict[str, str]:
+    if not files:
+        raise ToolInputError("files", "files: give at least one file (name -> text)")
+    for name in files:
+        if not name or name.startswith("/") or ".." in Path(name).parts:
+            raise ToolInputError("files", f"files: {name!r} is not a relative file name inside the design")
+    return dict(files)
+
+
+def _directory_files(p: Path) -> dict[str, str]:
+    """The files under `p` (hidden ones and links left out), by their path relative to it."""
     found = {}
     for f in sorted(p.rglob("*")):
         rel = f.relative_to(p)
@@ -90,7 +99,7 @@ def candidate_files(candidate: str | None, files: dict[str, str] | None) -> tupl
             found[rel.as_posix()] = _read(f, "candidate")
     if not found:
         raise ToolInputError("candidate", f"candidate: the directory {p} holds no file")
-    return found, str(p)
+    return found
 
 
 def _read(p: Path, argument: str) -> str:

@@ -15,7 +15,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -128,9 +128,8 @@ def reporter(ctx: Context) -> Callable[[float, float | None, str], Awaitable[Non
     return report
 
 
-def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
-    """The server with every tool; its lifespan stops the runs it started when it closes."""
-    runs = manager or RunManager()
+def _closing(runs: RunManager) -> Callable[[MCPServer[Any]], AbstractAsyncContextManager[None]]:
+    """A server lifespan that stops the runs it started when it closes."""
 
     @asynccontextmanager
     async def lifespan(_app: MCPServer[Any]) -> AsyncIterator[None]:
@@ -139,8 +138,14 @@ def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
         finally:
             await runs.aclose()
 
+    return lifespan
+
+
+def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
+    """The server with every tool; its lifespan stops the runs it started when it closes."""
+    runs = manager or RunManager()
     server: MCPServer[Any] = MCPServer("stratagem", instructions=INSTRUCTIONS, version=stratagem.__version__,
-                                       log_level="WARNING", lifespan=lifespan)
+                                       log_level="WARNING", lifespan=_closing(runs))
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @server.tool(description="Evaluate one candidate against one problem through the whole harness (static "
