@@ -262,14 +262,30 @@ class Clustering:
     note: str = ""
 
 
+def _best_cut(z: np.ndarray, x: np.ndarray, k_range: tuple[int, int]) -> np.ndarray:
+    """The labels of the cut of linkage `z` (of the points `x`) with the best silhouette, k in
+    `k_range`; all zeros when no cut makes two clusters."""
+    from scipy.cluster.hierarchy import fcluster
+    from sklearn.metrics import silhouette_score
+
+    best_lab, best_s = np.zeros(len(x), dtype=int), -2.0
+    for k in range(k_range[0], min(k_range[1], len(x) - 1) + 1):
+        lab = fcluster(z, k, criterion="maxclust")
+        if len(set(lab)) < 2:
+            continue
+        sc = float(silhouette_score(x, lab))
+        if sc > best_s:
+            best_lab, best_s = lab, sc
+    return best_lab
+
+
 def consensus_clusters(emb: Embedding, *, runs: int = 60, k_range: tuple[int, int] = (2, 8),
                        subsample: float = 0.8, threshold: float = 0.5, seed: int = 0) -> tuple[np.ndarray, list[list[int]]]:
     """(co-occurrence matrix, clusters as index lists): `runs` random subsamples, each
     clustered hierarchically (Ward) and cut at the k in `k_range` with the best silhouette;
     two designs co-occur when both were drawn and fell in one cluster; clusters are the
     connected groups of pairs co-occurring at least `threshold`."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-    from sklearn.metrics import silhouette_score
+    from scipy.cluster.hierarchy import linkage
 
     n = len(emb.ids)
     rng = np.random.default_rng(seed)
@@ -280,14 +296,7 @@ def consensus_clusters(emb: Embedding, *, runs: int = 60, k_range: tuple[int, in
         idx = np.sort(rng.choice(n, size=min(m, n), replace=False))
         x = emb.vectors[idx] + rng.normal(0.0, 1e-9, size=emb.vectors[idx].shape)  # ties broken
         z = linkage(x, method="ward")
-        best_lab, best_s = np.zeros(len(idx), dtype=int), -2.0
-        for k in range(k_range[0], min(k_range[1], len(idx) - 1) + 1):
-            lab = fcluster(z, k, criterion="maxclust")
-            if len(set(lab)) < 2:
-                continue
-            sc = float(silhouette_score(x, lab))
-            if sc > best_s:
-                best_lab, best_s = lab, sc
+        best_lab = _best_cut(z, x, k_range)
         eq = (best_lab[:, None] == best_lab[None, :]).astype(float)
         same[np.ix_(idx, idx)] += eq
         drawn[np.ix_(idx, idx)] += 1.0

@@ -118,6 +118,17 @@ def slot_history(designs: Sequence[DesignView], key: str) -> list[DesignView]:
     return [v for _, v in sorted(found, key=lambda rv: (rv[0], rv[1].created_at))]
 
 
+def _ended_before(spec: SlotSpec, history: Sequence[DesignView], max_fix: int) -> SlotResult | None:
+    """The slot's result when its stored designs already end it (accepted, or out of fix rounds)."""
+    if history and history[-1].status in ACCEPTED:
+        return SlotResult(spec.key, history[-1].id, True, 0, len(history) - 1, "done before the resume",
+                          source=history[-1].source)
+    if len(history) >= 1 + max_fix:
+        return SlotResult(spec.key, history[-1].id, False, 0, len(history) - 1, "fix rounds used before the resume",
+                          source=history[-1].source)
+    return None
+
+
 async def run_slot(
     session: Session, agents: PikeAgents, brief: ProblemBrief, spec: SlotSpec, *, max_fix: int,
     tickets: Tickets, history: Sequence[DesignView] = (), worker: str | None = None, start: str = "",
@@ -127,12 +138,8 @@ async def run_slot(
     `start` is the design the first query builds on (its parent's source; a coding agent finds
     it in its work directory)."""
     worker = worker or spec.key
-    if history and history[-1].status in ACCEPTED:
-        return SlotResult(spec.key, history[-1].id, True, 0, len(history) - 1, "done before the resume",
-                          source=history[-1].source)
-    if len(history) >= 1 + max_fix:
-        return SlotResult(spec.key, history[-1].id, False, 0, len(history) - 1, "fix rounds used before the resume",
-                          source=history[-1].source)
+    if (ended := _ended_before(spec, history, max_fix)) is not None:
+        return ended
     first_round = len(history)
     last_source = history[-1].source if history else ""
     prompt = spec.prompt
