@@ -102,7 +102,7 @@ def test_the_query_budget_defaults_to_300_when_none_is_given(tmp_path):
     assert store.run().config["search"]["max_queries"] == 300
     assert loop.session.progress.iterations == 0  # no iteration limit: the live view shows no count
     limited, _, _ = make_pike_loop(tmp_path / "b", "pike-b", Script(), iterations=4)
-    assert limited.progress.iterations == 4
+    assert limited.session.progress.iterations == 4
 
 
 def test_split_counts_and_every_selector():
