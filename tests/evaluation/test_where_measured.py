@@ -128,8 +128,8 @@ def test_peaks_are_read_for_the_host_the_design_ran_on(cpu_config, _isolated_cac
 def test_compile_caches_are_per_host_and_device(tmp_path) -> None:
     a = make_slots(["cpu", "cuda:0"], tmp_path, {}, "node-a")
     b = make_slots(["cpu", "cuda:0"], tmp_path, {}, "node-b")
-    dirs = [v for s in a + b for k, v in s.env.items() if k.endswith("_DIR")]
-    assert len(dirs) == len(set(dirs)) == 12
+    folders = [s.caches for s in a + b]  # each slot's compile caches (the domain's names them inside)
+    assert None not in folders and len(set(folders)) == 4
     assert len({s.lock_path for s in a + b}) == 4
 
 
@@ -137,8 +137,8 @@ def test_a_ray_runner_off_the_drivers_host_keeps_its_own_cache_root(cpu_config, 
     cfg = cpu_config.model_copy(update={"cache_dir": tmp_path / "driver"})
     here = NodeRunner(cfg.model_dump_json(), "cpu", platform.node() or "host")
     away = NodeRunner(cfg.model_dump_json(), "cpu", "the-driver-elsewhere")
-    assert Path(here.executor.slots[0].env["TRITON_CACHE_DIR"]).is_relative_to(tmp_path / "driver")
-    assert Path(away.executor.slots[0].env["TRITON_CACHE_DIR"]).is_relative_to(_isolated_cache)
+    assert Path(str(here.executor.slots[0].caches)).is_relative_to(tmp_path / "driver")
+    assert Path(str(away.executor.slots[0].caches)).is_relative_to(_isolated_cache)
 
 
 def worker_on(host: str, queue: Path) -> subprocess.Popen:
