@@ -88,6 +88,11 @@ _ROUNDS = {"cpu": "long reductions", "cuda": "TF32 convolutions or matmuls, long
 """Where a reference rounds, in a device's words (`correctness_rule_text`)."""
 
 
+def _rounds(device: str) -> str:
+    """`_ROUNDS` for a device setting or a slot's device (`cpu`, `cpu:1`, `cuda:0`, `auto`)."""
+    return _ROUNDS["cuda" if device.startswith("cuda") else "auto" if device == "auto" else "cpu"]
+
+
 def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
     """The correctness rule in force, as the agents are told it."""
     rule = correctness_rule(problem, cfg)
@@ -100,7 +105,7 @@ def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
     tol = "; ".join(f"{dtype} atol={t['atol']:g}, rtol={t['rtol']:g}" for dtype, t in sorted(tolerances(problem, cfg).items()))
     if rule["mode"] == "reference":
         return ("correctness rule `reference`: every output element within atol + rtol x |reference| of the "
-                f"reference's ({tol}); where the reference itself rounds ({_ROUNDS[cfg.device[:4]]}), an output at least as close to a float64 run of the reference as the "
+                f"reference's ({tol}); where the reference itself rounds ({_rounds(cfg.device)}), an output at least as close to a float64 run of the reference as the "
                 f"reference is passes too (within {float(rule['factor']):g} times the reference's own error plus "
                 "the tolerance): lower precision than the reference's fails")
     return ("correctness rule `fixed`: every output element within atol + rtol x |reference| of the "
