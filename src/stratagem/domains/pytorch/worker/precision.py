@@ -1,7 +1,9 @@
 """Owns detecting the precision the reference's operators ran at, on this device.
 
-Worker-side only. One reference call is watched by a dispatch mode that records each operator
-family that rounds below its dtype under torch's flags (convolutions and matmuls in TF32 on a
+Worker-side only. One reference call is watched by a torch function mode (not a dispatch mode:
+the first operator under a `TorchDispatchMode` imports torch._dynamo, 3 s on an H200, and every
+later `torch._dynamo.reset` between shape variants then costs seconds more) that records each
+operator family that rounds below its dtype under torch's flags (convolutions and matmuls in TF32 on a
 GPU, bf16 matmuls under `float32_matmul_precision = "medium"`, fp16/bf16 matmuls with
 reduced-precision reductions) and the floating dtypes the reference computed in. The record
 says what the reference ran at (`ReferencePrecision.summary`): the correctness details and
@@ -17,14 +19,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
-CONV_OPS = frozenset({"convolution", "_convolution", "cudnn_convolution", "conv1d", "conv2d", "conv3d",
-                      "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "cudnn_convolution_transpose",
-                      "convolution_overrideable"})
-MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addbmm", "addmv", "mv", "dot",
-                        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
-                        "_scaled_dot_product_cudnn_attention", "einsum", "tensordot"})
+CONV_OPS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                      "conv_transpose2d", "conv_transpose3d", "conv_tbc",
+                      # cuDNN's recurrent layers round like its convolutions (cudnn.allow_tf32)
+                      "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell"})
+MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "__matmul__", "__rmatmul__", "linear", "bilinear",
+                        "addbmm", "addmv", "mv", "dot", "einsum", "tensordot", "scaled_dot_product_attention",
+                        "multi_head_attention_forward", "chain_matmul", "multi_dot"})
+"""The functions (as a torch function mode sees them: `torch.*`, `torch.nn.functional.*`, tensor
+methods) by family; a module's forward reaches them (nn.Conv2d -> conv2d, nn.Linear -> linear)."""
 
 
 def flags() -> dict[str, Any]:
@@ -94,14 +99,14 @@ def _family(name: str) -> str | None:
     return None
 
 
-class _Watch(TorchDispatchMode):
+class _Watch(TorchFunctionMode):
     def __init__(self, record: ReferencePrecision) -> None:
         super().__init__()
         self.record = record
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         with contextlib.suppress(Exception):  # watching never breaks the reference
-            self._note(str(func.overloadpacket.__name__), args)
+            self._note(str(getattr(func, "__name__", "")), (*args, *(kwargs or {}).values()))
         return func(*args, **(kwargs or {}))
 
     def _note(self, name: str, args: Any) -> None:
