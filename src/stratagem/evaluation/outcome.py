@@ -60,14 +60,8 @@ def interpret(
         )
 
 
-def _interpret(
-    specs: Sequence[ValidatorSpec],
-    sr: SandboxResult,
-    request_id: str,
-    timeout_s: float,
-    compile_timeout_s: float | None = None,
-    compile_stage: str | None = None,
-) -> BatchOutcome:
+def _interpret(specs: Sequence[ValidatorSpec], sr: SandboxResult, request_id: str, timeout_s: float,
+               compile_timeout_s: float | None, compile_stage: str | None) -> BatchOutcome:
     names = [s.name for s in specs]
     problem: str | None = sr.response_problem
     if sr.response_text is not None and not sr.timed_out:

@@ -35,14 +35,7 @@ from stratagem.config import StratagemConfig
 from stratagem.context import render
 from stratagem.context.curate import Curated, curate, fit_cited
 from stratagem.core.problem import Problem
-from stratagem.core.search import (
-    DesignView,
-    IterationResult,
-    Plan,
-    Review,
-    SearchState,
-    Session,
-)
+from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.domains import get_domain
 from stratagem.search.policies.handoff import handoff_session
 

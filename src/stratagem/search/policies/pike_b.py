@@ -23,14 +23,10 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 
-from stratagem.agents.models import RoleModels
 from stratagem.agents.pike import Tickets, parse_ideas
-from stratagem.config import StratagemConfig
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
-from stratagem.core.problem import Problem
 from stratagem.core.search import (
     DesignView,
     IterationResult,
@@ -42,7 +38,7 @@ from stratagem.core.search import (
 )
 from stratagem.core.text import clip
 from stratagem.search.policies.handoff import handoff_session
-from stratagem.search.policies.pike_models import PikeBase, unanswered
+from stratagem.search.policies.pike_models import PikeBase, asked_before, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
 from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_directions
 
@@ -123,15 +119,10 @@ def start_order(seeds: Sequence[tuple[int, object]]) -> list[int]:
     return [i for _, i in sorted(keyed)]
 
 
-class PikeBPolicy(PikeBase):
+class PikeBPolicy(PikeBase[PikeBSettings]):
     """PIKE-B (see the module docstring)."""
 
     name = "pike-b"
-
-    def __init__(self, cfg: StratagemConfig, problem: Problem, workdir: Path, models: RoleModels,
-                 settings: PikeBSettings) -> None:
-        super().__init__(cfg, problem, workdir, models)
-        self.s = settings
 
     async def _ideas(self, brief: ProblemBrief, session: Session) -> tuple[list[str], str]:
         saved = session.load_state("ideas")
@@ -159,17 +150,6 @@ class PikeBPolicy(PikeBase):
         session.save_state("ideas", {"ideas": ideas, "note": note})
         return ideas, note
 
-    @staticmethod
-    def _asked(phase: int, session: Session) -> set[tuple[str | None, str]]:
-        """The (seed, idea or direction) pairs of the phases before `phase` (from their saved plans)."""
-        used: set[tuple[str | None, str]] = set()
-        for p in range(phase):
-            plan = session.load_state(f"phase/{p}")
-            for sl in plan.get("slots", ()) if isinstance(plan, dict) else ():
-                if focus := sl.get("direction") or sl.get("idea"):
-                    used.add((sl.get("parent"), str(focus)))
-        return used
-
     def _plan_phase(self, phase: int, state: SearchState, ideas: Sequence[str],
                     brief: ProblemBrief, session: Session) -> list[dict[str, object]]:
         generic = prompts.directions(brief) if self.s.distinct_directions else None
@@ -185,7 +165,7 @@ class PikeBPolicy(PikeBase):
         seeds = select_seeds([*lib, None], self.s.queries_per_phase, self.s, rng)
         pool = list(dict.fromkeys([*brainstormed, *generic])) if generic is not None else []  # False: the paper's
         dirs = slot_directions([seed.id if seed is not None else None for _, seed in seeds], pool,
-                               self._asked(phase, session))
+                               asked_before(session, phase, "phase", "slots", "direction", "idea"))
         return [{"slot": i, "branch": rank, "idea": None, "parent": seed.id if seed is not None else None,
                  "direction": d}
                 for i, ((rank, seed), d) in enumerate(zip(seeds, dirs, strict=True))]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from stratagem.agents.agent_command import command_routes
 from stratagem.agents.calls import FATAL, AgentRuntime
@@ -20,6 +21,9 @@ from stratagem.core.problem import Problem
 from stratagem.core.search import SearchState, Session
 from stratagem.search.policies.pike_settings import UNBOUNDED_ITERATIONS
 from stratagem.search.policies.pike_slots import SlotResult
+
+S = TypeVar("S")
+"""A PIKE policy's settings (`PikeBSettings`, `PikeOSettings`)."""
 
 
 def pike_models(cfg: StratagemConfig, problem: Problem, injected: Mapping[str, object] | None = None) -> RoleModels:
@@ -46,16 +50,30 @@ def unanswered(results: Sequence[SlotResult]) -> str:
     return f"{why}; stopping"
 
 
-class PikeBase:
-    """The parts of a PIKE policy that do not depend on its search."""
+def asked_before(session: Session, n: int, key: str, items: str, *focus: str) -> set[tuple[str | None, str]]:
+    """The (parent, focus) pairs of the phases or batches before the `n`th, from their saved
+    plans (state `KEY/<i>`, its list `items`): an item's focus is the first of `focus` it sets."""
+    used: set[tuple[str | None, str]] = set()
+    for i in range(n):
+        plan = session.load_state(f"{key}/{i}")
+        for it in plan.get(items, ()) if isinstance(plan, dict) else ():
+            if f := next((it[k] for k in focus if it.get(k)), None):
+                used.add((it.get("parent"), str(f)))
+    return used
+
+
+class PikeBase(Generic[S]):
+    """The parts of a PIKE policy that do not depend on its search (`s`: its settings)."""
 
     name = "pike"
     unbounded_iterations = UNBOUNDED_ITERATIONS
     """An iteration limit this high is no limit: the budgets end the run (the live view shows
     no iteration count)."""
 
-    def __init__(self, cfg: StratagemConfig, problem: Problem, workdir: Path, models: RoleModels) -> None:
+    def __init__(self, cfg: StratagemConfig, problem: Problem, workdir: Path, models: RoleModels,
+                 settings: S) -> None:
         quiet_library()
+        self.s = settings
         self.cfg = cfg
         self.problem = problem
         self.workdir = Path(workdir)

@@ -17,31 +17,22 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from stratagem.agents.models import RoleModels
-from stratagem.config import StratagemConfig
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
-from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.islands import ProgramDB
-from stratagem.search.policies.pike_models import PikeBase, unanswered
+from stratagem.search.policies.pike_models import PikeBase, asked_before, unanswered
 from stratagem.search.policies.pike_settings import PikeOSettings
 from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_directions
 
 
-class PikeOPolicy(PikeBase):
+class PikeOPolicy(PikeBase[PikeOSettings]):
     """PIKE-O (see the module docstring)."""
 
     name = "pike-o"
-
-    def __init__(self, cfg: StratagemConfig, problem: Problem, workdir: Path, models: RoleModels,
-                 settings: PikeOSettings) -> None:
-        super().__init__(cfg, problem, workdir, models)
-        self.s = settings
 
     def load_db(self, state: SearchState, session: Session) -> tuple[ProgramDB, int]:
         """The program database and the number of finished batches, as last saved."""
@@ -62,17 +53,6 @@ class PikeOPolicy(PikeBase):
             return n, ""
         return fit, (f"{fit} of {n} children (parallel_evaluations): {left} queries left fit {fit} "
                      f"with their {self.s.max_fix_attempts} fix rounds each")
-
-    @staticmethod
-    def _asked(batch: int, session: Session) -> set[tuple[str | None, str]]:
-        """The (parent, direction) pairs of the batches before `batch` (from their saved plans)."""
-        used: set[tuple[str | None, str]] = set()
-        for b in range(batch):
-            plan = session.load_state(f"batch/{b}")
-            for ch in plan.get("children", ()) if isinstance(plan, dict) else ():
-                if ch.get("direction"):
-                    used.add((ch.get("parent"), str(ch["direction"])))
-        return used
 
     def _plan(self, batch: int, db: ProgramDB, n: int, pool: list[str],
               used: set[tuple[str | None, str]]) -> list[dict[str, Any]]:
@@ -115,7 +95,8 @@ class PikeOPolicy(PikeBase):
         if not isinstance(plan, dict):
             n, capped = self.batch_size(session)
             pool = prompts.directions(self.brief(state))
-            plan = {"children": self._plan(batch, db, n, pool, self._asked(batch, session)), "note": capped}
+            used = asked_before(session, batch, "batch", "children", "direction")
+            plan = {"children": self._plan(batch, db, n, pool, used), "note": capped}
             session.save_state(f"batch/{batch}", plan)
         views = {v.id: v for v in state.designs}
         brief = replace(self.brief(state), budget=prompts.budget(
