@@ -6,6 +6,8 @@ data, a validator result inside a verdict. What is raised here stops the command
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class StratagemError(Exception):
     """Base class of every error stratagem raises on purpose."""
@@ -49,6 +51,20 @@ class MissingExtra(ConfigError):
     def __init__(self, feature: str, extra: str, module: str) -> None:
         super().__init__(f"{feature} needs {module}, which is not installed: pip install 'stratagem[{extra}]'")
         self.feature, self.extra, self.module = feature, extra, module
+
+
+def read_text(path: Path, what: str, error: type[StratagemError]) -> str:
+    """A file's UTF-8 text (`what`: the file's kind, as messages name it: `problem file`).
+
+    Raises:
+        error: the file is missing, unreadable or not UTF-8.
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise error(f"{what} not found: {path}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise error(f"cannot read {what} {path}: {e}") from e
 
 
 def import_extra(module: str, extra: str, feature: str) -> object:

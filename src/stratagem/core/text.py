@@ -1,4 +1,5 @@
-"""Owns cutting text for views: at word boundaries, never mid-word where it can be helped.
+"""Owns cutting text for views: at word boundaries, never mid-word where it can be helped; and
+telling a number's text (`is_number`).
 
 Standard library only (policies, views and the CLI all use it).
 """
@@ -7,6 +8,15 @@ from __future__ import annotations
 
 _SEPARATORS = "/\\,;:=)]}>|"
 """Where a single long token (a path, a URL, a dotted name) may be cut when no space is near."""
+
+
+def is_number(text: str) -> bool:
+    """Whether `text` is a number as `float` reads it (`3`, `-1.5e3`, `inf`)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def clip(text: str, n: int) -> str:

@@ -16,7 +16,7 @@ from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import check_sections, get_domain, load_problem
-from stratagem.errors import CandidateError, ProblemError
+from stratagem.errors import CandidateError, ProblemError, read_text
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
 from stratagem.store.sqlite import RunStore
@@ -29,12 +29,7 @@ def read_candidate(path: str | Path) -> Design:
         CandidateError: the file is missing or not UTF-8 text.
     """
     p = Path(path)
-    try:
-        source = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise CandidateError(f"candidate file not found: {p}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise CandidateError(f"cannot read candidate file {p}: {e}") from e
+    source = read_text(p, "candidate file", CandidateError)
     return Design.from_source(source, provenance={"source": "file", "path": str(p)})
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stratagem.core.search import DesignView, ranked
+from stratagem.core.text import is_number
 from stratagem.search.numbers import is_ranked, not_ranked_because, passed
 
 FAILED_MARK = {"invalid": "x", "error": "X", "flagged": "P", "needs_gpu": "s", "unstable": "v", "unreviewed": "d"}
@@ -250,7 +251,7 @@ def cases_figure(lines: Mapping[str, Sequence[tuple[str, float, float, float]]],
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4))
     names = [c for c, *_ in next(iter(lines.values()), [])]
-    numeric = all(_is_number(c) for v in lines.values() for c, *_ in v)
+    numeric = all(is_number(c) for v in lines.values() for c, *_ in v)
     for label, pts in lines.items():
         xs = [float(c) if numeric else names.index(c) for c, *_ in pts]
         ys = [r for _, r, _, _ in pts]
@@ -274,14 +275,6 @@ def cases(lines: Mapping[str, Sequence[tuple[str, float, float, float]]], title:
     return _png(cases_figure(lines, title))
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def tuning_figure(points: Sequence[Any], names: Sequence[str]) -> Any:
     """A tune study's objective against each parameter: one panel per parameter, every point
     at its value (categorical values in the order first seen), measured points at their speedup,
@@ -292,7 +285,7 @@ def tuning_figure(points: Sequence[Any], names: Sequence[str]) -> Any:
     floor = min([1.0, *measured]) * 0.9
     for ax, name in zip(axes[0], names, strict=True):
         values = list(dict.fromkeys(str(p.point.get(name)) for p in points))
-        numeric = all(_is_number(v) for v in values)
+        numeric = all(is_number(v) for v in values)
         order = sorted(values, key=float) if numeric else values
         pos = {v: i for i, v in enumerate(order)}
         for p in points:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from stratagem.core.text import is_number
 from stratagem.domains.command import formula
 from stratagem.errors import ProblemError
 
@@ -387,7 +388,7 @@ def _work(r: _Reader, sizes: tuple[SizeRange, ...], cases: tuple[str, ...]) -> W
         return Work()
     w.known({"flops", "bytes", "peak_gflops", "peak_gbps"})
     names = {s.name for s in sizes} | ({CASE_VARIABLE} if cases else set())
-    bad = [c for c in cases if not _numeric(c)]
+    bad = [c for c in cases if not is_number(c)]
     if bad:
         raise w.fail("flops", f"work per case needs numeric case names ({bad[0]!r} is not a number)")
     exprs = {}
@@ -405,14 +406,6 @@ def _work(r: _Reader, sizes: tuple[SizeRange, ...], cases: tuple[str, ...]) -> W
     if not work.declared:
         raise w.fail("flops", "declare flops with peak_gflops, or bytes with peak_gbps (or both)")
     return work
-
-
-def _numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def parse_spec(text: str, where: str, default_name: str) -> Spec:

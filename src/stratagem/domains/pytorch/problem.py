@@ -20,7 +20,7 @@ from typing import Any
 
 from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
-from stratagem.errors import ProblemError
+from stratagem.errors import ProblemError, read_text
 
 SETTINGS_NAME = "STRATAGEM"
 SETTINGS_KEYS = frozenset(
@@ -45,12 +45,7 @@ def load_problem(path: str | Path) -> Problem:
         ProblemError: the file is missing, unreadable, not Python, or lacks required names.
     """
     p = Path(path)
-    try:
-        source = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise ProblemError(f"problem file not found: {p}") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProblemError(f"cannot read problem file {p}: {e}") from e
+    source = read_text(p, "problem file", ProblemError)
     # KernelBench names problems by file (19_ReLU.py); bundled examples by folder (05_conv/problem.py).
     name = p.parent.name if p.stem == "problem" and p.parent.name else p.stem
     return parse_problem(source, name=name, path=str(p))
