@@ -388,8 +388,7 @@ def test_built_in_domains_write_no_stubs():
     an empty stand-in."""
     from stratagem.domains import BUILTIN, get_domain
 
-    optional = ("baselines", "peaks", "reference_facts", "confirm_graph", "audit_graph", "prebuild", "export",
-                "probe_graphs")
+    optional = ("baselines", "peaks", "reference_facts", "prebuild", "export", "graphs")
     bad: list[str] = []
     for name in BUILTIN:
         cls = type(get_domain(name))

@@ -48,10 +48,11 @@ def test_the_toy_domain_writes_the_core_alone() -> None:
     """No stubs: every optional capability is the base class's absent one."""
     from stratagem.domains.base import Domain
 
-    optional = ("settings", "baselines", "peaks", "reference_facts", "confirm_graph", "audit_graph", "prebuild",
-                "export", "probe_graphs", "normal_form", "policies", "measure")
+    optional = ("settings", "baselines", "peaks", "reference_facts", "prebuild", "export", "graphs", "normal_form",
+                "policies", "measure")
     assert not set(optional) & set(vars(toy.ToyDomain)), "the toy writes an optional member"
-    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:9])
+    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:6])
+    assert not toy.DOMAIN.graphs
     assert not Domain.__abstractmethods__ - set(vars(toy.ToyDomain))  # and every core one
 
 

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -270,9 +271,9 @@ class Domain(ABC):
     `main_file`, `reference_design`. `measure` reads a paired `timing` stage unless overridden.
 
     Optional capabilities, None where the domain lacks them: `settings`, `baselines`, `peaks`,
-    `reference_facts`, `confirm_graph`, `audit_graph`, `prebuild`, `export`, `probe_graphs`
-    (and `WrittenReference`, a method the domain may have); the agents' `normal_form` (None
-    for every design) and `policies` (none) have plain defaults."""
+    `reference_facts`, `prebuild`, `export` (and `WrittenReference`, a method the domain may
+    have); `graphs` holds the named graphs it offers (none by default); the agents'
+    `normal_form` (None for every design) and `policies` (none) have plain defaults."""
 
     name: str
     """The registry key, and `Problem.domain` of its problems."""
@@ -291,18 +292,18 @@ class Domain(ABC):
     baselines: Baselines | None = None
     peaks: Peaks | None = None
     reference_facts: ReferenceFacts | None = None
-    confirm_graph: tuple[ValidatorSpec, ...] | None = None
-    """One block of a confirmation round (`Evaluator.confirm_block`)."""
-    audit_graph: tuple[ValidatorSpec, ...] | None = None
-    """The null-model audit of a problem (`stratagem audit`)."""
+    graphs: Mapping[str, tuple[ValidatorSpec, ...]] = MappingProxyType({})
+    """The graphs the domain offers besides its validator graph, by name (a name it lacks: the
+    capability is absent): `confirm`, one block of a confirmation round
+    (`Evaluator.confirm_block`); `audit`, the null-model audit of a problem (`stratagem
+    audit`); the writers' tools (`check`: build and compare on the hidden inputs, no timing;
+    `profile`: where one call's time goes; `search/probes.py`); `breach`, the red-team audit of
+    a design the harness accepted, stronger than the harness (`stratagem redteam`)."""
     prebuild: Callable[[Problem, Design, EvaluationConfig], EvalRequest | None] | None = None
     """A request that compiles what a design compiles, run on a CPU worker before the design
     takes a GPU slot (its builds land in the shared build cache); it returns None when the
     design builds nothing."""
     export: Export | None = None
-    probe_graphs: Mapping[str, tuple[ValidatorSpec, ...]] | None = None
-    """The writers' tools the domain offers (`check`: build and compare on the hidden inputs, no
-    timing; `profile`: where one call's time goes), each the graph the evaluator runs for it."""
 
     @abstractmethod
     def claims(self, path: Path) -> bool:

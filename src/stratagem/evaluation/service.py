@@ -92,7 +92,7 @@ class Evaluator:
         on_stage: Callable[[str], None] | None = None, graph: ValidatorGraph | None = None,
     ) -> Evaluation:
         """Run the validator graph on `design` (the domain's, or `graph`: a writer's tool, say,
-        from `Domain.probe_graphs`); for a valid, timed design, attach the reference
+        from `Domain.graphs`); for a valid, timed design, attach the reference
         baselines: `baseline` when given (a search's, measured once per invocation; its reference
         median is also the expectation of the reference-drift check) and measured on the slot
         the design ran on, else that slot's own (measured afresh once per invocation for a
@@ -246,9 +246,9 @@ class Evaluator:
             HarnessError: the domain has no audit.
         """
         domain = get_domain(problem.domain)
-        if domain.audit_graph is None:
+        if "audit" not in domain.graphs:
             raise HarnessError(f"the {problem.domain} domain has no audit")
-        return await self.run_reference_graph(problem, domain.audit_graph, domain.timeout_s(problem, self.cfg, timeout_s))
+        return await self.run_reference_graph(problem, domain.graphs["audit"], domain.timeout_s(problem, self.cfg, timeout_s))
 
     async def confirm_block(self, problem: Problem, designs: Mapping[str, str], order: list[str],
                             reference_ms: float | None = None,
@@ -262,12 +262,12 @@ class Evaluator:
             HarnessError: the domain cannot confirm, or the worker did not finish the block.
         """
         domain = get_domain(problem.domain)
-        if not domain.confirm_graph:
+        if "confirm" not in domain.graphs:
             raise HarnessError(f"the {problem.domain} domain has no confirmation round")
         one = domain.timeout_s(problem, self.cfg, None, reference_ms)
         limit = one * (1 + len(order) / 2)  # each program timed twice, beside the reference
         verdict, env = await self.run_reference_graph(
-            problem, domain.confirm_graph, limit, confirm=[{"id": k, "source": v} for k, v in designs.items()],
+            problem, domain.graphs["confirm"], limit, confirm=[{"id": k, "source": v} for k, v in designs.items()],
             confirm_order=list(order), on_stage=on_stage)
         r = verdict.result("confirm")
         if r is None or r.outcome != "passed":

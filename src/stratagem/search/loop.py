@@ -200,7 +200,7 @@ class SearchLoop:
         from stratagem.search.confirm import chosen, confirm_run
 
         top = self.cfg.search.confirm_top
-        if top <= 0 or not get_domain(self.problem.domain).confirm_graph:  # off, or the domain has no round
+        if top <= 0 or "confirm" not in get_domain(self.problem.domain).graphs:  # off, or the domain has no round
             return
         s = self.cfg.search
         if s.max_gpu_seconds is not None or s.max_wall_seconds is not None:

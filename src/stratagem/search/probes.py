@@ -1,6 +1,6 @@
 """Owns the writers' tools as the harness runs them (`check`, `profile`; docs/agents.md): a
 design, or the reference as the domain restates it, through the evaluator with the graph the
-problem's domain offers for the tool (`Domain.probe_graphs`), in the sandbox like every
+problem's domain offers for the tool (`Domain.graphs`), in the sandbox like every
 evaluation, and what the model is told of it. Neither is a verdict nor a stored design: the
 Session (`search/session.py`) counts each run in the spend (`Spend.probes`, its worker seconds
 in `gpu_seconds`) and refuses one once a budget is used up.
@@ -24,7 +24,7 @@ __all__ = ["PROBE_MODES", "ProbeMode", "graph_of", "offered", "probe_text", "tar
 
 
 def _graphs(problem: Problem) -> Mapping[str, Sequence[ValidatorSpec]]:
-    return get_domain(problem.domain).probe_graphs or {}
+    return get_domain(problem.domain).graphs
 
 
 def offered(problem: Problem) -> tuple[ProbeMode, ...]:

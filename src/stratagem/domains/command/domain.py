@@ -38,7 +38,7 @@ GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("timing", ("correctness",), "worker"),
 )
 
-PROBE_GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"check": GRAPH[:3]}
+GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"check": GRAPH[:3]}
 """The writers' `check` tool: build and a run on the hidden inputs against the reference, no
 timing. No `profile`: the domain has no profiler."""
 
@@ -148,7 +148,7 @@ class CommandDomain(Domain):
     objective = Objective("runtime", "ms", "minimize")
     names = BaselineNames()
     worker = WorkerSpec("stratagem.domains.command.worker")
-    probe_graphs = PROBE_GRAPHS
+    graphs = GRAPHS
 
     def reference_design(self, reference_source: str, why: str) -> str:
         """The reference's editable files, the first that takes a comment headed by `why`."""

@@ -70,6 +70,8 @@ WORKER = WorkerSpec(
 )
 """The worker's stages (`run_request`) and the judge (`run_judge`), run in the sandbox; the
 build settings torch, Triton and Inductor read, and their compile caches per slot."""
+GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"confirm": CONFIRM_GRAPH, "audit": AUDIT_GRAPH, **PROBE_GRAPHS}
+"""The named graphs the domain offers (`Domain.graphs`)."""
 __all__ = [  # re-exported: the evaluator checks the version of cached peaks; tests read the rest here
     "AUDIT_GRAPH", "BASELINE_GRAPH", "CALIBRATE_GRAPH", "CONFIRM_GRAPH", "DEFAULT_GRAPH", "PEAKS_VERSION",
     "POLICY_RULES", "STAGE_RULES", "STRICT_EXTRA", "agent_rules", "correctness_rule", "correctness_trials",
@@ -343,11 +345,9 @@ class PyTorchDomain(Domain):
     baselines = BaselineModes()
     peaks = PyTorchPeaks()
     reference_facts = _Work()
-    confirm_graph = CONFIRM_GRAPH
-    audit_graph = AUDIT_GRAPH
+    graphs = GRAPHS
     prebuild = staticmethod(prebuild_request)
     export = Export(LOAD_HELPER, EXPORT_NOTE)
-    probe_graphs = PROBE_GRAPHS
 
     def reference_design(self, reference_source: str, why: str) -> str:
         """The reference problem file as a candidate (`ModelNew = Model`), headed by `why`."""
