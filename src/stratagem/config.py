@@ -7,7 +7,6 @@ Unknown keys are errors (`extra='forbid'`). This is the only module that reads `
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 import warnings
 from collections.abc import Mapping
@@ -16,6 +15,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from stratagem.config_keys import DOMAIN_OPTIONS as DOMAIN_OPTIONS
+from stratagem.config_keys import (
+    MOVED_KEYS,
+    ConfigDeprecationWarning,
+    describe_errors,
+    drop_none,
+    line_of,
+    merge,
+    merge_moved,
+    move_keys,
+    moved_in,
+)
+from stratagem.config_keys import OPTIONS as OPTIONS
 from stratagem.errors import ConfigError
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -97,15 +109,6 @@ class TimingConfig(BaseModel):
     busy: BusyConfig = Field(default_factory=BusyConfig)
 
 
-MOVED_KEYS: dict[str, tuple[str, ...]] = {
-    "pytorch": ("correctness_trials", "correctness", "tolerances", "baselines", "integrity", "roofline_margin",
-                "gpu_memory_fraction"),
-}
-"""Keys that left `[evaluation]` for a domain's own section: domain -> keys. Older config files
-(and stored runs' configs) still carry them in `[evaluation]`; they are moved to the domain's
-section, a file's with a deprecation message naming the key and its new place."""
-
-
 def is_domain_section(name: str, value: Any) -> bool:
     """Whether a top-level entry of a config mapping is a domain's own section (`[pytorch]`,
     a plug-in's `[<name>]`): a table that is not one of the configuration's own sections. It
@@ -113,30 +116,6 @@ def is_domain_section(name: str, value: Any) -> bool:
     checks the section's name and the domain validates its keys (`domains.check_sections`,
     `Domain.settings`), as the policy registry does `[policies.<name>]`."""
     return name not in StratagemConfig.model_fields and isinstance(value, Mapping)
-
-
-class ConfigDeprecationWarning(FutureWarning):
-    """A config file uses a key at its old place (shown to users by default)."""
-
-
-def _move_keys(ev: Mapping[str, Any]) -> dict[str, Any]:
-    """`[evaluation]` with the keys of `MOVED_KEYS` moved into `domains.<domain>` (a value set
-    at both places is an error naming both)."""
-    out = dict(ev)
-    domains = {k: dict(v) for k, v in dict(out.get("domains") or {}).items()}
-    for domain, keys in MOVED_KEYS.items():
-        for key in keys:
-            if key not in out:
-                continue
-            value = out.pop(key)
-            section = domains.setdefault(domain, {})
-            if key in section and section[key] != value:
-                raise ValueError(f"evaluation.{key} (deprecated) and {domain}.{key} are both set and differ: "
-                                 f"keep only [{domain}] {key}")
-            section[key] = value.model_dump() if isinstance(value, BaseModel) else value
-    if domains:
-        out["domains"] = domains
-    return out
 
 
 def _lift(data: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
@@ -148,50 +127,18 @@ def _lift(data: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
     ev = out.get("evaluation")
     if not isinstance(ev, Mapping):
         return out
-    ev = _move_keys(ev)
+    ev = move_keys(ev)
     domains = dict(ev.pop("domains", None) or {})
     for name in [n for n in domains if n not in StratagemConfig.model_fields]:
         top, old = out.get(name), domains.pop(name)
         if not isinstance(top, Mapping):
             out[name] = old
             continue
-        both = sorted(k for k in old if k in top and old[k] != top[k])
-        if strict and both:
-            raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
-                             f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
-        out[name] = _merge(old, top)
+        out[name] = merge_moved(name, old, top, strict)
     if domains:
         ev["domains"] = domains
     out["evaluation"] = ev
     return out
-
-
-def moved_in(data: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The deprecated keys a config mapping still has in `[evaluation]`, each with a sentence
-    saying its new place."""
-    ev = data.get("evaluation")
-    if not isinstance(ev, Mapping):
-        return []
-    return [(key, f"[evaluation] {key} is deprecated: it is now [{domain}] {key} (applied from there; move it)")
-            for domain, keys in MOVED_KEYS.items() for key in keys if key in ev]
-
-
-def _line_of(text: str, key: str) -> int:
-    """The line of a TOML text where `[evaluation]`'s `key` is set (`key = ...` after the
-    section's header, or its own `[evaluation.key]` table); 1 when not found."""
-    lines = text.splitlines()
-    table = re.compile(rf"^\s*\[\s*evaluation\s*\.\s*{re.escape(key)}\s*[\].]")
-    assign = re.compile(rf"^\s*{re.escape(key)}\s*=")
-    header = re.compile(r"^\s*\[")
-    inside = False
-    for n, line in enumerate(lines, 1):
-        if table.match(line):
-            return n
-        if header.match(line):
-            inside = re.match(r"^\s*\[\s*evaluation\s*\]", line) is not None
-        elif inside and assign.match(line):
-            return n
-    return 1
 
 
 class EvaluationConfig(BaseModel):
@@ -269,13 +216,13 @@ class EvaluationConfig(BaseModel):
     @classmethod
     def _moved_to_domains(cls, data: Any) -> Any:
         """Keys that moved to a domain's section (`MOVED_KEYS`), given at their old place."""
-        return _move_keys(data) if isinstance(data, Mapping) else data
+        return move_keys(data) if isinstance(data, Mapping) else data
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EvaluationConfig:
         """As pydantic's, with a key that moved to a domain's section (`MOVED_KEYS`) updated
         there (so code written before the move keeps working)."""
         if update and any(k in keys for keys in MOVED_KEYS.values() for k in update):
-            moved = _move_keys({**update, "domains": self.domains})
+            moved = move_keys({**update, "domains": self.domains})
             moved["domains"] = {d: {**self.domains.get(d, {}), **sec} for d, sec in moved["domains"].items()}
             update = moved
         return super().model_copy(update=dict(update) if update else None, deep=deep)
@@ -448,16 +395,10 @@ class StratagemConfig(BaseModel):
         if not found:
             return data
         out = {k: v for k, v in data.items() if k not in found}
-        ev = _move_keys(dict(out.get("evaluation") or {}))
+        ev = move_keys(dict(out.get("evaluation") or {}))
         domains = dict(ev.get("domains") or {})
         for name in found:
-            section = data[name]
-            mine = dict(domains.get(name) or {})
-            both = sorted(k for k in section if k in mine and mine[k] != section[k])
-            if both:
-                raise ValueError(f"{name}.{both[0]} is set both in [{name}] and at its deprecated place "
-                                 f"[evaluation] {both[0]}, differently: keep only [{name}] {both[0]}")
-            domains[name] = _merge(mine, section)
+            domains[name] = merge_moved(name, domains.get(name) or {}, data[name])
         out["evaluation"] = {**ev, "domains": domains}
         return out
 
@@ -469,16 +410,6 @@ class StratagemConfig(BaseModel):
         if self.search.policy is not None:
             return self.search.policy
         return "auto" if self.agents.model else None
-
-
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def load_config(
@@ -503,67 +434,16 @@ def load_config(
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from e
         for key, note in moved_in(data):  # said at the key's line of the file (`FILE:LINE: ...`)
-            warnings.warn_explicit(note, ConfigDeprecationWarning, str(path), _line_of(text, key))
+            warnings.warn_explicit(note, ConfigDeprecationWarning, str(path), line_of(text, key))
     try:
         data = _lift(data, strict=True)
         if overrides:
-            data = _merge(data, _lift(_drop_none(overrides)))
+            data = merge(data, _lift(drop_none(overrides)))
         return StratagemConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(describe_errors(e, path)) from e
     except ValueError as e:  # a key at its old and its new place, differently
         raise ConfigError(f"invalid configuration{f' in {path}' if path else ''}: {e}") from e
-
-
-OPTIONS = {
-    "evaluation.device": "--device", "evaluation.timeout_s": "--timeout", "search.policy": "--policy",
-    "search.iterations": "--iterations", "search.patience": "--patience", "search.implementors": "--implementors",
-    "search.max_queries": "--max-queries", "search.max_tokens": "--max-tokens", "search.max_usd": "--max-usd",
-    "search.max_gpu_seconds": "--max-gpu-seconds", "search.max_wall_seconds": "--max-wall-seconds",
-    "search.run_dir": "--run-dir", "agents.model": "--model", "agents.endpoints": "--endpoint",
-}
-"""Config keys set by a command-line option: errors name both."""
-
-DOMAIN_OPTIONS = {"integrity": "--integrity", "correctness.mode": "--correctness"}
-"""Keys of the problem's domain's own section that a command-line option sets (`[<domain>]`:
-`cli/common.domain_over`): errors name both."""
-
-
-def describe_errors(e: ValidationError, path: str | Path | None = None, prefix: str | None = None) -> str:
-    """One line per invalid value, naming its config key (under `prefix`, a section's name,
-    when `e` comes from validating that section alone), the option that sets it, what was
-    given and what is allowed (never pydantic's raw dump)."""
-    lines = []
-    for err in e.errors():
-        loc = [str(x) for x in err.get("loc", ()) if not str(x).startswith("function-")]
-        in_domain = prefix is not None or loc[:2] == ["evaluation", "domains"]
-        if loc[:2] == ["evaluation", "domains"]:
-            loc = loc[2:]  # `pytorch.KEY`, as the file spells it
-        loc = [prefix, *loc] if prefix else loc
-        key = ".".join(loc) or "configuration"
-        opt = DOMAIN_OPTIONS.get(".".join(loc[1:])) if in_domain else OPTIONS.get(key)
-        name = f"{key} ({opt})" if opt else key
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        given = err.get("input")
-        shown = "" if err.get("type") in ("extra_forbidden", "missing") or isinstance(given, dict) or repr(given) in msg \
-            else f" (got {given!r})"
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown setting (check its spelling and section)"
-        lines.append(f"{name}: {msg}{shown}")
-    where = f" in {path}" if path else ""
-    return f"invalid configuration{where}: " + "; ".join(lines)
-
-
-def _drop_none(m: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in m.items():
-        if isinstance(v, Mapping):
-            inner = _drop_none(v)
-            if inner:
-                out[k] = inner
-        elif v is not None:
-            out[k] = v
-    return out
 
 
 def cache_dir(cfg: EvaluationConfig) -> Path:
@@ -597,4 +477,4 @@ def secret(name: str | None) -> str | None:
 def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """Merge command-line overrides (None values ignored) into a config mapping (a domain's
     settings given at their old place in either are merged at their new one)."""
-    return _merge(_lift(data), _lift(_drop_none(overrides or {})))
+    return merge(_lift(data), _lift(drop_none(overrides or {})))
