@@ -252,11 +252,11 @@ class Price(BaseModel):
     output_usd_per_mtok: float = Field(ge=0)
 
 
-WriterRole = Literal["implementor", "optimize", "fix", "mutate", "crossover"]
+WriterRole = Literal["implementor", "optimize", "fix", "mutate", "crossover", "attack"]
 """The roles that write designs (AUTO's Implementor; PIKE's optimizer, error fixer, mutation
 and crossover): the ones a coding-agent command can take (`agents.command`)."""
 
-WRITER_ROLES: tuple[WriterRole, ...] = ("implementor", "optimize", "fix", "mutate", "crossover")
+WRITER_ROLES: tuple[WriterRole, ...] = ("implementor", "optimize", "fix", "mutate", "crossover", "attack")
 
 
 class AgentCommandConfig(BaseModel):
