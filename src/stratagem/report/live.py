@@ -96,14 +96,24 @@ def stage_view(console: Console, label: str) -> Iterator[Callable[[str], None]]:
             lines.poll()
 
 
-class LiveView:
+class LiveDisplay:
+    """A view that may own a rich `Live` display (on a terminal), stopped when the view exits."""
+
+    _live: Live | None = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+class LiveView(LiveDisplay):
     """A `RunView` that redraws a small panel; on a non-terminal it prints events as lines."""
 
     def __init__(self, console: Console, reference: str | None = None) -> None:
         self.console = console
         self.reference = reference
         """The reference as the run's domain names it (None: the default domain's)."""
-        self._live: Live | None = None
         self._last: list[str] = []
         self._inflight: Mapping[str, InFlight] = {}
         self._lines = None if console.is_terminal else StageLines(console, lambda: self._inflight)
@@ -113,13 +123,11 @@ class LiveView:
             self._lines.__enter__()
         else:
             self._live = Live(console=self.console, refresh_per_second=4, transient=False)
-            self._live.__enter__()
+            self._live.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
-            self._live = None
+        super().__exit__()
         if self._lines is not None:
             self._lines.__exit__(None, None, None)
 

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from stratagem.report.live import LiveDisplay
 from stratagem.report.suite import ProblemRow, row_of
 from stratagem.search.suite_manifest import ProblemEntry, SuiteManifest
 from stratagem.store.sqlite import RunStore
@@ -21,7 +22,7 @@ from stratagem.store.sqlite import RunStore
 ENDED = ("done", "failed", "skipped")
 
 
-class SuiteLiveView:
+class SuiteLiveView(LiveDisplay):
     """`on_change` for `run_suite` that redraws a table (terminal) or prints lines."""
 
     def __init__(self, console: Console, suite_dir: Path, recent: int = 8, reread_s: float = 5.0) -> None:
@@ -32,19 +33,13 @@ class SuiteLiveView:
         """How often a problem's best so far is read again from its run database."""
         self.manifest: SuiteManifest | None = None
         self._rows: dict[str, tuple[float, ProblemRow | None]] = {}
-        self._live: Live | None = None
 
     def __enter__(self) -> SuiteLiveView:
         if self.console.is_terminal:
             self._live = Live(console=self.console, refresh_per_second=2, transient=False,
                               get_renderable=self.render)
-            self._live.__enter__()
+            self._live.start()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._live is not None:
-            self._live.__exit__(None, None, None)
-            self._live = None
 
     def changed(self, entry: ProblemEntry, manifest: SuiteManifest) -> None:
         self.manifest = manifest
