@@ -79,7 +79,7 @@ class LoadWindow:
             return None
         if self.others_cores is not None and self.others_cores >= 0.05:
             why.append(f"other processes used {self.others_cores:.1f} of this process's "
-                       f"{_n_cores()} cores")
+                       f"{usable_cores()} cores")
         return "; ".join(why)
 
     def to_json(self) -> dict[str, Any]:
@@ -91,7 +91,8 @@ class LoadWindow:
                 "gpu_others": {str(k): round(v, 1) for k, v in self.gpu_others.items()}}
 
 
-def _n_cores() -> int:
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity; the machine's where it has none)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

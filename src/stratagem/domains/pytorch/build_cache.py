@@ -223,13 +223,7 @@ def build_slot(folder: Path, slots: int,
     fds = [os.open(folder / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT, 0o600) for i in range(max(1, slots))]
     held: int | None = None
     try:
-        for fd in fds:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held = fd
-                break
-            except BlockingIOError:
-                continue
+        held = _try_any(fds)
         if held is None:
             with waiting() if waiting is not None else contextlib.nullcontext():
                 held = _wait_any(fds)
@@ -242,13 +236,19 @@ def build_slot(folder: Path, slots: int,
             os.close(fd)
 
 
+def _try_any(fds: list[int]) -> int | None:
+    """The first of the slots that was free, now held (None: none was)."""
+    for fd in fds:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            continue
+    return None
+
+
 def _wait_any(fds: list[int], poll_s: float = 0.05) -> int:
     """Poll the slots until one is free (flock cannot wait on several at once)."""
-    while True:
-        for fd in fds:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except BlockingIOError:
-                continue
+    while (fd := _try_any(fds)) is None:
         time.sleep(poll_s)
+    return fd

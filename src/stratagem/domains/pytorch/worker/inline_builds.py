@@ -62,6 +62,7 @@ from stratagem.domains.pytorch.build_cache import (
     key_of,
 )
 from stratagem.domains.pytorch.worker import builds
+from stratagem.worker_api.machine_load import usable_cores
 
 PCH_VAR = "STRATAGEM_BUILD_PCH"
 """`0` turns precompiled headers off (to measure what they save), `1` on on the CPU device too
@@ -83,11 +84,7 @@ class Hooks:
     """Entered around a wait for a build slot or the header lock (the `wait` phase)."""
 
 
-def _nothing() -> contextlib.AbstractContextManager[Any]:
-    return contextlib.nullcontext()
-
-
-_state: dict[str, Any] = {"hooks": Hooks(_nothing, _nothing), "original": None, "original_load": None,
+_state: dict[str, Any] = {"hooks": Hooks(contextlib.nullcontext, contextlib.nullcontext), "original": None, "original_load": None,
                           "pch": None, "toolchain": None, "cache": None, "arch": None, "signature": None, "device": "cpu",
                           "settings_off": frozenset()}
 
@@ -98,18 +95,10 @@ def cache_root() -> Path | None:
     return None if value.strip().lower() in ("", "off", "0", "false", "none") else Path(value)
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def apply_settings(request: Mapping[str, Any]) -> None:
     """The request's `[pytorch]` build switches (`precompiled_headers`, `header_diet`,
-    `split_builds`) for this
-    process: a switch the user turned off stays off whatever the worker's environment says (a
-    CPU build worker is started with precompiled headers on)."""
+    `split_builds`) for this process: a switch the user turned off stays off whatever the
+    worker's environment says (a CPU build worker is started with precompiled headers on)."""
     _state["settings_off"] = frozenset(k for k in ("precompiled_headers", "header_diet", "split_builds")
                                        if request.get(k) is False)
 
@@ -143,7 +132,6 @@ def _keep_header() -> None:
 
 def _device_arch(device: str) -> str | None:
     """`90` for an H200: the device's compute capability, capped at torch's newest."""
-
     try:
         major, minor = torch.cuda.get_device_capability(torch.device(device))
     except Exception:  # no arch list: torch's default
@@ -187,69 +175,57 @@ def load_inline(*args: Any, **kwargs: Any) -> Any:
     _only_this_arch(a)
     attempts, not_split = _attempts(a)
     cache: BuildCache | None = _state["cache"]
-    why = _uncacheable(a)
-    if cache is None or why is not None:
-        t0 = time.perf_counter()
-        with _building(a) as waited:
-            module, diet_note, _i = _build(real, attempts)
-        EVENTS.append(BuildEvent(name, None, "uncached", time.perf_counter() - t0 - waited[0], waited[0],
-                                 why or "the build cache is off", _with(diet_note, not_split)))
-        return module
-    keyed = [(call, note, key_of(inputs), inputs) for call, note, inputs in attempts]
-    dest = builds.build_root() / f"{name}-{keyed[0][2][:16]}"
+    why = _uncacheable(a) or (None if cache is not None else "the build cache is off")
+    keys = [key_of(inputs) for *_, inputs in attempts] if why is None else []  # none: not cached
+    dest = builds.build_root() / f"{name}-{keys[0][:16]}" if keys else None
     t0 = time.perf_counter()
     rejected: str | None = None
-    # the lightest first, then each heavier one (an earlier fallback, or the diet off)
-    for _call, note, k, _inputs in keyed:
-        got = cache.fetch(k, dest)
-        if got.library is not None and got.module is not None:
-            import torch.utils.cpp_extension as ext
+    if cache is not None and dest is not None:
+        # the lightest first, then each heavier one (an earlier fallback, or the diet off)
+        for (_call, note, _inputs), k in zip(attempts, keys, strict=True):
+            got = cache.fetch(k, dest)
+            if got.library is not None and got.module is not None:
+                import torch.utils.cpp_extension as ext
 
-            try:
-                module = ext._import_module_from_library(got.module, str(dest), True)
-            except (ImportError, OSError, AttributeError) as e:  # built again below, as on a miss
-                rejected = rejected or f"the cached library did not import: {e}"
-            else:
-                EVENTS.append(BuildEvent(name, k, "hit", time.perf_counter() - t0, header_diet=_with(note, not_split)))
-                return module
-        rejected = rejected or got.rejected
-    dest.mkdir(parents=True, exist_ok=True)
-    for call, *_ in keyed:
-        call["build_directory"] = str(dest)  # a fallback reuses main.cpp's object where it can
+                try:
+                    module = ext._import_module_from_library(got.module, str(dest), True)
+                except (ImportError, OSError, AttributeError) as e:  # built again below, as on a miss
+                    rejected = rejected or f"the cached library did not import: {e}"
+                else:
+                    EVENTS.append(BuildEvent(name, k, "hit", time.perf_counter() - t0, header_diet=_with(note, not_split)))
+                    return module
+            rejected = rejected or got.rejected
+        dest.mkdir(parents=True, exist_ok=True)
+        for call, *_ in attempts:
+            call["build_directory"] = str(dest)  # a fallback reuses main.cpp's object where it can
     with _building(a) as waited:
         module, diet_note, i = _build(real, attempts)
-    built = keyed[i]
     library = Path(str(getattr(module, "__file__", "")))
-    if library.is_file():
-        cache.publish(built[2], library, library.name.split(".")[0], built[3])
-    outcome = "rejected" if rejected else "built"
-    EVENTS.append(BuildEvent(name, built[2], outcome, time.perf_counter() - t0 - waited[0], waited[0], rejected,
-                             _with(diet_note, not_split)))
+    if cache is not None and keys and library.is_file():
+        cache.publish(keys[i], library, library.name.split(".")[0], attempts[i][2])
+    outcome = "rejected" if rejected else "built" if keys else "uncached"
+    EVENTS.append(BuildEvent(name, keys[i] if keys else None, outcome, time.perf_counter() - t0 - waited[0], waited[0],
+                             why or rejected, _with(diet_note, not_split)))
     return module
 
 
 def _with(note: str | None, not_split: str | None) -> str | None:
     """The build record's note with why the sources were not split after it."""
-    if not_split is None:
-        return note
-    return f"{note} ({not_split})" if note else not_split
+    return note if not_split is None else f"{note} ({not_split})" if note else not_split
 
 
 def _attempts(a: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], str | None, dict[str, Any]]], str | None]:
-    """The builds to try in order, each (call, note, cache-key inputs): the split build, lean
-    headers, the header diet, then the call as written (the last one's note says why the
-    lighter ones were not tried, or None), and why the sources were not split (None: they
-    were, or the split was not tried)."""
+    """The builds to try in the module docstring's order, each (call, note, cache-key inputs;
+    the last one's note says why the lighter ones were not tried, or None), and why the sources
+    were not split (None: they were, or the split was not tried)."""
     light, diet_note = _lightened(a)
     leaned, lean_note = _leaned(a)
     cut, split_note = _split(a)
-    out: list[tuple[dict[str, Any], str | None, dict[str, Any]]] = []
-    if cut is not None:
-        out.append((cut, "split", {**build_inputs(cut), "header_diet": f"split-{kernel_split.VERSION}"}))
-    if leaned is not None:
-        out.append((leaned, "lean", {**build_inputs(leaned), "header_diet": f"lean-{header_diet.LEAN_VERSION}"}))
-    if light is not None:
-        out.append((light, "lightened", {**build_inputs(light), "header_diet": header_diet.VERSION}))
+    out: list[tuple[dict[str, Any], str | None, dict[str, Any]]] = [
+        (call, note, {**build_inputs(call), "header_diet": version})
+        for call, note, version in ((cut, "split", f"split-{kernel_split.VERSION}"),
+                                    (leaned, "lean", f"lean-{header_diet.LEAN_VERSION}"),
+                                    (light, "lightened", header_diet.VERSION)) if call is not None]
     last = "as written" if out else (diet_note or lean_note or split_note)
     out.append((a, last, build_inputs(a)))
     return out, split_note
@@ -271,15 +247,22 @@ def _split(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The call split into a kernel unit without torch's headers and host code in `main.cpp`
     (`kernel_split.py`), where torch's `load_inline` has `no_implicit_headers`, or None and
     why not (a note only when it was tried on the source)."""
-    sources = _texts(a.get("cuda_sources"))
-    if (not sources or not _split_on() or a.get("no_implicit_headers")
-            or "no_implicit_headers" not in _state["signature"].parameters):
+    sources = _headerless(a, _split_on())
+    if not sources:
         return None, None
     got = kernel_split.split(sources, _texts(a.get("cpp_sources")), _texts(a.get("extra_cuda_cflags")),
                              _texts(a.get("extra_cflags")))
     if got.cuda_sources is None:
         return None, f"not split: {got.skipped}"
     return {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}, None
+
+
+def _headerless(a: dict[str, Any], on: bool) -> list[str]:
+    """The call's CUDA sources, when a build without torch's own headers may be tried (`on`,
+    torch's `load_inline` has `no_implicit_headers` and the call did not already set it)."""
+    sources = _texts(a.get("cuda_sources"))
+    ok = on and not a.get("no_implicit_headers") and "no_implicit_headers" in _state["signature"].parameters
+    return sources if ok else []
 
 
 def _split_on() -> bool:
@@ -289,9 +272,8 @@ def _split_on() -> bool:
 def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The call with lean headers (`header_diet.lean`), where torch's `load_inline` can leave
     out its own headers (`no_implicit_headers`) and the call did not already, or None."""
-    sources = _texts(a.get("cuda_sources"))
-    if (not sources or not _diet_on() or a.get("no_implicit_headers")
-            or "no_implicit_headers" not in _state["signature"].parameters):
+    sources = _headerless(a, _diet_on())
+    if not sources:
         return None, None
     ops = _operator_folder()
     got = header_diet.lean(sources, _texts(a.get("cpp_sources")),
@@ -343,9 +325,8 @@ def _build(real: Callable[..., Any], attempts: list[tuple[dict[str, Any], str | 
 
 
 def _diet_on() -> bool:
-    if "header_diet" in _state["settings_off"]:
-        return False
-    return os.environ.get("STRATAGEM_BUILD_HEADER_DIET", "").strip().lower() not in ("0", "off", "false", "no")
+    return ("header_diet" not in _state["settings_off"]
+            and os.environ.get("STRATAGEM_BUILD_HEADER_DIET", "").strip().lower() not in ("0", "off", "false", "no"))
 
 
 def load(*args: Any, **kwargs: Any) -> Any:
