@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.core.search import DesignView, ranked
-from stratagem.domains.base import BaselineNames
 from stratagem.report import alignment as al
 from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
-from stratagem.search.headline import Headline, headline_of, ratios_of
+from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
 from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
@@ -52,7 +51,7 @@ LIVE_JS = """
 
 
 @dataclass(frozen=True)
-class RunData:
+class RunData(st.RunViews):
     """Everything a report reads from a run directory (read once)."""
 
     run_dir: Path
@@ -70,20 +69,6 @@ class RunData:
     """The run's latest confirmation round (the headline's source when it exists)."""
     spend: Spend = field(default_factory=Spend)
     """What the run spent (`Spend.from_store`: its writers' tool runs too)."""
-
-    @property
-    def best(self) -> DesignView | None:
-        return st.best_of(self.views)
-
-    @property
-    def headline(self) -> Headline:
-        """The run's result as every view says it (`search/headline.py`)."""
-        return headline_of(self.views, self.names)
-
-    @property
-    def names(self) -> BaselineNames:
-        """How the run's domain names its baselines."""
-        return st.names_of(self.domain)
 
 
 def load_run(run_dir: str | Path) -> RunData:

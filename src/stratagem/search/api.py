@@ -14,13 +14,11 @@ from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
 from stratagem.domains import get_domain, load_problem, parse_problem
-from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StoreError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
-from stratagem.search.headline import Headline, headline_of
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.search.session import RunSession
@@ -162,7 +160,7 @@ async def preflight(policy: Policy) -> None:
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class RunSummary(st.RunViews):
     """What `stratagem show` prints: the run, its designs, iterations and spend."""
 
     run_dir: Path
@@ -182,23 +180,8 @@ class RunSummary:
     """The problem's main file (`Domain.main_file`): an exported design's header goes there."""
 
     @property
-    def headline(self) -> Headline:
-        """The run's result as every view says it (`search/headline.py`)."""
-        return headline_of(self.views, st.names_of(self.domain))
-
-    @property
-    def best(self) -> DesignView | None:
-        """The first ranked design (the headline's `top`), whether or not it beats the reference."""
-        return st.best_of(self.views)
-
-    @property
     def strategy_counts(self) -> dict[str, dict[str, int]]:
         return st.strategy_counts(self.views)
-
-    @property
-    def names(self) -> BaselineNames:
-        """How the run's domain names its baselines."""
-        return st.names_of(self.domain)
 
     @property
     def objective(self) -> Objective:

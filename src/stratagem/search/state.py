@@ -17,6 +17,7 @@ from stratagem.core.search import MEASURED, PASSED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import DEFAULT, get_domain
 from stratagem.domains.base import BaselineNames
+from stratagem.search.headline import Headline, headline_of
 from stratagem.search.numbers import clip
 from stratagem.store.records import (
     REFERENCE_KEY,
@@ -232,6 +233,30 @@ def best_of(views: Sequence[DesignView]) -> DesignView | None:
     reference: `DesignView.beats_reference` says that)."""
     valid = ranked(views)
     return valid[0] if valid else None
+
+
+class RunViews:
+    """What every view of a stored run says of its designs, mixed into `show`'s `RunSummary`
+    and the report's `RunData` (each a dataclass with `views` and `domain`): the best design,
+    the headline, how the run's domain names its baselines."""
+
+    views: list[DesignView]
+    domain: str | None
+
+    @property
+    def best(self) -> DesignView | None:
+        """The first ranked design (the headline's `top`), whether or not it beats the reference."""
+        return best_of(self.views)
+
+    @property
+    def headline(self) -> Headline:
+        """The run's result as every view says it (`search/headline.py`)."""
+        return headline_of(self.views, self.names)
+
+    @property
+    def names(self) -> BaselineNames:
+        """How the run's domain names its baselines."""
+        return names_of(self.domain)
 
 
 def stale_iterations(iterations: Sequence[IterationRecord], views: Sequence[DesignView]) -> int:
