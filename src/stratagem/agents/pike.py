@@ -29,7 +29,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.search import Reservation
 from stratagem.domains import DEFAULT, get_domain
 
-ROLES = ("brainstorm", "optimize", "fix", "mutate", "crossover")
+ROLES = ("brainstorm", "optimize", "fix", "mutate", "crossover", "attack")
 CODE_LANGUAGES = frozenset({"", "python", "py", "python3", "cpp", "c++", "c", "h", "cu", "cuda", "text", "txt",
                             "plain", "fortran", "f90", "rust", "make", "makefile", "cmake", "toml"})
 """The labels of a code block an answer's design is taken from (unlabelled included)."""
@@ -103,7 +103,8 @@ class PikeAgents:
     agents: dict[str, Agent[None, str]] = field(default_factory=dict, init=False)
 
     def agent(self, role: str) -> Agent[None, str]:
-        """The agent of `role` (`brainstorm`, `optimize`, `fix`, `mutate`, `crossover`)."""
+        """The agent of `role` (`brainstorm`, `optimize`, `fix`, `mutate`, `crossover`, or the
+        red-team policy's `attack`)."""
         if role not in self.agents:
             self.agents[role] = Agent(None, output_type=str, name=f"pike-{role}",
                                       instructions=prompts.instructions(role, self.domain), retries={"output": 0})

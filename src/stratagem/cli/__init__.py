@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import typer
 
-from stratagem.cli import bench, confirm, evaluate, mcp, report, search  # noqa: F401 - registers the commands
+from stratagem.cli import bench, confirm, evaluate, mcp, redteam, report, search  # noqa: F401 - registers the commands
 from stratagem.cli.common import app
 
 __all__ = ["app", "main", "run_app"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -239,11 +239,13 @@ def _print_tuning(console: Console, t: Any, reference: str) -> None:
         console.print(f"  {name}: {shown}", highlight=False)
 
 
-def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: str | None) -> None:
+def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: str | None,
+           extra: Callable[[Path], tuple[str, dict[str, Any], list[Any]]] | None = None) -> None:
     """Run a search coroutine with the live view. Ctrl-C, and SIGTERM (`kill`, `timeout`)
     the same way, stop it cleanly: the run and its iteration marked interrupted, workers
     killed, their temporary directories removed, exit 130. `domain`: the problem's, whose
-    words the live view speaks (None: the default domain's)."""
+    words the live view speaks (None: the default domain's). `extra(run_dir)`: a command's own
+    part of the run's last words (a JSON key and value, and what to print after the tables)."""
     import asyncio
 
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
@@ -261,8 +263,10 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     best = outcome.best
     r = show_run(outcome.run_dir)
     names = r.names
+    key, record, printed = extra(outcome.run_dir) if extra is not None else ("", {}, [])
     if as_json:
         print(json.dumps({
+            **({key: record} if key else {}),
             "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
             "iterations": outcome.iterations, **counts(r.views).to_json(),
             "best": None if best is None else {**design_json(best, names), "path": str(outcome.best_path)},
@@ -278,6 +282,8 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
     console.print(counts(r.views).text(), highlight=False)
+    for item in printed:
+        console.print(item, highlight=False)
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 

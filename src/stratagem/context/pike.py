@@ -45,6 +45,8 @@ def instructions(role: str, domain: str) -> str:
     (`fix`) each have their own, with the code contract they share."""
     if role == "brainstorm":
         return fill("pike", "instructions_brainstorm", domain=domain)
+    if role == "attack":  # the red-team policy's attacker (`context/redteam.py`), asked like a PIKE role
+        return fill("redteam", "instructions", domain=domain)
     contract = fill("pike", "code_contract", domain=domain)
     if role == "fix":
         return fill("pike", "instructions_fix", domain=domain, code_contract=contract)
@@ -60,7 +62,10 @@ def directions(brief: ProblemBrief) -> list[str]:
     return [line.strip()[2:].strip() for line in text.splitlines() if line.strip().startswith("- ")]
 
 
-def _common(brief: ProblemBrief) -> dict[str, str]:
+def common(brief: ProblemBrief) -> dict[str, str]:
+    """The parts every code prompt shares: the problem statement (environment, integrity, the
+    reference's timings, tolerances, the rules the harness enforces, the budget), an example for
+    the device, the problem's name and source."""
     v = brief.values()
     facts = {k: x for k, x in v.items() if k.startswith("fact_")}
     d = brief.domain
@@ -96,14 +101,14 @@ def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str
 
 
 def brainstorm(brief: ProblemBrief, n_ideas: int) -> str:
-    c = _common(brief)
+    c = common(brief)
     side = "cpu" if brief.device.startswith("cpu") else "gpu"
     examples = fill("pike", f"brainstorm_examples_{side}", domain=brief.domain)
     return fill("pike", "brainstorm", domain=brief.domain, n_ideas=n_ideas, examples=examples, **c)
 
 
 def optimize(brief: ProblemBrief, idea: str) -> str:
-    return fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster", **_common(brief))
+    return fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster", **common(brief))
 
 
 def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None,
@@ -115,7 +120,7 @@ def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None 
     d = brief.domain
     return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=_focus(direction, d),
                 earlier=earlier(seed, designs, d),
-                performance=performance(seed, d) if seed is not None else "the original program", **_common(brief))
+                performance=performance(seed, d) if seed is not None else "the original program", **common(brief))
 
 
 EARLIER_LINES = 8
@@ -181,7 +186,7 @@ def mutate(brief: ProblemBrief, current: DesignView | None, direction: str | Non
     return fill("pike", "mutate", domain=brief.domain, current_source=source.strip(),
                 direction=_focus(direction, brief.domain),
                 performance=performance(current, brief.domain) if current is not None else "the original program",
-                **_common(brief))
+                **common(brief))
 
 
 def crossover(brief: ProblemBrief, current: DesignView | None, features: str, top: Sequence[DesignView],
@@ -196,7 +201,7 @@ def crossover(brief: ProblemBrief, current: DesignView | None, features: str, to
                 features=features, artifacts=artifacts[:2_000],
                 top_programs=_programs(top, source_chars, d) or "(none yet)",
                 inspirations=_programs(inspirations, source_chars, d) or "(none yet)",
-                direction=_focus(direction, d), **_common(brief))
+                direction=_focus(direction, d), **common(brief))
 
 
 def _programs(views: Sequence[DesignView], source_chars: int, domain: str) -> str:
@@ -215,8 +220,8 @@ def fix(brief: ProblemBrief, failed_source: str, fb: Feedback) -> str:
         if fb.max_rel_err is not None:
             diff += f", max rel {fb.max_rel_err:.3g}"
         return fill("pike", "fix_correctness", domain=brief.domain, failed_source=failed_source.strip(), what=what,
-                    max_diff=f"{diff} ({fb.report.strip()[:1_000]})", **_common(brief))
+                    max_diff=f"{diff} ({fb.report.strip()[:1_000]})", **common(brief))
     tail = (fb.error_tail or fb.report or "").strip()[-ERROR_TAIL_CHARS:]
-    c = {k: x for k, x in _common(brief).items() if k not in ("example", "numbers")}
+    c = {k: x for k, x in common(brief).items() if k not in ("example", "numbers")}
     return fill("pike", "fix_error", domain=brief.domain, failed_source=failed_source.strip(), what=what,
                 error_tail=tail or "(none)", timed_out="yes" if fb.kind == "timeout" else "no", **c)

@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from stratagem.core.confirmed import ConfirmedDesign
 from stratagem.core.problem import Problem
+from stratagem.core.verdict import Verdict
 
 ProbeMode = Literal["check", "profile"]
 """The writers' tools (`Session.probe`): `check` builds a design and compares it with the
@@ -427,6 +428,14 @@ class Session(Protocol):
         prefix, or a design's whole text) and say what it found, as text for the model: a
         failure of the design, the harness or the budget is said, never raised. Each run
         counts in the spend (`Spend.probes`, its worker seconds against `max_gpu_seconds`)."""
+        ...
+
+    async def audit(self, design_id: str) -> Verdict | str:
+        """Run the red-team audit (the domain's `breach` graph, stronger than the harness) on a
+        stored design of the run: its verdict (failed: the design is a breach), or why it did
+        not run (the domain has none, a budget is used up, the harness failed). A verdict is
+        stored as the design's review (a breach is `flagged`, never ranked). Counted in the
+        spend like a writer's tool."""
         ...
 
     def save_state(self, key: str, value: Any) -> None:

@@ -199,10 +199,14 @@ class Budgets:
     def wall_seconds(self) -> float:
         return self._clock() - self._t0
 
-    def exhausted(self) -> str | None:
+    def exhausted(self, compute_only: bool = False) -> str | None:
         """The first budget that is used up, as `max_queries (12 of 12)`; None while all have
-        room. A token budget with an unreported call is used up (the module's docstring)."""
+        room. A token budget with an unreported call is used up (the module's docstring).
+        `compute_only`: only the budgets harness work spends (GPU seconds, wall clock), for work
+        that asks no model (the red-team audit)."""
         c, s = self.cfg, self.spend
+        if compute_only:
+            c = c.model_copy(update={"max_queries": None, "max_tokens": None, "max_usd": None})
         if c.max_tokens is not None and s.unreported_calls:
             return (f"max_tokens (--max-tokens {c.max_tokens:g} cannot be kept: {s.unreported_calls} of "
                     f"{s.calls} agent calls reported no token usage; bound such a run with --max-queries or "

@@ -33,8 +33,9 @@ def offered(problem: Problem) -> tuple[ProbeMode, ...]:
     return tuple(m for m in PROBE_MODES if graphs.get(m))
 
 
-def graph_of(problem: Problem, mode: ProbeMode) -> ValidatorGraph | None:
-    specs = _graphs(problem).get(mode)
+def graph_of(problem: Problem, name: str) -> ValidatorGraph | None:
+    """The graph `name` (a tool's, or `breach`) of `problem`'s domain, None when it has none."""
+    specs = _graphs(problem).get(name)
     return ValidatorGraph.of(tuple(specs)) if specs else None
 
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from stratagem.config import StratagemConfig
 from stratagem.core.design import Design, text_files
+from stratagem.core.graph import ValidatorGraph
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
     AgentCall,
@@ -31,7 +32,7 @@ from stratagem.core.search import (
     Reservation,
     SearchState,
 )
-from stratagem.core.verdict import FailureKind, ValidatorResult
+from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.service import Baseline, Evaluator
@@ -410,12 +411,10 @@ class RunSession:
         for v in [*self._would_lead("unstable"), *busy]:
             if len(self.store.evaluations(v.id)) > RETIMES_MAX:
                 continue
-            rec = self.store.design(v.id)
-            if rec is None:
+            design = self._stored(v.id)
+            if design is None:
                 continue
             self.progress.event(f"re-timing {v.id[:10]} ({v.status}: {v.stability[:60]})")
-            design = Design(files={n: self.store.get_artifact(h) for n, h in rec.files.items()},
-                            parent_ids=tuple(rec.parent_ids), provenance=rec.provenance)
             await self.evaluate_stored(design)
             return
 
@@ -430,26 +429,62 @@ class RunSession:
         return probes.offered(self.problem)
 
     async def probe(self, mode: ProbeMode, target: str, *, author: str = "") -> str:
-        graph = probes.graph_of(self.problem, mode)
+        graph = probes.graph_of(self.problem, mode) if mode in self.probes() else None
         if graph is None:
             return f"`{mode}` is not offered for this problem"
-        if (spent := self.budget_left()) is not None:
-            return f"`{mode}` not run: a budget of the run is used up ({spent})"
         design, of = probes.target(self.problem, target, self.views())
-        self.progress.event(f"{author or 'an agent'}: {mode} of {of}")
+        verdict = await self._run_graph(graph, design, f"{author or 'an agent'}: {mode} of {of}")
+        if isinstance(verdict, str):
+            return f"`{mode}` {verdict}" if verdict.startswith("not run") else f"`{mode}` of {of} {verdict}"
+        floor = next((v.measures.floor_ms for v in reversed(self.views()) if v.measures.floor_ms), None)
+        return probes.probe_text(mode, verdict, of, floor)
+
+    async def audit(self, design_id: str) -> Verdict | str:
+        graph = probes.graph_of(self.problem, "breach")
+        if graph is None:
+            return f"not run: the {self.problem.domain} domain has no red-team audit"
+        design = self._stored(design_id)
+        if design is None:
+            return f"not run: no design {design_id[:12]} in this run"
+        verdict = await self._run_graph(graph, design, f"red-team audit of {design_id[:10]}", compute_only=True)
+        if isinstance(verdict, Verdict) and verdict.status in ("valid", "invalid"):
+            first = verdict.failures[0] if verdict.failures else None
+            reason = (f"red-team audit: {first.name}: {first.reason}" if first is not None
+                      else "red-team audit passed: " + ", ".join(r.name for r in verdict.results))
+            self.store.add_review(ReviewRecord(design_id=design_id, cheating=first is not None, reason=reason,
+                                               created_at=time.time()))
+            self._update_view(design_id)
+            if first is not None:
+                self.progress.event(f"{design_id[:10]} breached the harness: {reason[:70]}")
+        return verdict
+
+    def _stored(self, design_id: str) -> Design | None:
+        rec = self.store.design(design_id)
+        if rec is None:
+            return None
+        return Design(files={n: self.store.get_artifact(h) for n, h in rec.files.items()},
+                      parent_ids=tuple(rec.parent_ids), provenance=rec.provenance)
+
+    async def _run_graph(self, graph: ValidatorGraph, design: Design, what: str,
+                         compute_only: bool = False) -> Verdict | str:
+        """Run one of the domain's named graphs on `design` in the sandbox, counted in the
+        spend (`Spend.probes`); a verdict, or why there is none (a budget used up: any, or with
+        `compute_only` those of harness work alone)."""
+        if (spent := self.budgets.exhausted(compute_only)) is not None:
+            return f"not run: a budget of the run is used up ({spent})"
+        self.progress.event(what)
         self.refresh()
         try:
             ev = await self.evaluator.evaluate(self.problem, design, with_baseline=False, graph=graph)
         except (HarnessError, OSError) as e:
-            return f"`{mode}` of {of} could not run (the harness failed, not your code): {e}"
+            return f"could not run (the harness failed, not the code): {e}"
         seconds = evaluation_seconds(ev.to_record())
         self.spend.add_probe(seconds)
         done = self.store.policy_state(PROBES_KEY) or {}
         self.store.set_policy_state(PROBES_KEY, {"runs": self.spend.probes,
                                                  "seconds": float(done.get("seconds", 0.0)) + seconds})
         self.refresh()
-        floor = next((v.measures.floor_ms for v in reversed(self.views()) if v.measures.floor_ms), None)
-        return probes.probe_text(mode, ev.verdict, of, floor)
+        return ev.verdict
 
     def record_call(self, call: AgentCall) -> None:
         self.store.add_agent_call(AgentCallRecord(

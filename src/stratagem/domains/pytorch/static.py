@@ -350,8 +350,8 @@ def run_static_checks(
     details["rejections"] = [
         {"check": f.check, "message": f.message, "line": f.line} for _, f in rejects
     ]
-    reason = "; ".join(
-        f"{f.message}" + (f" (line {f.line})" if f.line else "") for _, f in rejects
+    reason = "; ".join(  # each named by its check, as the worker's integrity checks are
+        f"{f.check}: {f.message}" + (f" (line {f.line})" if f.line else "") for _, f in rejects
     )
     return ValidatorResult(
         name="static_checks", outcome="failed", kind=rejects[0][0].kind, reason=reason,

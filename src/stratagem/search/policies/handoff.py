@@ -55,7 +55,7 @@ from stratagem.core.template import (
     is_template,
     parse_template,
 )
-from stratagem.core.verdict import FailureKind
+from stratagem.core.verdict import FailureKind, Verdict
 from stratagem.domains import get_domain
 from stratagem.errors import MissingExtra
 from stratagem.search.policies.registry import TuneSettings
@@ -179,6 +179,9 @@ class HandoffSession:
 
     async def probe(self, mode: ProbeMode, target: str, *, author: str = "") -> str:
         return await self.inner.probe(mode, target, author=author)
+
+    async def audit(self, design_id: str) -> Verdict | str:
+        return await self.inner.audit(design_id)
 
     def load_state(self, key: str) -> Any:
         return self.inner.load_state(key)

@@ -1,6 +1,7 @@
-"""Owns the settings of the PIKE policies (`[policies.pike-b]`, `[policies.pike-o]`): their
-defaults, taken from the paper and the authors' code (docs/pike.md), the PIKE-O ablation
-presets, and what each policy sets in the search section when the user did not.
+"""Owns the settings of the PIKE policies (`[policies.pike-b]`, `[policies.pike-o]`) and of the
+red-team attacker built on them (`[policies.redteam]`): their defaults, PIKE's taken from the
+paper and the authors' code (docs/pike.md), the PIKE-O ablation presets, and what each policy
+sets in the search section when the user did not.
 
 Pydantic only, so the registry can validate a section without importing the policies.
 """
@@ -114,3 +115,21 @@ class PikeOSettings(PikeCommon):
         if self.exploration_ratio + self.exploitation_ratio > 1.0 + 1e-9:
             raise ValueError("exploration_ratio + exploitation_ratio must be at most 1")
         return self
+
+
+class RedteamSettings(BaseModel):
+    """`[policies.redteam]`: the attacker policy (`stratagem redteam`, docs/integrity.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    attempts: int = Field(default=2, ge=1)
+    """Attempts asked for at once per iteration (each one query, evaluated, and audited when
+    the harness accepts it)."""
+    query_budget: int = Field(default=12, ge=1)
+    """Queries of the run; it becomes `search.max_queries` when that is not set."""
+    corpus: str | None = None
+    """The folder each breach is written to as a test fixture (`--corpus`); None: the run
+    directory's `breaches/`."""
+
+    def search_defaults(self) -> dict[str, Any]:
+        """The query budget binds, not an iteration count or patience (no best to wait for)."""
+        return {"max_queries": self.query_budget, "iterations": UNBOUNDED_ITERATIONS, "patience": None}

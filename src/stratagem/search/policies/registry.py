@@ -24,7 +24,12 @@ from stratagem.domains import get_domain
 from stratagem.domains import names as domain_names
 from stratagem.domains.base import DomainPolicy
 from stratagem.errors import ConfigError
-from stratagem.search.policies.pike_settings import PikeBSettings, PikeCommon, PikeOSettings
+from stratagem.search.policies.pike_settings import (
+    PikeBSettings,
+    PikeCommon,
+    PikeOSettings,
+    RedteamSettings,
+)
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,8 @@ def _pike_b(ctx: PolicyContext) -> Policy:
     return PikeBPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
 
 
-COMMAND_ONLY_ROLES: dict[str, frozenset[str]] = {"pike-o": frozenset({"mutate", "crossover", "fix"})}
+COMMAND_ONLY_ROLES: dict[str, frozenset[str]] = {"pike-o": frozenset({"mutate", "crossover", "fix"}),
+                                                 "redteam": frozenset({"attack"})}
 """Policies every one of whose agents writes code: with `[agents.command]` taking all these
 roles they need no model (docs/agents.md)."""
 
@@ -128,6 +134,24 @@ def _pike_o(ctx: PolicyContext) -> Policy:
     return PikeOPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
 
 
+def _redteam(ctx: PolicyContext) -> Policy:
+    from stratagem.context.redteam import offered
+    from stratagem.search.policies.pike_models import pike_models
+    from stratagem.search.policies.redteam import RedteamPolicy
+
+    domain = get_domain(ctx.problem.domain)
+    if "breach" not in domain.graphs or not offered(domain.name):
+        raise ConfigError(f"--policy redteam: the {domain.name} domain has no red-team audit (a `breach` graph and "
+                          "an attacker's `redteam` prompt); red-teaming runs on the problems of a domain that has "
+                          "them (pytorch)")
+    s = ctx.settings if isinstance(ctx.settings, RedteamSettings) else RedteamSettings()
+    if not ctx.cfg.agents.model and command_writes_all(ctx.cfg, "redteam"):
+        from stratagem.agents.agent_command import no_models
+
+        return RedteamPolicy(ctx.cfg, ctx.problem, ctx.work_dir, no_models(), s)
+    return RedteamPolicy(ctx.cfg, ctx.problem, ctx.work_dir, pike_models(ctx.cfg, ctx.problem), s)
+
+
 def _auto(ctx: PolicyContext) -> Policy:
     from stratagem.search.policies.auto import AutoPolicy
 
@@ -143,6 +167,9 @@ REGISTRY: dict[str, PolicySpec] = {  # the generic policies; the domains' are in
                    "with error fixing (needs a model)", True, _pike_b, PikeBSettings),
         PolicySpec("pike-o", "PIKE-O: islands, elite archives and MAP-Elites grids, mutation and crossover, "
                    "with error fixing (needs a model)", True, _pike_o, PikeOSettings),
+        PolicySpec("redteam", "an attacker that tries to fool the harness; what the harness accepts is audited, and "
+                   "every breach becomes a test fixture (`stratagem redteam`; needs a model or --agent-cmd)",
+                   True, _redteam, RedteamSettings),
     )
 }
 
@@ -272,7 +299,7 @@ def resolved_config(cfg: StratagemConfig, problem: Problem | None = None) -> Str
         return cfg
     policies = {**cfg.policies, spec.name: settings.model_dump(mode="json")}
     search = cfg.search
-    if isinstance(settings, PikeCommon | TuneSettings):
+    if isinstance(settings, PikeCommon | TuneSettings | RedteamSettings):
         given = cfg.search.model_fields_set
         search = search.model_copy(update={k: v for k, v in settings.search_defaults().items() if k not in given})
     return cfg.model_copy(update={"policies": policies, "search": search})

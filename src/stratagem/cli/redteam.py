@@ -1,0 +1,108 @@
+"""Owns `redteam`: an attacker run against a problem (the `redteam` policy), and `--replay` of a
+breach corpus through the harness as it is now (docs/integrity.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from stratagem.cli.common import (
+    ConfigOpt,
+    CorrectnessOpt,
+    DeviceOpt,
+    JsonOpt,
+    app,
+    domain_over,
+    fail,
+    wide_console,
+)
+from stratagem.cli.search import _drive, exit_codes
+from stratagem.config import load_config
+from stratagem.errors import ConfigError, ProblemError
+
+
+def _attempts(run_dir: Path) -> tuple[str, dict[str, Any], list[Any]]:
+    from stratagem.report.redteam import attempts_of, attempts_table, breach_lines, to_json
+
+    attempts = attempts_of(run_dir)
+    return "redteam", to_json(attempts), [attempts_table(attempts), *breach_lines(attempts)]
+
+
+@app.command("redteam")
+def redteam_cmd(
+    problem: Annotated[Path | None, typer.Argument(metavar="PROBLEM", help="The problem to attack: a KernelBench-format file (its domain must have a red-team audit).")] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="The attacker's LLM (openai:NAME, anthropic:NAME, ollama:NAME, test, or a name served at --endpoint).")] = None,
+    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model.")] = None,
+    agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (or any script) as a shell command that writes each attempt, run in a fresh work directory per call (docs/agents.md).")] = None,
+    agent_timeout: Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call.")] = None,
+    max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="N", min=1, help="Attempts the attacker may write (queries; default 12).")] = None,
+    attempts: Annotated[int | None, typer.Option("--attempts", metavar="N", min=1, help="Attempts written at once per iteration (default 2).")] = None,
+    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="S", help="Evaluation-time budget, audits included (s).")] = None,
+    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="S", help="Wall-clock budget (s).")] = None,
+    max_usd: Annotated[float | None, typer.Option("--max-usd", metavar="USD", help="Money budget (USD).")] = None,
+    corpus: Annotated[Path | None, typer.Option("--corpus", metavar="DIR", help="Where each breach is written as a test fixture (default RUN_DIR/breaches).")] = None,
+    replay: Annotated[Path | None, typer.Option("--replay", metavar="CORPUS", help="Replay a breach corpus through the harness instead: exit 1 if any fixture is accepted again or cannot be judged.")] = None,
+    device: DeviceOpt = None,
+    integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
+    correctness: CorrectnessOpt = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Try to fool the harness on PROBLEM: an attacker writes designs meant to be accepted while
+    wrong, faster only when measured, or not doing the work; each goes through the ordinary
+    evaluation, an accepted one through a stronger audit, and every breach becomes a test
+    fixture. With --replay CORPUS, re-run a corpus's fixtures and fail if any is accepted."""
+    console = wide_console(stderr=as_json)
+    if replay is not None:
+        _replay(console, replay, device, config, as_json)
+        return
+    if problem is None:
+        fail(console, ConfigError("PROBLEM is missing: give the problem to attack, or --replay CORPUS"), as_json, 2)
+    overrides = {
+        "evaluation": {"device": device},
+        **domain_over(integrity, correctness, problem),
+        "search": {"policy": "redteam", "max_queries": max_queries, "max_usd": max_usd,
+                   "max_gpu_seconds": max_gpu_seconds, "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
+        "agents": {"model": model, "endpoints": endpoint or None,
+                   "command": {"cmd": agent_cmd, "timeout_s": agent_timeout}},
+        "policies": {"redteam": {"corpus": str(corpus.resolve()) if corpus is not None else None,
+                                 "attempts": attempts}},
+    }
+    from stratagem.domains import get_domain, load_problem
+    from stratagem.search.api import check_policy, default_run_dir, start_run
+
+    try:
+        cfg = load_config(config, overrides)
+        loaded = load_problem(problem)
+        if "breach" not in get_domain(loaded.domain).graphs:
+            raise ConfigError(f"{problem}: a {loaded.domain} problem, and the {loaded.domain} domain has no red-team "
+                              "audit; redteam attacks problems of a domain that has one (pytorch)")
+        check_policy(cfg, loaded)
+    except (ConfigError, ProblemError) as e:
+        fail(console, e, as_json, 2)
+    where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(loaded)
+    _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where, loaded.domain, extra=_attempts)
+
+
+def _replay(console: Any, corpus: Path, device: str | None, config: Path | None, as_json: bool) -> None:
+    from stratagem.report.redteam import replay_table
+    from stratagem.search.breaches import replay
+
+    with exit_codes(console, as_json):
+        cfg = load_config(config, {"evaluation": {"device": device}})
+        rows = replay(corpus, cfg.evaluation)
+    fooled = [r for r in rows if not r.held]
+    if as_json:
+        print(json.dumps({"corpus": str(corpus), "fixtures": len(rows), "held": len(rows) - len(fooled),
+                          "rows": [{"fixture": r.name, "exploit": r.exploit, "status": r.status,
+                                    "caught_by": r.caught_by} for r in rows]}))
+    else:
+        console.print(replay_table(rows))
+        console.print(f"{len(rows) - len(fooled)} of {len(rows)} breaches rejected by the harness now"
+                      + (f"; [bold red]{len(fooled)} still get through or cannot be judged[/]" if fooled else ""))
+    if fooled:
+        raise typer.Exit(1)

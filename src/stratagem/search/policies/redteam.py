@@ -1,0 +1,189 @@
+"""Owns the `redteam` policy: an attacker that tries to fool the harness on the user's own
+problem, and turns every success into a test (`stratagem redteam`, docs/integrity.md).
+
+Each iteration asks the attacker (the `attack` role: a model, a coding-agent command or a
+script, like every writer) for `attempts` designs at once. Each prompt states the problem and
+the rules exactly as the writers get them, the catalog of shortcut classes with what catches
+each here today, and every earlier attempt with what happened to it; each slot is pointed at a
+class no attempt has tried yet while any is left. An attempt declares its class and how it
+should be caught in its first lines (`# exploit: ...`, `# caught-by: ...`). Every attempt goes
+through the ordinary evaluation; one the harness accepts then gets the red-team audit
+(`Session.audit`: the domain's `breach` graph, stronger than the harness). The outcomes:
+`broken` (it did not build or run), `caught` (by which check), `breach` (accepted, and the
+audit shows it wrong or dishonest: flagged, never ranked, written as a fixture by
+`search/breaches.py`), `honest` (accepted, and the audit agrees: a fast design like any
+other) or `unaudited` (accepted, and the audit could not run: said why). The attempts and
+their outcomes are the policy's state (`attempts`), so a killed run resumes with them and the
+report lists them (`report/redteam.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from stratagem.agents.pike import Tickets
+from stratagem.context import redteam as prompts
+from stratagem.core.design import text_files
+from stratagem.core.search import (
+    DesignView,
+    Feedback,
+    IterationResult,
+    Plan,
+    Review,
+    SearchState,
+    Session,
+)
+from stratagem.core.verdict import Verdict
+from stratagem.domains import get_domain
+from stratagem.search import breaches
+from stratagem.search.policies.pike_models import PikeBase
+from stratagem.search.policies.pike_settings import RedteamSettings
+
+STATE_KEY = "attempts"
+BROKEN_KINDS = frozenset({"compile_error", "exception", "timeout", "crash", "oom", "cuda_error", "needs_gpu",
+                          "harness_error"})
+"""Failures that say the attempt did not build or run: nothing was learned about the checks."""
+_CLAIM = re.compile(r"^\s*(?:#|//|--|!)\s*(exploit|caught-by)\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+_CHECK = re.compile(r"^([a-z][a-z0-9_]*):")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What an attempt says it tries, from its header lines."""
+
+    exploit: str = "undeclared"
+    caught_by: str = "undeclared"
+
+
+def claim_of(text: str) -> Claim:
+    """The `exploit:` and `caught-by:` comment lines among an attempt's first 40 lines."""
+    found: dict[str, str] = {}
+    for key, value in _CLAIM.findall("\n".join(text.splitlines()[:40])):
+        found.setdefault(key.lower(), value)
+    exploit = re.sub(r"[^a-z0-9_]+", "_", found.get("exploit", "undeclared").lower()).strip("_")[:40]
+    return Claim(exploit or "undeclared", found.get("caught-by", "undeclared")[:200])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one attempt (stored in the policy's state, one per attempt)."""
+
+    design_id: str
+    exploit: str
+    declared: str
+    outcome: str
+    """`broken`, `caught`, `breach`, `honest` or `unaudited`."""
+    check: str = ""
+    """The check that caught it (`integrity/refilled_inputs`), or the audit's that found the breach."""
+    evidence: str = ""
+    speedup: float | None = None
+    fixture: str = ""
+    """Where the breach was written (a folder)."""
+
+    def record(self) -> dict[str, Any]:
+        """The attempt as a breach fixture records it."""
+        return {k: v for k, v in asdict(self).items() if k != "fixture"}
+
+    def told(self) -> prompts.Attempt:
+        what = {"broken": f"broken (did not build or run: {self.check}): {self.evidence}",
+                "caught": f"caught by {self.check}: {self.evidence}",
+                "breach": f"ACCEPTED by the harness, then shown dishonest by the audit ({self.check}): "
+                          f"{self.evidence}; already turned into a test, so do not repeat it",
+                "honest": "accepted, and the audit found it honest (a real design, no exploit)",
+                "unaudited": f"accepted; the audit could not run ({self.evidence})"}[self.outcome]
+        return prompts.Attempt(self.design_id, self.exploit, self.declared, what[:600])
+
+
+def caught_check(fb: Feedback) -> str:
+    """`validator/check` for a failure whose reason names its check, else the validator."""
+    first = next((line for line in fb.report.splitlines() if line.startswith("[")), "")
+    reason = first.split(": ", 1)[1] if ": " in first else ""
+    m = _CHECK.match(reason)
+    v = fb.validator or "harness"
+    return f"{v}/{m.group(1)}" if m and m.group(1) != v else v
+
+
+class RedteamPolicy(PikeBase[RedteamSettings]):
+    """The attacker (see the module docstring)."""
+
+    name = "redteam"
+
+    def outcomes(self, session: Session) -> list[Outcome]:
+        saved = session.load_state(STATE_KEY)
+        return [Outcome(**o) for o in saved] if isinstance(saved, list) else []
+
+    def corpus(self) -> Path:
+        return Path(self.s.corpus) if self.s.corpus else self.workdir.parent / "breaches"
+
+    def _focus(self, done: list[Outcome], n: int) -> list[tuple[str, str] | None]:
+        """A class for each of `n` slots: those no attempt tried yet, in the catalog's order
+        (then none: the attacker chooses, told everything that happened)."""
+        tried = {o.exploit for o in done}
+        left = [c for c in prompts.classes(self.problem.domain) if c[0] not in tried]
+        return [left[i] if i < len(left) else None for i in range(n)]
+
+    async def iterate(self, state: SearchState, session: Session) -> IterationResult:
+        if (exhausted := session.budget_left()) is not None:
+            return IterationResult(plan=None, note=f"the {exhausted} budget is exhausted")
+        done = self.outcomes(session)
+        left = session.budget_remaining().queries
+        n = self.s.attempts if left is None else max(0, min(self.s.attempts, left))
+        brief = replace(self.brief(state), budget="")
+        told = [o.told() for o in done]
+        asks = [prompts.attack(brief, told, focus) for focus in self._focus(done, n)]
+        agents = self.agents(session)
+        with session.reserve(len(asks)) as r:
+            tickets = Tickets.of(r)
+            written = await asyncio.gather(*(agents.write("attack", p, tickets, worker=f"attacker-{i + 1}")
+                                             for i, p in enumerate(asks)))
+        ids: list[str] = []
+        for i, w in enumerate(written):
+            if w.source is None:
+                continue
+            claim = claim_of(w.source)
+            fb = await session.evaluate(w.source, strategy="attack", author=f"attacker-{i + 1}",
+                                        tags={"exploit": claim.exploit, "declared": claim.caught_by})
+            ids.append(fb.design_id)
+            if any(o.design_id == fb.design_id for o in done):
+                continue  # a restatement of an earlier attempt: its outcome stands
+            files = text_files(w.source, get_domain(self.problem.domain).main_file(self.problem))
+            done.append(await self._settle(fb, claim, files, session))
+            session.save_state(STATE_KEY, [asdict(o) for o in done])
+        answered = sum(w.source is not None for w in written)
+        counts = {k: sum(o.outcome == k for o in done) for k in ("caught", "breach", "honest", "broken", "unaudited")}
+        note = f"{answered} of {len(asks)} attempts written; so far " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+        fatal = next((w.error for w in written if w.source is None and w.error_kind not in (None, "budget")), None)
+        stop = answered == 0 and fatal is not None
+        return IterationResult(plan=Plan(strategy="attack", rationale="red-team attempts"), design_ids=tuple(ids),
+                               note=note + (f"; no attempt was written ({fatal}), stopping" if stop else ""),
+                               exhausted=stop)
+
+    async def _settle(self, fb: Feedback, claim: Claim, files: dict[str, str], session: Session) -> Outcome:
+        base = Outcome(fb.design_id, claim.exploit, claim.caught_by, "caught", speedup=fb.speedup)
+        if fb.status in ("invalid", "error", "needs_gpu"):
+            kind = "broken" if fb.kind in BROKEN_KINDS else "caught"
+            first = next((line for line in fb.report.splitlines() if line.startswith("[")), fb.report)
+            return replace(base, outcome=kind, check=caught_check(fb), evidence=first[:300])
+        verdict = await session.audit(fb.design_id)
+        if not isinstance(verdict, Verdict) or verdict.status == "error":
+            why = verdict if isinstance(verdict, str) else verdict.report()
+            return replace(base, outcome="unaudited", evidence=why[:300])
+        if verdict.status == "valid":
+            return replace(base, outcome="honest", check="", evidence="")
+        first = verdict.failures[0]
+        out = replace(base, outcome="breach", check=first.name, evidence=f"{first.reason}"[:400])
+        where = breaches.write(self.corpus(), self.problem, files, out.record(), verdict)
+        return replace(out, fixture=str(where))
+
+    async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
+        """No Analyst: the audit (run on every accepted attempt) is this policy's review."""
+        return None
+
+    async def preflight(self) -> list[str]:
+        return await super().preflight() if self.cfg.agents.model else []
+
+

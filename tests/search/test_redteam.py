@@ -1,0 +1,124 @@
+"""`stratagem redteam`: an attacker (scripted: `redteam/attacker.py`, run as a coding-agent
+command) tries cheats on a problem; the harness catches some, the red-team audit turns what it
+accepts wrongly into breaches, each written as a fixture that `--replay` re-runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from stratagem.cli import main
+from stratagem.domains.pytorch import graphs
+from stratagem.search import breaches
+from stratagem.search.policies.redteam import claim_of
+
+ROOT = Path(__file__).resolve().parents[2]
+ADV = ROOT / "tests" / "adversarial"
+ATTACKER = Path(__file__).parent / "redteam" / "attacker.py"
+FAST = ('[pytorch]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
+        "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
+        "[search]\nconfirm_top = 0\n")
+
+
+def test_an_attempt_declares_its_class_in_its_first_lines() -> None:
+    c = claim_of("import torch\n# exploit: Stale Output!\n// caught-by: integrity/refilled_inputs\nx = 1\n")
+    assert (c.exploit, c.caught_by) == ("stale_output", "integrity/refilled_inputs")
+    assert claim_of("x = 1\n" * 50 + "# exploit: late\n").exploit == "undeclared"
+
+
+def _attack(tmp_path: Path, capsys: pytest.CaptureFixture[str], attempts: list[Path], *extra: str) -> tuple[int, dict, Path]:
+    """A red-team run on a copy of the corpus's linear_relu problem (a copy: the project's own
+    problems also write into the project's corpus), the attacker writing `attempts` in order."""
+    folder = tmp_path / "attacker"
+    folder.mkdir()
+    (folder / "attempts.txt").write_text("\n".join(str(p) for p in attempts))
+    problem = tmp_path / "linear_relu.py"
+    shutil.copy(ADV / "problems" / "linear_relu.py", problem)
+    cfg = tmp_path / "fast.toml"
+    cfg.write_text(FAST)
+    code = main(["redteam", str(problem), "--agent-cmd", f"{sys.executable} {ATTACKER} {folder}",
+                 "--max-queries", str(len(attempts)), "--device", "cpu", "--run-dir", str(tmp_path / "run"),
+                 "--corpus", str(tmp_path / "corpus"), "--config", str(cfg), "--json", *extra])
+    return code, json.loads(capsys.readouterr().out), folder
+
+
+def _outcomes(out: dict) -> dict[str, dict]:
+    return {a["exploit"]: a for a in out["redteam"]["attempts"]}
+
+
+def test_a_weakened_harness_lets_an_attack_through_and_the_audit_turns_it_into_a_test(tmp_path, capsys, monkeypatch):
+    # the harness with its shapes stage switched off (a test configuration): a design hard-wired
+    # to the problem's sizes is accepted; the audit's fresh sizes show it wrong
+    monkeypatch.setattr(graphs, "DEFAULT_GRAPH", tuple(s if s.name != "timing" else
+                                                       type(s)("timing", ("integrity",), s.placement)
+                                                       for s in graphs.DEFAULT_GRAPH if s.name != "shapes"))
+    attempts = [ADV / "candidates" / "cache_self_data_ptr.py", ADV / "candidates" / "nan_filled.py",
+                ADV / "honest" / "addmm_fused.py", ADV / "candidates" / "shape_hardwired_view.py"]
+    code, out, folder = _attack(tmp_path, capsys, attempts)
+    assert code == 0, out
+    got = _outcomes(out)
+    assert got["cache_self_data_ptr"]["outcome"] == "caught"
+    assert got["cache_self_data_ptr"]["check"] == "static_checks/mutable_state"
+    assert got["nan_filled"]["outcome"] == "caught" and got["nan_filled"]["check"].startswith("correctness")
+    assert got["addmm_fused"]["outcome"] == "honest", got["addmm_fused"]
+    breach = got["shape_hardwired_view"]
+    assert breach["outcome"] == "breach" and breach["check"] == "breach_audit", breach
+    assert "fresh_shapes" in breach["evidence"]
+    by_class = out["redteam"]["by_class"]
+    assert by_class["shape_hardwired_view"]["breach"] == 1 and by_class["nan_filled"]["caught"] == 1
+    # the breach is flagged, never the best; the honest attempt may be
+    assert out["best"] is None or out["best"]["id"] != breach["design_id"]
+    fixture = Path(breach["fixture"])
+    record = json.loads((fixture / "breach.json").read_text())
+    assert record["exploit"] == "shape_hardwired_view" and record["audit"][0]["validator"] == "breach_audit"
+    assert (fixture / "design" / "candidate.py").read_text().startswith("# exploit: shape_hardwired_view")
+    assert (fixture / record["problem"]).read_text() == (ADV / "problems" / "linear_relu.py").read_text()
+    # the attacker was told the rules, the catalog and, later, what happened to its attempts
+    first, last = (folder / "task-0.md").read_text(), (folder / "task-3.md").read_text()
+    assert "Rules the harness enforces" in first and "`stale_output`" in first and "none yet" in first
+    assert "caught by static_checks/mutable_state" in last
+    tasks = [(folder / f"task-{i}.md").read_text() for i in range(4)]
+    assert len(set(tasks)) == 4, "a prompt was asked twice"
+    # the fixture replays: accepted by the weakened harness (exit 1), rejected once shapes is back
+    assert main(["redteam", "--replay", str(tmp_path / "corpus"), "--device", "cpu", "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["status"] for r in rows] == ["valid"]
+    monkeypatch.undo()
+    assert main(["redteam", "--replay", str(tmp_path / "corpus"), "--device", "cpu", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows[0]["status"] == "invalid" and rows[0]["caught_by"].startswith("[shapes]")
+
+
+def test_a_breach_on_the_projects_own_problem_joins_the_projects_corpus(tmp_path, monkeypatch) -> None:
+    from stratagem.core.problem import Problem
+    from stratagem.core.verdict import ValidatorResult, Verdict
+
+    root = tmp_path / "checkout"
+    (root / "examples").mkdir(parents=True)
+    src = root / "examples" / "p.py"
+    src.write_text("# the problem\n")
+    monkeypatch.setattr(breaches, "project_root", lambda: root)
+    verdict = Verdict((ValidatorResult("breach_audit", "failed", "wrong_output", "fresh_shapes: wrong at n=7"),))
+    folder = breaches.write(tmp_path / "mine", Problem(name="p", domain="pytorch", source="# the problem\n",
+                                                       path=str(src)),
+                            {"candidate.py": "x = 1\n"}, {"design_id": "abcdef123456", "exploit": "shape"}, verdict)
+    own = root / breaches.PROJECT_CORPUS / folder.name
+    assert (folder / "breach.json").is_file() and (own / "breach.json").is_file()
+    assert (own / "problem" / "p.py").read_text() == "# the problem\n"
+    [fixture] = breaches.read(root / breaches.PROJECT_CORPUS)
+    assert fixture.design().files == {"candidate.py": "x = 1\n"}
+
+
+def test_replay_of_a_folder_without_fixtures_is_a_usage_error(tmp_path, capsys) -> None:
+    assert main(["redteam", "--replay", str(tmp_path), "--json"]) == 2
+    assert "no breach fixture" in capsys.readouterr().out
+
+
+def test_a_domain_without_an_audit_cannot_be_attacked(tmp_path, capsys) -> None:
+    code = main(["redteam", str(ROOT / "examples" / "command" / "window_sums"), "--agent-cmd", "true", "--json"])
+    assert code == 2
+    assert "no red-team audit" in capsys.readouterr().out
