@@ -77,18 +77,26 @@ async def resume_run(run_dir: str | Path, view: RunView | None = None,
     Raises:
         StoreError: `run_dir` holds no run.
     """
-    run_dir = _existing_run_dir(run_dir)
-    with RunStore.open(run_dir) as store:
-        run = store.run()
-        if run is None:
-            raise StoreError(f"{run_dir} holds evaluations but no search run")
-        data = apply_overrides(run.config, overrides)
-        try:
-            cfg = StratagemConfig.model_validate(data)
-        except Exception as e:  # noqa: BLE001 - a config written by another version
-            raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
-        problem = stored_problem(store, run)
+    with RunStore.open(_existing_run_dir(run_dir)) as store:
+        cfg, problem = _stored_run(store, overrides)
         return await _run(cfg, problem, store, view)
+
+
+def _stored_run(store: RunStore, overrides: dict[str, Any] | None) -> tuple[StratagemConfig, Problem]:
+    """A stored run's configuration (with `overrides`) and problem.
+
+    Raises:
+        StoreError: the store holds no run.
+        ConfigError: its configuration is not valid in this version.
+    """
+    run = store.run()
+    if run is None:
+        raise StoreError(f"{store.run_dir} holds evaluations but no search run")
+    try:
+        cfg = StratagemConfig.model_validate(apply_overrides(run.config, overrides))
+    except Exception as e:  # noqa: BLE001 - a config written by another version
+        raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
+    return cfg, stored_problem(store, run)
 
 
 def stored_problem(store: RunStore, run: RunRecord) -> Problem:
@@ -122,16 +130,8 @@ async def confirm_stored_run(run_dir: str | Path, top: int | None = None, blocks
     """
     from stratagem.search.confirm import confirm_run
 
-    run_dir = _existing_run_dir(run_dir)
-    with RunStore.open(run_dir) as store:
-        run = store.run()
-        if run is None:
-            raise StoreError(f"{run_dir} holds evaluations but no search run")
-        try:
-            cfg = StratagemConfig.model_validate(apply_overrides(run.config, {"evaluation": {"device": device}}))
-        except Exception as e:  # noqa: BLE001 - a config written by another version
-            raise ConfigError(f"the run's stored configuration is not valid here: {e}") from e
-        problem = stored_problem(store, run)
+    with RunStore.open(_existing_run_dir(run_dir)) as store:
+        cfg, problem = _stored_run(store, {"evaluation": {"device": device}})
         evaluator = make_evaluator(cfg.evaluation)
         try:
             return await confirm_run(store, problem, evaluator, top=cfg.search.confirm_top if top is None else top,
