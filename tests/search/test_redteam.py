@@ -13,7 +13,7 @@ import pytest
 
 from stratagem.cli import main
 from stratagem.domains.pytorch import graphs
-from stratagem.search import breaches
+from stratagem.search.policies import breaches
 from stratagem.search.policies.redteam import claim_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +77,13 @@ def test_a_weakened_harness_lets_an_attack_through_and_the_audit_turns_it_into_a
     assert record["exploit"] == "shape_hardwired_view" and record["audit"][0]["validator"] == "breach_audit"
     assert (fixture / "design" / "candidate.py").read_text().startswith("# exploit: shape_hardwired_view")
     assert (fixture / record["problem"]).read_text() == (ADV / "problems" / "linear_relu.py").read_text()
+    # every view of the run tells the same attempts
+    assert main(["show", str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["redteam"] == out["redteam"]
+    from stratagem.report.html import build_report
+
+    page = build_report(tmp_path / "run", analyses=False)
+    assert "Red-team attempts" in page and "shape_hardwired_view" in page
     # the attacker was told the rules, the catalog and, later, what happened to its attempts
     first, last = (folder / "task-0.md").read_text(), (folder / "task-3.md").read_text()
     assert "Rules the harness enforces" in first and "`stale_output`" in first and "none yet" in first
@@ -122,3 +129,78 @@ def test_a_domain_without_an_audit_cannot_be_attacked(tmp_path, capsys) -> None:
     code = main(["redteam", str(ROOT / "examples" / "command" / "window_sums"), "--agent-cmd", "true", "--json"])
     assert code == 2
     assert "no red-team audit" in capsys.readouterr().out
+
+
+def test_a_model_attacker_is_told_its_role_and_its_answers_are_judged(tmp_path) -> None:
+    """The pydantic-ai backend: a FunctionModel attacker answers in code blocks; its system
+    prompt is the attacker's; its two attempts go through the real harness (CPU) and the audit."""
+    import asyncio
+
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from stratagem.agents.models import RoleModels
+    from stratagem.config import load_config
+    from stratagem.domains import load_problem
+    from stratagem.evaluation.api import make_evaluator
+    from stratagem.search.loop import SearchLoop
+    from stratagem.search.policies.redteam import RedteamPolicy
+    from stratagem.search.policies.registry import policy_settings, resolved_config
+    from stratagem.search.session import RunSession
+    from stratagem.store.sqlite import RunStore
+
+    answers = [(ADV / "candidates" / "cache_self_identity.py").read_text(), (ADV / "honest" / "addmm_fused.py").read_text()]
+    seen: list[str] = []
+
+    def attacker(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(str(getattr(messages[-1], "instructions", "") or ""))
+        code = answers[len(seen) - 1]
+        return ModelResponse(parts=[TextPart(f"Trying this:\n```python\n# exploit: try_{len(seen)}\n{code}```\n")])
+
+    problem_path = tmp_path / "linear_relu.py"
+    shutil.copy(ADV / "problems" / "linear_relu.py", problem_path)
+    cfg_file = tmp_path / "fast.toml"
+    cfg_file.write_text(FAST)
+    cfg = resolved_config(load_config(cfg_file, {"search": {"policy": "redteam", "max_queries": 2},
+                                                 "agents": {"model": "test"}, "evaluation": {"device": "cpu"}}))
+    problem = load_problem(problem_path)
+    store = RunStore.open(tmp_path / "run")
+    store.add_problem(problem)
+    store.start_run(problem.id, "redteam", cfg.model_dump(mode="json"))
+    policy = RedteamPolicy(cfg, problem, tmp_path / "run" / "work", RoleModels.of({"default": FunctionModel(attacker)}),
+                           policy_settings(cfg))  # type: ignore[arg-type]
+    evaluator = make_evaluator(cfg.evaluation)
+
+    async def go() -> None:
+        try:
+            await SearchLoop(RunSession(cfg, problem, store, evaluator, policy)).run()
+        finally:
+            await evaluator.executor.aclose()
+
+    asyncio.run(go())
+    assert len(seen) == 2 and all("security tester" in s for s in seen)
+    got = {a["exploit"]: a for a in store.policy_state("redteam/attempts")}
+    assert got["try_1"]["outcome"] == "caught" and got["try_1"]["check"].startswith("integrity"), got["try_1"]
+    assert got["try_2"]["outcome"] == "honest", got["try_2"]
+    assert {c.role for c in store.agent_calls()} == {"attack"}
+
+
+SAMPLE = ["nan_partial.py", "stale_reference_output.py", "cache_self_fingerprint.py", "cache_sampled_values.py",
+          "proc_fork_leftover.py", "launch_lazy_buffer.py"]
+"""2025-2026 classes and the harness's neutralized gaps (value-keyed caches it accepts)."""
+
+
+def _none_silently_accepted(out: dict, honest: set[str]) -> None:
+    for a in out["redteam"]["attempts"]:
+        if a["exploit"] in honest:
+            assert a["outcome"] == "honest", a
+        else:
+            assert a["outcome"] in ("caught", "breach"), a
+
+
+def test_replayed_corpus_cheats_are_caught_or_breached_never_accepted(tmp_path, capsys) -> None:
+    attempts = [ADV / "candidates" / n for n in SAMPLE] + [ADV / "honest" / "functional_linear.py"]
+    code, out, _ = _attack(tmp_path, capsys, attempts, "--attempts", "3")
+    assert code == 0, out
+    assert len(out["redteam"]["attempts"]) == len(attempts)
+    _none_silently_accepted(out, {"functional_linear"})

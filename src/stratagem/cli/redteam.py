@@ -24,13 +24,6 @@ from stratagem.config import load_config
 from stratagem.errors import ConfigError, ProblemError
 
 
-def _attempts(run_dir: Path) -> tuple[str, dict[str, Any], list[Any]]:
-    from stratagem.report.redteam import attempts_of, attempts_table, breach_lines, to_json
-
-    attempts = attempts_of(run_dir)
-    return "redteam", to_json(attempts), [attempts_table(attempts), *breach_lines(attempts)]
-
-
 @app.command("redteam")
 def redteam_cmd(
     problem: Annotated[Path | None, typer.Argument(metavar="PROBLEM", help="The problem to attack: a KernelBench-format file (its domain must have a red-team audit).")] = None,
@@ -85,12 +78,12 @@ def redteam_cmd(
     except (ConfigError, ProblemError) as e:
         fail(console, e, as_json, 2)
     where = Path(cfg.search.run_dir) if cfg.search.run_dir is not None else default_run_dir(loaded)
-    _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where, loaded.domain, extra=_attempts)
+    _drive(console, as_json, lambda view: start_run(problem, cfg, where, view), where, loaded.domain)
 
 
 def _replay(console: Any, corpus: Path, device: str | None, config: Path | None, as_json: bool) -> None:
     from stratagem.report.redteam import replay_table
-    from stratagem.search.breaches import replay
+    from stratagem.search.policies.breaches import replay
 
     with exit_codes(console, as_json):
         cfg = load_config(config, {"evaluation": {"device": device}})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -182,7 +182,19 @@ def show_cmd(
     tuned = r.tuning
     if tuned is not None:
         _print_tuning(console, tuned, names.reference)
+    _print_redteam(console, r.redteam)
     console.print(spend_line(r.spend))
+
+
+def _print_redteam(console: Console, attempts: list[dict[str, Any]]) -> None:
+    """A red-team run's attempts by class, and each breach with its fixture (nothing for other runs)."""
+    if not attempts:
+        return
+    from stratagem.report import redteam
+
+    console.print(redteam.attempts_table(attempts))
+    for line in redteam.breach_lines(attempts):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 @app.command("export")
@@ -239,15 +251,14 @@ def _print_tuning(console: Console, t: Any, reference: str) -> None:
         console.print(f"  {name}: {shown}", highlight=False)
 
 
-def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: str | None,
-           extra: Callable[[Path], tuple[str, dict[str, Any], list[Any]]] | None = None) -> None:
+def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: str | None) -> None:
     """Run a search coroutine with the live view. Ctrl-C, and SIGTERM (`kill`, `timeout`)
     the same way, stop it cleanly: the run and its iteration marked interrupted, workers
     killed, their temporary directories removed, exit 130. `domain`: the problem's, whose
-    words the live view speaks (None: the default domain's). `extra(run_dir)`: a command's own
-    part of the run's last words (a JSON key and value, and what to print after the tables)."""
+    words the live view speaks (None: the default domain's)."""
     import asyncio
 
+    from stratagem.report import redteam
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.report.run_json import design_json
@@ -263,10 +274,9 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     best = outcome.best
     r = show_run(outcome.run_dir)
     names = r.names
-    key, record, printed = extra(outcome.run_dir) if extra is not None else ("", {}, [])
     if as_json:
         print(json.dumps({
-            **({key: record} if key else {}),
+            **({"redteam": redteam.to_json(r.redteam)} if r.redteam else {}),
             "run_dir": str(outcome.run_dir), "stop_reason": outcome.stop_reason,
             "iterations": outcome.iterations, **counts(r.views).to_json(),
             "best": None if best is None else {**design_json(best, names), "path": str(outcome.best_path)},
@@ -282,8 +292,7 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     console.print(strategy_table(r.strategy_counts))
     console.print(spend_line(r.spend))
     console.print(counts(r.views).text(), highlight=False)
-    for item in printed:
-        console.print(item, highlight=False)
+    _print_redteam(console, r.redteam)
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 

@@ -17,16 +17,17 @@ import html
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from stratagem.core.search import DesignView, ranked
 from stratagem.report import alignment as al
-from stratagem.report import cases, figures
+from stratagem.report import cases, figures, redteam
 from stratagem.report.leaderboard import failure
 from stratagem.search import state as st
+from stratagem.search.api import attempts_in
 from stratagem.search.budget import Spend
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
@@ -69,6 +70,8 @@ class RunData(st.RunViews):
     """The run's latest confirmation round (the headline's source when it exists)."""
     spend: Spend = field(default_factory=Spend)
     """What the run spent (`Spend.from_store`: its writers' tool runs too)."""
+    redteam: list[dict[str, Any]] = field(default_factory=list)
+    """A red-team run's attempts (`search/api.attempts_in`)."""
 
 
 def load_run(run_dir: str | Path) -> RunData:
@@ -84,7 +87,8 @@ def load_run(run_dir: str | Path) -> RunData:
         return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
                        sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
                        {r.id: r.created_at for r in designs}, problems[0].domain if problems else None,
-                       (store.confirmations() or [None])[-1], Spend.from_store(store, evaluations))
+                       (store.confirmations() or [None])[-1], Spend.from_store(store, evaluations),
+                       attempts_in(store))
 
 
 def _reference_text(rec: Any, source: str) -> str:
@@ -122,6 +126,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _redteam(attempts: Sequence[Mapping[str, Any]]) -> str:
+    """The attempts by class (`report/redteam.py`'s table) and each breach with its fixture."""
+    rows = [(name, r["attempts"], r["caught"], r["breach"], r["honest"], r["broken"], r["unaudited"],
+             ", ".join(r["checks"])) for name, r in redteam.by_class(attempts).items()]
+    table = _table(["class", "attempts", "caught", "breached", "honest", "broken", "unaudited",
+                    "caught by / breached at"], rows)
+    lines = redteam.breach_lines(attempts)
+    return table + ("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>" if lines else "")
 
 
 def _pre(text: str) -> str:
@@ -363,6 +377,8 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     sections.insert(1, ("Leaderboard", leader + note))
     if data.confirmation is not None:
         sections.insert(1, ("Confirmation round", _confirmation(data)))
+    if data.redteam:
+        sections.insert(1, ("Red-team attempts", _redteam(data.redteam)))
     body = "".join(f'<h2 id="{t.lower().replace(" ", "-")}">{html.escape(t)}</h2>{s}' for t, s in sections)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     live = (LIVE_JS % live_ms) if live_ms else ""

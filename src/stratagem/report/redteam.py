@@ -1,27 +1,17 @@
-"""Owns the red-team views: a run's attempts by class (caught by which check, breached, honest,
+"""Owns the red-team views (`show`, the run's last words, `--json`, the HTML report): a run's attempts by class (caught by which check, breached, honest,
 broken, unaudited) as a table and as JSON, and a corpus replay's table (`stratagem redteam`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from stratagem.search.breaches import Replayed
-from stratagem.search.policies.redteam import STATE_KEY
-from stratagem.store.sqlite import RunStore
+from stratagem.search.policies.breaches import Replayed
 
 OUTCOMES = ("caught", "breach", "honest", "broken", "unaudited")
-
-
-def attempts_of(run_dir: Path) -> list[dict[str, Any]]:
-    """The attempts a red-team run recorded (its policy's state), oldest first."""
-    with RunStore.read(run_dir) as store:
-        saved = store.policy_state(f"redteam/{STATE_KEY}")
-    return [dict(a) for a in saved if isinstance(a, Mapping)] if isinstance(saved, list) else []
 
 
 def by_class(attempts: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from stratagem.core.search import DesignView, ranked
 from stratagem.domains.base import BaselineNames
+from stratagem.report import redteam
 from stratagem.report.leaderboard import best_after, failure
 from stratagem.search.api import RunSummary
 from stratagem.search.headline import ratios_of
@@ -35,6 +36,7 @@ def run_json(r: RunSummary) -> dict[str, Any]:
         "iteration_log": _iteration_log(r.iterations, r.views),
         "confirmation": r.confirmation,
         **({"tuning": tuned.to_json()} if (tuned := r.tuning) is not None else {}),
+        **({"redteam": redteam.to_json(r.redteam)} if r.redteam else {}),
     }
 
 

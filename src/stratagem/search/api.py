@@ -5,6 +5,7 @@ the run directory, choose the policy, build the evaluator, run the loop.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
+from stratagem.search.policies.breaches import ATTEMPTS_KEY
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.search.session import RunSession
 from stratagem.store.records import IterationRecord, RunRecord
@@ -178,6 +180,8 @@ class RunSummary(st.RunViews):
     """The run's latest confirmation round (`search/confirm.py`), when it had one."""
     main_file: str = "candidate.py"
     """The problem's main file (`Domain.main_file`): an exported design's header goes there."""
+    redteam: list[dict[str, Any]] = field(default_factory=list)
+    """A red-team run's attempts and their outcomes (`search/policies/redteam.py`), oldest first."""
 
     @property
     def strategy_counts(self) -> dict[str, dict[str, int]]:
@@ -222,7 +226,14 @@ def show_run(run_dir: str | Path) -> RunSummary:
                           views=views, iterations=store.iterations(),
                           spend=Spend.from_store(store, evaluations), reference_ms=ref,
                           device=device, domain=problems[0].domain if problems else "pytorch",
-                          confirmation=(store.confirmations() or [None])[-1], main_file=main)
+                          confirmation=(store.confirmations() or [None])[-1], main_file=main,
+                          redteam=attempts_in(store))
+
+
+def attempts_in(store: RunStore) -> list[dict[str, Any]]:
+    """The red-team attempts a run's database holds (none: not a red-team run)."""
+    saved = store.policy_state(ATTEMPTS_KEY)
+    return [dict(a) for a in saved if isinstance(a, Mapping)] if isinstance(saved, list) else []
 
 
 def stored_domain(run_dir: str | Path) -> str | None:

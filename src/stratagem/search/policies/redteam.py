@@ -39,11 +39,12 @@ from stratagem.core.search import (
 )
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.search import breaches
+from stratagem.search.policies import breaches
 from stratagem.search.policies.pike_models import PikeBase
 from stratagem.search.policies.pike_settings import RedteamSettings
 
-STATE_KEY = "attempts"
+STATE_KEY = breaches.ATTEMPTS_KEY.removeprefix("redteam/")
+"""The policy's state key (the Session prefixes the policy's name)."""
 BROKEN_KINDS = frozenset({"compile_error", "exception", "timeout", "crash", "oom", "cuda_error", "needs_gpu",
                           "harness_error"})
 """Failures that say the attempt did not build or run: nothing was learned about the checks."""

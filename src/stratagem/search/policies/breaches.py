@@ -38,6 +38,9 @@ from stratagem.evaluation.api import make_evaluator
 
 FORMAT = 1
 RECORD = "breach.json"
+ATTEMPTS_KEY = "redteam/attempts"
+"""Where a red-team run's attempts are (the `redteam` policy's state `attempts`, in the run
+database): every view of the run reads them from there."""
 PROJECT_CORPUS = Path("tests") / "adversarial" / "breaches"
 """The project's own corpus of breaches, relative to its checkout."""
 
