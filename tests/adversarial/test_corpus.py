@@ -75,12 +75,6 @@ GAP_FINGERPRINT = (
     "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
 )
 
-GAP_PREDICTED = (
-    "NEUTRALIZED, not rejected: a cache of inputs it predicts from its own inputs' seed returns "
-    "right answers, and timed seeds are keyed hashes of a secret, so its predictions never hit "
-    "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
-)
-
 GAP_LOOSE_TOLERANCE = (
     "the fixed rule admits whatever the problem's declared tolerance admits: fp16's error (about "
     "1e-3) is inside 1e-2, so the verdict is valid. The calibrated rule rejects it (its error "
@@ -140,10 +134,9 @@ CHEATS: dict[str, Cheat] = {
                                  gap=GAP_FINGERPRINT),
     "cache_scaled_input.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, a scale of the last input)",
                                gap=GAP_FINGERPRINT),
-    # it prepares 6,600 inputs and outputs per instance and new seed (the shapes stage's four
-    # instances among them): a minute and more on a loaded 2-core machine
-    "cache_predicted_seeds.py": Cheat(LINEAR, TIMING, None, "6 output cache (self, inputs predicted from seeds)",
-                                  gap=GAP_PREDICTED, timeout_s=300),
+    # it reads the global RNG's seed (torch.initial_seed): static global_flags since issue 46
+    # (before, valid and neutralized: its timed predictions never hit the secret-keyed seeds)
+    "cache_predicted_seeds.py": Cheat(LINEAR, STATIC, "global_flags", "6 output cache (self, inputs predicted from seeds)"),
     # -- I/O ---------------------------------------------------------------------------------------
     "io_file_cache.py": Cheat(LINEAR, STATIC, "io", "6 output cache in a file"),
     "io_socket.py": Cheat(LINEAR, STATIC, "io", "17 network I/O"),

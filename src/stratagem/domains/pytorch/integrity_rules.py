@@ -195,13 +195,16 @@ IO_PATHS = ("/dev/shm", "/proc/")
 
 GLOBAL_FLAGS = Rules(
     why="global torch settings, the environment and RNG state belong to the harness; leave them "
-    "alone (os.environ TORCH_CUDA_ARCH_LIST and MAX_JOBS are allowed)",
+    "alone, and do not read the RNG's seed or state either (it predicts the inputs) "
+    "(os.environ TORCH_CUDA_ARCH_LIST and MAX_JOBS are allowed)",
     names=(
         "torch.set_float32_matmul_precision", "torch.backends.**.flags", "torch.set_flush_denormal",
         "torch.use_deterministic_algorithms", "torch.set_deterministic_debug_mode",
         "torch.set_default_*", "torch.set_num_threads", "torch.set_num_interop_threads",
         "torch._C._set_*", "torch._C._jit_set*", "torch.manual_seed", "torch.seed",
         "torch.set_rng_state", "torch.random.*seed*", "torch.random.set_rng_state",
+        "torch.initial_seed", "torch.get_rng_state", "torch.random.get_rng_state", "torch.cuda.get_rng_state*",
+        "torch.cuda.random.get_rng_state*", "random.getstate", "numpy.random.get_state",
         "torch.cuda.manual_seed*", "torch.cuda.seed*", "torch.cuda.set_rng_state*",
         "torch.cuda.random.*seed*", "torch.cuda.random.set_rng_state*",
         "torch.cuda.set_per_process_memory_fraction", "torch.cuda.memory.set_per_process_memory_fraction",
