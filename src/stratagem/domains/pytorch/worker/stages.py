@@ -1,10 +1,12 @@
-"""Owns the PyTorch domain's worker stages: load, correctness, timing, baseline.
+"""Owns the PyTorch domain's worker: the Worker (the correctness rule in force, the load stage,
+guarded calls), the table of stages (`STAGES`) and the request driver.
 
-Worker-side only. The stage modules (integrity, timed, ...) take the Worker as a narrow
-`context.StageContext`. `run_request` drives the requested stages through the graph rules of
-the parent (a failed stage skips its dependents) and reports each result as it finishes. An
-exception in candidate code is a failed stage; a CUDA error also retires the worker: every
-later stage is skipped, since the CUDA context can no longer be trusted.
+Worker-side only. The stage modules (correctness, integrity, timed, ...) take the
+Worker, most as a narrow `context.StageContext`. `run_request` drives the requested stages
+through the graph rules of the parent (a failed stage skips its dependents) and reports each
+result as it finishes. An exception in candidate code is a failed stage; a CUDA error also
+retires the worker: every later stage is skipped, since the CUDA context can no longer be
+trusted.
 
 Device use (`device_use.py`): every stage holds the device lock shared, the timed sections
 exclusive; `load_inline` builds (`inline_builds.py`, installed before the candidate is imported)
@@ -28,12 +30,12 @@ from stratagem.domains.pytorch.worker import (
     builds,
     compare,
     confirm,
+    correctness,
     environment,
     guard,
     inline_builds,
     integrity,
     memory,
-    params,
     prebuild,
     precision,
     profile,
@@ -151,82 +153,8 @@ class Worker(DeviceUse):
         return len(inline_builds.EVENTS)
 
     def stage_correctness(self) -> dict[str, Any]:
-        """Trials on fresh seeded inputs: the candidate against eager (and, where it decides or
-        is cheap, both against the float64 anchor: `anchor_wanted`). The fixed rule judges
-        against eager with the per-dtype tolerances; the calibrated rule against the anchor,
-        within a factor of eager's own error.
-
-        Memory: each trial holds its inputs, the candidate's copy of them, the two outputs and
-        (when anchored) the float64 run; the candidate runs first, on its own copy, so the
-        generated inputs stay pristine for the mutation check and the anchor, and the reference
-        then runs on them."""
-        p = self.loaded(need_candidate=True)
-        assert p.candidate is not None
-        trials: list[dict[str, Any]] = []
-        seeds = [int(x) for x in self.req["seeds"]]
-        trials_details: dict[str, Any] = {}
-        anchored: list[int] = []
-        visible = 0.0  # the reference output's magnitude on the visible distribution (first trial)
-        for n, seed in enumerate(seeds):
-            self.last_inputs = None  # the previous trial's: not held while this one runs (memory.py)
-            if n == 1:
-                # after the first trial (which compiles), never last: the integrity stage
-                # refills the last trial's very tensors, which the candidate saw last
-                trials_details = {**params.run_trial(self, seeds[0] + 7),
-                                  **params.run_off_distribution(self, seeds[0] + 11, visible)}
-            inputs = self.make_inputs(p, int(seed))
-            cand_in = runtime.clone_inputs(inputs)
-            with torch.no_grad():
-                # The first call compiles (torch.compile, Triton autotuning): the compile budget.
-                with self.compiling() if not trials else contextlib.nullcontext():
-                    cand_out = self.call_candidate(p.candidate, cand_in)
-            changed = compare.inputs_unchanged(inputs, cand_in)
-            if changed is not None:
-                raise StageFailure("wrong_output", f"trial seed {seed}: the candidate changed its inputs: {changed}",
-                                   {"trials": trials, **self._mode_details(anchored)})
-            self.recorder.save(record.trial_key(int(seed)), cand_out)
-            anchor = self.anchor(inputs) if self.anchor is not None and self.anchor_wanted(n, inputs) else None
-            if anchor is not None:
-                anchored.append(int(seed))
-            with torch.no_grad(), (precision.watching(self.device) if n == 0 else contextlib.nullcontext()) as seen:
-                ref_out = self.call_reference(p.reference, inputs)
-            if seen is not None:
-                self.precision = seen
-
-            def fresh_anchor(seed: int = int(seed)) -> Any:
-                # the inputs made again: the reference may have written into its own
-                out = self.anchor(self.make_inputs(p, seed)) if self.anchor is not None else None
-                if out is not None:
-                    anchored.append(seed)
-                return out
-
-            cmp = self.compare_with_anchor(ref_out, cand_out, anchor, fresh_anchor)
-            if cmp.kind != "malformed":
-                passed = self.req["tolerances"] if cmp.ok and cmp.decided_by == "fixed" else None
-                bench = compare.benchmark_verdicts(ref_out, cand_out, passed)
-            else:
-                bench = dict.fromkeys(compare.BENCHMARK_RULES, False)
-            if not trials:
-                visible = params.output_magnitude(ref_out)
-            trials.append({"seed": int(seed), **cmp.to_json(), "benchmarks": bench})
-            self.last_inputs = cand_in  # the integrity stage refills these very tensors
-            del ref_out, cand_out, inputs, anchor
-            runtime.free_memory()
-            if not cmp.ok:
-                raise StageFailure(cmp.kind, f"trial seed {seed}: {cmp.reason}",
-                                   {"trials": trials, **self._mode_details(anchored, trials)})
-        if len(seeds) == 1:  # a single trial: the randomised ones come after it
-            trials_details = {**params.run_trial(self, seeds[0] + 7),
-                              **params.run_off_distribution(self, seeds[0] + 11, visible)}
-        self.calibrate_atol(trials)
-        return {
-            "trials": trials,
-            "max_abs_err": max(t["max_abs_err"] for t in trials),
-            "max_rel_err": max(t["max_rel_err"] for t in trials),
-            **trials_details,
-            **self._mode_details(anchored, trials),
-            **({"records": dict(self.recorder.transports)} if self.recorder.directory is not None else {}),
-        }
+        """The correctness trials (`correctness.run_correctness`)."""
+        return correctness.run_correctness(self)
 
     def anchor_wanted(self, trial: int, inputs: list[Any]) -> bool:
         """Whether trial `trial` (0-based) runs the float64 anchor: always where it decides (the
@@ -253,7 +181,7 @@ class Worker(DeviceUse):
             return "fixed"
         return mode
 
-    def _mode_details(self, anchored: list[int] | None = None,
+    def mode_details(self, anchored: list[int] | None = None,
                       trials: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         mode = self.mode()
         out: dict[str, Any] = {"mode": mode, "rule": dict(self.rule)}
