@@ -20,7 +20,7 @@ from rich.text import Text
 
 from stratagem.report.leaderboard import spend_line
 from stratagem.search.loop import Progress
-from stratagem.search.session import InFlight
+from stratagem.search.progress import InFlight
 from stratagem.search.state import names_of
 
 HEARTBEAT_S = 30.0

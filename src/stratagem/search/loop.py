@@ -28,14 +28,8 @@ from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.export import exported_files, write_files
 from stratagem.search.headline import Headline, headline_of
-from stratagem.search.session import (
-    HARNESS_FAILURES_MAX,
-    RETIMES_MAX,
-    InFlight,
-    Progress,
-    RunSession,
-    RunView,
-)
+from stratagem.search.progress import InFlight, Progress, RunView
+from stratagem.search.session import HARNESS_FAILURES_MAX, RETIMES_MAX, RunSession
 from stratagem.store.records import EvaluationRecord
 
 __all__ = ["EXHAUSTED", "HARNESS_FAILURES_MAX", "RETIMES_MAX", "InFlight", "Progress", "RunOutcome", "RunView",

@@ -15,8 +15,8 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from stratagem.config import StratagemConfig
 from stratagem.core.design import Design, text_files
@@ -39,8 +39,8 @@ from stratagem.evaluation.service import Baseline, Evaluator
 from stratagem.search import probes
 from stratagem.search import state as st
 from stratagem.search.budget import PROBES_KEY, Budgets, Spend, evaluation_seconds
-from stratagem.search.numbers import Counts
 from stratagem.search.numbers import counts as counts_of
+from stratagem.search.progress import InFlight, Progress, RunView
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
@@ -50,61 +50,6 @@ HARNESS_FAILURES_MAX = 3
 RETIMES_MAX = 2
 """New evaluations a run spends on one design whose timing stayed unstable (each already
 re-times in its worker up to `timing.max_retimes` times)."""
-
-
-class RunView(Protocol):
-    """Where the loop reports progress (the rich live view, or nothing)."""
-
-    def update(self, snapshot: Progress) -> None: ...
-
-
-@dataclass
-class InFlight:
-    """An evaluation (or baseline measurement) in progress, as the live view shows it."""
-
-    label: str
-    stage: str
-    started: float
-    """time.time() at its start."""
-    expect_s: float | None = None
-    """How long one takes here (the median of this invocation's finished ones), when known."""
-    stage_since: float | None = None
-    """time.time() when `stage` began."""
-
-    def line(self, now: float) -> str:
-        elapsed = now - self.started
-        eta = ""
-        if "waiting for the timing lock" in self.stage:  # a wait is not a slow load: said as such
-            eta = f", waiting for {now - (self.stage_since or self.started):.0f} s"
-        elif self.expect_s is not None:
-            left = self.expect_s - elapsed
-            eta = f", about {left:.0f} s left" if left > 0 else ", longer than usual"
-        return f"{self.label}: {self.stage} ({elapsed:.0f} s{eta})"
-
-
-@dataclass
-class Progress:
-    """What the live view shows."""
-
-    problem: str
-    policy: str
-    iteration: int = 0
-    iterations: int = 0
-    strategy: str = ""
-    workers: dict[str, str] = field(default_factory=dict)
-    counts: Counts = field(default_factory=lambda: counts_of(()))
-    """The designs by the one definition every view uses (`search/numbers.py`)."""
-    best_speedup: float | None = None
-    best_id: str | None = None
-    best_text: str = "-"
-    """The best design's paired speedup as everywhere else (`1.23x [1.20, 1.26]`)."""
-    spend: Spend = field(default_factory=Spend)
-    events: list[str] = field(default_factory=list)
-    inflight: dict[str, InFlight] = field(default_factory=dict)
-    """Evaluations running now, by design id (short)."""
-
-    def event(self, text: str) -> None:
-        self.events = (self.events + [f"{time.strftime('%H:%M:%S')} {text}"])[-8:]
 
 
 class RunSession:
