@@ -1,7 +1,8 @@
 """Owns the PyTorch domain's validator graphs: the default one (`static_checks -> load ->
 correctness -> {integrity, shapes} -> timing -> roofline`, `provenance` after timing under the
 strict policy), narrowed by a problem's own declaration, and the graphs of a baseline, a
-calibration, an audit, a confirmation block and the writers' tools (`PROBE_GRAPHS`).
+calibration, an audit, a confirmation block, the writers' tools (`PROBE_GRAPHS`) and the
+red-team audit of an accepted design (`BREACH_GRAPH`, `breach_graph`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,26 @@ PROBE_GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {
 design and compares it with the reference (the correctness trials, the odd and aligned sizes),
 with no integrity stage and no timing; `profile` loads it and profiles one warm call (GPU: its
 kernels; CPU: torch's operators). Neither is a verdict."""
+
+
+BREACH_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("load", (), "worker"),
+    ValidatorSpec("breach_audit", ("load",), "worker"),
+    ValidatorSpec("provenance", ("breach_audit",), "worker"),
+)
+"""The red-team audit of a design the harness accepted (issue 46, `worker/breach_audit.py`):
+checks stronger than the harness's (fresh sizes, more anchored trials, other input
+distributions, outputs compared late and after the next call, other timing protocols), then,
+under the strict policy, the runtime `provenance` stage after every call of the audit (it needs
+only `load`: its measured calls make their own inputs). A failed stage is a breach.
+`breach_graph` drops `provenance` under the lenient policy, which does not require own kernels."""
+
+
+def breach_graph(policy: IntegrityPolicy = "strict") -> ValidatorGraph:
+    """The breach audit's graph for a design accepted under `policy` (`BREACH_GRAPH`, without
+    `provenance` under the lenient policy)."""
+    specs = BREACH_GRAPH if policy == "strict" else tuple(s for s in BREACH_GRAPH if s.name != "provenance")
+    return ValidatorGraph.of(specs)
 
 
 STRICT_EXTRA = ValidatorSpec("provenance", ("timing",), "worker")

@@ -1,7 +1,7 @@
 """Owns the PyTorch domain's worker: the Worker (the correctness rule in force, the load stage,
 guarded calls), the table of stages (`STAGES`) and the request driver.
 
-Worker-side only. The stage modules (correctness, integrity, timed, ...) take the
+Worker-side only. The stage modules (correctness, integrity, timed, breach_audit, ...) take the
 Worker, most as a narrow `context.StageContext`. `run_request` drives the requested stages
 through the graph rules of the parent (a failed stage skips its dependents) and reports each
 result as it finishes. An exception in candidate code is a failed stage; a CUDA error also
@@ -27,6 +27,7 @@ import torch
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.worker import (
     audit,
+    breach_audit,
     builds,
     compare,
     confirm,
@@ -328,6 +329,7 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
     "correctness": Worker.stage_correctness,
     "integrity": integrity.run_integrity,
     "audit": audit.run_audit,
+    "breach_audit": breach_audit.run_breach_audit,
     "provenance": provenance.run_provenance,
     "calibrate": lambda w: roofline.calibrate(w.device),
     "shapes": integrity.run_shapes,
@@ -417,7 +419,7 @@ def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_di
     return {"results": results, "environment": environment.describe(worker.device)}
 
 
-SELF_LOCKING = frozenset({"load", "timing", "baseline", "confirm", "profile"})
+SELF_LOCKING = frozenset({"load", "timing", "baseline", "confirm", "profile", "breach_audit"})
 """Stages that take the device lock themselves (for parts of their work); every other stage
 holds it shared throughout, and `calibrate` (which measures the device's peaks) exclusive."""
 
