@@ -30,14 +30,16 @@ def test_an_attempt_declares_its_class_in_its_first_lines() -> None:
     assert claim_of("x = 1\n" * 50 + "# exploit: late\n").exploit == "undeclared"
 
 
-def _attack(tmp_path: Path, capsys: pytest.CaptureFixture[str], attempts: list[Path], *extra: str) -> tuple[int, dict, Path]:
-    """A red-team run on a copy of the corpus's linear_relu problem (a copy: the project's own
-    problems also write into the project's corpus), the attacker writing `attempts` in order."""
+def _attack(tmp_path: Path, capsys: pytest.CaptureFixture[str], attempts: list[Path], *extra: str,
+            problem_name: str = "linear_relu") -> tuple[int, dict, Path]:
+    """A red-team run on a copy of a corpus problem (a copy: the project's own problems also
+    write into the project's corpus), the attacker writing `attempts` in order."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     folder = tmp_path / "attacker"
     folder.mkdir()
     (folder / "attempts.txt").write_text("\n".join(str(p) for p in attempts))
-    problem = tmp_path / "linear_relu.py"
-    shutil.copy(ADV / "problems" / "linear_relu.py", problem)
+    problem = tmp_path / f"{problem_name}.py"
+    shutil.copy(ADV / "problems" / f"{problem_name}.py", problem)
     cfg = tmp_path / "fast.toml"
     cfg.write_text(FAST)
     code = main(["redteam", str(problem), "--agent-cmd", f"{sys.executable} {ATTACKER} {folder}",
@@ -204,3 +206,28 @@ def test_replayed_corpus_cheats_are_caught_or_breached_never_accepted(tmp_path, 
     assert code == 0, out
     assert len(out["redteam"]["attempts"]) == len(attempts)
     _none_silently_accepted(out, {"functional_linear"})
+
+
+@pytest.mark.slow
+def test_the_whole_corpus_replayed_by_an_attacker_is_caught_or_breached(tmp_path, capsys) -> None:
+    """Every cheat of the adversarial corpus (one red-team run per problem) is caught by the
+    harness or turned into a breach by the audit; every honest candidate is found honest."""
+    sys.path.insert(0, str(ADV))
+    from test_corpus import CHEATS, HONEST_CASES
+
+    problems = sorted({c.problem for c in CHEATS.values()} | {h.problem for h in HONEST_CASES.values()})
+    for name in problems:
+        attempts = [ADV / "candidates" / f for f, c in CHEATS.items() if c.problem == name]
+        honest = [ADV / "honest" / f for f, h in HONEST_CASES.items() if h.problem == name]
+        code, out, _ = _attack(tmp_path / name, capsys, attempts + honest, "--attempts", "4", problem_name=name)
+        assert code == 0, out
+        _none_silently_accepted(out, {p.stem for p in honest})
+
+
+def test_the_audit_keeps_to_the_runs_compute_budget(tmp_path, capsys) -> None:
+    # one evaluation spends the GPU-seconds budget: the accepted attempt is not audited, and says why
+    code, out, _ = _attack(tmp_path, capsys, [ADV / "honest" / "functional_linear.py"], "--max-gpu-seconds", "0.5")
+    assert code == 0, out
+    [a] = out["redteam"]["attempts"]
+    assert a["outcome"] == "unaudited" and "max_gpu_seconds" in a["evidence"], a
+    assert out["redteam"]["by_class"]["functional_linear"]["unaudited"] == 1
