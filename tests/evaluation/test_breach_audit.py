@@ -23,7 +23,7 @@ from stratagem.core.design import Design
 from stratagem.core.graph import ValidatorGraph
 from stratagem.domains.pytorch.graphs import BREACH_GRAPH, breach_graph
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.worker import breach_audit
+from stratagem.domains.pytorch.worker import breach_audit, breach_timing
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluation, Evaluator
 
@@ -119,7 +119,7 @@ def test_the_default_harness_accepts_each_cheat(case: str, cpu_config: Evaluatio
     assert ev.verdict.status == "valid", ev.verdict.report()
     if case == "fingerprint_cache":
         timing = ev.verdict.result("timing")
-        assert timing is not None and timing.details["speedup"]["ratio"] > 2 * breach_audit.TIMING_FAST
+        assert timing is not None and timing.details["speedup"]["ratio"] > 2 * breach_timing.TIMING_FAST
 
 
 @pytest.mark.slow
@@ -161,7 +161,7 @@ def test_fresh_sizes_keep_the_alignment_and_differ_from_the_visible_ones() -> No
 def test_perturbed_inputs_are_new_values_of_the_same_distribution() -> None:
     x = torch.randn(64, 64)
     idx = torch.arange(8)
-    y, same_idx = breach_audit.perturbed([x, idx], seed=7)
+    y, same_idx = breach_timing.perturbed([x, idx], seed=7)
     assert same_idx is idx
     assert not torch.equal(x, y)
-    assert float(((y - x).abs() / x.abs().clamp_min(1e-30)).max()) <= breach_audit.PERTURB * 1.01
+    assert float(((y - x).abs() / x.abs().clamp_min(1e-30)).max()) <= breach_timing.PERTURB * 1.01

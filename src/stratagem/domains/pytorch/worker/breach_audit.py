@@ -14,9 +14,8 @@ fails on the first failed check, `<check>: <evidence>`, with that check's failur
 - `distributions`: inputs from distributions the harness never draws (scaled by 1e-3 and 1e3,
   shifted by +5, uniform [0, 1), all negative, mostly zeros, integer-valued), judged against the
   float64 anchor within a factor of eager's own error (NaN or infinity where eager is finite fails);
-- `interleaved_timing`: the speedup under the harness's paired blocks and under other
-  protocols (one call each, alternating; blocks with the candidate first), each call on inputs
-  of its own perturbed off `get_inputs()`'s values; faster only under the harness's fails;
+- `interleaved_timing` (`breach_timing.py`): the speedup under the harness's paired blocks and
+  under other protocols, on inputs of their own; faster only under the harness's fails;
 - `fresh_shapes`: the size constants the shapes stage varies grown (x1.5, x2, aligned), halved
   and made odd, within the memory the worker may use, two fresh seeds each, anchored.
 
@@ -26,20 +25,20 @@ graph's, `graphs.breach_graph`); it is listed here as what decides it.
 Reused, not copied: inputs and models (`runtime.py`), the rules (`compare.py`), the anchor
 (`anchor.py`), the shapes stage's alignment (`integrity.py`'s neighbours in `shapes.py`),
 paired timing (`timing.py`), seeds keyed by the request's secret (`record.derived_seed`).
+A check costs about 2-6 reference-sized calls per trial; `total_cost_s` and each `cost_s` say
+what it took.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.core import paired
-from stratagem.domains.pytorch.worker import compare, params, record, runtime, timing
+from stratagem.domains.pytorch.worker import breach_timing, compare, params, record, runtime
 from stratagem.domains.pytorch.worker.anchor import Anchor
 from stratagem.worker_api.device_lock import Mode
 from stratagem.worker_api.stages import StageFailure
@@ -68,18 +67,6 @@ DISTRIBUTION_ULPS = 8.0
 largest magnitude (cancellations of inputs scaled by 1e3)."""
 DELAY_S = 0.3
 """`delayed_compare`: the sleep after a synchronize before the output is compared again."""
-TIMING_FAST = 1.1
-"""`interleaved_timing` judges only a design faster than this under the harness's protocol."""
-TIMING_SHARE = 0.5
-"""... and fails it when another protocol's speedup is under this share of the harness's."""
-TIMING_BUDGET_MS = 300.0
-"""The audit's timings are capped at this budget per protocol (the request's if smaller)."""
-ALTERNATING_MIN, ALTERNATING_MAX = 10, 200
-"""Pairs of single calls of the alternating protocol: the harness's candidate calls, within these."""
-REVERSED_PAIRS_MIN = 5
-"""Block pairs of the candidate-first protocol: half the harness's, at least this many."""
-PERTURB = 2.0**-10
-"""Relative perturbation of the alternative protocols' inputs: values no call has seen."""
 
 
 class Check:
@@ -113,7 +100,7 @@ def run_breach_audit(w: StageContext) -> dict[str, Any]:
         ("delayed_compare", lambda c: _delayed_compare(w, c), "shared"),
         ("anchored_trials", lambda c: _anchored_trials(w, c, visible), "shared"),
         ("distributions", lambda c: _distributions(w, c), "shared"),
-        ("interleaved_timing", lambda c: _interleaved_timing(w, c), "exclusive"),
+        ("interleaved_timing", lambda c: breach_timing.check(w, c), "exclusive"),
         ("fresh_shapes", lambda c: _fresh_shapes(w, c, visible), "shared"),
     ]
     checks: list[dict[str, Any]] = []
@@ -228,7 +215,7 @@ def _delayed_compare(w: StageContext, c: Check) -> None:
     if not first.ok:
         c.fail(f"the first call: {first.reason}", first.kind)
         return
-    b_in = perturbed(w.make_inputs(p, _seed(w, "delayed", "b")), _seed(w, "delayed", "perturb"))
+    b_in = breach_timing.perturbed(w.make_inputs(p, _seed(w, "delayed", "b")), _seed(w, "delayed", "perturb"))
     ref_b = w.call_reference(p.reference, runtime.clone_inputs(b_in))
     out_b = w.call_candidate(p.candidate, b_in)
     if not _same(out_a, snap):
@@ -317,71 +304,6 @@ def _distributions(w: StageContext, c: Check) -> None:
     c.info["distributions"] = done
     c.evidence = (f"{sum(1 for d in done if 'skipped' not in d)} distributions within {DISTRIBUTION_FACTOR:g}x "
                   f"eager's error against float64 + {DISTRIBUTION_ULPS:g} ulps")
-
-
-def perturbed(inputs: list[Any], seed: int) -> list[Any]:
-    """Floating inputs times (1 + PERTURB x U(-1, 1)): the same distribution, values no call
-    has seen; other inputs (indices, masks) unchanged."""
-    out: list[Any] = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
-            g = torch.Generator(device=x.device).manual_seed(seed)
-            u = torch.rand(x.shape, generator=g, device=x.device, dtype=torch.float32)
-            x = (x.float() * u.mul_(2 * PERTURB).add_(1 - PERTURB)).to(x.dtype)
-        out.append(x)
-    return out
-
-
-def _interleaved_timing(w: StageContext, c: Check) -> None:
-    p = w.loaded(need_candidate=True)
-    assert p.candidate is not None
-    base = w.req["timing"]
-    cfg = {**base, "budget_ms": min(float(base["budget_ms"]), TIMING_BUDGET_MS),
-           "pairs": min(int(base.get("pairs", 40)), 20)}
-    sets = w.timing_inputs(p)
-    harness = timing.time_paired(p.reference, p.candidate, sets, cfg, w.device, w.fresh_inputs(p, 1000))
-    ratio = paired.Ratio.from_json(harness["speedup"])
-    assert ratio is not None
-    fast = ratio.ratio
-    n = min(max(int(harness["pairs"]) * int(harness["calls_per_block"]["candidate"]), ALTERNATING_MIN), ALTERNATING_MAX)
-    flush = timing.L2Flusher(w.device) if w.device.startswith("cuda") and base.get("flush_l2", True) else None
-
-    def fresh(tag: str) -> timing.Fresh:
-        return lambda i: perturbed(w.make_inputs(p, _seed(w, "timing", tag, i)), _seed(w, "timing", tag, i, "p"))
-
-    # one call each, alternating (the candidate first in every other pair), each call on inputs
-    # of its own made just before it, as the harness makes them
-    times: dict[str, list[float]] = {"candidate": [], "reference": []}
-    progs = {"candidate": p.candidate, "reference": p.reference}
-    make = fresh("alternating")
-    for i in range(n):
-        for j, name in enumerate(("candidate", "reference") if i % 2 == 0 else ("reference", "candidate")):
-            times[name] += timing._block(progs[name], [], 1, w.device, flush, make, 2 * i + j)[0]  # noqa: SLF001
-    ref_ms, cand_ms = times["reference"], times["candidate"]
-    alternating = statistics.median(ref_ms) / max(statistics.median(cand_ms), 1e-9)
-    # blocks as the harness's, the candidate's first in every pair
-    k_c, k_r = (int(harness["calls_per_block"][s]) for s in ("candidate", "reference"))
-    blocks_c: list[list[float]] = []
-    blocks_r: list[list[float]] = []
-    make = fresh("reversed")
-    at = 0
-    for _ in range(max(REVERSED_PAIRS_MIN, int(harness["pairs"]) // 2)):
-        blocks_c.append(timing._block(p.candidate, [], k_c, w.device, flush, make, at)[0])  # noqa: SLF001
-        at += k_c
-        blocks_r.append(timing._block(p.reference, [], k_r, w.device, flush, make, at)[0])  # noqa: SLF001
-        at += k_r
-    reversed_blocks = statistics.median(paired.pair_ratios(blocks_r, blocks_c) or [0.0])
-    c.info.update(harness_speedup=fast, harness_interval=[ratio.low, ratio.high], pairs=harness["pairs"],
-                  alternating_speedup=alternating, alternating_calls=n, reversed_blocks_speedup=reversed_blocks,
-                  threshold={"harness_above": TIMING_FAST, "share": TIMING_SHARE})
-    worst = min(alternating, reversed_blocks)
-    if fast > TIMING_FAST and worst < TIMING_SHARE * fast:
-        which = "one call each, alternating" if alternating <= reversed_blocks else "blocks with the candidate's first"
-        c.fail(f"faster only when measured: {fast:.3g}x under the harness's paired blocks, {worst:.3g}x under "
-               f"another protocol ({which}, inputs of their own), under {TIMING_SHARE:g} of it", "rejected")
-        return
-    c.evidence = (f"{fast:.3g}x under the harness's protocol, {alternating:.3g}x alternating, "
-                  f"{reversed_blocks:.3g}x with the candidate's blocks first")
 
 
 def grown(v: int, factor: float) -> int:

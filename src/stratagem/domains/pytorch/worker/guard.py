@@ -55,6 +55,7 @@ HARNESS_MODULES = (
     "stratagem.domains.pytorch.worker.params",
     "stratagem.domains.pytorch.worker.anchor",
     "stratagem.domains.pytorch.worker.breach_audit",
+    "stratagem.domains.pytorch.worker.breach_timing",
     "stratagem.domains.pytorch.worker.correctness",
     "stratagem.domains.pytorch.worker.record",
     "stratagem.domains.pytorch.worker.guard",
