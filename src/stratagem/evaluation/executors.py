@@ -212,17 +212,7 @@ class LocalExecutor:
         `on_event` sees the worker's progress events."""
         slot = await self._take(device)
         try:
-            for v in slot.env.values():
-                if v and v.startswith("/"):
-                    Path(v).mkdir(parents=True, exist_ok=True)
-            if slot.lock_path is not None:
-                slot.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            req = request.model_copy(update={
-                "device": slot.device,
-                "timing_lock": str(slot.lock_path) if slot.lock_path else None,
-                "timing_cores": list(slot.timing_cores),
-                "reserved_cores": list(slot.reserved_cores),
-            })
+            req = request.model_copy(update=slot.prepare())
             settings = SandboxSettings(
                 timeout_s=timeout_s,
                 base_env=self._base_env,

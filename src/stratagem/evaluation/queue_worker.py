@@ -52,14 +52,7 @@ def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) ->
     """Run one request in this worker's slot: the response body (the slot and the sandbox's
     result); the worker's stage events are appended to `progress` as they come (the run's
     live view reads them)."""
-    for v in slot.env.values():
-        if v and v.startswith("/"):
-            Path(v).mkdir(parents=True, exist_ok=True)
-    if slot.lock_path is not None:
-        slot.lock_path.parent.mkdir(parents=True, exist_ok=True)
-    req = dict(entry["request"])
-    req.update(device=slot.device, timing_lock=str(slot.lock_path) if slot.lock_path else None,
-               timing_cores=list(slot.timing_cores), reserved_cores=list(slot.reserved_cores))
+    req = {**entry["request"], **slot.prepare()}
     given = dict(entry.get("settings") or {})
     import json
 

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,17 @@ class Slot:
     def where(self) -> str:
         """`host/device`: where an evaluation in this slot ran (stored with it)."""
         return f"{self.host or '?'}/{self.physical}"
+
+    def prepare(self) -> dict[str, Any]:
+        """Make the slot's folders (the paths its variables pin, its lock's folder) and return
+        what a request run in it is given: its device, timing lock and cores."""
+        for v in self.env.values():
+            if v and v.startswith("/"):
+                Path(v).mkdir(parents=True, exist_ok=True)
+        if self.lock_path is not None:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        return {"device": self.device, "timing_lock": str(self.lock_path) if self.lock_path else None,
+                "timing_cores": list(self.timing_cores), "reserved_cores": list(self.reserved_cores)}
 
 
 TIMING_CORES_MIN = 4
