@@ -43,6 +43,7 @@ from stratagem.domains.pytorch.graphs import (
     DEFAULT_GRAPH,
     PROBE_GRAPHS,
     STRICT_EXTRA,
+    breach_graph,
     validator_graph,
 )
 from stratagem.domains.pytorch.rules import POLICY_RULES, STAGE_RULES, agent_rules
@@ -70,7 +71,8 @@ WORKER = WorkerSpec(
 )
 """The worker's stages (`run_request`) and the judge (`run_judge`), run in the sandbox; the
 build settings torch, Triton and Inductor read, and their compile caches per slot."""
-GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"confirm": CONFIRM_GRAPH, "audit": AUDIT_GRAPH, **PROBE_GRAPHS}
+GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"confirm": CONFIRM_GRAPH, "audit": AUDIT_GRAPH, **PROBE_GRAPHS,
+                                                "breach": breach_graph("lenient").specs}
 """The named graphs the domain offers (`Domain.graphs`)."""
 __all__ = [  # re-exported: the evaluator checks the version of cached peaks; tests read the rest here
     "AUDIT_GRAPH", "BASELINE_GRAPH", "CALIBRATE_GRAPH", "CONFIRM_GRAPH", "DEFAULT_GRAPH", "PEAKS_VERSION",
