@@ -115,6 +115,10 @@ def run_breach_audit(w: StageContext) -> dict[str, Any]:
                     run(c)
             except StageFailure as f:  # a guarded call raised: the candidate's failure
                 c.fail(f.reason, f.kind)
+            except Exception as e:  # noqa: BLE001 - the audit's own code: no verdict, said as such
+                w.note_cuda(e)
+                c.fail(f"the audit raised: {runtime.one_line(e)}", "harness_error")
+                c.info["traceback"] = runtime.format_exception(e)
             runtime.free_memory()
         checks.append(c.to_json(time.perf_counter() - t0))
     checks.append(_provenance_entry(w))
@@ -280,8 +284,12 @@ def _distributions(w: StageContext, c: Check) -> None:
         gen = torch.Generator(device=w.device).manual_seed(_seed(w, "distribution", name, "draw"))
         inputs = [make(x, gen) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in base]
         del base
+        try:
+            ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
+        except StageFailure as f:  # the problem is not defined there (say, a log of negatives)
+            done.append({"distribution": name, "skipped": f"the reference raises there: {f.reason}"})
+            continue
         cand_out = w.call_candidate(p.candidate, runtime.clone_inputs(inputs))
-        ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
         if not params.finite(ref_out):
             done.append({"distribution": name, "skipped": "the reference is not finite there"})
             continue
@@ -369,7 +377,13 @@ def _fresh_shapes(w: StageContext, c: Check, visible_sizes: Mapping[str, Any]) -
                 if w.poisoned:
                     break
                 continue
-            cand = runtime.instantiate(cls, init, seed, w.device)
+            try:
+                cand = runtime.instantiate(cls, init, seed, w.device)
+            except Exception as e:  # noqa: BLE001 - candidate code: its failure is the check's
+                w.note_cuda(e)
+                c.fail(f"with size constants {label}: ModelNew(*get_init_inputs()) raised: {runtime.one_line(e)}",
+                       runtime.classify_exception(e))
+                break
             anchor = Anchor(ref, w.device)
             for j in range(SHAPE_SEEDS):
                 inputs = probe if j == 0 else runtime.make_inputs(mod, _seed(w, "shapes", i, j), w.device)
@@ -384,6 +398,8 @@ def _fresh_shapes(w: StageContext, c: Check, visible_sizes: Mapping[str, Any]) -
     finally:
         runtime.reset_compiled()  # as after the shapes stage: the problem's sizes compile afresh
     c.info["variants"] = done
+    if not c.ok:
+        return
     ran = sorted({tuple(d["sizes"].items()) for d in done if "skipped" not in d})
     c.evidence = f"{len(ran)} size variants of {', '.join(keys)}, {SHAPE_SEEDS} seeds each" + (
         f"; {len(variants) - len(ran)} skipped" if len(ran) < len(variants) else "")
