@@ -5,7 +5,9 @@ the harness shows as a failed check (a breach).
 Worker-side only. Each check is recorded as `{"check", "ok", "evidence", "cost_s", ...}`
 (`ok` is False when it found a breach; a check that could not run says `skipped`); the stage
 fails on the first failed check, `<check>: <evidence>`, with that check's failure kind
-(`wrong_output`, `malformed`, `rejected` for timing, or what the candidate's exception was).
+(`wrong_output`, `malformed`, `rejected` for timing and tampering, or what the candidate's
+exception was; `harness_error`, no verdict, where the audit's own code raised). The tamper
+snapshot is read once more at the end (`harness_tampering`).
 
 - `delayed_compare`: an output compared with its snapshot after a synchronize and a sleep (work
   left running after return, a buffer written later), and again after the next call on other
@@ -23,8 +25,9 @@ The strict policy's runtime provenance is the `provenance` stage after this one 
 graph's, `graphs.breach_graph`); it is listed here as what decides it.
 
 Reused, not copied: inputs and models (`runtime.py`), the rules (`compare.py`), the anchor
-(`anchor.py`), the shapes stage's alignment (`integrity.py`'s neighbours in `shapes.py`),
-paired timing (`timing.py`), seeds keyed by the request's secret (`record.derived_seed`).
+(`anchor.py`), the constants the shapes stage varies (the request's `shape_variants`; their
+alignment computed as `shapes.py` does), the off-distribution rule where there is no anchor
+(`params.py`), paired timing (`timing.py`), seeds keyed by the request's secret (`record.derived_seed`).
 A check costs about 2-6 reference-sized calls per trial; `total_cost_s` and each `cost_s` say
 what it took.
 """
