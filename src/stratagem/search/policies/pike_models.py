@@ -1,7 +1,7 @@
 """Owns what both PIKE policies are built from: their models (injected for tests, the offline
 `test` models, or the configured model for every role), the agent runtime recording every
-call through the Session, the problem brief, and the rule that stops a run whose model answers
-nothing.
+call through the Session, the problem brief, the rule that stops a run whose model answers
+nothing, and the directions earlier phases or batches asked (`asked_before`).
 """
 
 from __future__ import annotations
