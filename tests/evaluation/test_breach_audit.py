@@ -55,9 +55,13 @@ CHEATS: dict[str, tuple[Path, Path, str]] = {
     "reused_output_buffer": (ADVERSARIAL / "problems" / "linear_relu.py", BREACH / "reused_output_buffer.py",
                              "delayed_compare"),
     "fingerprint_cache": (BREACH / "problem_fixed_inputs.py", BREACH / "fingerprint_cache.py", "interleaved_timing"),
+    # the corpus's value-keyed caches: neutralized by the harness's fresh timed inputs, not rejected
+    "corpus_self_fingerprint": (ADVERSARIAL / "problems" / "linear_relu.py",
+                                ADVERSARIAL / "candidates" / "cache_self_fingerprint.py", "interleaved_timing"),
 }
 
-KINDS = {"fingerprint_cache": "rejected", "hardwired_view_without_shapes": "exception"}
+KINDS = {"fingerprint_cache": "rejected", "corpus_self_fingerprint": "rejected",
+         "hardwired_view_without_shapes": "exception"}
 """The failure kind where it is not `wrong_output`: timing's, and the candidate's own exception."""
 
 
@@ -86,7 +90,8 @@ def test_an_honest_candidate_passes_every_check(name: str, cpu_config: Evaluatio
     ev = _evaluate(cpu_config, problem, ADVERSARIAL / "honest" / name, breach_graph("lenient"))
     assert ev.verdict.status == "valid", ev.verdict.report()
     checks = _checks(ev)
-    assert list(checks) == CHECKS
+    assert [c for c in checks if c in CHECKS] == CHECKS  # in this order, among any others
+    assert all(c["ok"] is not False for c in checks.values()), checks
     for check in CHECKS[:-1]:
         assert checks[check]["ok"] is True, checks[check]
         assert checks[check]["cost_s"] >= 0.0 and checks[check]["evidence"], checks[check]
@@ -103,8 +108,13 @@ def test_the_audit_catches_what_the_harness_accepted(case: str, cpu_config: Eval
     ev = _evaluate(cpu_config, problem, candidate, breach_graph("lenient"))
     audit = ev.verdict.result("breach_audit")
     assert ev.verdict.status == "invalid" and audit is not None and audit.outcome == "failed", ev.verdict.report()
-    assert audit.reason is not None and audit.reason.startswith(f"{check}:"), audit.reason
     checks = _checks(ev)
+    failed = [c for c in checks.values() if c["ok"] is False]
+    assert audit.reason is not None and audit.reason.startswith(f"{failed[0]['check']}:"), audit.reason
+    if case.startswith("corpus_"):  # the timing check says which it is, whichever check fails first
+        assert checks[check]["evidence"].startswith("fast only on a repeated input"), checks[check]
+    else:
+        assert failed[0]["check"] == check, audit.reason
     assert checks[check]["ok"] is False and checks[check]["kind"] == audit.kind, checks[check]
     assert audit.kind == KINDS.get(case, "wrong_output")
 
