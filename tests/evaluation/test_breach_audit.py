@@ -58,9 +58,11 @@ CHEATS: dict[str, tuple[Path, Path, str]] = {
     # the corpus's value-keyed caches: neutralized by the harness's fresh timed inputs, not rejected
     "corpus_self_fingerprint": (ADVERSARIAL / "problems" / "linear_relu.py",
                                 ADVERSARIAL / "candidates" / "cache_self_fingerprint.py", "interleaved_timing"),
+    "corpus_sampled_values": (ADVERSARIAL / "problems" / "linear_relu.py",
+                              ADVERSARIAL / "candidates" / "cache_sampled_values.py", "delayed_compare"),
 }
 
-KINDS = {"fingerprint_cache": "rejected", "corpus_self_fingerprint": "rejected",
+KINDS = {"fingerprint_cache": "rejected", "corpus_self_fingerprint": "rejected", "corpus_sampled_values": "rejected",
          "hardwired_view_without_shapes": "exception"}
 """The failure kind where it is not `wrong_output`: timing's, and the candidate's own exception."""
 
@@ -111,7 +113,7 @@ def test_the_audit_catches_what_the_harness_accepted(case: str, cpu_config: Eval
     checks = _checks(ev)
     failed = [c for c in checks.values() if c["ok"] is False]
     assert audit.reason is not None and audit.reason.startswith(f"{failed[0]['check']}:"), audit.reason
-    if case.startswith("corpus_"):  # the timing check says which it is, whichever check fails first
+    if case == "corpus_self_fingerprint":  # the timing check says which it is, whichever fails first
         assert checks[check]["evidence"].startswith("fast only on a repeated input"), checks[check]
     else:
         assert failed[0]["check"] == check, audit.reason

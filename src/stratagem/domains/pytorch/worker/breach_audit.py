@@ -11,7 +11,9 @@ snapshot is read once more at the end (`harness_tampering`).
 
 - `delayed_compare`: an output compared with its snapshot after a synchronize and a sleep (work
   left running after return, a buffer written later), and again after the next call on other
-  inputs (output storage reused across calls; the harness copies every output it keeps);
+  inputs (output storage reused across calls; the harness copies every output it keeps), and a
+  third call on the first one's values at new addresses must not return the first's storage (an
+  output cache keyed on the values: the harness's fresh timed inputs neutralize it, not reject it);
 - `anchored_trials`: more trials at the problem's own sizes, each with the float64 anchor;
 - `distributions`: inputs from distributions the harness never draws (scaled by 1e-3 and 1e3,
   shifted by +5, uniform [0, 1), all negative, mostly zeros, integer-valued), judged against the
@@ -234,7 +236,14 @@ def _delayed_compare(w: StageContext, c: Check) -> None:
     if not second.ok:
         c.fail(f"the second call: {second.reason}", second.kind)
         return
-    c.evidence = f"unchanged after {DELAY_S:g} s and after the next call; both calls correct"
+    # the first call's values again, at new addresses: an output of its own, not the first one
+    out_a2 = w.call_candidate(p.candidate, runtime.clone_inputs(a_in))
+    if _shares_storage(out_a, out_a2):
+        c.fail("a call on the first call's input values (at new addresses) returned the first call's own output "
+               "storage: outputs kept and served again (a cache keyed on the inputs' values)", "rejected")
+        return
+    c.evidence = (f"unchanged after {DELAY_S:g} s and after the next call; both calls correct; the same values "
+                  "again got an output of their own")
     c.info["delay_s"] = DELAY_S
 
 
