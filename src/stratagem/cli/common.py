@@ -113,6 +113,18 @@ CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CO
 ]
 
 
+EndpointOpt = Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")]
+AgentTimeoutOpt = Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call; its process group is killed past it (default 1800).")]
+IntegrityOpt = Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")]
+RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")]
+
+
+def agents_over(model: str | None, endpoint: list[str] | None, agent_cmd: str | None = None,
+                agent_timeout: float | None = None) -> dict[str, object]:
+    """The `[agents]` overrides of --model, --endpoint, --agent-cmd and --agent-timeout."""
+    return {"model": model, "endpoints": endpoint or None, "command": {"cmd": agent_cmd, "timeout_s": agent_timeout}}
+
+
 def fail(console: Console, e: StratagemError, as_json: bool, code: int) -> NoReturn:
     if as_json:
         print(json.dumps({"status": "error", "error": str(e), "error_type": type(e).__name__}))

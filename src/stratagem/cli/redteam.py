@@ -10,10 +10,15 @@ from typing import Annotated, Any
 import typer
 
 from stratagem.cli.common import (
+    AgentTimeoutOpt,
     ConfigOpt,
     CorrectnessOpt,
     DeviceOpt,
+    EndpointOpt,
+    IntegrityOpt,
     JsonOpt,
+    RunDirOpt,
+    agents_over,
     app,
     domain_over,
     fail,
@@ -28,9 +33,9 @@ from stratagem.errors import ConfigError, ProblemError
 def redteam_cmd(
     problem: Annotated[Path | None, typer.Argument(metavar="PROBLEM", help="The problem to attack: a KernelBench-format file (its domain must have a red-team audit).")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="The attacker's LLM (openai:NAME, anthropic:NAME, ollama:NAME, test, or a name served at --endpoint).")] = None,
-    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model.")] = None,
+    endpoint: EndpointOpt = None,
     agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (or any script) as a shell command that writes each attempt, run in a fresh work directory per call (docs/agents.md).")] = None,
-    agent_timeout: Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call.")] = None,
+    agent_timeout: AgentTimeoutOpt = None,
     max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="N", min=1, help="Attempts the attacker may write (queries; default 12).")] = None,
     attempts: Annotated[int | None, typer.Option("--attempts", metavar="N", min=1, help="Attempts written at once per iteration (default 2).")] = None,
     max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="S", help="Evaluation-time budget, audits included (s).")] = None,
@@ -39,9 +44,9 @@ def redteam_cmd(
     corpus: Annotated[Path | None, typer.Option("--corpus", metavar="DIR", help="Where each breach is written as a test fixture (default RUN_DIR/breaches).")] = None,
     replay: Annotated[Path | None, typer.Option("--replay", metavar="CORPUS", help="Replay a breach corpus through the harness instead: exit 1 if any fixture is accepted again or cannot be judged.")] = None,
     device: DeviceOpt = None,
-    integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
+    integrity: IntegrityOpt = None,
     correctness: CorrectnessOpt = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    run_dir: RunDirOpt = None,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
@@ -60,8 +65,7 @@ def redteam_cmd(
         **domain_over(integrity, correctness, problem),
         "search": {"policy": "redteam", "max_queries": max_queries, "max_usd": max_usd,
                    "max_gpu_seconds": max_gpu_seconds, "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
-        "agents": {"model": model, "endpoints": endpoint or None,
-                   "command": {"cmd": agent_cmd, "timeout_s": agent_timeout}},
+        "agents": agents_over(model, endpoint, agent_cmd, agent_timeout),
         "policies": {"redteam": {"corpus": str(corpus.resolve()) if corpus is not None else None,
                                  "attempts": attempts}},
     }

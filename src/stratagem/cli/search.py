@@ -13,12 +13,17 @@ from rich.console import Console
 from rich.text import Text
 
 from stratagem.cli.common import (
+    AgentTimeoutOpt,
     ConfigOpt,
     CorrectnessOpt,
     DeviceOpt,
+    EndpointOpt,
     ExecutorOpt,
+    IntegrityOpt,
     JsonOpt,
     QueueOpt,
+    RunDirOpt,
+    agents_over,
     app,
     domain_over,
     executor_over,
@@ -33,9 +38,9 @@ from stratagem.errors import ConfigError, ProblemError, StratagemError
 def run_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml).")],
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
-    endpoint: Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")] = None,
+    endpoint: EndpointOpt = None,
     agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (Claude Code, Codex CLI, ...) as a shell command that writes the designs in the writing roles (Implementor; PIKE's optimize, fix, mutate, crossover), run in a fresh work directory per call ([agents.command]; docs/agents.md). The other roles keep --model.")] = None,
-    agent_timeout: Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call; its process group is killed past it (default 1800).")] = None,
+    agent_timeout: AgentTimeoutOpt = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, pike-o with --agent-cmd alone, else the problem's own.")] = None,
     design: Annotated[Path | None, typer.Option("--design", metavar="FILE|DIR", exists=True, help="The template --policy tune tunes: a design file, or a directory of a command problem's editable files, declaring its parameters (docs/tune.md).")] = None,
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
@@ -48,9 +53,9 @@ def run_cmd(
     max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget (s).")] = None,
     max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget of this invocation (s).")] = None,
     device: DeviceOpt = None,
-    integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")] = None,
+    integrity: IntegrityOpt = None,
     correctness: CorrectnessOpt = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")] = None,
+    run_dir: RunDirOpt = None,
     executor: ExecutorOpt = None,
     queue: QueueOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Serve the live report on http://127.0.0.1:PORT while the run goes on.")] = False,
@@ -69,8 +74,7 @@ def run_cmd(
                    "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
                    "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
-        "agents": {"model": model, "endpoints": endpoint or None,
-                   "command": {"cmd": agent_cmd, "timeout_s": agent_timeout}},
+        "agents": agents_over(model, endpoint, agent_cmd, agent_timeout),
         "policies": {"tune": {"design": str(design.resolve()) if design is not None else None}},
     }
     console = wide_console(stderr=as_json)
