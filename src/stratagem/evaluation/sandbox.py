@@ -441,7 +441,9 @@ async def _wait(proc: asyncio.subprocess.Process, clock: PhaseClock) -> bool:
                 await proc.wait()
             return False
         except TimeoutError:
-            pass
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():  # a Ctrl-C that came as the poll timed out
+                raise asyncio.CancelledError from None
 
 
 def _signal_name(num: int) -> str:
