@@ -242,6 +242,12 @@ def _delayed_compare(w: StageContext, c: Check) -> None:
         c.fail("a call on the first call's input values (at new addresses) returned the first call's own output "
                "storage: outputs kept and served again (a cache keyed on the inputs' values)", "rejected")
         return
+    # and once more at once, with no other call between (a cache of the last call only)
+    out_a3 = w.call_candidate(p.candidate, runtime.clone_inputs(a_in))
+    if _shares_storage(out_a2, out_a3):
+        c.fail("a call repeating the previous call's input values (at new addresses) returned its output storage: "
+               "the last output kept and served again (a cache keyed on the last input)", "rejected")
+        return
     c.evidence = (f"unchanged after {DELAY_S:g} s and after the next call; both calls correct; the same values "
                   "again got an output of their own")
     c.info["delay_s"] = DELAY_S
