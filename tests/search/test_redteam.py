@@ -196,8 +196,8 @@ def _none_silently_accepted(out: dict, honest: set[str]) -> None:
     for a in out["redteam"]["attempts"]:
         if a["exploit"] in honest:
             assert a["outcome"] == "honest", a
-        else:
-            assert a["outcome"] in ("caught", "breach"), a
+        else:  # rejected by the harness (caught, or broken: it failed to run there) or a breach
+            assert a["outcome"] in ("caught", "broken", "breach"), a
 
 
 def test_replayed_corpus_cheats_are_caught_or_breached_never_accepted(tmp_path, capsys) -> None:
