@@ -433,21 +433,13 @@ def _footprint(base_bytes: int, variant: Mapping[str, int], visible: Mapping[str
     return base_bytes * scale * (VARIANT_FOOTPRINT + 4)
 
 
-def _leaves(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, list | tuple):
-        return [t for x in out for t in _leaves(x)]
-    return []
-
-
 def _same(out: Any, snap: Any) -> bool:
     """Whether every tensor of `out` still holds `snap`'s bits (NaN equal to NaN)."""
-    a, b = _leaves(out), _leaves(snap)
+    a, b = runtime.tensors(out), runtime.tensors(snap)
     return len(a) == len(b) and all(
         x.shape == y.shape and compare.inputs_unchanged([y], [x]) is None for x, y in zip(a, b, strict=True))
 
 
 def _shares_storage(a: Any, b: Any) -> bool:
-    ptrs = {t.untyped_storage().data_ptr() for t in _leaves(a) if t.numel()}
-    return any(t.untyped_storage().data_ptr() in ptrs for t in _leaves(b) if t.numel())
+    ptrs = {t.untyped_storage().data_ptr() for t in runtime.tensors(a) if t.numel()}
+    return any(t.untyped_storage().data_ptr() in ptrs for t in runtime.tensors(b) if t.numel())

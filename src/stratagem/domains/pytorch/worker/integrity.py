@@ -61,16 +61,8 @@ def poison_allocator(device: str, nbytes_hint: int, fraction: float | None = Non
         del blocks
 
 
-def _tensors(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, list | tuple):
-        return [t for x in out for t in _tensors(x)]
-    return []
-
-
 def check_storage(out: Any) -> str | None:
-    for i, t in enumerate(_tensors(out)):
+    for i, t in enumerate(runtime.tensors(out)):
         if t.is_meta:
             return f"output tensor {i} is a meta tensor with no data"
         if t.numel() == 0:

@@ -189,6 +189,15 @@ def inputs_nbytes(inputs: Sequence[Any]) -> int:
     return sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
 
 
+def tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of an output (nested lists and tuples walked in order; anything else skipped)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, list | tuple):
+        return [t for x in out for t in tensors(x)]
+    return []
+
+
 def output_nbytes(out: Any) -> int:
     """Bytes of the tensors in an output or an argument list (nested sequences included)."""
     if isinstance(out, torch.Tensor):
