@@ -101,9 +101,10 @@ def match_angle(s: str, k: int) -> int | None:
     return closing(s, k, "<>")
 
 
-def blank(text: str) -> str:
+def blank(text: str, *, keep_strings: bool = False) -> str:
     """The text with comments, string and character literals replaced by spaces (newlines kept),
-    so braces, names and `<<<` are searched in code only."""
+    so braces, names and `<<<` are searched in code only; `keep_strings`: comments only (a
+    literal is kept, and still read as one, so a `//` inside it starts no comment)."""
     out = list(text)
     i, n = 0, len(text)
     while i < n:
@@ -125,9 +126,11 @@ def blank(text: str) -> str:
         else:
             i += 1
             continue
-        for j in range(i + (1 if c in "\"'" else 0), e - (1 if c in "\"'" else 0)):
-            if out[j] != "\n":
-                out[j] = " "
+        quoted = c in "\"'"
+        if not (quoted and keep_strings):
+            for j in range(i + quoted, e - quoted):
+                if out[j] != "\n":
+                    out[j] = " "
         i = e
     return "".join(out)
 

@@ -1,9 +1,10 @@
 """Owns scanning the C++/CUDA source a candidate carries in strings (syntax only, no compiler).
 
-Comments are stripped and string/char literals blanked before anything is matched, keeping
-offsets and newlines, so findings carry line numbers and prose never triggers a rule. The
-scans are lexical: `static` variables, namespace-scope mutable state, `__global__` kernels,
-`<<<...>>>` launches and a name-based call graph from the exported functions to the launches.
+Comments are stripped and string/char literals blanked before anything is matched (`clean`:
+`cuda_text.blank`, the domain's one C++ lexer), keeping offsets and newlines, so findings carry
+line numbers and prose never triggers a rule. The scans are lexical: `static` variables,
+namespace-scope mutable state, `__global__` kernels, `<<<...>>>` launches and a name-based call
+graph from the exported functions to the launches.
 """
 
 from __future__ import annotations
@@ -12,41 +13,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from stratagem.domains.pytorch.cuda_text import blank as clean
 from stratagem.domains.pytorch.cuda_text import top_level_split
-
-
-def clean(text: str, *, keep_strings: bool = False) -> str:
-    """`text` with comments (and, unless `keep_strings`, literal contents) blanked, same length."""
-    out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            _blank(out, i, j)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            _blank(out, i, j)
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            if not keep_strings:
-                _blank(out, i + 1, min(j, n))
-            i = j + 1
-        else:
-            i += 1
-    return "".join(out)
-
-
-def _blank(out: list[str], i: int, j: int) -> None:
-    for k in range(i, min(j, len(out))):
-        if out[k] != "\n":
-            out[k] = " "
 
 
 def strip_preprocessor(text: str) -> str:
