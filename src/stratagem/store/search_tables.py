@@ -45,6 +45,14 @@ class Connection(Protocol):
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Rows: ...
 
 
+def insert(c: Connection, table: str, row: Mapping[str, Any]) -> int:
+    """Insert `row` into `table`, its keys naming the columns (a list or dict value is stored as
+    JSON); the new row's id."""
+    values = [json.dumps(v) if isinstance(v, list | dict) else v for v in row.values()]
+    cur = c.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({','.join('?' * len(row))})", values)
+    return int(cur.lastrowid or 0)
+
+
 class SearchTables:
     """The search's tables, mixed into `RunStore`, which provides the connection, the
     transactions and the designs."""
@@ -137,14 +145,7 @@ class SearchTables:
 
     def add_agent_call(self, rec: AgentCallRecord) -> int:
         with self._tx() as c:
-            cur = c.execute(
-                "INSERT INTO agent_calls (iteration, role, model, prompt_hash, input_tokens,"
-                " output_tokens, requests, cost_usd, latency_s, retries, ok, error, messages_hash,"
-                " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (rec.iteration, rec.role, rec.model, rec.prompt_hash, rec.input_tokens,
-                 rec.output_tokens, rec.requests, rec.cost_usd, rec.latency_s, rec.retries,
-                 int(rec.ok), rec.error, rec.messages_hash, rec.created_at))
-            return int(cur.lastrowid or 0)
+            return insert(c, "agent_calls", rec.model_dump(exclude={"id"}))
 
     def agent_calls(self) -> list[AgentCallRecord]:
         rows = self._conn.execute(
@@ -158,9 +159,7 @@ class SearchTables:
 
     def add_review(self, rec: ReviewRecord) -> None:
         with self._tx() as c:
-            c.execute("INSERT INTO reviews (design_id, cheating, reason, created_at, failed)"
-                      " VALUES (?,?,?,?,?)",
-                      (rec.design_id, int(rec.cheating), rec.reason, rec.created_at, int(rec.failed)))
+            insert(c, "reviews", rec.model_dump())
 
     def reviews(self) -> list[ReviewRecord]:
         rows = self._conn.execute("SELECT design_id, cheating, reason, created_at, failed FROM reviews"

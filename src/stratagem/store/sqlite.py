@@ -34,7 +34,7 @@ from stratagem.store.records import (
     MeasurementRecord,
     ProblemRecord,
 )
-from stratagem.store.search_tables import SearchTables
+from stratagem.store.search_tables import SearchTables, insert
 
 _AGENT_CALLS = """
 CREATE TABLE IF NOT EXISTS agent_calls (
@@ -291,16 +291,7 @@ class RunStore(SearchTables):
 
     def add_evaluation(self, rec: EvaluationRecord) -> int:
         with self._tx() as c:
-            cur = c.execute(
-                "INSERT INTO evaluations (design_id, problem_id, status, device, runtime_ms, speedup,"
-                " validators, environment, seeds, reference_ms, created_at, speedups, stability)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (rec.design_id, rec.problem_id, rec.status, rec.device, rec.runtime_ms, rec.speedup,
-                 json.dumps(rec.validators), json.dumps(rec.environment), json.dumps(rec.seeds),
-                 json.dumps(rec.reference_ms), rec.created_at, json.dumps(rec.speedups),
-                 json.dumps(rec.stability)),
-            )
-            eid = int(cur.lastrowid or 0)
+            eid = insert(c, "evaluations", rec.model_dump(exclude={"id", "measurements"}))
             c.executemany(
                 "INSERT INTO measurements VALUES (?,?,?,?,?,?,?)",
                 [(eid, m.name, m.unit, m.median, m.q1, m.q3, json.dumps(m.samples)) for m in rec.measurements],
