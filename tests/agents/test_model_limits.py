@@ -73,7 +73,7 @@ def test_a_pike_query_retried_after_a_timeout_is_one_query():
                  sleep=SleepRecorder()).recording(recorded.append)
     tickets = Tickets(1)  # one query left: the retry must not need a second
     answer = asyncio.run(PikeAgents(rt, domain="pytorch").ask("optimize", "make it fast", tickets))
-    assert answer.text is not None and calls[0] == 2
+    assert answer.source is not None and calls[0] == 2
     assert tickets.taken == 1
     [call] = recorded
     assert call.requests == 1 and call.retries == 1

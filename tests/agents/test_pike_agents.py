@@ -32,4 +32,4 @@ def test_no_ticket_no_request():
     recorded = []
     t = Tickets(0)
     a = asyncio.run(agents_with(model, recorded).ask("brainstorm", "prompt", t))
-    assert a.text is None and a.error_kind == "budget" and calls[0] == 0 and recorded == []
+    assert a.source is None and a.error_kind == "budget" and calls[0] == 0 and recorded == []

@@ -24,7 +24,8 @@ is not the writer's job)."""
 
 @dataclass(frozen=True)
 class Written:
-    """One writing turn: the candidate's source, or why there is none."""
+    """One writing turn: the candidate's source (a text agent's query: its answer's text), or why
+    there is none."""
 
     source: str | None
     tokens: int = 0

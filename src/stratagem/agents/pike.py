@@ -63,16 +63,6 @@ class Tickets:
         return True
 
 
-@dataclass(frozen=True)
-class Answer:
-    """One query's answer: its text, or why there is none."""
-
-    text: str | None
-    tokens: int = 0
-    error_kind: str | None = None
-    error: str | None = None
-
-
 def extract_code(text: str) -> str | None:
     """The first code block's code whose label is one of `CODE_LANGUAGES`, or None."""
     for lang, body in _BLOCK.findall(text):
@@ -110,15 +100,16 @@ class PikeAgents:
                                       instructions=prompts.instructions(role, self.domain), retries={"output": 0})
         return self.agents[role]
 
-    async def ask(self, role: str, prompt: str, tickets: Tickets) -> Answer:
-        """One query as `role`, if a ticket is left (else an `budget` answer, nothing asked)."""
+    async def ask(self, role: str, prompt: str, tickets: Tickets) -> Written:
+        """One query as `role`: the answer's text as the turn's `source`, if a ticket is left
+        (else a `budget` failure, nothing asked)."""
         if not tickets.take():
-            return Answer(None, error_kind="budget", error="the phase's query budget is spent")
+            return Written(None, error_kind="budget", error="the phase's query budget is spent")
         outcome = await run_agent(self.agent(role), prompt, role=role, runtime=self.runtime,
                                   usage_limits=UsageLimits(request_limit=1), model_key=role)
         if not outcome.ok or outcome.output is None:
-            return Answer(None, outcome.total_tokens, outcome.error_kind, outcome.error)
-        return Answer(str(outcome.output), outcome.total_tokens)
+            return Written(None, outcome.total_tokens, outcome.error_kind, outcome.error)
+        return Written(str(outcome.output), outcome.total_tokens)
 
     async def write(self, role: str, prompt: str, tickets: Tickets, *, worker: str = "", current: str = "") -> Written:
         """A code query: the answer's first code block. An answer with no code block is kept
@@ -129,10 +120,8 @@ class PikeAgents:
 
         async def model_turn(req: WriteRequest) -> Written:
             a = await self.ask(role, req.prompt, tickets)
-            if a.text is None:
-                return Written(None, a.tokens, a.error_kind, a.error)
-            code = extract_code(a.text)
-            return Written(code if code is not None else a.text, a.tokens)
+            code = extract_code(a.source) if a.source is not None else None
+            return a if code is None else Written(code, a.tokens)
 
         model = ModelWriter(model_turn)
         writer = writer_for(self.runtime.writers, role, model)

@@ -137,7 +137,7 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
             with session.reserve(1) as r:
                 answer = await self.agents(session).ask("brainstorm", prompts.brainstorm(brief, n), Tickets.of(r))
                 asked = r.used
-            ideas = parse_ideas(answer.text or "", n)
+            ideas = parse_ideas(answer.source or "", n)
             if not ideas:
                 why = answer.error or "no bullet list in the answer"
                 note = (f"brainstorm: {asked} {'query' if asked == 1 else 'queries'}, no ideas ({clip(why, 160)}); "
