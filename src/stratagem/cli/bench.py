@@ -17,14 +17,22 @@ from stratagem.cli.common import (
     DeviceOpt,
     EndpointOpt,
     ExecutorOpt,
+    ImplementorsOpt,
     IntegrityOpt,
+    IterationsOpt,
     JsonOpt,
+    MaxGpuSecondsOpt,
+    MaxQueriesOpt,
+    MaxTokensOpt,
+    MaxUsdOpt,
+    MaxWallSecondsOpt,
+    PatienceOpt,
     QueueOpt,
     agents_over,
     app,
-    domain_over,
-    executor_over,
+    exit_codes,
     fail,
+    harness_over,
     wide_console,
 )
 from stratagem.config import load_config
@@ -41,14 +49,14 @@ def bench_cmd(
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM as for `stratagem run`. None: the recipes policy.")] = None,
     endpoint: EndpointOpt = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto, pike-b, pike-o (need --model) or recipes.")] = None,
-    iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations per problem (default 10).")] = None,
-    patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop a problem after K iterations without a new best (default 3).")] = None,
-    implementors: Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors per problem (default 2).")] = None,
-    max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="MAX_QUERIES", help="LLM request budget per problem.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="MAX_TOKENS", help="LLM token budget per problem.")] = None,
-    max_usd: Annotated[float | None, typer.Option("--max-usd", metavar="MAX_USD", help="Money budget per problem (USD).")] = None,
-    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget per problem (s).")] = None,
-    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget per problem (s).")] = None,
+    iterations: IterationsOpt = None,
+    patience: PatienceOpt = None,
+    implementors: ImplementorsOpt = None,
+    max_queries: MaxQueriesOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    max_usd: MaxUsdOpt = None,
+    max_gpu_seconds: MaxGpuSecondsOpt = None,
+    max_wall_seconds: MaxWallSecondsOpt = None,
     device: DeviceOpt = None,
     integrity: IntegrityOpt = None,
     correctness: CorrectnessOpt = None,
@@ -63,8 +71,8 @@ def bench_cmd(
     suite's results: per problem and fast_p, geometric means over eager and over compile
     (unclamped and clamped at 1x), correctness rate, cost per problem. Ctrl-C stops cleanly;
     `stratagem bench --resume SUITE_DIR` continues. stratagem reads the checkout in place and
-    copies none of its files."""
-    from stratagem.cli.search import exit_codes
+    copies none of its files. The iterations, patience, Implementors and budgets are each
+    problem's run's."""
     from stratagem.search.suite import default_suite_dir, new_suite
     from stratagem.search.suite_problems import find_problems, parse_ids, parse_levels
 
@@ -78,8 +86,7 @@ def bench_cmd(
     if suite_path is None:
         fail(console, ConfigError("bench: give SUITE_PATH (or --resume SUITE_DIR)"), as_json, 2)
     overrides = {
-        "evaluation": {"device": device, **executor_over(executor, queue)},
-        **domain_over(integrity, correctness, suite_path),
+        **harness_over(suite_path, device, integrity, correctness, executor, queue),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,

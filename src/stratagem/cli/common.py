@@ -4,6 +4,8 @@ error exit."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -12,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from stratagem.config import StratagemConfig, load_config
-from stratagem.errors import StratagemError
+from stratagem.errors import ConfigError, StratagemError
 
 app = typer.Typer(
     add_completion=False,
@@ -90,18 +92,27 @@ def _domains_of(path: Path) -> list[str]:
     return sorted({d.name for p in found if (d := claimant(p.path)) is not None})
 
 
+def harness_over(
+    problem: Path | None, device: str | None, integrity: str | None = None, correctness: str | None = None,
+    executor: str | None = None, queue: Path | None = None, timeout: float | None = None,
+) -> dict[str, object]:
+    """The overrides of the options that set up the harness, as every command that evaluates
+    gives them: `[evaluation]`'s (--device, --timeout, --executor, --queue) and --integrity and
+    --correctness in `problem`'s domain's section (`domain_over`; none without a problem)."""
+    domain = domain_over(integrity, correctness, problem) if problem is not None else {}
+    return {"evaluation": {"device": device, "timeout_s": timeout, **executor_over(executor, queue)}, **domain}
+
+
 def config_for(
     config: Path | None, device: str | None, timeout: float | None = None, integrity: str | None = None,
     correctness: str | None = None, executor: str | None = None, queue: Path | None = None,
     problem: Path | None = None,
 ) -> StratagemConfig:
-    """The configuration of an evaluation command (the file, then its options; --integrity
-    and --correctness in `problem`'s domain's section), its domain sections checked."""
+    """The configuration of an evaluation command (the file, then its options: `harness_over`),
+    its domain sections checked."""
     from stratagem.domains import check_sections
 
-    domain = domain_over(integrity, correctness, problem) if problem is not None else {}
-    cfg = load_config(config, {"evaluation": {"device": device, "timeout_s": timeout,
-                                              **executor_over(executor, queue)}, **domain})
+    cfg = load_config(config, harness_over(problem, device, integrity, correctness, executor, queue, timeout))
     check_sections(cfg.evaluation)
     return cfg
 
@@ -118,6 +129,16 @@ AgentTimeoutOpt = Annotated[float | None, typer.Option("--agent-timeout", metava
 IntegrityOpt = Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")]
 RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")]
 
+# the search's limits, as run and bench take them (bench: for each problem's run)
+IterationsOpt = Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")]
+PatienceOpt = Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop after K iterations without a new best (default 3).")]
+ImplementorsOpt = Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors (default 2).")]
+MaxQueriesOpt = Annotated[int | None, typer.Option("--max-queries", metavar="MAX_QUERIES", help="LLM request budget.")]
+MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", metavar="MAX_TOKENS", help="LLM token budget.")]
+MaxUsdOpt = Annotated[float | None, typer.Option("--max-usd", metavar="MAX_USD", help="Money budget (USD).")]
+MaxGpuSecondsOpt = Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget (s).")]
+MaxWallSecondsOpt = Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget of one invocation (s).")]
+
 
 def agents_over(model: str | None, endpoint: list[str] | None, agent_cmd: str | None = None,
                 agent_timeout: float | None = None) -> dict[str, object]:
@@ -131,6 +152,19 @@ def fail(console: Console, e: StratagemError, as_json: bool, code: int) -> NoRet
     else:
         console.print(f"[bold red]error:[/] {escape(str(e))}")
     raise typer.Exit(code)
+
+
+@contextmanager
+def exit_codes(console: Console, as_json: bool,
+               usage: tuple[type[StratagemError], ...] = (ConfigError,)) -> Iterator[None]:
+    """stratagem's errors inside as the command's exit: 2 for `usage` ones (a configuration, an
+    argument), 1 for the others."""
+    try:
+        yield
+    except usage as e:
+        fail(console, e, as_json, 2)
+    except StratagemError as e:
+        fail(console, e, as_json, 1)
 
 
 def wide_console(stderr: bool = False) -> Console:

@@ -19,10 +19,10 @@ from stratagem.cli.common import (
     QueueOpt,
     app,
     config_for,
-    fail,
+    exit_codes,
 )
 from stratagem.config import DEFAULT_TIMEOUT_S, EvaluationConfig
-from stratagem.errors import CandidateError, ConfigError, ProblemError, StratagemError
+from stratagem.errors import CandidateError, ConfigError, ProblemError
 from stratagem.report.evaluation import (
     audit_json,
     baseline_json,
@@ -57,17 +57,13 @@ def eval_cmd(
     from stratagem.report.live import stage_view
 
     console = Console(stderr=as_json)
-    try:
+    with exit_codes(console, as_json, (ConfigError, ProblemError, CandidateError)):
         cfg = config_for(config, device, timeout, integrity, correctness, executor, queue, problem)
         with stage_view(Console(stderr=True), f"evaluating {candidate.name}") as on_stage:
             if candidate.is_dir():
                 ev = _evaluate_design_dir(problem, candidate, cfg.evaluation, run_dir, on_stage)
             else:
                 ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir, on_stage=on_stage)
-    except (ConfigError, ProblemError, CandidateError) as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
     summary = ev.summary()
     if as_json:
         print(json.dumps(summary, default=str))
@@ -131,14 +127,10 @@ def baseline_cmd(
     from stratagem.report.live import stage_view
 
     console = Console(stderr=as_json)
-    try:
+    with exit_codes(console, as_json, (ConfigError, ProblemError)):
         cfg = config_for(config, device)
         with stage_view(Console(stderr=True), f"timing the reference of {problem.name}") as on_stage:
             prob, base = baseline_file(problem, cfg.evaluation, refresh=refresh, on_stage=on_stage)
-    except (ConfigError, ProblemError) as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
     out = baseline_json(prob, base)
     _emit(out, as_json, lambda: print_baseline(console, prob.name, base, out))
 
@@ -156,13 +148,9 @@ def calibrate_cmd(
     from stratagem.evaluation.api import calibrate_device
 
     console = Console(stderr=as_json)
-    try:
+    with exit_codes(console, as_json):
         cfg = config_for(config, device)
         peaks, path = calibrate_device(cfg.evaluation, DEFAULT)  # the default domain's peaks, as before
-    except ConfigError as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
     if as_json:
         print(json.dumps({"status": "valid" if peaks else "error", "peaks": peaks, "path": str(path)}, default=str))
     elif peaks:
@@ -186,13 +174,9 @@ def audit_cmd(
     from stratagem.evaluation.api import audit_file
 
     console = Console(stderr=as_json)
-    try:
+    with exit_codes(console, as_json, (ConfigError, ProblemError)):
         cfg = config_for(config, device)
         prob, verdict, env = audit_file(problem, cfg.evaluation)
-    except (ConfigError, ProblemError) as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
     out = audit_json(prob, verdict, env)
     _emit(out, as_json, lambda: print_audit(console, prob.name, env, out))
 

@@ -17,14 +17,18 @@ from stratagem.cli.common import (
     EndpointOpt,
     IntegrityOpt,
     JsonOpt,
+    MaxGpuSecondsOpt,
+    MaxUsdOpt,
+    MaxWallSecondsOpt,
     RunDirOpt,
     agents_over,
     app,
-    domain_over,
+    exit_codes,
     fail,
+    harness_over,
     wide_console,
 )
-from stratagem.cli.search import _drive, exit_codes
+from stratagem.cli.search import _drive
 from stratagem.config import load_config
 from stratagem.errors import ConfigError, ProblemError
 
@@ -38,9 +42,9 @@ def redteam_cmd(
     agent_timeout: AgentTimeoutOpt = None,
     max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="N", min=1, help="Attempts the attacker may write (queries; default 12).")] = None,
     attempts: Annotated[int | None, typer.Option("--attempts", metavar="N", min=1, help="Attempts written at once per iteration (default 2).")] = None,
-    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="S", help="Evaluation-time budget, audits included (s).")] = None,
-    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="S", help="Wall-clock budget (s).")] = None,
-    max_usd: Annotated[float | None, typer.Option("--max-usd", metavar="USD", help="Money budget (USD).")] = None,
+    max_gpu_seconds: MaxGpuSecondsOpt = None,
+    max_wall_seconds: MaxWallSecondsOpt = None,
+    max_usd: MaxUsdOpt = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", metavar="DIR", help="Where each breach is written as a test fixture (default RUN_DIR/breaches).")] = None,
     replay: Annotated[Path | None, typer.Option("--replay", metavar="CORPUS", help="Replay a breach corpus through the harness instead: exit 1 if any fixture is accepted again or cannot be judged.")] = None,
     device: DeviceOpt = None,
@@ -53,7 +57,8 @@ def redteam_cmd(
     """Try to fool the harness on PROBLEM: an attacker writes designs meant to be accepted while
     wrong, faster only when measured, or not doing the work; each goes through the ordinary
     evaluation, an accepted one through a stronger audit, and every breach becomes a test
-    fixture. With --replay CORPUS, re-run a corpus's fixtures and fail if any is accepted."""
+    fixture (the evaluation-time budget counts the audits too). With --replay CORPUS, re-run a
+    corpus's fixtures and fail if any is accepted."""
     console = wide_console(stderr=as_json)
     if replay is not None:
         _replay(console, replay, device, config, as_json)
@@ -61,8 +66,7 @@ def redteam_cmd(
     if problem is None:
         fail(console, ConfigError("PROBLEM is missing: give the problem to attack, or --replay CORPUS"), as_json, 2)
     overrides = {
-        "evaluation": {"device": device},
-        **domain_over(integrity, correctness, problem),
+        **harness_over(problem, device, integrity, correctness),
         "search": {"policy": "redteam", "max_queries": max_queries, "max_usd": max_usd,
                    "max_gpu_seconds": max_gpu_seconds, "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
         "agents": agents_over(model, endpoint, agent_cmd, agent_timeout),

@@ -19,19 +19,27 @@ from stratagem.cli.common import (
     DeviceOpt,
     EndpointOpt,
     ExecutorOpt,
+    ImplementorsOpt,
     IntegrityOpt,
+    IterationsOpt,
     JsonOpt,
+    MaxGpuSecondsOpt,
+    MaxQueriesOpt,
+    MaxTokensOpt,
+    MaxUsdOpt,
+    MaxWallSecondsOpt,
+    PatienceOpt,
     QueueOpt,
     RunDirOpt,
     agents_over,
     app,
-    domain_over,
-    executor_over,
+    exit_codes,
     fail,
+    harness_over,
     wide_console,
 )
 from stratagem.config import load_config
-from stratagem.errors import ConfigError, ProblemError, StratagemError
+from stratagem.errors import ConfigError, ProblemError
 
 
 @app.command("run")
@@ -43,15 +51,15 @@ def run_cmd(
     agent_timeout: AgentTimeoutOpt = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, pike-o with --agent-cmd alone, else the problem's own.")] = None,
     design: Annotated[Path | None, typer.Option("--design", metavar="FILE|DIR", exists=True, help="The template --policy tune tunes: a design file, or a directory of a command problem's editable files, declaring its parameters (docs/tune.md).")] = None,
-    iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Iterations (default 10).")] = None,
-    patience: Annotated[int | None, typer.Option("--patience", metavar="PATIENCE", help="Stop after K iterations without a new best (default 3).")] = None,
-    implementors: Annotated[int | None, typer.Option("--implementors", metavar="IMPLEMENTORS", help="Concurrent Implementors (default 2).")] = None,
+    iterations: IterationsOpt = None,
+    patience: PatienceOpt = None,
+    implementors: ImplementorsOpt = None,
     tune_evaluations: Annotated[int | None, typer.Option("--tune-evaluations", metavar="N", min=0, help="Points the loop evaluates when an agent returns a template instead of a fixed design, charged to the run's budgets (default 6; 0: the template's defaults only; docs/tune.md).")] = None,
-    max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="MAX_QUERIES", help="LLM request budget.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", metavar="MAX_TOKENS", help="LLM token budget.")] = None,
-    max_usd: Annotated[float | None, typer.Option("--max-usd", metavar="MAX_USD", help="Money budget (USD).")] = None,
-    max_gpu_seconds: Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget (s).")] = None,
-    max_wall_seconds: Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget of this invocation (s).")] = None,
+    max_queries: MaxQueriesOpt = None,
+    max_tokens: MaxTokensOpt = None,
+    max_usd: MaxUsdOpt = None,
+    max_gpu_seconds: MaxGpuSecondsOpt = None,
+    max_wall_seconds: MaxWallSecondsOpt = None,
     device: DeviceOpt = None,
     integrity: IntegrityOpt = None,
     correctness: CorrectnessOpt = None,
@@ -67,8 +75,7 @@ def run_cmd(
     the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
     resume RUN_DIR` continues."""
     overrides = {
-        "evaluation": {"device": device, **executor_over(executor, queue)},
-        **domain_over(integrity, correctness, problem),
+        **harness_over(problem, device, integrity, correctness, executor, queue),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "tune_evaluations": tune_evaluations,
                    "max_queries": max_queries, "max_tokens": max_tokens,
@@ -342,19 +349,6 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
-def exit_codes(console: Console, as_json: bool,
-               usage: tuple[type[StratagemError], ...] = (ConfigError,)) -> Iterator[None]:
-    """stratagem's errors inside as the command's exit: 2 for `usage` ones (a configuration, an
-    argument), 1 for the others."""
-    try:
-        yield
-    except usage as e:
-        fail(console, e, as_json, 2)
-    except StratagemError as e:
-        fail(console, e, as_json, 1)
 
 
 def next_steps(run_dir: Path, has_best: bool) -> str:
