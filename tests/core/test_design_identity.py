@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from stratagem.core.design import MAIN_FILE, Design
-from stratagem.core.objective import Measurement, Objective, quartiles
+from stratagem.core.objective import Measurement, quartiles
 from stratagem.core.problem import Problem, content_hash
 
 SRC = "class ModelNew:\n    pass\n"
@@ -49,7 +49,6 @@ def test_problem_id_is_content_hash_of_source():
 def test_measurement_quartiles_odd():
     m = Measurement.of("runtime", "ms", [5.0, 1.0, 4.0, 2.0, 3.0])
     assert (m.q1, m.median, m.q3) == (2.0, 3.0, 4.0)
-    assert m.iqr == 2.0
     assert m.n == 5
     assert m.samples == (5.0, 1.0, 4.0, 2.0, 3.0)  # raw samples kept as given
     assert (m.name, m.unit) == ("runtime", "ms")
@@ -65,12 +64,6 @@ def test_measurement_quartiles_even_inclusive_method():
 def test_single_sample_and_empty():
     assert quartiles([7.5]) == (7.5, 7.5, 7.5)
     m = Measurement.of("x", "ms", [7.5])
-    assert (m.q1, m.median, m.q3, m.iqr) == (7.5, 7.5, 7.5, 0.0)
+    assert (m.q1, m.median, m.q3) == (7.5, 7.5, 7.5)
     with pytest.raises(ValueError):
         Measurement.of("x", "ms", [])
-
-
-def test_objective_direction():
-    assert Objective().better(1.0, 2.0)
-    assert not Objective().better(2.0, 2.0)
-    assert Objective(direction="maximize").better(2.0, 1.0)

@@ -101,25 +101,6 @@ def test_spec_lookup(diamondish):
         diamondish.spec("nope")
 
 
-# -- without() ---------------------------------------------------------------------------
-
-
-def test_without_drops_node_and_transitive_dependents(diamondish):
-    assert diamondish.without(["b"]).names == ("a", "d")
-    assert diamondish.without(["a"]).names == ()
-    assert diamondish.without(["c", "d"]).names == ("a", "b")
-    assert diamondish.without([]).names == diamondish.names
-    # the original is untouched
-    assert diamondish.names == ("a", "b", "c", "d")
-
-
-def test_without_result_is_runnable(diamondish):
-    g = diamondish.without(["b"])
-    run = GraphRun(g)
-    drive(run, {})
-    assert [r.name for r in run.results] == ["a", "d"]
-
-
 # -- GraphRun ----------------------------------------------------------------------------
 
 

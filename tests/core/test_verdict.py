@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stratagem.core.verdict import ERROR_KINDS, ValidatorResult, Verdict, verdict_from
+from stratagem.core.verdict import ERROR_KINDS, ValidatorResult, Verdict
 
 
 def ok(name: str) -> ValidatorResult:
@@ -52,14 +52,14 @@ def test_skipped_without_failure_is_not_valid():
 
 
 def test_report_lists_every_failure_and_the_skipped():
-    v = verdict_from(
-        [
+    v = Verdict(
+        results=(
             bad("static_checks", "malformed", "no ModelNew"),
             ok("other"),
             bad("lint", "rejected", "uses torch.compile"),
             skip("load"),
             skip("correctness"),
-        ]
+        )
     )
     text = v.report()
     assert "[static_checks] malformed: no ModelNew" in text

@@ -10,7 +10,7 @@ from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
 from stratagem.errors import ConfigError
-from stratagem.search.policies.registry import REGISTRY, build_policy, policy_names
+from stratagem.search.policies.registry import REGISTRY, build_policy, specs
 
 PROBLEM = Path(__file__).resolve().parents[2] / "examples" / "01_elementwise" / "problem.py"
 
@@ -20,7 +20,7 @@ def build(over: dict, tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_policies_are_chosen_by_name_with_their_own_settings(tmp_path) -> None:
-    assert {"auto", "recipes"} <= set(policy_names())
+    assert {"auto", "recipes"} <= set(specs())
     p = build({"search": {"policy": "recipes"}, "policies": {"recipes": {"recipes": ["compile"]}}}, tmp_path)
     assert isinstance(p, RecipesPolicy) and p.allowed == frozenset({"compile"})
     older = build({"search": {"policy": "recipes", "recipes": ["inference_mode"]}}, tmp_path)
@@ -88,7 +88,7 @@ def test_a_domain_brings_its_own_policies_and_its_default_without_a_model(tmp_pa
 
     assert "recipes" not in REGISTRY  # the generic registry
     torch_problem, command = load_problem(PROBLEM), load_any(COMMAND)
-    assert "recipes" in policy_names(torch_problem) and "recipes" not in policy_names(command)
+    assert "recipes" in specs(torch_problem) and "recipes" not in specs(command)
     bare = load_config(None, {})
     assert bare.policy is None and policy_name(bare, torch_problem) == "recipes"
     cfg = resolved_config(bare, torch_problem)

@@ -113,11 +113,6 @@ class _Pick:
     truncated: bool = field(default=False)
 
 
-def estimate_tokens(text: str) -> int:
-    """Rough token count of a text (4 characters per token, rounded up)."""
-    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
-
-
 def curate(
     state: SearchState,
     cfg: ContextConfig,

@@ -64,18 +64,6 @@ class ValidatorGraph:
                 return s
         raise KeyError(name)
 
-    def without(self, names: Iterable[str]) -> ValidatorGraph:
-        """The graph with `names` and everything that depends on them removed."""
-        drop = set(names)
-        changed = True
-        while changed:
-            changed = False
-            for s in self.specs:
-                if s.name not in drop and any(r in drop for r in s.requires):
-                    drop.add(s.name)
-                    changed = True
-        return ValidatorGraph(specs=tuple(s for s in self.specs if s.name not in drop))
-
 
 def _toposort(specs: Sequence[ValidatorSpec]) -> tuple[ValidatorSpec, ...]:
     done: list[ValidatorSpec] = []

@@ -18,10 +18,6 @@ class Objective:
     unit: str = "ms"
     direction: Literal["minimize", "maximize"] = "minimize"
 
-    def better(self, a: float, b: float) -> bool:
-        """Whether value `a` is strictly better than `b`."""
-        return a < b if self.direction == "minimize" else a > b
-
 
 @dataclass(frozen=True)
 class Measured:
@@ -54,10 +50,6 @@ class Measurement:
     q3: float
     samples: tuple[float, ...]
     """Every raw sample, unrounded."""
-
-    @property
-    def iqr(self) -> float:
-        return self.q3 - self.q1
 
     @property
     def n(self) -> int:

@@ -262,18 +262,6 @@ def spikes(values: Sequence[float], rules: StabilityRules = StabilityRules()) ->
             f"{rules.spike_factor:g}x the median {med:.4g} ms (limit: {rules.spike_share:.0%} of the calls)")
 
 
-def sample_stability(samples: Sequence[float], rules: StabilityRules = StabilityRules()) -> list[str]:
-    """Instabilities of one program's raw samples (time order kept): clusters, drift."""
-    out = []
-    c = clusters(samples, rules)
-    if c:
-        out.append(c)
-    d = drift(samples, rules.drift_max)
-    if d:
-        out.append("drift: " + d)
-    return out
-
-
 def _sample_verdict(who: str, samples: Sequence[float], rules: StabilityRules) -> tuple[list[str], list[str]]:
     """(reasons, notes) from one program's raw samples: spikes and drift beyond `drift_max`
     decide (a machine whose load changed under the timing, or took whole calls, is not one to

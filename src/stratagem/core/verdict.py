@@ -6,7 +6,7 @@ one says what kind of failure it was and why, in one line an agent can act on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -103,7 +103,3 @@ class Verdict:
         if skipped:
             lines.append("Skipped: " + "; ".join(f"{r.name} ({r.reason})" for r in skipped))
         return "\n".join(lines)
-
-
-def verdict_from(results: Sequence[ValidatorResult]) -> Verdict:
-    return Verdict(results=tuple(results))

@@ -166,10 +166,6 @@ class Spec:
     """`[requires] gpu`: on a CPU-only evaluation the design is built, then `needs_gpu`."""
     baselines: tuple[Baseline, ...] = ()
 
-    @property
-    def size_names(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.sizes)
-
 
 class _Reader:
     """Typed reads of one TOML table, each failure naming the file and the dotted key."""

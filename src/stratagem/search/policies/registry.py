@@ -189,10 +189,6 @@ def specs(problem: Problem | None = None) -> dict[str, PolicySpec]:
     return out
 
 
-def policy_names(problem: Problem | None = None) -> list[str]:
-    return list(specs(problem))
-
-
 def policy_name(cfg: StratagemConfig, problem: Problem | None = None) -> str:
     """The policy in force: the configured one, else `auto` with a model, else `pike-o` for a
     coding-agent command alone (`AGENT_ALONE`), else the problem's domain's model-free default,

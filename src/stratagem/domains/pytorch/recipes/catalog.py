@@ -433,8 +433,3 @@ def _model_new(wrap: Wrap, ref: str, recipes: Sequence[Recipe]) -> str:
         "    def forward(self, *args, **kwargs):\n"
         f"{block(forward)}\n"
     )
-
-
-def render_problem(problem: Problem, recipes: Sequence[Recipe]) -> str:
-    """`render` for a loaded problem."""
-    return render(problem.source, recipes)

@@ -15,7 +15,6 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,12 +210,3 @@ class Snapshot:
 def count_threads() -> tuple[int, int]:
     """(Python threads, native threads)."""
     return threading.active_count(), native_threads()
-
-
-def guarded(snapshot: Snapshot, what: str, fn: Callable[[], Any]) -> Any:
-    """Run `fn`; raise ValueError naming the tampering if any harness function or flag moved."""
-    result = fn()
-    changed = snapshot.changes()
-    if changed:
-        raise ValueError(f"{what}: " + "; ".join(changed[:8]))
-    return result
