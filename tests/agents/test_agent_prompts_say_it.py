@@ -61,7 +61,7 @@ def facts_state(designs=STORE, iteration: int = 4) -> SearchState:
     p = problem()
     return SearchState(problem=p, designs=tuple(designs), iteration=iteration, device="cuda:0",
                        reference_ms={"eager": 1.0, "compile": 0.9},
-                       **get_domain(p.domain).agent_facts(p, EvaluationConfig()))
+                       **get_domain(p.domain).open(p, EvaluationConfig()).agent_facts())
 
 
 def run_auto(tmp_path: Path, st: SearchState, remaining: Remaining, worst: int = 2, **search) -> dict[str, list[str]]:

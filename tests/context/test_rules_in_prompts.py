@@ -104,7 +104,7 @@ def test_a_device_picks_its_own_kernels_rule() -> None:
 
 def test_agent_facts_carry_the_rules_into_the_state_and_the_brief() -> None:
     p = problem()
-    facts = get_domain(p.domain).agent_facts(p, EvaluationConfig())
+    facts = get_domain(p.domain).open(p, EvaluationConfig()).agent_facts()
     state = SearchState(problem=p, designs=(), iteration=1, device="cuda:0", **facts)
     b = render.ProblemBrief.from_state(state, state.integrity)
     assert b.rules == rules() and b.correctness == "reference"

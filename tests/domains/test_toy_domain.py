@@ -144,7 +144,7 @@ def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, 
     settings = SandboxSettings(timeout_s=60, base_env=environment(), tmp_root=tmp_path, cache_dir=tmp_path / "slot")
     for fixture, outcome in (("closed_form.py", "passed"), ("off_by_one.py", "failed")):
         design = Design.from_source((FIX / fixture).read_text())
-        req = domain.build_request(problem, design, [ValidatorSpec("check", (), "worker")], EvaluationConfig())
+        req = domain.open(problem, EvaluationConfig()).build_request(design, [ValidatorSpec("check", (), "worker")])
         assert req.worker_module == "toy_worker" and req.judge_module is None and req.keep_env == ["TOY_*"]
         ran = asyncio.run(run_worker(req.model_dump_json(), settings))
         assert ran.returncode == 0 and ran.response_text is not None, ran.stderr_tail

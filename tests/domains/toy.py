@@ -21,13 +21,17 @@ from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.base import BaselineNames, Domain, WorkerSpec
+from stratagem.domains.base import BaselineNames, Domain, Task, WorkerSpec
 from stratagem.domains.views import describe_timing
 from stratagem.errors import ProblemError
 from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 GRAPH = (ValidatorSpec("syntax", (), "parent"), ValidatorSpec("check", ("syntax",), "worker"),
          ValidatorSpec("timing", ("check",), "worker"))
+
+
+NAME = "toy"
+WORKER = WorkerSpec("toy_worker", keep_env=("TOY_*",), caches={"TOY_CACHE_DIR": "toy"})
 
 
 class _Prompts:
@@ -48,11 +52,48 @@ def syntax(source: str) -> ValidatorResult:
     return ValidatorResult("syntax", "passed")
 
 
+class ToyTask(Task):
+    def validator_graph(self) -> ValidatorGraph:
+        return ValidatorGraph.of(GRAPH)
+
+    def run_parent_validator(self, name: str, design: Design, earlier: Mapping[str, ValidatorResult],
+                             peaks: Mapping[str, Any] | None, device: str) -> ValidatorResult:
+        return syntax(design.source)
+
+    def build_request(self, design: Design | None, stages: Sequence[ValidatorSpec], baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Any] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        names = {s.name for s in stages}
+        return EvalRequest(request_id=uuid.uuid4().hex, domain=self.problem.domain, device="cpu", **WORKER.fields(),
+                           stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names])
+                                   for s in stages],
+                           problem=SourceFile(name=self.problem.name, source=self.problem.source),
+                           files=dict(design.files) if design else {})
+
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        return req
+
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        return ()
+
+    def timeout_s(self, override: float | None = None, reference_ms: float | None = None) -> float:
+        return override or 120.0
+
+    def compile_timeout_s(self, override: float | None = None) -> float | None:
+        return None
+
+    def precheck(self, device: str) -> Callable[[str], ValidatorResult]:
+        return syntax
+
+    def agent_facts(self) -> dict[str, Any]:
+        return {}
+
+
 class ToyDomain(Domain):
-    name = "toy"
+    name = NAME
     objective = Objective("runtime", "ms", "minimize")
     names = BaselineNames()
-    worker = WorkerSpec("toy_worker", keep_env=("TOY_*",), caches={"TOY_CACHE_DIR": "toy"})
+    worker = WORKER
     """Not under `stratagem.domains`: the worker entry point imports what the request names (the
     sandbox's PYTHONPATH carries this folder); it keeps `TOY_*` and a cache per slot."""
 
@@ -71,36 +112,8 @@ class ToyDomain(Domain):
             raise ProblemError(f"{path or name}: a toy problem defines f(n) and N")
         return Problem(name=name, domain=self.name, source=source, path=path, size_constants=sizes)
 
-    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
-        return ValidatorGraph.of(GRAPH)
-
-    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
-                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
-                             device: str) -> ValidatorResult:
-        return syntax(design.source)
-
-    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
-                      cfg: EvaluationConfig, baselines: Sequence[str] = (), seeds: Sequence[int] | None = None,
-                      confirm: Sequence[Any] = (), confirm_order: Sequence[str] = ()) -> EvalRequest:
-        names = {s.name for s in stages}
-        return EvalRequest(request_id=uuid.uuid4().hex, domain=self.name, device="cpu", **self.worker.fields(),
-                           stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names])
-                                   for s in stages],
-                           problem=SourceFile(name=problem.name, source=problem.source),
-                           files=dict(design.files) if design else {})
-
-    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        return req
-
-    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
-        return ()
-
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
-                  reference_ms: float | None = None) -> float:
-        return override or 120.0
-
-    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
-        return None
+    def open(self, problem: Problem, cfg: EvaluationConfig) -> ToyTask:
+        return ToyTask(problem, cfg)
 
     def describe(self, name: str, details: Mapping[str, Any]) -> str | None:
         return describe_timing(details, self.names.reference) if name == "timing" else None
@@ -108,12 +121,6 @@ class ToyDomain(Domain):
     @property
     def prompts(self) -> _Prompts:
         return _Prompts()
-
-    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
-        return syntax
-
-    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        return {}
 
     def main_file(self, problem: Problem) -> str:
         return MAIN_FILE

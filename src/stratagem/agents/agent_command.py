@@ -174,7 +174,7 @@ def design_names(problem: Problem, files: Mapping[str, str]) -> list[str]:
     from stratagem.domains import get_domain
 
     domain = get_domain(problem.domain)
-    facts = domain.agent_facts(problem, EvaluationConfig())
+    facts = domain.open(problem, EvaluationConfig()).agent_facts()
     editable = facts.get("editable")
     names = [str(n) for n in editable] if isinstance(editable, list | tuple) else [domain.main_file(problem)]
     return [n for n in dict.fromkeys([*names, *files]) if _inside(n)]

@@ -156,7 +156,7 @@ async def run_implementor(
     """Write, evaluate and fix one design in one conversation (the shared fix loop with the
     Implementor's prompts); never raises for LLM failures."""
     cfg = runtime.cfg
-    precheck = task.precheck or get_domain(task.problem.domain).precheck(task.problem, EvaluationConfig(), "cuda")
+    precheck = task.precheck or get_domain(task.problem.domain).open(task.problem, EvaluationConfig()).precheck("cuda")
     deps = ImplementorDeps(workdir=Workdir(task.workdir), precheck=precheck,
                            probe=session_probe(session, task.worker), probes=session.probes())
     agent = build_implementor(output_retries=cfg.output_retries, domain=task.brief.domain, tools=deps.probes)

@@ -2,7 +2,8 @@
 policies, the agents and the views) may ask of a kind of program being optimised. A domain is
 a subclass of `Domain`: a small required core (abstract: a domain that lacks one cannot be
 made) and optional capabilities, each None (or, for the agents' two hooks, a plain default)
-where the domain lacks it; generic code asks whether a capability exists and never reaches
+where the domain lacks it; what is asked of one problem is asked of the `Task` the domain
+opens on it (`Domain.open`). Generic code asks whether a capability exists and never reaches
 past the class. Each domain lives in a package under `domains/` (or is `register`ed); the
 registry (`domains/__init__.py`) finds it by `Problem.domain`, and nothing outside `domains/`
 imports a concrete domain.
@@ -261,13 +262,65 @@ def measure_paired(verdict: Verdict) -> Measured | None:
                     dict(rt), dict(ref) if ref is not None else None)
 
 
+class Task(ABC):
+    """A domain opened on one problem under one configuration (`Domain.open`): what the
+    evaluator, the search and the agents ask of that problem. Whatever the domain derives from
+    the problem and the configuration (a parsed spec, the settings that apply) it derives once,
+    when it is opened."""
+
+    def __init__(self, problem: Problem, cfg: EvaluationConfig) -> None:
+        self.problem = problem
+        self.cfg = cfg
+
+    @abstractmethod
+    def validator_graph(self) -> ValidatorGraph: ...
+
+    @abstractmethod
+    def run_parent_validator(self, name: str, design: Design, earlier: Mapping[str, ValidatorResult],
+                             peaks: Mapping[str, Any] | None, device: str) -> ValidatorResult:
+        """A parent-placed validator, given the results so far (and the device's peaks, for a
+        domain with `peaks`) and the physical device the design's worker ran on."""
+
+    @abstractmethod
+    def build_request(self, design: Design | None, stages: Sequence[ValidatorSpec], baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        """The worker's envelope (with the domain's `worker.fields()`), with the domain's payload
+        (`confirm`, `confirm_order`: a confirmation block's designs, id and source each, and
+        the order to time them in)."""
+
+    @abstractmethod
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        """The request told what the reference measured in this invocation's baseline."""
+
+    @abstractmethod
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        """The seeds a request's checks use (kept with the evaluation)."""
+
+    @abstractmethod
+    def timeout_s(self, override: float | None = None, reference_ms: float | None = None) -> float:
+        """The run limit: the user's when set, else a default that fits the problem (from the
+        reference's own time, when known)."""
+
+    @abstractmethod
+    def compile_timeout_s(self, override: float | None = None) -> float | None:
+        """The compile limit, or None when a run limit the user set bounds the whole evaluation."""
+
+    @abstractmethod
+    def precheck(self, device: str) -> Precheck:
+        """The static checks an agent's answer must pass before it is evaluated."""
+
+    @abstractmethod
+    def agent_facts(self) -> dict[str, Any]:
+        """What the agents are told about how designs are judged (tolerances, correctness mode)."""
+
+
 class Domain(ABC):
     """A kind of program (a PyTorch module, a CUDA program with a build/run/check recipe).
 
     The core (abstract, every domain writes it): `name`, `objective`, `names`, `worker`;
-    `claims`, `load_problem`, `parse_problem`; `validator_graph`, `run_parent_validator`;
-    `build_request`, `with_reference_expectation`, `request_seeds`; `timeout_s`,
-    `compile_timeout_s`; `describe`; the agents' part: `prompts`, `agent_facts`, `precheck`,
+    `claims`, `load_problem`, `parse_problem`; `open` (the problem's `Task`: its graph, worker
+    requests, limits, static checks and the agents' facts); `describe`; `prompts`,
     `main_file`, `reference_design`. `measure` reads a paired `timing` stage unless overridden.
 
     Optional capabilities, None where the domain lacks them: `settings`, `baselines`, `peaks`,
@@ -317,41 +370,9 @@ class Domain(ABC):
     def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem: ...
 
     @abstractmethod
-    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph: ...
-
-    @abstractmethod
-    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
-                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
-                             device: str) -> ValidatorResult:
-        """A parent-placed validator, given the results so far (and the device's peaks, for a
-        domain with `peaks`)."""
-
-    @abstractmethod
-    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
-                      cfg: EvaluationConfig, baselines: Sequence[str] = (),
-                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
-                      confirm_order: Sequence[str] = ()) -> EvalRequest:
-        """The worker's envelope (with `worker.fields()`), with this domain's payload
-        (`confirm`, `confirm_order`: a confirmation block's designs, id and source each, and
-        the order to time them in)."""
-
-    @abstractmethod
-    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        """The request told what the reference measured in this invocation's baseline."""
-
-    @abstractmethod
-    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
-        """The seeds a request's checks use (kept with the evaluation)."""
-
-    @abstractmethod
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
-                  reference_ms: float | None = None) -> float:
-        """The run limit: the user's when set, else a default that fits the problem (from the
-        reference's own time, when known)."""
-
-    @abstractmethod
-    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
-        """The compile limit, or None when a run limit the user set bounds the whole evaluation."""
+    def open(self, problem: Problem, cfg: EvaluationConfig) -> Task:
+        """The domain opened on `problem` under `cfg`: what is asked of that problem (its graph,
+        its requests, its limits, its static checks), derived from it once."""
 
     def measure(self, verdict: Verdict) -> Measured | None:
         """The typed measurement of a passed timing (None when nothing was measured)."""
@@ -366,14 +387,6 @@ class Domain(ABC):
     @abstractmethod
     def prompts(self) -> Prompts:
         """The domain's prompt templates and offline design (`Prompts`)."""
-
-    @abstractmethod
-    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Precheck:
-        """The static checks an agent's answer must pass before it is evaluated."""
-
-    @abstractmethod
-    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        """What the agents are told about how designs are judged (tolerances, correctness mode)."""
 
     @abstractmethod
     def main_file(self, problem: Problem) -> str:

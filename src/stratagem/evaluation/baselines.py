@@ -120,7 +120,7 @@ class Baselines:
         if earlier is not None and not refresh and not unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # An unstable cached baseline is measured again: every chained speedup would carry its noise.
-        limit = max(domain.timeout_s(problem, self.cfg, timeout_s), rules.min_limit_s)
+        limit = max(domain.open(problem, self.cfg).timeout_s(timeout_s), rules.min_limit_s)
         expect = ((earlier or {}).get("modes") or {}).get(REFERENCE_MODE, {}).get("median_ms")
         verdict, measured_env = await self.run_graph(
             problem, b.graph, limit, device=self.device_for(environment),

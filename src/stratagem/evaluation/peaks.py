@@ -16,7 +16,7 @@ from stratagem.config import EvaluationConfig, cache_dir
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.domains.base import Domain, Peaks
+from stratagem.domains.base import Peaks, Task
 from stratagem.errors import HarnessError
 from stratagem.evaluation.executors import Executor
 
@@ -94,7 +94,7 @@ class DevicePeaks:
         tmp.write_text(json.dumps(peaks, indent=1), encoding="utf-8")
         os.replace(tmp, path)
 
-    async def checked(self, domain: Domain, peaks: Peaks, name: str, problem: Problem, design: Design,
+    async def checked(self, task: Task, peaks: Peaks, name: str, design: Design,
                       earlier: Mapping[str, ValidatorResult], device: str, host: str | None) -> ValidatorResult:
         """A parent validator that reads the device's peaks, with a guard on the calibration: the
         reference is honest by definition, so a floor it beats proves the peaks too low (a
@@ -102,7 +102,9 @@ class DevicePeaks:
         still beats the new floor, they are raised to what it was measured doing, else the
         check is skipped with a note rather than rejecting honest designs."""
         def run(with_peaks: Mapping[str, Any] | None) -> ValidatorResult:
-            return domain.run_parent_validator(name, problem, design, self.cfg, earlier, with_peaks, device)
+            return task.run_parent_validator(name, design, earlier, with_peaks, device)
+
+        problem = task.problem
 
         r = run(await self.get(problem, peaks, device=device, host=host))
         beaten = peaks.reference_beats_floor(earlier, r)

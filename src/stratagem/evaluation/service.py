@@ -26,7 +26,7 @@ from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import get_domain
-from stratagem.domains.base import Domain
+from stratagem.domains.base import Domain, Task
 from stratagem.errors import HarnessError
 from stratagem.evaluation.baselines import ANY_HOST, BaselineCache, Baselines, own, slot_of
 from stratagem.evaluation.executors import Executor
@@ -48,6 +48,8 @@ class _Attempt:
     problem: Problem
     design: Design
     domain: Domain
+    task: Task
+    """The domain opened on the problem (`Domain.open`)."""
     timeout_s: float | None
     stage: Callable[[str], None]
     baseline: Baseline | None
@@ -101,8 +103,9 @@ class Evaluator:
         peaks are measured)."""
         t0 = time.monotonic()
         domain = get_domain(problem.domain)
-        run = GraphRun(graph or domain.validator_graph(problem, self.cfg), batch_placement="worker")
-        a = _Attempt(problem, design, domain, timeout_s, on_stage or (lambda _name: None), baseline,
+        task = domain.open(problem, self.cfg)
+        run = GraphRun(graph or task.validator_graph(), batch_placement="worker")
+        a = _Attempt(problem, design, domain, task, timeout_s, on_stage or (lambda _name: None), baseline,
                      self.physical_device, self.executor.host())
         a.environment.update(await self._prebuild(a))  # {"prebuild": ...} or {}
         while (step := run.next_step()) is not None:
@@ -127,16 +130,16 @@ class Evaluator:
         if peaks is not None and peaks.reads_peaks(spec.name):
             if not self.peaks.known(a.ran_on, a.ran_host):
                 a.stage("calibrating the device's peaks (once per machine)")
-            r = await self.peaks.checked(a.domain, peaks, spec.name, a.problem, a.design, earlier, a.ran_on, a.ran_host)
+            r = await self.peaks.checked(a.task, peaks, spec.name, a.design, earlier, a.ran_on, a.ran_host)
         else:
-            r = a.domain.run_parent_validator(spec.name, a.problem, a.design, self.cfg, earlier, None, a.ran_on)
+            r = a.task.run_parent_validator(spec.name, a.design, earlier, None, a.ran_on)
         return ValidatorResult(r.name, r.outcome, r.reason, r.kind, r.details, time.monotonic() - s0)
 
     def _request(self, a: _Attempt, specs: Any, baseline: Baseline | None) -> EvalRequest:
         """The design's worker request, told the reference's time in this invocation's baseline."""
-        req = owned(a.domain.build_request(a.problem, a.design, specs, self.cfg), a.design.id[:10])
+        req = owned(a.task.build_request(a.design, specs), a.design.id[:10])
         if baseline is not None and baseline.median_ms(REFERENCE_MODE):
-            req = a.domain.with_reference_expectation(req, baseline.median_ms(REFERENCE_MODE))
+            req = a.task.with_reference_expectation(req, baseline.median_ms(REFERENCE_MODE))
         return req
 
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
@@ -148,17 +151,17 @@ class Evaluator:
         if facts is not None and d.reference_facts is not None:
             req = d.reference_facts.told(req, facts["facts"])
         on_event = stage_events(a.stage)
-        compile_limit = d.compile_timeout_s(a.problem, self.cfg, a.timeout_s)
+        compile_limit = a.task.compile_timeout_s(a.timeout_s)
         limit = a.limit or self.cfg.timeout_s
         slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
         if a.pending is not None and sr.timed_out and sr.limit_hit == "run":
             a.baseline, a.pending = await a.pending, None  # the baseline now says what fits the problem
-            fitted = d.timeout_s(a.problem, self.cfg, a.timeout_s, a.baseline.median_ms(REFERENCE_MODE))
+            fitted = a.task.timeout_s(a.timeout_s, a.baseline.median_ms(REFERENCE_MODE))
             if fitted > limit:
                 req, limit = self._request(a, specs, a.baseline), fitted
                 on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
                 slot, sr = await self.executor.submit(req, fitted, self.cfg.compile_timeout_s, on_event)
-        a.seeds, a.ran_on, a.ran_host, a.limit = d.request_seeds(req), slot.physical, slot.host, limit
+        a.seeds, a.ran_on, a.ran_host, a.limit = a.task.request_seeds(req), slot.physical, slot.host, limit
         out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
         results = out.results
         if d.reference_facts is not None and facts is not None:
@@ -183,7 +186,7 @@ class Evaluator:
             if a.baseline is None:  # measured beside the design's worker, not before it
                 a.pending = asyncio.create_task(self.baseline(a.problem, timeout_s=a.timeout_s, refresh=True))
         ms = a.baseline.median_ms(REFERENCE_MODE) if a.baseline is not None else None
-        a.limit = a.domain.timeout_s(a.problem, self.cfg, a.timeout_s, ms)
+        a.limit = a.task.timeout_s(a.timeout_s, ms)
 
     async def _attached(self, a: _Attempt, given: Baseline | None, verdict: Verdict, with_baseline: bool,
                         refresh: bool) -> Baseline | None:
@@ -216,7 +219,7 @@ class Evaluator:
             return {}
         a.stage("building on a CPU worker")
         # the compile limit (or the user's run limit, which then bounds the whole evaluation)
-        limit = a.domain.compile_timeout_s(a.problem, self.cfg, a.timeout_s) or a.timeout_s or self.cfg.compile_timeout_s
+        limit = a.task.compile_timeout_s(a.timeout_s) or a.timeout_s or self.cfg.compile_timeout_s
         t0 = time.monotonic()
         try:
             sr = await run(owned(req, a.design.id[:10]), limit)
@@ -248,7 +251,7 @@ class Evaluator:
         domain = get_domain(problem.domain)
         if "audit" not in domain.graphs:
             raise HarnessError(f"the {problem.domain} domain has no audit")
-        return await self.run_reference_graph(problem, domain.graphs["audit"], domain.timeout_s(problem, self.cfg, timeout_s))
+        return await self.run_reference_graph(problem, domain.graphs["audit"], domain.open(problem, self.cfg).timeout_s(timeout_s))
 
     async def confirm_block(self, problem: Problem, designs: Mapping[str, str], order: list[str],
                             reference_ms: float | None = None,
@@ -264,7 +267,7 @@ class Evaluator:
         domain = get_domain(problem.domain)
         if "confirm" not in domain.graphs:
             raise HarnessError(f"the {problem.domain} domain has no confirmation round")
-        one = domain.timeout_s(problem, self.cfg, None, reference_ms)
+        one = domain.open(problem, self.cfg).timeout_s(None, reference_ms)
         limit = one * (1 + len(order) / 2)  # each program timed twice, beside the reference
         verdict, env = await self.run_reference_graph(
             problem, domain.graphs["confirm"], limit, confirm=[{"id": k, "source": v} for k, v in designs.items()],
@@ -283,10 +286,10 @@ class Evaluator:
         `on_stage` hears each stage as it starts)."""
         graph = ValidatorGraph.of(specs)
         expect = request.pop("reference_expect_ms", None)
-        domain = get_domain(problem.domain)
-        req = owned(domain.build_request(problem, None, graph.specs, self.cfg, **request), "baselines")
+        task = get_domain(problem.domain).open(problem, self.cfg)
+        req = owned(task.build_request(None, graph.specs, **request), "baselines")
         if expect is not None:
-            req = domain.with_reference_expectation(req, expect)
+            req = task.with_reference_expectation(req, expect)
         compile_limit = compile_limit_s if compile_limit_s is not None else self.cfg.compile_timeout_s
         slot, sr = await self.executor.submit(req, limit, compile_limit, stage_events(on_stage) if on_stage else None,
                                               device=device or self.physical_device)

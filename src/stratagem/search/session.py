@@ -124,7 +124,7 @@ class RunSession:
 
     def state(self, iteration: int) -> SearchState:
         on = self.cfg.evaluation.model_copy(update={"device": self.evaluator.physical_device})  # rules in its words
-        facts = dict(get_domain(self.problem.domain).agent_facts(self.problem, on))
+        facts = dict(get_domain(self.problem.domain).open(self.problem, on).agent_facts())
         known = {f.name for f in dataclasses.fields(SearchState)}
         named: dict[str, Any] = {k: tuple(v) if k == "rules" else v for k, v in facts.items()
                                  if k in known and k != "facts"}

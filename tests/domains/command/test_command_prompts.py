@@ -147,7 +147,7 @@ def test_pike_tells_the_agents_the_command_problem(policy: str, small_problem: P
 def test_every_command_template_fills_without_pytorch_words(small_problem: Path) -> None:
     problem = load_problem(small_problem)
     domain = get_domain(problem.domain)
-    facts = domain.agent_facts(problem, load_config(None, {}).evaluation)
+    facts = domain.open(problem, load_config(None, {}).evaluation).agent_facts()
     brief = render.ProblemBrief(name=problem.name, source=problem.source, domain="command",
                                 rules=tuple(facts.pop("rules")), facts=facts)
     texts = [render.instructions(r, domain="command", analyst=True) for r in

@@ -70,10 +70,8 @@ def test_timing_on_a_gpu_slot_runs_commands_on_its_timing_cores(tmp_path) -> Non
         pytest.skip("needs Linux and two cores")
     core = min(os.sched_getaffinity(0))
     problem = load_problem(make_problem(tmp_path / "p"))
-    d = get_domain("command")
-    cfg = load_config(None, {}).evaluation
-    req = d.build_request(problem, None, [s for s in d.validator_graph(problem, cfg).specs if s.placement == "worker"],
-                          cfg).model_copy(update={"timing_lock": str(tmp_path / "lock"), "timing_cores": [core]})
+    t = get_domain("command").open(problem, load_config(None, {}).evaluation)
+    req = t.build_request(None, [s for s in t.validator_graph().specs if s.placement == "worker"]).model_copy(update={"timing_lock": str(tmp_path / "lock"), "timing_cores": [core]})
     ctx = Context(json.loads(req.model_dump_json()), tmp_path / "w", lambda e, x: None)
     before = os.sched_getaffinity(0)
     show = "grep Cpus_allowed_list /proc/self/status"

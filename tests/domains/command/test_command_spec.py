@@ -26,7 +26,7 @@ def test_the_example_loads_with_every_section() -> None:
     assert load_problem(EXAMPLE / "problem.toml").id == problem.id
     again = parse_problem(problem.source, name=problem.name, domain="command")
     assert again.id == problem.id and again.size_constants == {"n": 20000, "w": 128}
-    facts = get_domain("command").agent_facts(problem, load_config(None, {}).evaluation)
+    facts = get_domain("command").open(problem, load_config(None, {}).evaluation).agent_facts()
     assert facts["editable"] == ["kernel.c", "flags.txt"] and "docs/background.md" in facts["docs"]
     assert any(r.startswith("forbidden: libraries m") for r in facts["rules"])
 
@@ -90,16 +90,15 @@ def test_placeholders_are_filled_shell_quoted() -> None:
 
 def test_requests_carry_fresh_hidden_inputs(tmp_path) -> None:
     problem = load_problem(make_problem(tmp_path / "p"))
-    d = get_domain("command")
     cfg = load_config(None, {}).evaluation
-    graph = d.validator_graph(problem, cfg)
-    worker_stages = [s for s in graph.specs if s.placement == "worker"]
-    a = d.build_request(problem, None, worker_stages, cfg)
-    b = d.build_request(problem, None, worker_stages, cfg)
-    assert len(d.request_seeds(a)) == 3 and d.request_seeds(a) != d.request_seeds(b)
+    t = get_domain("command").open(problem, cfg)
+    worker_stages = [s for s in t.validator_graph().specs if s.placement == "worker"]
+    a = t.build_request(None, worker_stages)
+    b = t.build_request(None, worker_stages)
+    assert len(t.request_seeds(a)) == 3 and t.request_seeds(a) != t.request_seeds(b)
     assert a.compile_stage == "build" and not a.judge
-    assert d.timeout_s(problem, cfg) >= cfg.timeout_s
-    assert d.timeout_s(problem, cfg, 7.0) == 7.0
+    assert t.timeout_s() >= cfg.timeout_s
+    assert t.timeout_s(7.0) == 7.0
 
 
 def test_declared_work_is_arithmetic_over_the_sizes() -> None:
@@ -125,5 +124,5 @@ def test_timing_runs_at_fixed_declared_sizes(tmp_path) -> None:
         with pytest.raises(ProblemError, match="timing"):
             parse_spec(SMALL_TOML + f"\n[timing.sizes]\n{bad}\n", "p/problem.toml", "p")
     problem = load_problem(make_problem(tmp_path / "a"))
-    req = get_domain("command").build_request(problem, None, (), load_config(None, {}).evaluation)
+    req = get_domain("command").open(problem, load_config(None, {}).evaluation).build_request(None, ())
     assert req.payload["timing_input"]["sizes"] == dict(spec_of(problem).timing.sizes)

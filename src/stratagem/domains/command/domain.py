@@ -22,7 +22,7 @@ from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.base import BaselineNames, Domain, WorkerSpec
+from stratagem.domains.base import BaselineNames, Domain, Task, WorkerSpec
 from stratagem.domains.command import problem as problems
 from stratagem.domains.command.forbid import link_findings, source_findings
 from stratagem.domains.command.spec import RETIMES, SizeRange, Spec
@@ -59,6 +59,7 @@ STAGE_RULES: dict[str, str] = {
 }
 
 RUN_LIMIT_MAX_S = 3600.0
+WORKER = WorkerSpec("stratagem.domains.command.worker")
 
 
 def spec_of(problem: Problem) -> Spec:
@@ -139,6 +140,83 @@ def static_checks(spec: Spec, files: Mapping[str, str]) -> ValidatorResult:
     return ValidatorResult("static_checks", "passed", details={"files": sorted(files)})
 
 
+class CommandTask(Task):
+    """A command problem under one configuration (`Domain.open`): its spec parsed once."""
+
+    def __init__(self, problem: Problem, cfg: EvaluationConfig) -> None:
+        super().__init__(problem, cfg)
+        self.bundle = problems.bundle_of(problem.source, problem.path or problem.name)
+        self.spec: Spec = self.bundle.spec
+
+    def validator_graph(self) -> ValidatorGraph:
+        return ValidatorGraph.of(GRAPH)
+
+    def run_parent_validator(self, name: str, design: Design, earlier: Mapping[str, ValidatorResult],
+                             peaks: Mapping[str, Any] | None, device: str) -> ValidatorResult:
+        if name == "static_checks":
+            return static_checks(self.spec, design.files)
+        raise KeyError(f"no parent validator {name!r}")
+
+    def build_request(self, design: Design | None, stages: Sequence[ValidatorSpec], baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        spec, rng = self.spec, secrets.SystemRandom()
+        trials = [draw_inputs(spec, rng) for _ in range(spec.trials)]
+        if seeds is not None:  # a caller's seeds replace the drawn ones (sizes stay drawn)
+            trials = [{**t, "seed": int(s)} for t, s in zip(trials, seeds, strict=False)]
+        # timed at the problem's declared sizes (fixed: two evaluations time the same work); the seed is secret
+        timing_input = {"seed": rng.randrange(1, 2**31), "sizes": dict(spec.timing.sizes)}
+        payload = Payload(trials=trials, timing_input=timing_input)
+        names = {s.name for s in stages}
+        return EvalRequest(
+            request_id=uuid.uuid4().hex, domain=NAME, **WORKER.fields(),
+            stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
+            problem=SourceFile(name=self.problem.name, source=self.problem.source),
+            files=dict(design.files) if design is not None else {},
+            device="cpu", compile_stage="build" if "build" in names else None, judge=False,
+            payload=payload.model_dump(),
+        )
+
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        payload = Payload.model_validate({**req.payload, "reference_expect_ms": value})
+        return req.model_copy(update={"payload": payload.model_dump()})
+
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        p = req.payload
+        draws = [*(p.get("trials") or ()), p.get("timing_input") or {}]
+        return tuple(int(d["seed"]) for d in draws if "seed" in d)
+
+    def timeout_s(self, override: float | None = None, reference_ms: float | None = None) -> float:
+        """The user's limit, the problem's `timeout_s`, else the sum of every command's own
+        limit over the runs an evaluation makes (at least `[evaluation] timeout_s`)."""
+        spec = self.spec
+        if override is not None:
+            return override
+        if spec.timeout_s is not None:
+            return spec.timeout_s
+        t, attempts, programs = spec.timing, 1 + RETIMES, 2 + len(spec.baselines)
+        runs = 2 * spec.trials + 1 + programs * t.warmup + programs * t.pairs * t.runs * attempts
+        checks = (spec.trials + t.pairs * attempts) * spec.check.timeout_s if spec.check is not None else 0.0
+        return min(RUN_LIMIT_MAX_S, max(self.cfg.timeout_s, runs * spec.run.timeout_s + checks))
+
+    def compile_timeout_s(self, override: float | None = None) -> float | None:
+        """Two builds (the reference's and the design's), each under its own limit."""
+        return max(self.cfg.compile_timeout_s, (2 + len(self.spec.baselines)) * self.spec.build.timeout_s + 30.0)
+
+    def precheck(self, device: str) -> Callable[[str], ValidatorResult]:
+        spec = self.spec
+        return lambda source: static_checks(spec, text_files(source, spec.editable[0]))
+
+    def agent_facts(self) -> dict[str, Any]:
+        # the prompts' `$fact_NAME` values
+        from stratagem.domains.command.prompts import prompt_facts
+
+        spec, b = self.spec, self.bundle
+        return {"rules": agent_rules(spec), "editable": list(spec.editable), "fixed": list(spec.fixed),
+                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs()),
+                **prompt_facts(spec, b)}
+
+
 class CommandDomain(Domain):
     """The command domain behind the `Domain` seam (`domains/base.py`): the core, the writers'
     `check` tool and the reference as written (`WrittenReference`); no baselines beyond the
@@ -147,7 +225,7 @@ class CommandDomain(Domain):
     name = NAME
     objective = Objective("runtime", "ms", "minimize")
     names = BaselineNames()
-    worker = WorkerSpec("stratagem.domains.command.worker")
+    worker = WORKER
     graphs = GRAPHS
 
     def reference_design(self, reference_source: str, why: str) -> str:
@@ -174,85 +252,13 @@ class CommandDomain(Domain):
     def parse_problem(self, source: str, *, name: str, path: str | None = None) -> Problem:
         return problems.parse_problem(source, name=name, path=path)
 
-    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
-        return ValidatorGraph.of(GRAPH)
-
-    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
-                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
-                             device: str) -> ValidatorResult:
-        if name == "static_checks":
-            return static_checks(spec_of(problem), design.files)
-        raise KeyError(f"no parent validator {name!r}")
-
-    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
-                      cfg: EvaluationConfig, baselines: Sequence[str] = (),
-                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
-                      confirm_order: Sequence[str] = ()) -> EvalRequest:
-        spec = spec_of(problem)
-        rng = secrets.SystemRandom()
-        trials = [draw_inputs(spec, rng) for _ in range(spec.trials)]
-        if seeds is not None:  # a caller's seeds replace the drawn ones (sizes stay drawn)
-            trials = [{**t, "seed": int(s)} for t, s in zip(trials, seeds, strict=False)]
-        # timed at the problem's declared sizes (fixed: two evaluations time the same work); the seed is secret
-        timing_input = {"seed": rng.randrange(1, 2**31), "sizes": dict(spec.timing.sizes)}
-        payload = Payload(trials=trials, timing_input=timing_input)
-        names = {s.name for s in stages}
-        return EvalRequest(
-            request_id=uuid.uuid4().hex, domain=NAME, **self.worker.fields(),
-            stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
-            problem=SourceFile(name=problem.name, source=problem.source),
-            files=dict(design.files) if design is not None else {},
-            device="cpu", compile_stage="build" if "build" in names else None, judge=False,
-            payload=payload.model_dump(),
-        )
-
-    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        payload = Payload.model_validate({**req.payload, "reference_expect_ms": value})
-        return req.model_copy(update={"payload": payload.model_dump()})
-
-    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
-        p = req.payload
-        draws = [*(p.get("trials") or ()), p.get("timing_input") or {}]
-        return tuple(int(d["seed"]) for d in draws if "seed" in d)
-
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
-                  reference_ms: float | None = None) -> float:
-        """The user's limit, the problem's `timeout_s`, else the sum of every command's own
-        limit over the runs an evaluation makes (at least `[evaluation] timeout_s`)."""
-        if override is not None:
-            return override
-        spec = spec_of(problem)
-        if spec.timeout_s is not None:
-            return spec.timeout_s
-        t, attempts, programs = spec.timing, 1 + RETIMES, 2 + len(spec.baselines)
-        runs = 2 * spec.trials + 1 + programs * t.warmup + programs * t.pairs * t.runs * attempts
-        checks = (spec.trials + t.pairs * attempts) * spec.check.timeout_s if spec.check is not None else 0.0
-        return min(RUN_LIMIT_MAX_S, max(cfg.timeout_s, runs * spec.run.timeout_s + checks))
-
-    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
-        """Two builds (the reference's and the design's), each under its own limit."""
-        spec = spec_of(problem)
-        return max(cfg.compile_timeout_s, (2 + len(spec.baselines)) * spec.build.timeout_s + 30.0)
+    def open(self, problem: Problem, cfg: EvaluationConfig) -> CommandTask:
+        return CommandTask(problem, cfg)
 
     def describe(self, name: str, details: Mapping[str, Any]) -> str | None:
         if name == "correctness":
             return describe_correctness(details)
         return describe_timing(details, self.names.reference) if name == "timing" else None
-
-    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
-        spec = spec_of(problem)
-        main = spec.editable[0]
-        return lambda source: static_checks(spec, text_files(source, main))
-
-    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        # the prompts' `$fact_NAME` values
-        from stratagem.domains.command.prompts import prompt_facts
-
-        spec = spec_of(problem)
-        b = problems.bundle_of(problem.source, problem.name)
-        return {"rules": agent_rules(spec), "editable": list(spec.editable), "fixed": list(spec.fixed),
-                "background": spec.description, "hints": list(spec.hints), "docs": sorted(b.docs()),
-                **prompt_facts(spec, b)}
 
     def main_file(self, problem: Problem) -> str:
         return spec_of(problem).editable[0]

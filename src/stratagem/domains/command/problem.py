@@ -8,6 +8,7 @@ unpacks the same bundle)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -147,8 +148,10 @@ def to_source(files: Mapping[str, str]) -> str:
     return json.dumps({"format": BUNDLE_FORMAT, "files": dict(sorted(files.items()))}, indent=1, ensure_ascii=False)
 
 
+@functools.lru_cache(maxsize=16)
 def bundle_of(source: str, where: str = "problem") -> Bundle:
-    """The bundle a Problem's source holds, its spec parsed.
+    """The bundle a Problem's source holds, its spec parsed (once per source: every question
+    asked of a problem reads it; read its `files`, never change them).
 
     Raises:
         ProblemError: not a command problem's bundle, or its `problem.toml` is malformed.

@@ -27,7 +27,7 @@ from stratagem.core.jsonish import mapping
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.base import BaselineNames, Domain, DomainPolicy, Export, WorkerSpec
+from stratagem.domains.base import BaselineNames, Domain, DomainPolicy, Export, Task, WorkerSpec
 from stratagem.domains.pytorch.baselines import BaselineModes, new_seed
 from stratagem.domains.pytorch.floor import (
     PEAKS_VERSION,
@@ -331,6 +331,45 @@ _MODEL = re.compile(r"^class\s+Model\b", re.M)
 """What a KernelBench-format problem file holds (with `get_inputs`, which the loader checks)."""
 
 
+class PyTorchTask(Task):
+    """A PyTorch problem under one configuration (`Domain.open`): the module's functions, bound."""
+
+    def validator_graph(self) -> ValidatorGraph:
+        return validator_graph(self.problem, integrity_policy(self.problem, self.cfg))
+
+    def run_parent_validator(self, name: str, design: Design, earlier: Mapping[str, ValidatorResult],
+                             peaks: Mapping[str, Any] | None, device: str) -> ValidatorResult:
+        return run_parent_validator(name, self.problem, design, self.cfg, earlier, peaks, device)
+
+    def build_request(self, design: Design | None, stages: Sequence[ValidatorSpec], baselines: Sequence[str] = (),
+                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
+                      confirm_order: Sequence[str] = ()) -> EvalRequest:
+        return build_request(self.problem, design, stages, self.cfg, baselines, seeds, confirm, confirm_order)
+
+    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
+        return with_reference_expectation(req, value)
+
+    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
+        return tuple(int(s) for s in req.payload.get("seeds", ()))
+
+    def timeout_s(self, override: float | None = None, reference_ms: float | None = None) -> float:
+        return timeout_s(self.problem, self.cfg, override, reference_ms)
+
+    def compile_timeout_s(self, override: float | None = None) -> float | None:
+        return compile_timeout_s(self.problem, self.cfg, override)
+
+    def precheck(self, device: str) -> Callable[[str], ValidatorResult]:
+        checks = checks_for_policy(integrity_policy(self.problem, self.cfg), "cpu" if device == "cpu" else "cuda")
+        return lambda source: run_static_checks(self.problem, source, checks=checks)
+
+    def agent_facts(self) -> dict[str, Any]:
+        problem, cfg = self.problem, self.cfg
+        return {"tolerances": tolerances(problem, cfg),
+                "correctness_mode": str(correctness_rule(problem, cfg)["mode"]),
+                "integrity": integrity_policy(problem, cfg),
+                "rules": agent_rules(problem, cfg)}
+
+
 class PyTorchDomain(Domain):
     """The PyTorch domain behind the `Domain` seam (`domains/base.py`): KernelBench-format
     problems, a ModelNew candidate per design, paired runtime against eager."""
@@ -378,47 +417,13 @@ class PyTorchDomain(Domain):
 
         return parse_problem(source, name=name, path=path)
 
-    def validator_graph(self, problem: Problem, cfg: EvaluationConfig) -> ValidatorGraph:
-        return validator_graph(problem, integrity_policy(problem, cfg))
-
-    def run_parent_validator(self, name: str, problem: Problem, design: Design, cfg: EvaluationConfig,
-                             earlier: Mapping[str, ValidatorResult], peaks: Mapping[str, Any] | None,
-                             device: str) -> ValidatorResult:
-        return run_parent_validator(name, problem, design, cfg, earlier, peaks, device)
-
-    def build_request(self, problem: Problem, design: Design | None, stages: Sequence[ValidatorSpec],
-                      cfg: EvaluationConfig, baselines: Sequence[str] = (),
-                      seeds: Sequence[int] | None = None, confirm: Sequence[Mapping[str, str]] = (),
-                      confirm_order: Sequence[str] = ()) -> EvalRequest:
-        return build_request(problem, design, stages, cfg, baselines, seeds, confirm, confirm_order)
-
-    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        return with_reference_expectation(req, value)
-
-    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
-        return tuple(int(s) for s in req.payload.get("seeds", ()))
-
-    def timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None,
-                  reference_ms: float | None = None) -> float:
-        return timeout_s(problem, cfg, override, reference_ms)
-
-    def compile_timeout_s(self, problem: Problem, cfg: EvaluationConfig, override: float | None = None) -> float | None:
-        return compile_timeout_s(problem, cfg, override)
+    def open(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchTask:
+        return PyTorchTask(problem, cfg)
 
     def describe(self, name: str, details: Mapping[str, Any]) -> str | None:
         from stratagem.domains.pytorch.views import describe
 
         return describe(name, details)
-
-    def precheck(self, problem: Problem, cfg: EvaluationConfig, device: str) -> Callable[[str], ValidatorResult]:
-        checks = checks_for_policy(integrity_policy(problem, cfg), "cpu" if device == "cpu" else "cuda")
-        return lambda source: run_static_checks(problem, source, checks=checks)
-
-    def agent_facts(self, problem: Problem, cfg: EvaluationConfig) -> dict[str, Any]:
-        return {"tolerances": tolerances(problem, cfg),
-                "correctness_mode": str(correctness_rule(problem, cfg)["mode"]),
-                "integrity": integrity_policy(problem, cfg),
-                "rules": agent_rules(problem, cfg)}
 
     def main_file(self, problem: Problem) -> str:
         return MAIN_FILE

@@ -219,7 +219,7 @@ class AutoPolicy:
         tasks = [
             ImplementorTask(
                 worker=f"implementor-{k}", plan=plan, problem=self.problem, brief=brief,
-                evidence=evidence, precheck=self.domain.precheck(self.problem, self.cfg.evaluation, state.device),
+                evidence=evidence, precheck=self.domain.open(self.problem, self.cfg.evaluation).precheck(state.device),
                 workdir=self._dir(state.iteration, f"implementor-{k}").root,
                 report_chars=self.cfg.context.failure_report_chars, variant=variant,
                 start_files=start,
