@@ -47,12 +47,17 @@ def _wide_classes(trees: dict[Path, ast.Module], over: int) -> int:
     return count
 
 
-def _protocol_members(trees: dict[Path, ast.Module], path: Path, name: str) -> int | None:
+def _protocol_members(trees: dict[Path, ast.Module], path: Path, name: str) -> tuple[int, int] | None:
+    """The class's public members, and those of them every subclass must write (abstract
+    methods, annotations without a value)."""
     tree = trees.get(path)
     for n in ast.walk(tree) if tree is not None else ():
         if isinstance(n, ast.ClassDef) and n.name == name:
-            return sum(1 for f in n.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef | ast.AnnAssign)
-                       and not getattr(f, "name", "").startswith("_"))
+            public = [f for f in n.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef | ast.AnnAssign)
+                      and not getattr(f, "name", "").startswith("_")]
+            required = [f for f in public if (isinstance(f, ast.AnnAssign) and f.value is None) or any(
+                getattr(d, "id", None) == "abstractmethod" for d in getattr(f, "decorator_list", ()))]
+            return len(public), len(required)
     return None
 
 
@@ -79,10 +84,10 @@ def measures(src: Path) -> list[tuple[str, str]]:
         ("functions over complexity 10", str(_complex(src, 10))),
         ("functions over 60 lines", str(_long_functions(trees, 60))),
         ("classes with more than 15 public methods", str(_wide_classes(trees, 15))),
-        ("Domain protocol members (domains/base.py)", str(_protocol_members(trees, base, "Domain"))),
+        ("Domain members, all / required (domains/base.py)", "{} / {}".format(*_protocol_members(trees, base, "Domain") or ("?", "?"))),
         ("`getattr(domain` outside domains/", str(sum(texts[p].count("getattr(domain") for p in generic))),
-        ("`domain: str = ` defaults outside domains/",
-         str(sum(len(re.findall(r"domain: str = ", texts[p])) for p in generic))),
+        ("`domain: str = ` defaults outside domains/",  # a required field(kw_only=True) is no default
+         str(sum(len(re.findall(r"domain: str = (?!field\(kw_only=True\))", texts[p])) for p in generic))),
         ("duplicate pairs", _duplicates(src)),
     ]
 
