@@ -11,30 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from stratagem.cli.common import (
-    ConfigOpt,
-    CorrectnessOpt,
-    DeviceOpt,
-    EndpointOpt,
-    ExecutorOpt,
-    ImplementorsOpt,
-    IntegrityOpt,
-    IterationsOpt,
-    JsonOpt,
-    MaxGpuSecondsOpt,
-    MaxQueriesOpt,
-    MaxTokensOpt,
-    MaxUsdOpt,
-    MaxWallSecondsOpt,
-    PatienceOpt,
-    QueueOpt,
-    agents_over,
-    app,
-    exit_codes,
-    fail,
-    harness_over,
-    wide_console,
-)
+from stratagem.cli import common as opt
+from stratagem.cli.common import agents_over, app, exit_codes, fail, harness_over, wide_console
 from stratagem.config import load_config
 from stratagem.errors import ConfigError
 
@@ -47,24 +25,24 @@ def bench_cmd(
     problems: Annotated[str | None, typer.Option("--problems", metavar="IDS", help="Problem ids: 1-20, 1,3,7-9, or a file listing them.")] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", metavar="N", help="Problems at once, sharing one executor in this process, each run on the GPU with the fewest runs (default: one per GPU slot, workers_per_gpu per GPU; 1 on the CPU).")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM as for `stratagem run`. None: the recipes policy.")] = None,
-    endpoint: EndpointOpt = None,
+    endpoint: opt.EndpointOpt = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto, pike-b, pike-o (need --model) or recipes.")] = None,
-    iterations: IterationsOpt = None,
-    patience: PatienceOpt = None,
-    implementors: ImplementorsOpt = None,
-    max_queries: MaxQueriesOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    max_usd: MaxUsdOpt = None,
-    max_gpu_seconds: MaxGpuSecondsOpt = None,
-    max_wall_seconds: MaxWallSecondsOpt = None,
-    device: DeviceOpt = None,
-    integrity: IntegrityOpt = None,
-    correctness: CorrectnessOpt = None,
-    executor: ExecutorOpt = None,
-    queue: QueueOpt = None,
+    iterations: opt.IterationsOpt = None,
+    patience: opt.PatienceOpt = None,
+    implementors: opt.ImplementorsOpt = None,
+    max_queries: opt.MaxQueriesOpt = None,
+    max_tokens: opt.MaxTokensOpt = None,
+    max_usd: opt.MaxUsdOpt = None,
+    max_gpu_seconds: opt.MaxGpuSecondsOpt = None,
+    max_wall_seconds: opt.MaxWallSecondsOpt = None,
+    device: opt.DeviceOpt = None,
+    integrity: opt.IntegrityOpt = None,
+    correctness: opt.CorrectnessOpt = None,
+    executor: opt.ExecutorOpt = None,
+    queue: opt.QueueOpt = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="The suite directory (default runs/suite-NAME-TIMESTAMP): suite.json and runs/KEY/ per problem.")] = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Run a policy over a suite of problems, one run per problem under one suite directory
     (suite.json records the problems, the options and each problem's state), then print the

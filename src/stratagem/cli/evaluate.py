@@ -10,17 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from stratagem.cli.common import (
-    ConfigOpt,
-    CorrectnessOpt,
-    DeviceOpt,
-    ExecutorOpt,
-    JsonOpt,
-    QueueOpt,
-    app,
-    config_for,
-    exit_codes,
-)
+from stratagem.cli import common as opt
+from stratagem.cli.common import app, config_for, exit_codes
 from stratagem.config import DEFAULT_TIMEOUT_S, EvaluationConfig
 from stratagem.errors import CandidateError, ConfigError, ProblemError
 from stratagem.report.evaluation import (
@@ -39,17 +30,17 @@ if TYPE_CHECKING:
 def eval_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml: docs/command.md).")],
     candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining ModelNew, or a directory holding a command design's files.")],
-    device: DeviceOpt = None,
+    device: opt.DeviceOpt = None,
     timeout: Annotated[float | None, typer.Option("--timeout", metavar="TIMEOUT", help=f"Limit in seconds on the whole evaluation of the design, compiles included unless [evaluation] compile_timeout_s is set too (default: {DEFAULT_TIMEOUT_S:g} s for correctness, integrity, shapes and timing, raised to fit a slow reference, and compile_timeout_s for builds; a problem may set its own)."),
     ] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Record the evaluation in this run directory.")] = None,
     integrity: Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient (default: libraries and torch ops allowed) or strict (the heavy work must run in the candidate's own kernels)."),
     ] = None,
-    correctness: CorrectnessOpt = None,
-    executor: ExecutorOpt = None,
-    queue: QueueOpt = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    correctness: opt.CorrectnessOpt = None,
+    executor: opt.ExecutorOpt = None,
+    queue: opt.QueueOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Evaluate one CANDIDATE against one PROBLEM: static checks, load, correctness,
     integrity, shapes, timing, roofline."""
@@ -117,10 +108,10 @@ def _evaluate_design_dir(problem_path: Path, design_dir: Path, cfg: EvaluationCo
 @app.command("baseline")
 def baseline_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
-    device: DeviceOpt = None,
+    device: opt.DeviceOpt = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Measure again even if cached.")] = False,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Time the reference PROBLEM: eager and torch.compile (plus max-autotune on a GPU)."""
     from stratagem.evaluation.api import baseline_file
@@ -137,9 +128,9 @@ def baseline_cmd(
 
 @app.command("calibrate")
 def calibrate_cmd(
-    device: DeviceOpt = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    device: opt.DeviceOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Measure the device's peaks again (memory bandwidth, matmul rates per math mode) for the
     roofline check, replacing the cached ones (kept in $STRATAGEM_CACHE_DIR/peaks/). Run it on
@@ -165,9 +156,9 @@ def calibrate_cmd(
 @app.command("audit")
 def audit_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file.")],
-    device: DeviceOpt = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    device: opt.DeviceOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Check PROBLEM for null models (zeros, a constant, an input copy, half precision, a
     subsample) that pass its correctness check, and whether its output depends on the seed."""

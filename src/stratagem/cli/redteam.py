@@ -9,25 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from stratagem.cli.common import (
-    AgentTimeoutOpt,
-    ConfigOpt,
-    CorrectnessOpt,
-    DeviceOpt,
-    EndpointOpt,
-    IntegrityOpt,
-    JsonOpt,
-    MaxGpuSecondsOpt,
-    MaxUsdOpt,
-    MaxWallSecondsOpt,
-    RunDirOpt,
-    agents_over,
-    app,
-    exit_codes,
-    fail,
-    harness_over,
-    wide_console,
-)
+from stratagem.cli import common as opt
+from stratagem.cli.common import agents_over, app, exit_codes, fail, harness_over, wide_console
 from stratagem.cli.search import _drive
 from stratagem.config import load_config
 from stratagem.errors import ConfigError, ProblemError
@@ -37,22 +20,22 @@ from stratagem.errors import ConfigError, ProblemError
 def redteam_cmd(
     problem: Annotated[Path | None, typer.Argument(metavar="PROBLEM", help="The problem to attack: a KernelBench-format file (its domain must have a red-team audit).")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="The attacker's LLM (openai:NAME, anthropic:NAME, ollama:NAME, test, or a name served at --endpoint).")] = None,
-    endpoint: EndpointOpt = None,
+    endpoint: opt.EndpointOpt = None,
     agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (or any script) as a shell command that writes each attempt, run in a fresh work directory per call (docs/agents.md).")] = None,
-    agent_timeout: AgentTimeoutOpt = None,
+    agent_timeout: opt.AgentTimeoutOpt = None,
     max_queries: Annotated[int | None, typer.Option("--max-queries", metavar="N", min=1, help="Attempts the attacker may write (queries; default 12).")] = None,
     attempts: Annotated[int | None, typer.Option("--attempts", metavar="N", min=1, help="Attempts written at once per iteration (default 2).")] = None,
-    max_gpu_seconds: MaxGpuSecondsOpt = None,
-    max_wall_seconds: MaxWallSecondsOpt = None,
-    max_usd: MaxUsdOpt = None,
+    max_gpu_seconds: opt.MaxGpuSecondsOpt = None,
+    max_wall_seconds: opt.MaxWallSecondsOpt = None,
+    max_usd: opt.MaxUsdOpt = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", metavar="DIR", help="Where each breach is written as a test fixture (default RUN_DIR/breaches).")] = None,
     replay: Annotated[Path | None, typer.Option("--replay", metavar="CORPUS", help="Replay a breach corpus through the harness instead: exit 1 if any fixture is accepted again or cannot be judged.")] = None,
-    device: DeviceOpt = None,
-    integrity: IntegrityOpt = None,
-    correctness: CorrectnessOpt = None,
-    run_dir: RunDirOpt = None,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    device: opt.DeviceOpt = None,
+    integrity: opt.IntegrityOpt = None,
+    correctness: opt.CorrectnessOpt = None,
+    run_dir: opt.RunDirOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Try to fool the harness on PROBLEM: an attacker writes designs meant to be accepted while
     wrong, faster only when measured, or not doing the work; each goes through the ordinary

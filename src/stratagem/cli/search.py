@@ -12,32 +12,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from stratagem.cli.common import (
-    AgentTimeoutOpt,
-    ConfigOpt,
-    CorrectnessOpt,
-    DeviceOpt,
-    EndpointOpt,
-    ExecutorOpt,
-    ImplementorsOpt,
-    IntegrityOpt,
-    IterationsOpt,
-    JsonOpt,
-    MaxGpuSecondsOpt,
-    MaxQueriesOpt,
-    MaxTokensOpt,
-    MaxUsdOpt,
-    MaxWallSecondsOpt,
-    PatienceOpt,
-    QueueOpt,
-    RunDirOpt,
-    agents_over,
-    app,
-    exit_codes,
-    fail,
-    harness_over,
-    wide_console,
-)
+from stratagem.cli import common as opt
+from stratagem.cli.common import agents_over, app, exit_codes, fail, harness_over, wide_console
 from stratagem.config import load_config
 from stratagem.errors import ConfigError, ProblemError
 
@@ -46,30 +22,30 @@ from stratagem.errors import ConfigError, ProblemError
 def run_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml).")],
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="LLM: openai:NAME, anthropic:NAME, ollama:NAME, test (pydantic-ai's TestModel), or a model name served at --endpoint. None: the recipes policy.")] = None,
-    endpoint: EndpointOpt = None,
+    endpoint: opt.EndpointOpt = None,
     agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (Claude Code, Codex CLI, ...) as a shell command that writes the designs in the writing roles (Implementor; PIKE's optimize, fix, mutate, crossover), run in a fresh work directory per call ([agents.command]; docs/agents.md). The other roles keep --model.")] = None,
-    agent_timeout: AgentTimeoutOpt = None,
+    agent_timeout: opt.AgentTimeoutOpt = None,
     policy: Annotated[str | None, typer.Option("--policy", metavar="POLICY", help="auto (AUTO's agents), pike-b or pike-o (PIKE; all three need --model), recipes or tune (no LLM). Default: auto with a model, pike-o with --agent-cmd alone, else the problem's own.")] = None,
     design: Annotated[Path | None, typer.Option("--design", metavar="FILE|DIR", exists=True, help="The template --policy tune tunes: a design file, or a directory of a command problem's editable files, declaring its parameters (docs/tune.md).")] = None,
-    iterations: IterationsOpt = None,
-    patience: PatienceOpt = None,
-    implementors: ImplementorsOpt = None,
+    iterations: opt.IterationsOpt = None,
+    patience: opt.PatienceOpt = None,
+    implementors: opt.ImplementorsOpt = None,
     tune_evaluations: Annotated[int | None, typer.Option("--tune-evaluations", metavar="N", min=0, help="Points the loop evaluates when an agent returns a template instead of a fixed design, charged to the run's budgets (default 6; 0: the template's defaults only; docs/tune.md).")] = None,
-    max_queries: MaxQueriesOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    max_usd: MaxUsdOpt = None,
-    max_gpu_seconds: MaxGpuSecondsOpt = None,
-    max_wall_seconds: MaxWallSecondsOpt = None,
-    device: DeviceOpt = None,
-    integrity: IntegrityOpt = None,
-    correctness: CorrectnessOpt = None,
-    run_dir: RunDirOpt = None,
-    executor: ExecutorOpt = None,
-    queue: QueueOpt = None,
+    max_queries: opt.MaxQueriesOpt = None,
+    max_tokens: opt.MaxTokensOpt = None,
+    max_usd: opt.MaxUsdOpt = None,
+    max_gpu_seconds: opt.MaxGpuSecondsOpt = None,
+    max_wall_seconds: opt.MaxWallSecondsOpt = None,
+    device: opt.DeviceOpt = None,
+    integrity: opt.IntegrityOpt = None,
+    correctness: opt.CorrectnessOpt = None,
+    run_dir: opt.RunDirOpt = None,
+    executor: opt.ExecutorOpt = None,
+    queue: opt.QueueOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Serve the live report on http://127.0.0.1:PORT while the run goes on.")] = False,
     port: Annotated[int, typer.Option("--port", metavar="PORT", help="The port of --serve.")] = 8765,
-    as_json: JsonOpt = False,
-    config: ConfigOpt = None,
+    as_json: opt.JsonOpt = False,
+    config: opt.ConfigOpt = None,
 ) -> None:
     """Search for a faster ModelNew for PROBLEM: iterations of a policy, every design proven by
     the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
@@ -127,7 +103,7 @@ def run_cmd(
 def resume_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory from `stratagem run`.")],
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Raise the iteration limit.")] = None,
-    as_json: JsonOpt = False,
+    as_json: opt.JsonOpt = False,
 ) -> None:
     """Continue a stopped or killed run from its database, with the settings it started with."""
     from stratagem.search.api import resume_run, stored_domain
@@ -151,7 +127,7 @@ def _print_best_cases(console: Console, run_dir: Path, design_id: str) -> None:
 @app.command("show")
 def show_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
-    as_json: JsonOpt = False,
+    as_json: opt.JsonOpt = False,
 ) -> None:
     """Print a run's leaderboard, iterations, strategy counts and spend."""
     from stratagem.report.leaderboard import (
@@ -366,7 +342,7 @@ def next_steps(run_dir: Path, has_best: bool) -> str:
 def compare_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(metavar="RUN_DIR...", help="Run directories of one problem.")],
     plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Where the plot goes (default: compare.png beside the first run).")] = None,
-    as_json: JsonOpt = False,
+    as_json: opt.JsonOpt = False,
 ) -> None:
     """Compare runs of one problem (matched by the problem's source, not its file's name) at
     equal budgets: the best paired speedup so far against LLM queries and money, the mean best
