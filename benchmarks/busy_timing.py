@@ -42,6 +42,7 @@ from stratagem.config import load_config  # noqa: E402
 from stratagem.core.design import Design  # noqa: E402
 from stratagem.core.search import DesignView  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
+from stratagem.domains.pytorch.settings import settings  # noqa: E402
 from stratagem.evaluation.executors import LocalExecutor  # noqa: E402
 from stratagem.evaluation.service import Evaluator  # noqa: E402
 from stratagem.search.confirm import combine, rotated  # noqa: E402
@@ -100,7 +101,7 @@ def truth(names: list[str], device: str = "cpu", rounds: int = 3) -> dict[str, f
     spec.loader.exec_module(ref_mod)  # type: ignore[union-attr]
     torch.manual_seed(0)
     ref = ref_mod.Model(*ref_mod.get_init_inputs()).eval().to(device)
-    cfg = {**load_config(None, {}).evaluation.timing.model_dump(), "budget_ms": 1000.0}
+    cfg = {**settings(load_config(None, {}).evaluation).timing.model_dump(), "budget_ms": 1000.0}
     cfg["busy"] = {**cfg["busy"], "wait_s": 600.0}
     out: dict[str, list[float]] = {n: [] for n in names}
     progs = {}

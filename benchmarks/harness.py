@@ -196,7 +196,7 @@ def main() -> None:
     ap.add_argument("--only", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--max-reps", type=int, default=None,
-                    help="cap on timed repetitions (evaluation.timing.max_reps), to weigh the "
+                    help="cap on timed repetitions ([pytorch.timing] max_reps), to weigh the "
                          "timing stage's cost against the stability table")
     args = ap.parse_args()
     results = asyncio.run(main_async(args))

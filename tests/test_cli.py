@@ -19,7 +19,7 @@ def fast_config(tmp_path: Path) -> Path:
     cfg = tmp_path / "fast.toml"
     cfg.write_text(
         '[evaluation]\nbaselines = ["eager"]\n'
-        "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n"
+        "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n"
     )
     return cfg
 

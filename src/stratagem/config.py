@@ -37,76 +37,11 @@ DEFAULT_COMPILE_TIMEOUT_S = 300.0
 """Wall-clock limit of loading a candidate (imports, load_inline and Triton compiles)."""
 
 
-class StabilityConfig(BaseModel):
-    """When a timing is `unstable` (see docs/timing.md); fractions, 0.10 = 10%."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    ci_max: float = Field(default=0.10, gt=0)
-    """The paired speedup's 95% interval may be at most +-this fraction of it."""
-    drift_max: float = Field(default=0.15, gt=0)
-    """The pair ratios of the first and second half may differ by at most this."""
-    cluster_gap: float = Field(default=0.25, gt=0)
-    """Two clusters of pair ratios this far apart (each at least a fifth of them): unstable."""
-    reference_drift_max: float = Field(default=0.5, gt=0)
-    """The reference's median may be at most this far from the run's own baseline of it."""
-    one_sided_drift_max: float = Field(default=0.5, gt=0)
-    """One program's samples drifting by more than this while the other's hold: unstable."""
-    spike_factor: float = Field(default=10.0, gt=1)
-    spike_share: float = Field(default=0.05, gt=0, le=1)
-    """At least this share of one program's calls taking over `spike_factor` times its median
-    (another process took whole calls): unstable."""
-
-
-class BusyConfig(BaseModel):
-    """When the machine is too busy to time (docs/timing.md, "A busy machine"): every timing is
-    judged in windows of wall time; a window in which the timing thread waited for a CPU, the
-    hypervisor took the cores, or another process used the GPU is void and timed again."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    enabled: bool = Field(default_factory=lambda: os.environ.get("STRATAGEM_BUSY_GUARD", "on") != "off")
-    """On unless set false here or `STRATAGEM_BUSY_GUARD=off` (the test suite's default: its
-    functional tests must not depend on how loaded the machine is; the guard's own tests turn
-    it on)."""
-    window_ms: float = Field(default=50.0, gt=0)
-    """Length of a judged window (whole block pairs: a window ends after the pair that fills it)."""
-    wait_s: float = Field(default=30.0, ge=0)
-    """Time a timing may spend on void windows and the pauses after them; when it runs out with
-    fewer than half the timing's pairs quiet, the design is `not measured: the machine was busy`."""
-    run_delay_max: float = Field(default=0.05, gt=0, le=1)
-    """A window is busy when the timing thread waited for a CPU more than this share of it."""
-    steal_max: float = Field(default=0.25, gt=0, le=1)
-    """... or the hypervisor stole more than this share of the timing's cores."""
-    gpu_other_max: float = Field(default=5.0, ge=0)
-    """... or other processes kept the GPU's SMs busier than this (percent, NVML's samples)."""
-
-
-class TimingConfig(BaseModel):
-    """How candidates and references are timed."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    warmup_ms: float = Field(default=50.0, gt=0)
-    """Time spent calling the function before measuring (compile/caches/clocks settle)."""
-    budget_ms: float = Field(default=500.0, gt=0)
-    """Target total timed work per measurement; repetitions = budget / estimated call time."""
-    min_reps: int = Field(default=10, ge=1)
-    max_reps: int = Field(default=1000, ge=1)
-    flush_l2: bool = True
-    """On a GPU, overwrite a buffer larger than L2 before every timed call (outside the timing)."""
-    sync_mode: Literal["stream", "device"] = "stream"
-    """The reported GPU interval. `stream`: start event to an event right after the call on
-    the same stream (do_bench's protocol; agrees with it). `device`: to an event recorded
-    after a device-wide synchronize, which also counts side-stream work but adds a fixed
-    host round trip (~20 us on an H200). Both are always measured and stored."""
-    input_sets: int = Field(default=3, ge=1)
-    """Distinct input sets rotated across timed calls (fewer if they would not fit in memory)."""
-    pairs: int = Field(default=40, ge=2)
-    """Block pairs of paired timing: the reference and the candidate alternate this many
-    times each (the budget is split over the blocks)."""
-    max_retimes: int = Field(default=2, ge=0)
-    """An unstable paired timing is measured again at most this many times in its worker,
-    each time with twice the budget and the pairs of the attempt before."""
-    stability: StabilityConfig = Field(default_factory=StabilityConfig)
-    busy: BusyConfig = Field(default_factory=BusyConfig)
+def busy_guard_on() -> bool:
+    """The busy guard's default (a domain's timing settings): on unless `STRATAGEM_BUSY_GUARD=off`
+    (the test suite's default: its functional tests must not depend on how loaded the machine
+    is; the guard's own tests turn it on)."""
+    return os.environ.get("STRATAGEM_BUSY_GUARD", "on") != "off"
 
 
 def is_domain_section(name: str, value: Any) -> bool:
@@ -142,7 +77,8 @@ def _lift(data: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
 
 
 class EvaluationConfig(BaseModel):
-    """The harness: devices, sandbox limits, correctness and timing settings."""
+    """The harness: devices, executors, sandbox limits and caches; each domain's own settings
+    (how it judges and times designs) in its section (`domains`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     device: str = "auto"
@@ -182,7 +118,6 @@ class EvaluationConfig(BaseModel):
     lock_wait_timeout_s: float = Field(default=3600.0, gt=0)
     """Limit on the time a worker waits for its device's lock (never charged to the
     candidate's own limits): other workers timing or compiling hold it."""
-    timing: TimingConfig = Field(default_factory=TimingConfig)
     domains: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Each domain's own settings section (`[pytorch]` in the file: `domains/pytorch/settings.py`;
     a plug-in's `[<name>]`), carried as written: the registry checks its name and the domain
@@ -222,8 +157,9 @@ class EvaluationConfig(BaseModel):
         """As pydantic's, with a key that moved to a domain's section (`MOVED_KEYS`) updated
         there (so code written before the move keeps working)."""
         if update and any(k in keys for keys in MOVED_KEYS.values() for k in update):
-            moved = move_keys({**update, "domains": self.domains})
-            moved["domains"] = {d: {**self.domains.get(d, {}), **sec} for d, sec in moved["domains"].items()}
+            moved = move_keys({k: v for k, v in update.items() if k != "domains"})  # an update wins
+            base = dict(update.get("domains") or self.domains)
+            moved["domains"] = {**base, **{d: {**base.get(d, {}), **sec} for d, sec in moved["domains"].items()}}
             update = moved
         return super().model_copy(update=dict(update) if update else None, deep=deep)
 

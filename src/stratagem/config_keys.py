@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 MOVED_KEYS: dict[str, tuple[str, ...]] = {
     "pytorch": ("correctness_trials", "correctness", "tolerances", "baselines", "integrity", "roofline_margin",
-                "gpu_memory_fraction"),
+                "gpu_memory_fraction", "timing"),
 }
 """Keys that left `[evaluation]` for a domain's own section: domain -> keys. Older config files
 (and stored runs' configs) still carry them in `[evaluation]`; they are moved to the domain's

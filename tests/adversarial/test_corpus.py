@@ -24,6 +24,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.settings import settings
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.service import Evaluation, Evaluator
@@ -307,7 +308,7 @@ def test_cheat_is_rejected(name: str, cpu_config: EvaluationConfig) -> None:
     case = CHEATS[name]
     cfg = cpu_config if case.timeout_s is None else cpu_config.model_copy(update={"timeout_s": case.timeout_s})
     if case.min_timed_calls is not None:
-        timing = cfg.timing.model_copy(update={"min_reps": case.min_timed_calls})
+        timing = settings(cfg).timing.model_copy(update={"min_reps": case.min_timed_calls})
         cfg = cfg.model_copy(update={"timing": timing})
     ev = evaluate(cfg, case.problem, CANDIDATES / name)
     report = ev.verdict.report()

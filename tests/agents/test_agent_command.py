@@ -19,7 +19,7 @@ ADV = ROOT / "tests/adversarial"
 PROBLEM = ADV / "problems/linear_relu.py"
 HONEST = ADV / "honest/addmm_fused.py"
 FAST = ('[pytorch]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
-        "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
+        "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
         "[search]\nconfirm_top = 0\n")
 
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "tests/adversarial/problems/linear_relu.py"
 HONEST = ROOT / "tests/adversarial/honest/addmm_fused.py"
 FAST = ('[pytorch]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
-        "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
+        "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
         "[search]\nconfirm_top = 0\n")
 
 OLD_AGENT_CALLS = """CREATE TABLE agent_calls (

@@ -29,7 +29,7 @@ def test_defaults():
     assert ev.cache_dir is None
     assert (pt.tolerances["float32"].atol, pt.tolerances["float32"].rtol) == (1e-4, 1e-4)
     assert pt.tolerances["bfloat16"].atol == 1e-2
-    t = ev.timing
+    t = settings(ev).timing
     assert (t.warmup_ms, t.budget_ms, t.min_reps, t.max_reps) == (50.0, 500.0, 10, 1000)
     assert t.flush_l2 is True and t.sync_mode == "stream"
 
@@ -38,29 +38,29 @@ def test_toml_overrides_defaults_and_keeps_unset_values(tmp_path):
     p = write(
         tmp_path,
         '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\n'
-        "[evaluation.timing]\nbudget_ms = 100\n[pytorch]\nbaselines = [\"eager\"]\n",
+        "[pytorch.timing]\nbudget_ms = 100\n[pytorch]\nbaselines = [\"eager\"]\n",
     )
     ev = load_config(p).evaluation
     assert ev.device == "cpu"
     assert ev.timeout_s == 30
     assert settings(ev).baselines == ["eager"]
-    assert ev.timing.budget_ms == 100
-    assert ev.timing.warmup_ms == 50.0  # untouched default in the same section
+    assert settings(ev).timing.budget_ms == 100
+    assert settings(ev).timing.warmup_ms == 50.0  # untouched default in the same section
     assert settings(ev).correctness_trials == 5
 
 
 def test_cli_overrides_win_over_toml_and_merge_deeply(tmp_path):
     p = write(
         tmp_path,
-        '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\n[evaluation.timing]\nbudget_ms = 100\nmin_reps = 4\n',
+        '[evaluation]\ndevice = "cpu"\ntimeout_s = 30\n[pytorch.timing]\nbudget_ms = 100\nmin_reps = 4\n',
     )
     ev = load_config(
         p, {"evaluation": {"timeout_s": 10, "timing": {"budget_ms": 7}}}
     ).evaluation
     assert ev.timeout_s == 10  # CLI wins
-    assert ev.timing.budget_ms == 7  # CLI wins, nested
+    assert settings(ev).timing.budget_ms == 7  # CLI wins, nested
     assert ev.device == "cpu"  # TOML kept where CLI is silent
-    assert ev.timing.min_reps == 4  # nested TOML sibling kept
+    assert settings(ev).timing.min_reps == 4  # nested TOML sibling kept
 
 
 def test_cli_none_values_are_ignored(tmp_path):
@@ -68,7 +68,7 @@ def test_cli_none_values_are_ignored(tmp_path):
     ev = load_config(p, {"evaluation": {"timeout_s": None, "device": None, "timing": {"budget_ms": None}}}).evaluation
     assert ev.timeout_s == 30
     assert ev.device == "auto"
-    assert ev.timing.budget_ms == 500.0
+    assert settings(ev).timing.budget_ms == 500.0
 
 
 @pytest.mark.parametrize(
@@ -76,9 +76,8 @@ def test_cli_none_values_are_ignored(tmp_path):
     [
         "bogus = 1\n",
         "[evaluation]\nbogus = 1\n",
-        "[evaluation.timing]\nbogus = 1\n",
     ],
-    ids=["top", "evaluation", "timing"],
+    ids=["top", "evaluation"],
 )
 def test_unknown_keys_in_file_raise_config_error(tmp_path, toml):
     p = write(tmp_path, toml)
@@ -110,7 +109,6 @@ def test_valid_devices(device):
     "over",
     [
         {"timeout_s": 0},
-        {"timing": {"min_reps": 0}},
         {"network": "maybe"},
     ],
 )
@@ -126,8 +124,10 @@ def test_invalid_values_raise_config_error(over):
         ("[pytorch]\ncorrectness_trials = 0\n", "pytorch.correctness_trials"),
         ('[pytorch]\nbaselines = ["turbo"]\n', "pytorch.baselines.0"),
         ("[pytorch]\nbogus = 1\n", "pytorch.bogus"),
+        ("[pytorch.timing]\nbogus = 1\n", "pytorch.timing.bogus"),
+        ("[pytorch.timing]\nmin_reps = 0\n", "pytorch.timing.min_reps"),
     ],
-    ids=["tolerance", "trials", "baseline", "unknown"],
+    ids=["tolerance", "trials", "baseline", "unknown", "timing-unknown", "timing-value"],
 )
 def test_the_pytorch_section_is_validated_by_its_domain(tmp_path, toml, key):
     """`[pytorch]` is the domain's to validate (domains/pytorch/settings.py): a bad key or value
@@ -196,7 +196,7 @@ def test_config_is_frozen():
 
 OLD = ('[evaluation]\ndevice = "cpu"\ncorrectness_trials = 7\nbaselines = ["eager"]\nintegrity = "strict"\n'
        'roofline_margin = 0.25\ngpu_memory_fraction = 0.5\n[evaluation.correctness]\nmode = "calibrated"\n'
-       '[evaluation.tolerances.float32]\natol = 1e-3\nrtol = 1e-3\n')
+       '[evaluation.tolerances.float32]\natol = 1e-3\nrtol = 1e-3\n[evaluation.timing]\nbudget_ms = 100\n')
 
 
 def test_an_old_config_file_keeps_every_moved_setting_and_says_where_it_went(tmp_path):
@@ -206,7 +206,7 @@ def test_an_old_config_file_keeps_every_moved_setting_and_says_where_it_went(tmp
     said = {str(w.message): (w.filename, w.lineno) for w in caught}
     lines = OLD.splitlines()
     for key in ("correctness_trials", "baselines", "integrity", "roofline_margin", "gpu_memory_fraction",
-                "correctness", "tolerances"):
+                "correctness", "tolerances", "timing"):
         note = f"[evaluation] {key} is deprecated: it is now [pytorch] {key} (applied from there; move it)"
         assert note in said, (key, said)
         path, line = said[note]  # said at the key's own line of the file
@@ -215,6 +215,7 @@ def test_an_old_config_file_keeps_every_moved_setting_and_says_where_it_went(tmp
     assert (pt.correctness_trials, pt.baselines, pt.integrity, pt.roofline_margin, pt.gpu_memory_fraction) == (
         7, ["eager"], "strict", 0.25, 0.5)
     assert pt.correctness.mode == "calibrated" and pt.tolerances["float32"].atol == 1e-3
+    assert pt.timing.budget_ms == 100 and pt.timing.min_reps == 10  # the timer's settings: [pytorch.timing]
     assert ev.device == "cpu"
 
 
@@ -249,6 +250,8 @@ def test_code_that_sets_a_moved_key_on_evaluation_config_still_works():
     assert settings(ev).baselines == ["eager", "compile"]
     ev2 = ev.model_copy(update={"correctness_trials": 2, "timeout_s": 9.0})
     assert (settings(ev2).correctness_trials, settings(ev2).baselines, ev2.timeout_s) == (2, ["eager", "compile"], 9.0)
+    ev3 = ev2.model_copy(update={"correctness_trials": 4, "timing": settings(ev2).timing.model_copy(update={"pairs": 6})})
+    assert (settings(ev3).correctness_trials, settings(ev3).timing.pairs) == (4, 6)  # an update wins over the section
     stored = {"evaluation": {"device": "cpu", "integrity": "strict", "tolerances": {"float32": {"atol": 1, "rtol": 1}}}}
     again = StratagemConfig.model_validate(stored).evaluation
     assert settings(again).integrity == "strict" and settings(again).tolerances["float32"].atol == 1

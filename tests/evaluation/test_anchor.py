@@ -128,7 +128,7 @@ def test_fixed_mode_anchors_only_where_it_is_cheap_or_a_trial_fails(cpu_config, 
 def test_a_failing_compile_baseline_is_flagged_in_eval_json(capsys, tmp_path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[evaluation]\ndevice = "cpu"\n[pytorch]\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
-                   "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n")
+                   "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n")
     code = main(["eval", str(ANCHOR / "exact_problem.py"), str(ANCHOR / "exact_same.py"), "--config", str(cfg), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["status"] == "valid", out["failures"]

@@ -11,8 +11,8 @@ from pathlib import Path
 from fakes_path import FakeEvaluator, ScriptedPolicy, make_loop, src  # noqa: F401
 
 from stratagem.cli import main
-from stratagem.config import StabilityConfig
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.settings import StabilityConfig, settings
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 
@@ -24,7 +24,7 @@ def test_an_unstable_eager_baseline_is_retimed_and_measured_again_next_time(cpu_
     """Eager timed alone: judged unstable (a drift limit no measurement meets), it is timed
     again with twice the budget, then four times; still unstable, it is kept with every
     attempt, and the next invocation measures it again instead of reading it from the cache."""
-    timing = cpu_config.timing.model_copy(update={"budget_ms": 40, "max_retimes": 2,
+    timing = settings(cpu_config).timing.model_copy(update={"budget_ms": 40, "max_retimes": 2,
                                                    "stability": StabilityConfig(drift_max=1e-9)})
     cfg = cpu_config.model_copy(update={"timing": timing})
     ev = Evaluator(cfg, LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"}), "cpu")
@@ -52,8 +52,8 @@ def test_a_compile_baseline_that_stays_unstable_is_flagged_beside_every_ratio(ca
     it `baseline_unstable` while the paired speedup over eager carries no such mark."""
     cfg = tmp_path / "c.toml"
     cfg.write_text('[evaluation]\ndevice = "cpu"\n[pytorch]\nbaselines = ["eager", "compile"]\ncorrectness_trials = 2\n'
-                   "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n"
-                   "pairs = 6\nmax_retimes = 2\n[evaluation.timing.stability]\nci_max = 1e-9\n")
+                   "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 50\n"
+                   "pairs = 6\nmax_retimes = 2\n[pytorch.timing.stability]\nci_max = 1e-9\n")
     code = main(["eval", str(ANCHOR / "exact_problem.py"), str(ANCHOR / "exact_same.py"), "--config", str(cfg),
                  "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from stratagem.config import TimingConfig
+from stratagem.domains.pytorch.settings import TimingConfig
 from stratagem.domains.pytorch.worker import timing
 from stratagem.worker_api.machine_load import BusyGuard
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from stratagem.core.design import Design
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.settings import settings
 from stratagem.domains.pytorch.worker.timing import PAIRS_MIN, pair_count
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluation, Evaluator
@@ -72,8 +73,8 @@ def other_evaluations(cfg: Any, tmp: Path) -> Iterator[None]:
 
 
 def _config(cpu_config: Any, **timing: Any) -> Any:
-    busy = cpu_config.timing.busy.model_copy(update={"wait_s": 5.0, "enabled": True})
-    t = cpu_config.timing.model_copy(update={"budget_ms": 300, "warmup_ms": 30, "min_reps": 10,
+    busy = settings(cpu_config).timing.busy.model_copy(update={"wait_s": 5.0, "enabled": True})
+    t = settings(cpu_config).timing.model_copy(update={"budget_ms": 300, "warmup_ms": 30, "min_reps": 10,
                                              "max_reps": 2000, "busy": busy, **timing})
     return cpu_config.model_copy(update={"timing": t, "correctness_trials": 2, "timeout_s": 120})
 
@@ -134,10 +135,10 @@ def _check_paired(cfg: Any, cases: Any, seen: list[Any]) -> int:
             # is as narrow as the rule says
             stable += 1
             assert r.low * (1 - tol) <= truth <= r.high * (1 + tol), (r, d["stability"])
-            assert r.rel_halfwidth <= cfg.timing.stability.ci_max, (r, d["stability"])
+            assert r.rel_halfwidth <= settings(cfg).timing.stability.ci_max, (r, d["stability"])
         else:  # an unsettled one is said to be so, after every re-timing, with its reasons
             assert ev.stability is not None and ev.stability.reasons, d["stability"]
-            assert len(d["attempts"]) == 1 + cfg.timing.max_retimes, d["attempts"]
+            assert len(d["attempts"]) == 1 + settings(cfg).timing.max_retimes, d["attempts"]
     return stable
 
 
@@ -145,7 +146,7 @@ def test_an_unstable_timing_is_retimed_with_more_pairs_and_budget(cpu_config) ->
     """A timing judged unstable (here: an interval limit no measurement meets) is measured
     again `max_retimes` times, each with twice the budget and pairs of the one before; it
     stays valid, is flagged unstable with its reason, and keeps every attempt."""
-    from stratagem.config import StabilityConfig
+    from stratagem.domains.pytorch.settings import StabilityConfig
 
     cfg = _config(cpu_config, budget_ms=100, pairs=10, max_retimes=2,
                   stability=StabilityConfig(ci_max=1e-9))

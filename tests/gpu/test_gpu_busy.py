@@ -56,7 +56,7 @@ def test_nvml_sees_another_process_on_the_gpu(other_process) -> None:
 def test_a_shared_gpu_voids_windows_or_is_not_measured(other_process) -> None:
     import torch
 
-    from stratagem.config import TimingConfig
+    from stratagem.domains.pytorch.settings import TimingConfig
     from stratagem.domains.pytorch.worker import timing
 
     ref, cand, sets = _programs()
@@ -71,7 +71,7 @@ def test_a_shared_gpu_voids_windows_or_is_not_measured(other_process) -> None:
 def test_a_quiet_gpu_voids_nothing() -> None:
     import torch
 
-    from stratagem.config import TimingConfig
+    from stratagem.domains.pytorch.settings import TimingConfig
     from stratagem.domains.pytorch.worker import timing
 
     ref, cand, sets = _programs()

@@ -25,7 +25,7 @@ device = "cpu"
 [pytorch]
 baselines = ["eager"]
 correctness_trials = 2
-[evaluation.timing]
+[pytorch.timing]
 warmup_ms = 5
 budget_ms = 200
 min_reps = 3

@@ -31,7 +31,7 @@ device = "cpu"
 [pytorch]
 baselines = ["eager"]
 correctness_trials = 2
-[evaluation.timing]
+[pytorch.timing]
 warmup_ms = 5
 budget_ms = 20
 min_reps = 3

@@ -22,7 +22,7 @@ device = "cpu"
 [pytorch]
 baselines = ["eager"]
 correctness_trials = 2
-[evaluation.timing]
+[pytorch.timing]
 warmup_ms = 5
 budget_ms = 1500
 min_reps = 3

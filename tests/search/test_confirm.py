@@ -16,6 +16,7 @@ from stratagem.core.design import Design
 from stratagem.core.paired import Ratio
 from stratagem.core.search import ranked as ranked_views
 from stratagem.domains.pytorch.problem import load_problem
+from stratagem.domains.pytorch.settings import settings
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 from stratagem.search.confirm import confirm_run, rotated
@@ -66,7 +67,7 @@ def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp
     """Through real workers: the reference as its own candidate is 1.0x, twice the work 0.5x,
     measured in two independent blocks; the round is kept, ranks the designs, and `show`, the
     views and `export` lead with it, the search-time figure beside it."""
-    t = cpu_config.timing.model_copy(update={"budget_ms": 150, "warmup_ms": 20, "min_reps": 10, "max_reps": 500,
+    t = settings(cpu_config).timing.model_copy(update={"budget_ms": 150, "warmup_ms": 20, "min_reps": 10, "max_reps": 500,
                                              "pairs": 12, "max_retimes": 0})
     cfg = cpu_config.model_copy(update={"timing": t, "correctness_trials": 2, "timeout_s": 120})
     problem = load_problem(PAIRED / "problem.py")

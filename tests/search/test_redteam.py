@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ADV = ROOT / "tests" / "adversarial"
 ATTACKER = Path(__file__).parent / "redteam" / "attacker.py"
 FAST = ('[pytorch]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
-        "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
+        "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n"
         "[search]\nconfirm_top = 0\n")
 
 

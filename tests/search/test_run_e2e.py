@@ -112,7 +112,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
 def test_cli_run_with_the_test_model_completes(tmp_path, capsys):
     cfg = tmp_path / "fast.toml"
     cfg.write_text('[pytorch]\nbaselines = ["eager"]\ncorrectness_trials = 2\n'
-                   "[evaluation.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n")
+                   "[pytorch.timing]\nwarmup_ms = 5\nbudget_ms = 20\nmin_reps = 3\nmax_reps = 30\n")
     code = main(["run", str(PROBLEM), "--model", "test", "--iterations", "1", "--implementors", "1",
                  "--device", "cpu", "--run-dir", str(tmp_path / "run"), "--config", str(cfg), "--json"])
     out = json.loads(capsys.readouterr().out)

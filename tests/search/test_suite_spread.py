@@ -36,7 +36,7 @@ cpu_slots = 2
 [pytorch]
 baselines = ["eager"]
 correctness_trials = 2
-[evaluation.timing]
+[pytorch.timing]
 warmup_ms = 5
 budget_ms = 20
 min_reps = 3

@@ -100,7 +100,7 @@ class BaselineModes:
         return default_modes(cfg, on_gpu)
 
     def rules(self, problem: Problem, cfg: EvaluationConfig) -> PyTorchBaselines:
-        return PyTorchBaselines({**cfg.timing.model_dump(), "correctness": correctness_rule(problem, cfg),
+        return PyTorchBaselines({**settings(cfg).timing.model_dump(), "correctness": correctness_rule(problem, cfg),
                                  "tolerances": tolerances(problem, cfg)})
 
     def new_seed(self) -> int:

@@ -126,7 +126,7 @@ def harness_calls(problem: Problem, cfg: EvaluationConfig) -> int:
     off-distribution trials, integrity and shapes, and timing with its warm-ups, estimates
     and every re-timing at its doubled pair count."""
     trials = correctness_trials(problem, cfg)
-    t = cfg.timing
+    t = settings(cfg).timing
     attempts = t.max_retimes + 1
     timed_per_side = sum(max(t.min_reps, min(t.pairs, 10) * 2 ** a) for a in range(attempts))  # PAIRS_MIN: 10
     warm_per_side = attempts * (3 + 5)
@@ -172,7 +172,7 @@ def build_request(
     confirm_order: Sequence[str] = (),
 ) -> EvalRequest:
     n = correctness_trials(problem, cfg)
-    timing: Mapping[str, Any] = cfg.timing.model_dump()
+    timing: Mapping[str, Any] = settings(cfg).timing.model_dump()
     payload = Payload(
         init_seed=new_seed(),
         seeds=list(seeds) if seeds is not None else [new_seed() for _ in range(n)],

@@ -1,6 +1,7 @@
 """Owns the PyTorch domain's own settings: the `[pytorch]` section of the config file
 (correctness trials, the correctness rule, per-dtype tolerances, the baseline modes, the
-integrity policy, the roofline margin, the per-process GPU memory cap), validated here, and
+integrity policy, the roofline margin, the per-process GPU memory cap, the timer's settings
+`[pytorch.timing]`), validated here, and
 the rules a problem's own `STRATAGEM` declaration overrides them by.
 
 The section reaches the domain inside the evaluation settings (`EvaluationConfig.domains`,
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stratagem.config import EvaluationConfig, describe_errors
+from stratagem.config import EvaluationConfig, busy_guard_on, describe_errors
 from stratagem.core.problem import Problem
 from stratagem.errors import ConfigError
 
@@ -73,6 +74,76 @@ class CorrectnessConfig(BaseModel):
     ulp_floor: float = Field(default=2.0, ge=0.0)
 
 
+class StabilityConfig(BaseModel):
+    """When a timing is `unstable` (see docs/timing.md); fractions, 0.10 = 10%."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ci_max: float = Field(default=0.10, gt=0)
+    """The paired speedup's 95% interval may be at most +-this fraction of it."""
+    drift_max: float = Field(default=0.15, gt=0)
+    """The pair ratios of the first and second half may differ by at most this."""
+    cluster_gap: float = Field(default=0.25, gt=0)
+    """Two clusters of pair ratios this far apart (each at least a fifth of them): unstable."""
+    reference_drift_max: float = Field(default=0.5, gt=0)
+    """The reference's median may be at most this far from the run's own baseline of it."""
+    one_sided_drift_max: float = Field(default=0.5, gt=0)
+    """One program's samples drifting by more than this while the other's hold: unstable."""
+    spike_factor: float = Field(default=10.0, gt=1)
+    spike_share: float = Field(default=0.05, gt=0, le=1)
+    """At least this share of one program's calls taking over `spike_factor` times its median
+    (another process took whole calls): unstable."""
+
+
+class BusyConfig(BaseModel):
+    """When the machine is too busy to time (docs/timing.md, "A busy machine"): every timing is
+    judged in windows of wall time; a window in which the timing thread waited for a CPU, the
+    hypervisor took the cores, or another process used the GPU is void and timed again."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = Field(default_factory=busy_guard_on)
+    """On unless set false here or `STRATAGEM_BUSY_GUARD=off` (`config.busy_guard_on`)."""
+    window_ms: float = Field(default=50.0, gt=0)
+    """Length of a judged window (whole block pairs: a window ends after the pair that fills it)."""
+    wait_s: float = Field(default=30.0, ge=0)
+    """Time a timing may spend on void windows and the pauses after them; when it runs out with
+    fewer than half the timing's pairs quiet, the design is `not measured: the machine was busy`."""
+    run_delay_max: float = Field(default=0.05, gt=0, le=1)
+    """A window is busy when the timing thread waited for a CPU more than this share of it."""
+    steal_max: float = Field(default=0.25, gt=0, le=1)
+    """... or the hypervisor stole more than this share of the timing's cores."""
+    gpu_other_max: float = Field(default=5.0, ge=0)
+    """... or other processes kept the GPU's SMs busier than this (percent, NVML's samples)."""
+
+
+class TimingConfig(BaseModel):
+    """`[pytorch.timing]`: how designs and references are timed (docs/timing.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    warmup_ms: float = Field(default=50.0, gt=0)
+    """Time spent calling the function before measuring (compile/caches/clocks settle)."""
+    budget_ms: float = Field(default=500.0, gt=0)
+    """Target total timed work per measurement; repetitions = budget / estimated call time."""
+    min_reps: int = Field(default=10, ge=1)
+    max_reps: int = Field(default=1000, ge=1)
+    flush_l2: bool = True
+    """On a GPU, overwrite a buffer larger than L2 before every timed call (outside the timing)."""
+    sync_mode: Literal["stream", "device"] = "stream"
+    """The reported GPU interval. `stream`: start event to an event right after the call on
+    the same stream (do_bench's protocol; agrees with it). `device`: to an event recorded
+    after a device-wide synchronize, which also counts side-stream work but adds a fixed
+    host round trip (~20 us on an H200). Both are always measured and stored."""
+    input_sets: int = Field(default=3, ge=1)
+    """Distinct input sets rotated across timed calls (fewer if they would not fit in memory)."""
+    pairs: int = Field(default=40, ge=2)
+    """Block pairs of paired timing: the reference and the candidate alternate this many
+    times each (the budget is split over the blocks)."""
+    max_retimes: int = Field(default=2, ge=0)
+    """An unstable paired timing is measured again at most this many times in its worker,
+    each time with twice the budget and the pairs of the attempt before."""
+    stability: StabilityConfig = Field(default_factory=StabilityConfig)
+    busy: BusyConfig = Field(default_factory=BusyConfig)
+
+
 class PyTorchSettings(BaseModel):
     """`[pytorch]`: how the PyTorch domain judges and times designs."""
 
@@ -110,6 +181,7 @@ class PyTorchSettings(BaseModel):
     small ops tens of times more than one fused kernel, so the ratio followed the load; a
     CPU ratio is the speedup on one core. Raise it to time multi-threaded code on a machine
     of your own."""
+    timing: TimingConfig = Field(default_factory=TimingConfig)
     split_builds: bool = True
     """Before the lighter headers, build a `load_inline` CUDA source split in two: its kernels
     compiled by nvcc without torch's headers, its host code with the C++ part against torch's
