@@ -5,6 +5,7 @@ capped, and the temporary directory is removed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -392,3 +393,31 @@ def test_worker_dies_with_the_process_that_started_it(tmp_path):
         _time.sleep(0.05)
     else:
         raise AssertionError(f"worker {child} outlived its parent")
+
+
+def test_a_cancellation_swallowed_below_is_raised_again() -> None:
+    """Ctrl-C cancels the run's main task; when something it awaits eats the CancelledError (as
+    3.11's asyncio can, behind a TimeoutError), `reraise_lost_cancel` stops the task anyway; a
+    cancellation handled where it was asked for (an expired `asyncio.timeout`) does not count."""
+    from stratagem.evaluation.sandbox import reraise_lost_cancel
+
+    async def swallows() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            pass  # the bug: the caller's cancellation is lost here
+        reraise_lost_cancel()
+        return "went on"
+
+    async def main() -> tuple[bool, str]:
+        task = asyncio.create_task(swallows())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(1)
+        reraise_lost_cancel()  # this task's own expired timeout: nothing to raise
+        return task.cancelled(), "finished"
+
+    assert asyncio.run(main()) == (True, "finished")

@@ -199,6 +199,17 @@ async def reap(task: asyncio.Task[Any]) -> None:
     await asyncio.gather(task, return_exceptions=True)
 
 
+def reraise_lost_cancel() -> None:
+    """Raise CancelledError when the current task was cancelled (Ctrl-C cancels the run's main
+    task) and something it awaited swallowed that (3.11's asyncio can leave one pending behind a
+    TimeoutError): without this the run went on and exited 0 as if never interrupted. A
+    cancellation handled where it was asked for (`asyncio.timeout`'s own, a TaskGroup's) is
+    uncancelled there and does not count."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def _asks_judge(request_json: str) -> bool:
     try:
         return bool(json.loads(request_json).get("judge"))
@@ -441,9 +452,7 @@ async def _wait(proc: asyncio.subprocess.Process, clock: PhaseClock) -> bool:
                 await proc.wait()
             return False
         except TimeoutError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():  # a Ctrl-C that came as the poll timed out
-                raise asyncio.CancelledError from None
+            reraise_lost_cancel()  # a Ctrl-C that came as the poll timed out
 
 
 def _signal_name(num: int) -> str:

@@ -34,6 +34,7 @@ from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.peaks import DevicePeaks
 from stratagem.evaluation.progress import owned, stage_events
 from stratagem.evaluation.results import REFERENCE_MODE, Baseline, Evaluation
+from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.worker_api.protocol import EvalRequest
 
 __all__ = ["ANY_HOST", "REFERENCE_MODE", "Baseline", "Evaluation", "Evaluator"]
@@ -116,6 +117,7 @@ class Evaluator:
                 self._run_limit(a, with_baseline and baseline is None, refresh_baseline)
             run.record(await self._batch(a, step.specs))
             run.record_missing(step.specs, "the worker ended before this stage ran")
+        reraise_lost_cancel()  # the verdict of an evaluation Ctrl-C stopped is never kept
         verdict = Verdict(run.results)
         final = await self._attached(a, baseline, verdict, with_baseline, refresh_baseline)
         return Evaluation(problem=problem, design=design, verdict=verdict, device=a.ran_on,

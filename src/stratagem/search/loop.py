@@ -24,6 +24,7 @@ from stratagem.core.design import Design, text_files
 from stratagem.core.search import DesignView
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
+from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.export import exported_files, write_files
@@ -167,6 +168,7 @@ class SearchLoop:
         await self.session.retry_review()
         await self.session.retime_unstable()
         result = await self.session.policy.iterate(self.session.state(n), self.session)
+        reraise_lost_cancel()  # a Ctrl-C something below swallowed still stops the run here
         ids = list(dict.fromkeys([*result.design_ids, *self.session.iteration_ids]))
         plan = result.plan.to_json() if result.plan else None
         if result.plan is not None:
