@@ -221,6 +221,8 @@ def test_bench_usage_errors(tiny_suite, fast_toml, tmp_path, capsys):
     assert main(["bench", str(tiny_suite), "--levels", "1", "--run-dir", str(tmp_path / "s")]) == 2
     assert main(["bench", str(tiny_suite), "--policy", "auto", "--run-dir", str(tmp_path / "s")]) == 2
     assert main(["bench", str(tiny_suite), "--jobs", "0", "--run-dir", str(tmp_path / "s")]) == 2
+    assert main(["bench", str(tiny_suite), "--integrity", "bogus", "--run-dir", str(tmp_path / "s")]) == 2
+    assert "pytorch.integrity (--integrity)" in capsys.readouterr().out
     assert not (tmp_path / "s").exists()  # a refused suite leaves nothing behind
     # a suite directory that exists is continued with --resume, never started over
     (tmp_path / "s2").mkdir()

@@ -51,6 +51,7 @@ def bench_cmd(
     `stratagem bench --resume SUITE_DIR` continues. stratagem reads the checkout in place and
     copies none of its files. The iterations, patience, Implementors and budgets are each
     problem's run's."""
+    from stratagem.domains import check_sections
     from stratagem.search.suite import default_suite_dir, new_suite
     from stratagem.search.suite_problems import find_problems, parse_ids, parse_levels
 
@@ -73,6 +74,7 @@ def bench_cmd(
     }
     with exit_codes(console, as_json):
         cfg = load_config(config, overrides)
+        check_sections(cfg.evaluation)  # a bad domain setting is refused before the suite is written
         chosen_levels = parse_levels(levels) if levels else None
         ids = parse_ids(problems) if problems else None
         found = find_problems(suite_path, chosen_levels, ids)
