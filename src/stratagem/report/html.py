@@ -18,20 +18,18 @@ import json
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from stratagem.core.search import DesignView, ranked
+from stratagem.core.search import ranked
 from stratagem.report import alignment as al
 from stratagem.report import cases, figures, redteam
 from stratagem.report.leaderboard import failure
-from stratagem.search import state as st
-from stratagem.search.api import attempts_in
-from stratagem.search.budget import Spend
+from stratagem.search.api import RunSummary, read_run
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
-from stratagem.store.records import AgentCallRecord, EvaluationRecord, IterationRecord, RunRecord
+from stratagem.store.records import AgentCallRecord, EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
 CSS = """
@@ -52,26 +50,18 @@ LIVE_JS = """
 
 
 @dataclass(frozen=True)
-class RunData(st.RunViews):
-    """Everything a report reads from a run directory (read once)."""
+class RunData(RunSummary):
+    """Everything a report reads from a run directory (read once): `show`'s record of the run
+    (`search/api.read_run`) and what only the report shows beside it."""
 
-    run_dir: Path
-    run: RunRecord | None
-    problem: str
+    _: KW_ONLY
     problem_source: str
-    views: list[DesignView]
-    iterations: list[IterationRecord]
+    """The reference as a design's text, what the best design is diffed against."""
     calls: list[AgentCallRecord]
+    """The agents' calls, oldest first."""
     evaluations: list[EvaluationRecord]
     created: dict[str, float]
-    domain: str | None = None
-    """The problem's domain (None: the run stored no problem)."""
-    confirmation: dict[str, Any] | None = None
-    """The run's latest confirmation round (the headline's source when it exists)."""
-    spend: Spend = field(default_factory=Spend)
-    """What the run spent (`Spend.from_store`: its writers' tool runs too)."""
-    redteam: list[dict[str, Any]] = field(default_factory=list)
-    """A red-team run's attempts (`search/api.attempts_in`)."""
+    """When each design was stored (design id -> time)."""
 
 
 def load_run(run_dir: str | Path) -> RunData:
@@ -81,14 +71,12 @@ def load_run(run_dir: str | Path) -> RunData:
     with RunStore.read(d) as store:
         designs = store.designs()
         evaluations = store.evaluations()
-        views = st.stored_views(store, designs, evaluations)
+        summary = read_run(store, d, designs, evaluations)
         problems = store.problems()
         source = _reference_text(problems[0], store.get_artifact(problems[0].source_hash)) if problems else ""
-        return RunData(d, store.run(), problems[0].name if problems else "?", source, views, store.iterations(),
-                       sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations,
-                       {r.id: r.created_at for r in designs}, problems[0].domain if problems else None,
-                       (store.confirmations() or [None])[-1], Spend.from_store(store, evaluations),
-                       attempts_in(store))
+        return RunData(**{f.name: getattr(summary, f.name) for f in fields(summary)}, problem_source=source,
+                       calls=sorted(store.agent_calls(), key=lambda c: c.created_at), evaluations=evaluations,
+                       created={r.id: r.created_at for r in designs})
 
 
 def _reference_text(rec: Any, source: str) -> str:

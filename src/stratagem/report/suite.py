@@ -182,7 +182,8 @@ def row_of(run_dir: Path, key: str = "", state: str = "done", note: str | None =
                       second=sec.ratio if sec else None, second_low=sec.low if sec else None,
                       second_high=sec.high if sec else None, correct=any(passed(v) for v in data.views),
                       designs=len(data.views), valid=sum(1 for v in data.views if passed(v)),
-                      device_s=spend.gpu_seconds, note=note or stop, domain=data.domain,
+                      device_s=spend.gpu_seconds, note=note or stop,
+                      domain=data.domain if data.problem_source else None,  # no problem stored yet: no domain
                       evaluations=len(data.evaluations),
                       span=(data.run.created_at, data.run.updated_at) if data.run else None,
                       slots=frozenset(_slot(e.environment, e.device) for e in data.evaluations),

@@ -24,7 +24,7 @@ from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.breaches import ATTEMPTS_KEY
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.search.session import RunSession
-from stratagem.store.records import IterationRecord, RunRecord
+from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, RunRecord
 from stratagem.store.sqlite import RunStore
 
 if TYPE_CHECKING:
@@ -205,29 +205,36 @@ def show_run(run_dir: str | Path) -> RunSummary:
     going on)."""
     run_dir = _existing_run_dir(run_dir)
     with RunStore.read(run_dir) as store:
-        problems = store.problems()
-        run = store.run()
-        evaluations = store.evaluations()
-        views = st.stored_views(store, evaluations=evaluations)
-        ref: dict[str, float | None] = {}
-        for ev in reversed(evaluations):
-            if ev.reference_ms:
-                ref = dict(ev.reference_ms)
-                break
-        env = evaluations[-1].environment if evaluations else {}
-        device = str(env.get("device_name") or env.get("device") or "") or None
-        main = "candidate.py"
-        if run is not None and problems:
-            try:
-                main = get_domain(problems[0].domain).main_file(stored_problem(store, run))
-            except StratagemError:
-                pass  # a problem this version cannot read: its designs export under their own names
-        return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
-                          views=views, iterations=store.iterations(),
-                          spend=Spend.from_store(store, evaluations), reference_ms=ref,
-                          device=device, domain=problems[0].domain if problems else "pytorch",
-                          confirmation=(store.confirmations() or [None])[-1], main_file=main,
-                          redteam=attempts_in(store))
+        return read_run(store, run_dir)
+
+
+def read_run(store: RunStore, run_dir: Path, designs: list[DesignRecord] | None = None,
+             evaluations: list[EvaluationRecord] | None = None) -> RunSummary:
+    """A stored run's record, as every view builds on it (`show`, the MCP server, the HTML
+    report's `RunData`); `designs` and `evaluations` when the caller has read them already."""
+    problems = store.problems()
+    run = store.run()
+    evaluations = store.evaluations() if evaluations is None else evaluations
+    views = st.stored_views(store, designs, evaluations)
+    ref: dict[str, float | None] = {}
+    for ev in reversed(evaluations):
+        if ev.reference_ms:
+            ref = dict(ev.reference_ms)
+            break
+    env = evaluations[-1].environment if evaluations else {}
+    device = str(env.get("device_name") or env.get("device") or "") or None
+    main = "candidate.py"
+    if run is not None and problems:
+        try:
+            main = get_domain(problems[0].domain).main_file(stored_problem(store, run))
+        except StratagemError:
+            pass  # a problem this version cannot read: its designs export under their own names
+    return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
+                      views=views, iterations=store.iterations(),
+                      spend=Spend.from_store(store, evaluations), reference_ms=ref,
+                      device=device, domain=problems[0].domain if problems else "pytorch",
+                      confirmation=(store.confirmations() or [None])[-1], main_file=main,
+                      redteam=attempts_in(store))
 
 
 def attempts_in(store: RunStore) -> list[dict[str, Any]]:
