@@ -112,11 +112,11 @@ class Baselines:
         """Reference timings, from the cache when the hardware and what the domain's baseline
         rules name match (`on_stage` hears each stage of a measurement as it starts)."""
         domain = get_domain(problem.domain)
-        ruled = self._rules(problem)
-        if ruled is None or domain.baselines is None:  # the domain times its reference beside each design only
+        b = domain.baselines
+        if b is None:  # the domain times its reference beside each design only
             return Baseline(problem.id, {}, {}, False, Verdict(()))
-        (modes, rules), b = ruled, domain.baselines
-        earlier = self.entry(problem, environment)
+        modes, rules = b.modes(self.cfg, self.physical_device.startswith("cuda")), b.rules(problem, self.cfg)
+        earlier = self.entry(problem, environment, (modes, rules))
         if earlier is not None and not refresh and not unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # An unstable cached baseline is measured again: every chained speedup would carry its noise.
@@ -156,12 +156,14 @@ class Baselines:
             return dev
         return self.physical_device
 
-    def entry(self, problem: Problem, environment: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    def entry(self, problem: Problem, environment: Mapping[str, Any] | None = None,
+              ruled: tuple[list[str], BaselineRules] | None = None) -> dict[str, Any] | None:
         """The cached baseline of `problem` here: the one measured in `environment` (a worker's:
         its host and physical device are part of the key), else the latest measured on the
         executor's host and first device (on any host when the workers are elsewhere), if it
-        holds for the software installed here (the domain's rules decide)."""
-        ruled = self._rules(problem)
+        holds for the software installed here (the domain's rules decide; `ruled`: the modes
+        and rules when the caller has them)."""
+        ruled = ruled or self._rules(problem)
         if ruled is None:
             return None
         modes, rules = ruled

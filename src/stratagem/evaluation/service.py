@@ -147,11 +147,11 @@ class Evaluator:
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
         """The worker-placed stages in one sandboxed worker; one cut at a provisional run limit
         runs again under the limit its (now measured) baseline implies, when that is larger."""
-        d, facts_key = a.domain, f"{a.domain.name}-{a.problem.id}"
+        rf, facts_key = a.domain.reference_facts, f"{a.problem.domain}-{a.problem.id}"
         req = self._request(a, specs, a.baseline if a.baseline is not None and not a.baseline.cached else None)
-        facts = self.facts.get(facts_key) if d.reference_facts is not None else None
-        if facts is not None and d.reference_facts is not None:
-            req = d.reference_facts.told(req, facts["facts"])
+        facts = self.facts.get(facts_key) if rf is not None else None
+        if rf is not None and facts is not None:
+            req = rf.told(req, facts["facts"])
         on_event = stage_events(a.stage)
         compile_limit = a.task.compile_timeout_s(a.timeout_s)
         limit = a.limit or self.cfg.timeout_s
@@ -166,9 +166,9 @@ class Evaluator:
         a.seeds, a.ran_on, a.ran_host, a.limit = a.task.request_seeds(req), slot.physical, slot.host, limit
         out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
         results = out.results
-        if d.reference_facts is not None and facts is not None:
-            results = d.reference_facts.applied(results, facts["facts"])
-        elif d.reference_facts is not None and (found := d.reference_facts.of(results)) is not None:
+        if rf is not None and facts is not None:
+            results = rf.applied(results, facts["facts"])
+        elif rf is not None and (found := rf.of(results)) is not None:
             self.facts.put(facts_key, {"problem": a.problem.name, "facts": found})
         a.environment.update(out.environment)
         a.environment.update(host=slot.host, physical_device=slot.physical)
