@@ -38,19 +38,16 @@ from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.worker_api.protocol import EvalRequest
 
 __all__ = ["ANY_HOST", "REFERENCE_MODE", "Baseline", "Evaluation", "Evaluator"]
-"""`Baseline`, `Evaluation` and `REFERENCE_MODE` live in `evaluation/results.py`, `ANY_HOST` in
-`evaluation/baselines.py`; importing them from here keeps working."""
+"""Re-exported from `evaluation/results.py` and `evaluation/baselines.py`, where they live."""
 
 
 @dataclass
 class _Attempt:
     """One evaluation's state between its steps."""
 
-    problem: Problem
     design: Design
     domain: Domain
-    task: Task
-    """The domain opened on the problem (`Domain.open`)."""
+    task: Task  # the domain opened on the problem (`Domain.open`): `task.problem`
     timeout_s: float | None
     stage: Callable[[str], None]
     baseline: Baseline | None
@@ -106,7 +103,7 @@ class Evaluator:
         domain = get_domain(problem.domain)
         task = domain.open(problem, self.cfg)
         run = GraphRun(graph or task.validator_graph(), batch_placement="worker")
-        a = _Attempt(problem, design, domain, task, timeout_s, on_stage or (lambda _name: None), baseline,
+        a = _Attempt(design, domain, task, timeout_s, on_stage or (lambda _name: None), baseline,
                      self.physical_device, self.executor.host())
         a.environment.update(await self._prebuild(a))  # {"prebuild": ...} or {}
         while (step := run.next_step()) is not None:
@@ -147,7 +144,7 @@ class Evaluator:
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
         """The worker-placed stages in one sandboxed worker; one cut at a provisional run limit
         runs again under the limit its (now measured) baseline implies, when that is larger."""
-        rf, facts_key = a.domain.reference_facts, f"{a.problem.domain}-{a.problem.id}"
+        rf, facts_key = a.domain.reference_facts, f"{a.task.problem.domain}-{a.task.problem.id}"
         req = self._request(a, specs, a.baseline if a.baseline is not None and not a.baseline.cached else None)
         facts = self.facts.get(facts_key) if rf is not None else None
         if rf is not None and facts is not None:
@@ -169,7 +166,7 @@ class Evaluator:
         if rf is not None and facts is not None:
             results = rf.applied(results, facts["facts"])
         elif rf is not None and (found := rf.of(results)) is not None:
-            self.facts.put(facts_key, {"problem": a.problem.name, "facts": found})
+            self.facts.put(facts_key, {"problem": a.task.problem.name, "facts": found})
         a.environment.update(out.environment)
         a.environment.update(host=slot.host, physical_device=slot.physical)
         a.sandbox = {
@@ -184,9 +181,9 @@ class Evaluator:
         """The baseline known now (the given one, or the cache's when `wanted`), the task
         measuring it beside the worker when it must be measured, and the run limit."""
         if wanted:
-            a.baseline = None if refresh else self.baselines.cached(a.problem) or self.baselines.provisional(a.problem)
+            a.baseline = None if refresh else self.baselines.cached(a.task.problem) or self.baselines.provisional(a.task.problem)
             if a.baseline is None:  # measured beside the design's worker, not before it
-                a.pending = asyncio.create_task(self.baseline(a.problem, timeout_s=a.timeout_s, refresh=True))
+                a.pending = asyncio.create_task(self.baseline(a.task.problem, timeout_s=a.timeout_s, refresh=True))
         ms = a.baseline.median_ms(REFERENCE_MODE) if a.baseline is not None else None
         a.limit = a.task.timeout_s(a.timeout_s, ms)
 
@@ -202,10 +199,10 @@ class Evaluator:
         if baseline is not None and not own(baseline, a.environment):
             # another machine's or device's (the search's own included: a run on a cluster or
             # on several GPUs), or unstable: this slot's own is looked up (or measured) below
-            baseline = self.baselines.fresh.get((a.problem.id, *slot_of(a.environment))) if given is not None else None
+            baseline = self.baselines.fresh.get((a.task.problem.id, *slot_of(a.environment))) if given is not None else None
         if baseline is None and with_baseline and verdict.status == "valid" and a.domain.measure(verdict) is not None:
             # a search's baseline is measured afresh once per invocation: on every slot it meets
-            baseline = await self.baseline(a.problem, environment=a.environment, timeout_s=a.timeout_s,
+            baseline = await self.baseline(a.task.problem, environment=a.environment, timeout_s=a.timeout_s,
                                            refresh=refresh or given is not None,
                                            on_stage=lambda name: a.stage(f"reference baselines: {name}"))
         return baseline
@@ -216,7 +213,7 @@ class Evaluator:
         build (`Domain.prebuild`): `{"prebuild": what happened}` as data, or {}. A failure costs
         only the attempt: the design's own worker builds what is not cached."""
         run = getattr(self.executor, "prebuild", None)  # an optional member of the executor
-        req = a.domain.prebuild(a.problem, a.design, self.cfg) if run is not None and a.domain.prebuild else None
+        req = a.domain.prebuild(a.task.problem, a.design, self.cfg) if run is not None and a.domain.prebuild else None
         if run is None or req is None:
             return {}
         a.stage("building on a CPU worker")
