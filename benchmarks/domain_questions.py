@@ -35,7 +35,8 @@ class _Counting:
         object.__setattr__(self, "_prefix", prefix)
 
     def __getattr__(self, name: str) -> Any:
-        ASKED[f"{self._prefix}.{name}"] += 1
+        if name not in ("problem", "cfg"):  # a task's own inputs, handed back: not a question
+            ASKED[f"{self._prefix}.{name}"] += 1
         value = getattr(self._inner, name)
         if name == "open":
             return lambda *a, **k: _Counting(value(*a, **k), "task")

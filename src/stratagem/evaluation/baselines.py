@@ -29,6 +29,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
 from stratagem.domains.base import BaselineRules
+from stratagem.domains.base import Baselines as DomainBaselines
 from stratagem.errors import HarnessError
 from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.results import REFERENCE_MODE, Baseline
@@ -102,25 +103,25 @@ class Baselines:
         every other slot a design of the search runs on (never shared between machines or
         devices)."""
 
-    def _rules(self, problem: Problem) -> tuple[list[str], BaselineRules] | None:
-        """The modes a run measures and what they hold for; None: the domain has no baselines."""
+    def _rules(self, problem: Problem) -> tuple[DomainBaselines, list[str], BaselineRules] | None:
+        """The domain's baselines, the modes a run measures and what they hold for; None: the
+        domain has no baselines."""
         b = get_domain(problem.domain).baselines
-        return (b.modes(self.cfg, self.physical_device.startswith("cuda")), b.rules(problem, self.cfg)) if b else None
+        return (b, b.modes(self.cfg, self.physical_device.startswith("cuda")), b.rules(problem, self.cfg)) if b else None
 
     async def measure(self, problem: Problem, *, environment: Mapping[str, Any] | None = None, refresh: bool = False,
                       timeout_s: float | None = None, on_stage: Callable[[str], None] | None = None) -> Baseline:
         """Reference timings, from the cache when the hardware and what the domain's baseline
         rules name match (`on_stage` hears each stage of a measurement as it starts)."""
-        domain = get_domain(problem.domain)
-        b = domain.baselines
-        if b is None:  # the domain times its reference beside each design only
+        ruled = self._rules(problem)
+        if ruled is None:  # the domain times its reference beside each design only
             return Baseline(problem.id, {}, {}, False, Verdict(()))
-        modes, rules = b.modes(self.cfg, self.physical_device.startswith("cuda")), b.rules(problem, self.cfg)
-        earlier = self.entry(problem, environment, (modes, rules))
+        b, modes, rules = ruled
+        earlier = self.entry(problem, environment, ruled)
         if earlier is not None and not refresh and not unstable_modes(earlier):
             return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
         # An unstable cached baseline is measured again: every chained speedup would carry its noise.
-        limit = max(domain.open(problem, self.cfg).timeout_s(timeout_s), rules.min_limit_s)
+        limit = max(get_domain(problem.domain).open(problem, self.cfg).timeout_s(timeout_s), rules.min_limit_s)
         expect = ((earlier or {}).get("modes") or {}).get(REFERENCE_MODE, {}).get("median_ms")
         verdict, measured_env = await self.run_graph(
             problem, b.graph, limit, device=self.device_for(environment),
@@ -157,7 +158,7 @@ class Baselines:
         return self.physical_device
 
     def entry(self, problem: Problem, environment: Mapping[str, Any] | None = None,
-              ruled: tuple[list[str], BaselineRules] | None = None) -> dict[str, Any] | None:
+              ruled: tuple[DomainBaselines, list[str], BaselineRules] | None = None) -> dict[str, Any] | None:
         """The cached baseline of `problem` here: the one measured in `environment` (a worker's:
         its host and physical device are part of the key), else the latest measured on the
         executor's host and first device (on any host when the workers are elsewhere), if it
@@ -166,7 +167,7 @@ class Baselines:
         ruled = ruled or self._rules(problem)
         if ruled is None:
             return None
-        modes, rules = ruled
+        _, modes, rules = ruled
         if environment:
             return self.cache.get(baseline_key(rules, problem.id, environment, modes))
         host = self.executor.host() or ANY_HOST
