@@ -84,7 +84,7 @@ def test_kernelbench_levels_and_problem_ids(tmp_path: Path) -> None:
     assert keys == ["level1-1_Matmul", "level1-2_ReLU"]
     every = find_problems(root, parse_levels("1,2"))
     assert [(p.level, p.number) for p in every] == [("1", 1), ("1", 2), ("1", 19), ("2", 1)]
-    assert all(p.path.is_absolute() and p.path.is_relative_to(root.resolve()) for p in every)
+    assert all(Path(p.path).is_absolute() and Path(p.path).is_relative_to(root.resolve()) for p in every)
     listed = tmp_path / "ids.txt"
     listed.write_text("# the hard ones\n19\n2\n")
     assert [p.key for p in find_problems(root, ["1"], parse_ids(str(listed)))] == ["level1-2_ReLU", "level1-19_Softmax"]
@@ -103,8 +103,8 @@ def test_kernelbench_levels_and_problem_ids(tmp_path: Path) -> None:
 def test_a_folder_of_problems_with_command_problems() -> None:
     found = {p.key: p for p in find_problems(ROOT / "examples")}
     assert {"01_elementwise", "06_fused_block", "command-window_sums"} <= set(found)
-    assert found["command-window_sums"].path.name == "window_sums"  # the directory holding problem.toml
-    assert found["01_elementwise"].path.name == "problem.py"
+    assert Path(found["command-window_sums"].path).name == "window_sums"  # the directory holding problem.toml
+    assert Path(found["01_elementwise"].path).name == "problem.py"
     assert not any("candidates" in str(p.path) for p in found.values())  # candidate files are not problems
 
 

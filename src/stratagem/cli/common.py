@@ -89,7 +89,7 @@ def _domains_of(path: Path) -> list[str]:
         found = find_problems(path) if path.is_dir() else []
     except StratagemError:
         return []
-    return sorted({d.name for p in found if (d := claimant(p.path)) is not None})
+    return sorted({d.name for p in found if (d := claimant(Path(p.path))) is not None})
 
 
 def harness_over(

@@ -46,10 +46,7 @@ from stratagem.search.suite_manifest import (
     read_manifest,
     write_manifest,
 )
-from stratagem.search.suite_problems import SuiteProblem
 from stratagem.store.sqlite import RunStore
-
-RUNS_DIR = "runs"
 
 OnChange = Callable[[ProblemEntry, SuiteManifest], None]
 """Hears each problem's change of state, with the manifest as it now stands (the live view)."""
@@ -71,7 +68,7 @@ def default_jobs(executor: Executor) -> int:
     return max(1, gpu_slots(executor))
 
 
-def new_suite(suite_dir: Path, source: Path, problems: Sequence[SuiteProblem], cfg: StratagemConfig, *,
+def new_suite(suite_dir: Path, source: Path, problems: Sequence[ProblemEntry], cfg: StratagemConfig, *,
               jobs: int | None = None, levels: Sequence[str] | None = None,
               ids: Sequence[int] | None = None) -> SuiteManifest:
     """Write a new suite directory's manifest (every problem pending); nothing runs yet.
@@ -86,9 +83,7 @@ def new_suite(suite_dir: Path, source: Path, problems: Sequence[SuiteProblem], c
     check_policy(cfg)
     if is_suite_dir(suite_dir):
         raise ConfigError(f"{suite_dir} already holds a suite; continue it with `stratagem bench --resume {suite_dir}`")
-    entries = tuple(ProblemEntry(key=p.key, path=str(p.path), run_dir=f"{RUNS_DIR}/{p.key}", level=p.level,
-                                 number=p.number) for p in problems)
-    manifest = SuiteManifest(source=str(source), problems=entries, config=cfg.model_dump(mode="json"), jobs=jobs,
+    manifest = SuiteManifest(source=str(source), problems=tuple(problems), config=cfg.model_dump(mode="json"), jobs=jobs,
                              levels=tuple(levels) if levels else None,
                              ids=tuple(sorted(ids)) if ids is not None else None)
     write_manifest(suite_dir, manifest)

@@ -23,6 +23,9 @@ ProblemStateName = Literal["pending", "running", "done", "failed", "skipped", "i
 `--resume`) · `skipped`: the policy cannot search it (never run) · `interrupted`: stopped by
 Ctrl-C or SIGTERM (resumed by `--resume`)."""
 
+RUNS_DIR = "runs"
+"""The folder of a suite directory holding each problem's run directory (`runs/KEY`)."""
+
 FINAL_STATES: frozenset[str] = frozenset({"done", "skipped"})
 """States `--resume` leaves alone."""
 
@@ -38,7 +41,9 @@ class ProblemEntry:
     run_dir: str
     """The problem's run directory, relative to the suite directory."""
     level: str | None = None
+    """KernelBench's or PIKE's level (`1`, `3-pike`, `5`), when the layout has levels."""
     number: int | None = None
+    """KernelBench's problem id (the file name's leading number), when it has one."""
     state: ProblemStateName = "pending"
     stop_reason: str | None = None
     """The run's stop reason (done), or why it failed or was skipped."""

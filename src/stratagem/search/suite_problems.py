@@ -12,29 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from stratagem.domains import claimant, names
 from stratagem.errors import ConfigError
+from stratagem.search.suite_manifest import RUNS_DIR, ProblemEntry
 
 _LEVEL_DIR = re.compile(r"^level(?P<level>[0-9][A-Za-z0-9_-]*)$")
 _KB_FILE = re.compile(r"^(?P<id>[0-9]+)_.+\.py$")
 _SKIP_DIRS = frozenset({"candidates", "__pycache__", "runs", "results", "node_modules", "venv"})
-
-
-@dataclass(frozen=True)
-class SuiteProblem:
-    """One problem of a suite, as found in the checkout."""
-
-    key: str
-    """Unique within the suite, filesystem-safe: names its run directory (`level1-19_ReLU`)."""
-    path: Path
-    """The problem file, or a problem's directory (a command problem's; absolute)."""
-    level: str | None = None
-    """KernelBench's or PIKE's level (`1`, `3-pike`, `5`), when the layout has levels."""
-    number: int | None = None
-    """KernelBench's problem id (the file name's leading number), when it has one."""
 
 
 def parse_ids(text: str) -> frozenset[int]:
@@ -90,8 +76,11 @@ def level_dirs(root: Path) -> dict[str, Path]:
 
 
 def find_problems(root: Path, levels: Sequence[str] | None = None,
-                  ids: frozenset[int] | None = None) -> list[SuiteProblem]:
-    """The suite's problems under `root`, in a stable order (level, then id, then path).
+                  ids: frozenset[int] | None = None) -> list[ProblemEntry]:
+    """The suite's problems under `root`, in a stable order (level, then id, then path), each a
+    pending entry of a new suite's manifest (its key names its run directory: `level1-19_ReLU`;
+    its path is the problem file, or a command problem's directory, absolute; its level and
+    number are KernelBench's or PIKE's, when the layout has them).
 
     A checkout with `level*` folders is read level by level (`levels`: those named, default
     every one found); any other folder is walked for problems. `ids` keeps only problems whose
@@ -131,11 +120,11 @@ def find_problems(root: Path, levels: Sequence[str] | None = None,
     return found
 
 
-def _walk(folder: Path, base: Path, level: str | None) -> list[SuiteProblem]:
+def _walk(folder: Path, base: Path, level: str | None) -> list[ProblemEntry]:
     """Problems under `folder`: a directory a domain claims (a command problem's), or one
     holding a claimed problem.py, is one problem (not looked into further); elsewhere each file
     a domain claims is one."""
-    out: list[SuiteProblem] = []
+    out: list[ProblemEntry] = []
     if claimant(folder) is not None:
         return [_problem(folder, base, level)]
     if (folder / "problem.py").is_file() and claimant(folder / "problem.py") is not None:
@@ -153,7 +142,7 @@ def _order(p: Path) -> tuple[int, str]:
     return (int(m.group("id")) if m else 1 << 30, p.name)
 
 
-def _problem(path: Path, base: Path, level: str | None) -> SuiteProblem:
+def _problem(path: Path, base: Path, level: str | None) -> ProblemEntry:
     shown = path.parent if path.name == "problem.py" else path
     try:
         rel = shown.relative_to(base)
@@ -162,4 +151,5 @@ def _problem(path: Path, base: Path, level: str | None) -> SuiteProblem:
     stem = "-".join(part.removesuffix(".py") for part in rel.parts) or shown.name.removesuffix(".py")
     key = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem).strip("._") or "problem"
     m = _KB_FILE.match(path.name)
-    return SuiteProblem(key=key, path=path.resolve(), level=level, number=int(m.group("id")) if m else None)
+    return ProblemEntry(key=key, path=str(path.resolve()), run_dir=f"{RUNS_DIR}/{key}", level=level,
+                        number=int(m.group("id")) if m else None)
