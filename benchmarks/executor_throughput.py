@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
-from stratagem.evaluation.api import make_evaluator, read_candidate  # noqa: E402
+from stratagem.evaluation.api import make_evaluator, read_design  # noqa: E402
 
 FAST = {"baselines": ["eager"], "correctness_trials": 2,
         "timing": {"warmup_ms": 5, "budget_ms": 20, "min_reps": 3, "max_reps": 30}}
@@ -55,7 +55,8 @@ def main() -> None:
     ap.add_argument("--problem", default=str(ROOT / "tests/adversarial/problems/linear_relu.py"))
     ap.add_argument("--candidate", default=str(ROOT / "tests/adversarial/honest/addmm_fused.py"))
     args = ap.parse_args()
-    problem, design = load_problem(args.problem), read_candidate(Path(args.candidate))
+    problem = load_problem(args.problem)
+    design = read_design(Path(args.candidate), problem)
     rows = []
     for k in [int(x) for x in args.slots.split(",")]:
         for name in args.executors.split(","):

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
-from stratagem.evaluation.api import make_evaluator, read_candidate  # noqa: E402
+from stratagem.evaluation.api import make_evaluator, read_design  # noqa: E402
 
 
 def table(title: str, header: list[str], rows: list[list[Any]]) -> str:
@@ -110,7 +110,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         problem = load_problem(d / "problem.py")
         for cand_path in sorted((d / "candidates").glob("*.py")):
             name = f"{d.name}/{cand_path.stem}"
-            design = read_candidate(cand_path)
+            design = read_design(cand_path, problem)
             t0 = time.monotonic()
             ev = await evaluate(evaluator, problem, design)
             print(f"[{time.monotonic() - t0:6.1f}s] {name}: {ev.verdict.status} "
@@ -156,7 +156,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             print(f"no 19_ReLU.py under {kb}", flush=True)
         else:
             problem = load_problem(relu)
-            design = read_candidate(ROOT / "benchmarks/candidates/relu_triton.py")
+            design = read_design(ROOT / "benchmarks/candidates/relu_triton.py", problem)
             walls = []
             for i in range(2):  # first run compiles the Triton kernel; the second hits the cache
                 t0 = time.monotonic()

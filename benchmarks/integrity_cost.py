@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
-from stratagem.evaluation.api import make_evaluator, read_candidate  # noqa: E402
+from stratagem.evaluation.api import make_evaluator, read_design  # noqa: E402
 
 STAGES = ("correctness", "integrity", "shapes", "provenance", "timing")
 PARTS = ("trials", "params+offdist", "integrity", "shapes", "provenance", "timing", "judge")
@@ -46,7 +46,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for d in dirs:
         problem = load_problem(d / "problem.py")
         for cand in sorted((d / "candidates").glob("*.py")):
-            design = read_candidate(cand)
+            design = read_design(cand, problem)
             per: dict[str, list[float]] = {s: [] for s in PARTS}
             status = "?"
             for _ in range(args.repeats):

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
-from stratagem.evaluation.api import make_evaluator, read_candidate  # noqa: E402
+from stratagem.evaluation.api import make_evaluator, read_design  # noqa: E402
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -31,7 +31,7 @@ async def main_async(args: argparse.Namespace) -> None:
     for d in dirs:
         problem = load_problem(d / "problem.py")
         for cand in sorted((d / "candidates").glob("*.py")):
-            ev = await evaluator.evaluate(problem, read_candidate(cand), with_baseline=False)
+            ev = await evaluator.evaluate(problem, read_design(cand, problem), with_baseline=False)
             t = next((r for r in ev.verdict.results if r.name == "timing"), None)
             prof = (t.details or {}).get("profile") or {} if t is not None else {}
             top = prof.get("kernels") or [["-", 0.0]]

@@ -19,7 +19,7 @@ import pytest
 
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.evaluation.api import make_evaluator, read_candidate
+from stratagem.evaluation.api import make_evaluator, read_design
 from stratagem.evaluation.queue import QueueDir, device_matches, new_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_an_evaluation_served_by_a_worker_process(tmp_path):
     q = tmp_path / "queue"
     w = worker(q, "--max-seconds", "240")
     try:
-        ev = asyncio.run(make_evaluator(queue_cfg(q)).evaluate(load_problem(PROBLEM), read_candidate(HONEST),
+        ev = asyncio.run(make_evaluator(queue_cfg(q)).evaluate(load_problem(PROBLEM), read_design(HONEST, load_problem(PROBLEM)),
                                                              with_baseline=False))
     finally:
         w.kill()
@@ -193,7 +193,7 @@ def test_a_worker_killed_mid_evaluation_has_its_request_redone_once(tmp_path):
 
     def evaluate() -> None:
         result["ev"] = asyncio.run(make_evaluator(queue_cfg(q, queue_lease_s=2)).evaluate(
-            load_problem(PROBLEM), read_candidate(HONEST), with_baseline=False))
+            load_problem(PROBLEM), read_design(HONEST, load_problem(PROBLEM)), with_baseline=False))
 
     t = threading.Thread(target=evaluate, daemon=True)
     t.start()

@@ -20,7 +20,7 @@ from stratagem.core.design import Design
 from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.domain import DOMAIN as PYTORCH
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.evaluation.api import make_evaluator, read_candidate
+from stratagem.evaluation.api import make_evaluator, read_design
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.ray_executor import NodeRunner
 from stratagem.evaluation.service import Evaluator
@@ -161,7 +161,7 @@ def test_a_queue_workers_host_keys_its_baseline_and_peaks(tmp_path, _isolated_ca
             "timing": {"warmup_ms": 5, "budget_ms": 20, "min_reps": 3, "max_reps": 30}}
     cfg = load_config(None, {"evaluation": fast}).evaluation
     problem = load_problem(ROOT / "tests/adversarial/problems/linear_relu.py")
-    design = read_candidate(ROOT / "tests/adversarial/honest/addmm_fused.py")
+    design = read_design(ROOT / "tests/adversarial/honest/addmm_fused.py", problem)
     evs = []
     for host in ("node-b", "node-c"):
         w = worker_on(host, tmp_path / "queue")

@@ -10,7 +10,7 @@ import pytest
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
-from stratagem.evaluation.api import make_evaluator, read_candidate
+from stratagem.evaluation.api import make_evaluator, read_design
 
 pytestmark = pytest.mark.gpu
 
@@ -26,7 +26,7 @@ def evaluator():
 
 
 def evaluate(evaluator, problem: Path, candidate: Path):
-    return asyncio.run(evaluator.evaluate(load_problem(problem), read_candidate(candidate)))
+    return asyncio.run(evaluator.evaluate(p := load_problem(problem), read_design(candidate, p)))
 
 
 @pytest.mark.parametrize("candidate", EXAMPLES, ids=lambda p: f"{p.parent.parent.name}/{p.stem}")

@@ -12,7 +12,7 @@ from stratagem.config import load_config
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.evaluation.api import make_evaluator, read_candidate
+from stratagem.evaluation.api import make_evaluator, read_design
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def evaluate(monkeypatch):
     ev = make_evaluator(cfg.evaluation)
 
     def run(name: str):
-        return asyncio.run(ev.evaluate(load_problem(PROBLEM), read_candidate(HERE / "cheats" / name)))
+        return asyncio.run(ev.evaluate(p := load_problem(PROBLEM), read_design(HERE / "cheats" / name, p)))
 
     return run
 

@@ -12,7 +12,7 @@ import pytest
 
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.evaluation.api import make_evaluator, read_candidate
+from stratagem.evaluation.api import make_evaluator, read_design
 
 pytestmark = pytest.mark.gpu
 
@@ -30,7 +30,7 @@ def evaluate():
 
     def run(name: str, policy: str = "strict"):
         e = ev if policy == "strict" else make_evaluator(config(policy))
-        return asyncio.run(e.evaluate(load_problem(PROBLEM), read_candidate(HERE / "strict" / f"cuda_{name}.py")))
+        return asyncio.run(e.evaluate(p := load_problem(PROBLEM), read_design(HERE / "strict" / f"cuda_{name}.py", p)))
 
     return run
 

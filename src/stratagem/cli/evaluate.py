@@ -12,7 +12,7 @@ from rich.console import Console
 
 from stratagem.cli import common as opt
 from stratagem.cli.common import app, config_for, exit_codes
-from stratagem.config import DEFAULT_TIMEOUT_S, EvaluationConfig
+from stratagem.config import DEFAULT_TIMEOUT_S
 from stratagem.errors import CandidateError, ConfigError, ProblemError
 from stratagem.report.evaluation import (
     audit_json,
@@ -23,7 +23,7 @@ from stratagem.report.evaluation import (
 )
 
 if TYPE_CHECKING:
-    from stratagem.evaluation.service import Evaluation
+    pass
 
 
 @app.command("eval")
@@ -51,58 +51,13 @@ def eval_cmd(
     with exit_codes(console, as_json, (ConfigError, ProblemError, CandidateError)):
         cfg = config_for(config, device, timeout, integrity, correctness, executor, queue, problem)
         with stage_view(Console(stderr=True), f"evaluating {candidate.name}") as on_stage:
-            if candidate.is_dir():
-                ev = _evaluate_design_dir(problem, candidate, cfg.evaluation, run_dir, on_stage)
-            else:
-                ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir, on_stage=on_stage)
+            ev = evaluate_files(problem, candidate, cfg.evaluation, run_dir=run_dir, on_stage=on_stage)
     summary = ev.summary()
     if as_json:
         print(json.dumps(summary, default=str))
     else:
         print_eval(console, summary)
     raise typer.Exit(1 if summary["status"] == "error" else 0)
-
-
-DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024
-
-
-def read_design_dir(path: Path) -> dict[str, str]:
-    """A design given as a directory: its regular files (relative path -> text), hidden ones left out.
-
-    Raises:
-        CandidateError: no file, a file that is not UTF-8 text, or one over the size limit.
-    """
-    files = {}
-    for p in sorted(path.rglob("*")):
-        rel = p.relative_to(path)
-        if not p.is_file() or p.is_symlink() or any(part.startswith(".") for part in rel.parts):
-            continue
-        if p.stat().st_size > DESIGN_FILE_MAX_BYTES:
-            raise CandidateError(f"{p}: over {DESIGN_FILE_MAX_BYTES} bytes: a design's files are sources")
-        try:
-            files[rel.as_posix()] = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise CandidateError(f"cannot read the design file {p}: {e}") from e
-    if not files:
-        raise CandidateError(f"the design directory {path} holds no file")
-    return files
-
-
-def _evaluate_design_dir(problem_path: Path, design_dir: Path, cfg: EvaluationConfig,
-                         run_dir: Path | None, on_stage: Callable[[str], None]) -> Evaluation:
-    """`eval PROBLEM DESIGN_DIR`: a design that is a set of files (a command problem's)."""
-    import asyncio
-
-    from stratagem.core.design import Design
-    from stratagem.domains import load_problem
-    from stratagem.evaluation.api import make_evaluator, record
-
-    problem = load_problem(problem_path)
-    design = Design(files=read_design_dir(design_dir), provenance={"source": "file", "path": str(design_dir)})
-    ev = asyncio.run(make_evaluator(cfg).evaluate(problem, design, on_stage=on_stage))
-    if run_dir is not None:
-        record(run_dir, ev)
-    return ev
 
 
 @app.command("baseline")

@@ -21,16 +21,40 @@ from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
 from stratagem.store.sqlite import RunStore
 
+DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024
+DESIGN_MAX_FILES = 200
+"""A design's files are sources: each at most this size, and this many at most."""
 
-def read_candidate(path: str | Path) -> Design:
-    """Read a candidate file as a design (its content is checked later, by the validators).
+
+def read_design(path: str | Path, problem: Problem) -> Design:
+    """A design given as a path (its content is checked later, by the validators): a file is
+    the problem's main file (`Domain.main_file`: PyTorch's `candidate.py`, a command
+    problem's first editable file), whatever its own name; a directory is a design's files
+    (relative path -> text; hidden ones and links left out).
 
     Raises:
-        CandidateError: the file is missing or not UTF-8 text.
+        CandidateError: missing, not UTF-8 text, over the size limits, or an empty directory.
     """
     p = Path(path)
-    source = read_text(p, "candidate file", CandidateError)
-    return Design.from_source(source, provenance={"source": "file", "path": str(p)})
+    if not p.is_dir():
+        files = {get_domain(problem.domain).main_file(problem): _design_file(p)}
+        return Design(files=files, provenance={"source": "file", "path": str(p)})
+    files = {}
+    for f in sorted(p.rglob("*")):
+        rel = f.relative_to(p)
+        if f.is_file() and not f.is_symlink() and not any(part.startswith(".") for part in rel.parts):
+            if len(files) == DESIGN_MAX_FILES:
+                raise CandidateError(f"{p} holds over {DESIGN_MAX_FILES} files: give the directory of one design's files")
+            files[rel.as_posix()] = _design_file(f)
+    if not files:
+        raise CandidateError(f"the design directory {p} holds no file")
+    return Design(files=files, provenance={"source": "file", "path": str(p)})
+
+
+def _design_file(p: Path) -> str:
+    if p.is_file() and p.stat().st_size > DESIGN_FILE_MAX_BYTES:
+        raise CandidateError(f"{p}: over {DESIGN_FILE_MAX_BYTES} bytes: a design's files are sources")
+    return read_text(p, "design file", CandidateError)
 
 
 def make_evaluator(cfg: EvaluationConfig) -> Evaluator:
@@ -55,7 +79,7 @@ def evaluate_files(
     on_stage: Callable[[str], None] | None = None,
 ) -> Evaluation:
     problem = load_problem(problem_path)
-    design = read_candidate(candidate_path)
+    design = read_design(candidate_path, problem)
     evaluation = asyncio.run(make_evaluator(cfg).evaluate(problem, design, timeout_s=timeout_s, on_stage=on_stage))
     if run_dir is not None:
         record(run_dir, evaluation)

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stratagem.core.design import Design
 from stratagem.mcp import inputs
 from stratagem.mcp.inputs import ToolInputError
 from stratagem.mcp.records import (
@@ -45,8 +44,7 @@ async def evaluate(problem: str, candidate: str | None, files: dict[str, str] | 
 
     cfg = inputs.config(config, eval_overrides(device, timeout_s, integrity, correctness))
     prob = _problem(load_problem, problem)
-    found, source = inputs.candidate_files(candidate, files)
-    design = Design(files=found, provenance={"source": "mcp", "path": source})
+    design = inputs.candidate_design(candidate, files, prob)
     where = inputs.run_dir_path(run_dir, must_exist=False) if run_dir is not None else None
     evaluator = make_evaluator(cfg.evaluation)
     try:

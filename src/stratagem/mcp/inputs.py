@@ -13,13 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.config import StratagemConfig, load_config
+from stratagem.core.design import Design
+from stratagem.core.problem import Problem
 from stratagem.errors import CandidateError, ConfigError, ProblemError, StoreError, StratagemError
 from stratagem.mcp.records import FailureKind, ToolFailure
-
-DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024
-"""A design's file is a source: larger ones are refused (as `stratagem eval` refuses them)."""
-DESIGN_MAX_FILES = 200
-"""A design directory holds a design's few files; more means a wrong path (a whole repository)."""
 
 
 class ToolInputError(Exception):
@@ -60,22 +57,27 @@ def problem_path(value: str) -> Path:
     return p
 
 
-def candidate_files(candidate: str | None, files: dict[str, str] | None) -> tuple[dict[str, str], str]:
-    """A candidate's files (name -> text) and where they came from: a path (a `.py` file, or a
-    directory of a command design's files, hidden ones left out) or `files` given inline."""
+def candidate_design(candidate: str | None, files: dict[str, str] | None, problem: Problem) -> Design:
+    """The design to evaluate: at a path (a file: the problem's main file, whatever its name; a
+    directory: a design's files, hidden ones left out: `evaluation.api.read_design`) or
+    `files` given inline."""
     if (candidate is None) == (files is None):
         raise ToolInputError("candidate", "give either candidate (a path) or files (name -> text), not both or neither")
     if files is not None:
-        return _inline_files(files), "inline"
+        return Design(files=_inline_files(files), provenance={"source": "mcp", "path": "inline"})
     assert candidate is not None
     if not candidate.strip():
         raise ToolInputError("candidate", "candidate: give a path (a .py file, or a directory of a design's files)")
     p = Path(candidate).expanduser().resolve()
     if not p.exists():
         raise ToolInputError("candidate", f"candidate: {p} does not exist")
-    if p.is_file():
-        return {"candidate.py": _read(p, "candidate")}, str(p)
-    return _directory_files(p), str(p)
+    from stratagem.evaluation.api import read_design
+
+    try:
+        design = read_design(p, problem)
+    except CandidateError as e:
+        raise ToolInputError("candidate", f"candidate: {e}") from e
+    return Design(files=design.files, provenance={"source": "mcp", "path": str(p)})
 
 
 def _inline_files(files: dict[str, str]) -> dict[str, str]:
@@ -85,30 +87,6 @@ def _inline_files(files: dict[str, str]) -> dict[str, str]:
         if not name or name.startswith("/") or ".." in Path(name).parts:
             raise ToolInputError("files", f"files: {name!r} is not a relative file name inside the design")
     return dict(files)
-
-
-def _directory_files(p: Path) -> dict[str, str]:
-    """The files under `p` (hidden ones and links left out), by their path relative to it."""
-    found = {}
-    for f in sorted(p.rglob("*")):
-        rel = f.relative_to(p)
-        if f.is_file() and not f.is_symlink() and not any(part.startswith(".") for part in rel.parts):
-            if len(found) == DESIGN_MAX_FILES:
-                raise ToolInputError("candidate", f"candidate: {p} holds over {DESIGN_MAX_FILES} files: give the "
-                                                  "directory of one design's files")
-            found[rel.as_posix()] = _read(f, "candidate")
-    if not found:
-        raise ToolInputError("candidate", f"candidate: the directory {p} holds no file")
-    return found
-
-
-def _read(p: Path, argument: str) -> str:
-    if p.stat().st_size > DESIGN_FILE_MAX_BYTES:
-        raise ToolInputError(argument, f"{argument}: {p} is over {DESIGN_FILE_MAX_BYTES} bytes (a design's files are sources)")
-    try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ToolInputError(argument, f"{argument}: cannot read {p}: {e}") from e
 
 
 def config_file(value: str | None) -> Path | None:
