@@ -50,7 +50,7 @@ class InstantEvaluator:
         results = (ValidatorResult("static_checks", "passed", duration_s=0.0),
                    ValidatorResult("correctness", "passed", duration_s=0.0),
                    ValidatorResult("timing", "passed", details={"runtime": _stats(ms)}, duration_s=0.0))
-        base = Baseline(problem.id, {"eager": _stats(1.0)}, {}, True, Verdict(()))
+        base = Baseline(problem.id, {"eager": _stats(1.0)}, {}, True, Verdict(()), "eager")
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",
                           environment={}, seeds=(1,), baseline=base)
 

@@ -118,7 +118,7 @@ class StubEvaluator:
         r = 1.25
         return Baseline(problem.id, {"eager": _stats(EAGER_MS), "compile": {
             **_stats(EAGER_MS / r), "vs_eager": {"ratio": r, "low": r, "high": r}, "correctness": {"ok": True},
-            "stability": {"verdict": "stable", "reasons": [], "notes": []}}}, {}, False, Verdict(()))
+            "stability": {"verdict": "stable", "reasons": [], "notes": []}}}, {}, False, Verdict(()), "eager")
 
     async def evaluate(self, problem: Problem, design: Design, *, baseline: Baseline | None = None,
                        **_: Any) -> Evaluation:

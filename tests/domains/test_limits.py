@@ -44,7 +44,7 @@ def test_an_evaluation_runs_under_the_limit_its_baseline_implies(cpu_config) -> 
 
     problem = load_problem(ROOT / "tests/fixtures/problem_linear.py")
     design = Design.from_source((ROOT / "tests/fixtures/candidates/good_addmm.py").read_text())
-    slow = Baseline(problem.id, {"eager": {"median_ms": 2000.0}}, {}, True, Verdict(()))
+    slow = Baseline(problem.id, {"eager": {"median_ms": 2000.0}}, {}, True, Verdict(()), "eager")
     cfg = cpu_config.model_copy(update={"correctness_trials": 2})
     cfg.model_fields_set.discard("timeout_s")  # the default, not the user's: it may grow
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})

@@ -106,7 +106,7 @@ def test_a_ratio_is_chained_only_through_a_baseline_of_the_same_device_kind(base
     verdict = Verdict((ValidatorResult("timing", "passed", details=timing),))
     base = Baseline("p", {"eager": {"median_ms": 1.0},
                           "compile": {"median_ms": 0.8, "vs_eager": {"ratio": 1.25, "low": 1.2, "high": 1.3}}},
-                    {"device_name": baseline_device}, False, Verdict(()))
+                    {"device_name": baseline_device}, False, Verdict(()), "eager")
     ev = Evaluation(load_problem(FIX / "paired" / "problem.py"), Design.from_source("x"), verdict, "cuda:1", {"device_name": "NVIDIA H200"}, (1,), base)
     assert ("compile" in ev.speedups) == chained
     assert ev.speedups["eager"].ratio == 2.0  # paired in its own worker: always there

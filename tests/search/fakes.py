@@ -33,7 +33,7 @@ def fake_baseline(problem_id: str, cached: bool, compared_fails: str | None = No
     return Baseline(problem_id, {"eager": stats(EAGER_MS),
                                  "compile": {**stats(COMPILE_MS), "vs_eager": {"ratio": r, "low": r, "high": r},
                                              "correctness": check, "stability": stability}},
-                    {}, cached, Verdict(()))
+                    {}, cached, Verdict(()), "eager")
 
 
 def timing_details(ms: float, unstable: bool = False, ci: float = 0.01) -> dict[str, object]:

@@ -52,7 +52,8 @@ def test_overlapping_designs_are_tied_not_ranked_apart() -> None:
     assert out["a"].rank == 1 and out["b"].rank == 1 and out["b"].tied_with_best
     assert out["c"].rank == 2 and not out["c"].tied_with_best  # dense: no rank is skipped
     assert out["d"].rank is None
-    assert ConfirmedDesign.from_json(out["b"].to_json()) == out["b"]
+    assert ConfirmedDesign.from_json(out["b"].to_json("eager", "compile"), "eager", "compile") == out["b"]
+    assert "vs_compile" not in out["b"].to_json("reference", None)  # a domain with no compared baseline
 
 
 def test_each_block_times_the_programs_in_another_order() -> None:

@@ -26,7 +26,7 @@ from stratagem.search.api import show_run
 from stratagem.search.export import exported_files, provenance_lines, write_files
 from stratagem.search.headline import ratios_of
 from stratagem.search.state import names_of
-from stratagem.store.records import REFERENCE_KEY
+from stratagem.store.records import OLD_REFERENCE_KEY
 
 PT = names_of("pytorch")
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_a_command_design_exports_as_its_own_files(tmp_path: Path) -> None:
     v = DesignView(id="d" * 64, source=files_text({"main.c": "int main(void) { return 0; }\n",
                                                    "Makefile": "all:\n\tcc main.c\n", "sizes.json": "{}\n"}),
                    status="valid", speedup=2.0, speedup_low=1.9, speedup_high=2.1)
-    files = exported_files(v, "window_sums", tmp_path, "cpu", {REFERENCE_KEY: 17.7}, "command", "main.c")
+    files = exported_files(v, "window_sums", tmp_path, "cpu", {OLD_REFERENCE_KEY: 17.7}, "command", "main.c")
     assert files["main.c"].startswith("// stratagem ") and "int main(void)" in files["main.c"]
     assert files["Makefile"] == "all:\n\tcc main.c\n" and files["sizes.json"] == "{}\n"
     assert "baseline: the reference 17.7000 ms" in files["main.c"]  # never "reference: the reference"

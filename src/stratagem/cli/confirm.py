@@ -12,7 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from stratagem.cli.common import DeviceOpt, JsonOpt, app, fail, wide_console
-from stratagem.core.confirmed import COMPARED_JSON, REFERENCE_JSON
 from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StratagemError
 
@@ -60,13 +59,10 @@ def _r(d: dict[str, Any] | None) -> str:
     return f"{d['ratio']:.2f}x [{d['low']:.2f}, {d['high']:.2f}]"
 
 
-def confirmed_table(body: dict[str, Any], names: BaselineNames | None = None) -> Table:
+def confirmed_table(body: dict[str, Any], n: BaselineNames) -> Table:
     """The round's designs: rank (tied with the best: =1), confirmed ratio over the reference
     with its interval, over the compared baseline (a domain with one), a warm loop's ratio, and
-    the search-time figure beside it; in the words of `names` (None: the default domain's)."""
-    from stratagem.search.state import names_of
-
-    n = names or names_of(None)
+    the search-time figure beside it; in the words of `n` (the run's domain's)."""
     t = Table(title=f"confirmed: {body.get('blocks')} independent blocks, interleaved", title_justify="left")
     second = (f"vs {n.compared}",) if n.compared else ()
     for col in ("#", "design", f"confirmed vs {n.reference}", *second, "warm loop", "search time"):
@@ -77,13 +73,14 @@ def confirmed_table(body: dict[str, Any], names: BaselineNames | None = None) ->
         held = d.get("search_holds")
         search = _r(d.get("search")) + ("" if held is None else (" (holds)" if held else " (misses)"))
         t.add_row(mark, str(d["design_id"])[:10],
-                  _r(d.get(REFERENCE_JSON)) if not d.get("error") else d["error"][:40],
-                  *((_r(d.get(COMPARED_JSON)),) if second else ()), _r(d.get("warm")), search)
+                  _r(d.get(f"vs_{n.key}")) if not d.get("error") else d["error"][:40],
+                  *((_r(d.get(f"vs_{n.compared}")),) if second else ()), _r(d.get("warm")), search)
     return t
 
 
-def confirmed_summary(body: dict[str, Any]) -> str:
-    designs = [d for d in body.get("designs") or () if d.get(REFERENCE_JSON)]
+def confirmed_summary(body: dict[str, Any], key: str) -> str:
+    """What the round says beyond its table (`key`: the reference's key in its records)."""
+    designs = [d for d in body.get("designs") or () if d.get(f"vs_{key}")]
     tied = [d for d in designs if d.get("tied_with_best")]
     held = [d for d in designs if d.get("search_holds") is not None]
     lines = []
@@ -97,7 +94,7 @@ def confirmed_summary(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def print_confirmed(console: Console, body: dict[str, Any], names: BaselineNames | None = None) -> None:
+def print_confirmed(console: Console, body: dict[str, Any], names: BaselineNames) -> None:
     """The round's table and what it means (`names`: the run's domain's words)."""
     console.print(confirmed_table(body, names))
-    console.print(confirmed_summary(body), highlight=False)
+    console.print(confirmed_summary(body, names.key), highlight=False)

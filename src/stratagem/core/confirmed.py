@@ -17,12 +17,6 @@ from typing import Any
 
 from stratagem.core.paired import BOOTSTRAP_RESAMPLES, Ratio, bootstrap_median
 
-REFERENCE_JSON = "vs_eager"
-COMPARED_JSON = "vs_compile"
-"""The keys of a confirmed design's two ratios in its JSON (stored rounds, `show --json`'s
-`confirmed`): the first domain's words, kept so stored rounds read as written."""
-
-
 T_975: tuple[float, ...] = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
                             2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
 """Student's t, two-sided 95%, for 1..20 degrees of freedom (1.96 beyond)."""
@@ -62,8 +56,9 @@ def per_block(values: Sequence[float]) -> Ratio | None:
 
 @dataclass(frozen=True)
 class ConfirmedDesign:
-    """One design's confirmed numbers (stored as `to_json`, under the keys the first domain's
-    rounds wrote: `vs_eager` for the reference, `vs_compile` for the compared baseline)."""
+    """One design's confirmed numbers (stored as `to_json`: its two ratios under `vs_<key>`,
+    the keys the domain gives its reference and its compared baseline in the records, PyTorch's
+    `vs_eager` and `vs_compile`)."""
 
     design_id: str
     vs_reference: Ratio | None
@@ -90,19 +85,23 @@ class ConfirmedDesign:
             return None
         return self.search.low <= self.vs_reference.ratio <= self.search.high
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, reference: str, compared: str | None) -> dict[str, Any]:
+        """Keyed by the domain's words: `reference` (its reference's key), `compared` (its
+        compared baseline's, None: it has none)."""
         def j(r: Ratio | None) -> dict[str, Any] | None:
             return r.to_json() if r is not None else None
 
-        return {"design_id": self.design_id, REFERENCE_JSON: j(self.vs_reference), "warm": j(self.warm),
-                COMPARED_JSON: j(self.vs_compared), "block_medians": list(self.block_medians),
+        return {"design_id": self.design_id, f"vs_{reference}": j(self.vs_reference), "warm": j(self.warm),
+                **({f"vs_{compared}": j(self.vs_compared)} if compared else {}),
+                "block_medians": list(self.block_medians),
                 "search": j(self.search), "search_holds": self.search_holds, "error": self.error or None,
                 "tied_with_best": self.tied_with_best, "rank": self.rank, "blocks": self.blocks}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ConfirmedDesign:
-        return cls(str(d["design_id"]), Ratio.from_json(d.get(REFERENCE_JSON)), Ratio.from_json(d.get("warm")),
-                   Ratio.from_json(d.get(COMPARED_JSON)), tuple(float(x) for x in d.get("block_medians") or ()),
+    def from_json(cls, d: Mapping[str, Any], reference: str, compared: str | None) -> ConfirmedDesign:
+        """`to_json`'s record read back, in the same words."""
+        return cls(str(d["design_id"]), Ratio.from_json(d.get(f"vs_{reference}")), Ratio.from_json(d.get("warm")),
+                   Ratio.from_json(d.get(f"vs_{compared}") if compared else None), tuple(float(x) for x in d.get("block_medians") or ()),
                    Ratio.from_json(d.get("search")), str(d.get("error") or ""), bool(d.get("tied_with_best")),
                    d.get("rank") if isinstance(d.get("rank"), int) else None, int(d.get("blocks") or 0))
 

@@ -42,7 +42,7 @@ class Measurement:
     """Summary statistics of raw samples, with the samples kept."""
 
     name: str
-    """What was measured (`runtime`, `reference_eager`)."""
+    """What was measured (`runtime`, `reference_<mode>`)."""
     unit: str
     """Unit of the values (`ms`)."""
     median: float

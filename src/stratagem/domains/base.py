@@ -85,6 +85,10 @@ class BaselineNames:
     compared_authors: tuple[str, ...] = ()
     """Authors of designs that are the compared baseline's own recipe (a design's
     `DesignView.author`): such a design is never shown against itself (`search/headline.py`)."""
+    key: str = "reference"
+    """The reference's key in the records: its entry in `EvaluationRecord.speedups` and
+    `reference_ms`, its mode among a baseline's `modes` (each other mode's ratio over it is
+    `vs_<key>`), and in a confirmation round's JSON (`vs_<key>`, `<key>_ms`)."""
 
     @property
     def compared_text(self) -> str:

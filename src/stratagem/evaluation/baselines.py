@@ -32,7 +32,7 @@ from stratagem.domains.base import BaselineRules
 from stratagem.domains.base import Baselines as DomainBaselines
 from stratagem.errors import HarnessError
 from stratagem.evaluation.executors import Executor
-from stratagem.evaluation.results import REFERENCE_MODE, Baseline
+from stratagem.evaluation.results import Baseline
 
 ANY_HOST = "*"
 """The host of the baseline pointer an executor whose workers are elsewhere reads before a
@@ -115,22 +115,22 @@ class Baselines:
         rules name match (`on_stage` hears each stage of a measurement as it starts)."""
         ruled = self._rules(problem)
         if ruled is None:  # the domain times its reference beside each design only
-            return Baseline(problem.id, {}, {}, False, Verdict(()))
+            return _baseline(problem, {}, {}, False)
         b, modes, rules = ruled
         earlier = self.entry(problem, environment, ruled)
         if earlier is not None and not refresh and not unstable_modes(earlier):
-            return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
+            return _baseline(problem, earlier["modes"], earlier["environment"], True)
         # An unstable cached baseline is measured again: every chained speedup would carry its noise.
         limit = max(get_domain(problem.domain).open(problem, self.cfg).timeout_s(timeout_s), rules.min_limit_s)
-        expect = ((earlier or {}).get("modes") or {}).get(REFERENCE_MODE, {}).get("median_ms")
+        expect = _baseline(problem, earlier.get("modes") or {}, {}, True).reference_ms if earlier else None
         verdict, measured_env = await self.run_graph(
             problem, b.graph, limit, device=self.device_for(environment),
             compile_limit_s=max(self.cfg.compile_timeout_s, limit), baselines=modes,
             seeds=[b.new_seed() for _ in range(rules.check_trials)],
-            reference_expect_ms=float(expect) if isinstance(expect, int | float) else None, on_stage=on_stage)
+            reference_expect_ms=expect, on_stage=on_stage)
         result = verdict.result("baseline")
         if result is None or result.outcome != "passed":
-            return Baseline(problem.id, {}, measured_env, False, verdict)
+            return _baseline(problem, {}, measured_env, False, verdict)
         found = result.details.get("baselines")
         if not isinstance(found, Mapping):
             raise HarnessError("baseline stage passed without timings")
@@ -141,7 +141,7 @@ class Baselines:
         """A measured baseline, cached under its key and pointed to from its slot's."""
         key = baseline_key(rules, problem.id, measured_env, modes)
         self.cache.put(key, {"problem": problem.name, "modes": found, "environment": measured_env})
-        fresh = Baseline(problem.id, found, measured_env, False, verdict)
+        fresh = _baseline(problem, found, measured_env, False, verdict)
         where = str(measured_env.get("host") or ""), str(measured_env.get("physical_device") or "")
         self.fresh[(problem.id, *where)] = fresh
         self.cache.put(slot_key(rules, problem.id, *where, modes), {"points_to": key})
@@ -182,7 +182,7 @@ class Baselines:
         earlier = self.entry(problem)
         if earlier is None or unstable_modes(earlier):
             return None
-        return Baseline(problem.id, earlier["modes"], earlier["environment"], True, Verdict(()))
+        return _baseline(problem, earlier["modes"], earlier["environment"], True)
 
     def provisional(self, problem: Problem) -> Baseline | None:
         """For an executor whose workers are elsewhere: the latest baseline measured on any
@@ -191,8 +191,13 @@ class Baselines:
         baseline: once the worker reports, its slot's own replaces this one (looked up by its
         key, measured only when it is missing or unstable)."""
         earlier = self.entry(problem) if self.executor.host() is None else None
-        return None if earlier is None else Baseline(problem.id, earlier["modes"], earlier["environment"], True,
-                                                     Verdict(()))
+        return None if earlier is None else _baseline(problem, earlier["modes"], earlier["environment"], True)
+
+
+def _baseline(problem: Problem, modes: Mapping[str, Any], environment: Mapping[str, Any], cached: bool,
+              verdict: Verdict | None = None) -> Baseline:
+    return Baseline(problem.id, modes, environment, cached, verdict or Verdict(()),
+                    get_domain(problem.domain).names.key)
 
 
 def own(baseline: Baseline, environment: Mapping[str, Any]) -> bool:

@@ -17,14 +17,7 @@ from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.store.records import REFERENCE_KEY, EvaluationRecord, MeasurementRecord
-
-REFERENCE_MODE = REFERENCE_KEY
-"""The record name of the reference timed as written, the first of a domain's baseline modes
-(`speedups`, `reference_ms`, a baseline's `modes` and each mode's ratio over it are keyed by
-it, whatever the domain): the store's `REFERENCE_KEY`."""
-VS_REFERENCE = f"vs_{REFERENCE_KEY}"
-"""The key of a baseline mode's paired ratio over the reference in the worker's results."""
+from stratagem.store.records import EvaluationRecord, MeasurementRecord
 
 
 @dataclass(frozen=True)
@@ -38,6 +31,9 @@ class Baseline:
     cached: bool
     verdict: Verdict
     """The baseline worker's own results (load, baseline), for error reporting."""
+    reference: str
+    """The reference's mode (the domain's `BaselineNames.key`): each other mode holds its
+    paired ratio over it as `vs_<reference>`."""
 
     def median_ms(self, mode: str) -> float | None:
         m = self.modes.get(mode) or {}
@@ -46,9 +42,14 @@ class Baseline:
 
     def vs_reference(self, mode: str) -> Ratio | None:
         """The mode's paired speedup over the reference (reference time / mode time)."""
-        if mode == REFERENCE_MODE:
+        if mode == self.reference:
             return Ratio(1.0, 1.0, 1.0)
-        return Ratio.from_json((self.modes.get(mode) or {}).get(VS_REFERENCE))
+        return Ratio.from_json((self.modes.get(mode) or {}).get(f"vs_{self.reference}"))
+
+    @property
+    def reference_ms(self) -> float | None:
+        """The reference's median (None: not timed)."""
+        return self.median_ms(self.reference)
 
     def stability(self, mode: str) -> Stability:
         return Stability.from_json((self.modes.get(mode) or {}).get("stability"))
@@ -130,7 +131,12 @@ class Evaluation:
         if self.baseline is not None and self.baseline.modes:
             return {mode: self.baseline.median_ms(mode) for mode in self.baseline.modes}
         paired = self.reference_paired_ms
-        return {REFERENCE_MODE: paired} if paired is not None else {}
+        return {self.reference_key: paired} if paired is not None else {}
+
+    @property
+    def reference_key(self) -> str:
+        """The reference's key in `speedups` and `reference_ms` (the domain's)."""
+        return get_domain(self.problem.domain).names.key
 
     @property
     def speedups(self) -> dict[str, Ratio]:
@@ -139,11 +145,11 @@ class Evaluation:
         p = self.paired
         if p is None:
             return {}
-        out = {REFERENCE_MODE: p}
+        out = {self.reference_key: p}
         if self.baseline is not None and self.baseline_matches_device:
             for mode in self.baseline.modes:
                 r = self.baseline.vs_reference(mode)
-                if mode != REFERENCE_MODE and r is not None and r.ratio > 0:
+                if mode != self.reference_key and r is not None and r.ratio > 0:
                     out[mode] = divide(p, r)
         return out
 
@@ -170,7 +176,7 @@ class Evaluation:
         for m, r in self.speedups.items():
             why = self.baseline.fails(m) if self.baseline is not None else None
             extra: dict[str, Any] = {"baseline_fails": why} if why else {}
-            if m != REFERENCE_MODE and m in unstable:
+            if m != self.reference_key and m in unstable:
                 extra["baseline_unstable"] = "; ".join(unstable[m])
             out[m] = {**r.to_json(), **extra}
         return out
@@ -220,7 +226,7 @@ class Evaluation:
             ms.append(_measurement(objective.name, self.timing, objective.unit))
         m = self.measured
         if m is not None and m.reference_stats and "median_ms" in m.reference_stats:
-            ms.append(_measurement("reference_eager_paired", m.reference_stats))
+            ms.append(_measurement(f"reference_{self.reference_key}_paired", m.reference_stats))
         if self.baseline is not None:
             for mode, stats in self.baseline.modes.items():
                 if "median_ms" in stats:

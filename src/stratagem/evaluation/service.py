@@ -33,11 +33,11 @@ from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.peaks import DevicePeaks
 from stratagem.evaluation.progress import owned, stage_events
-from stratagem.evaluation.results import REFERENCE_MODE, Baseline, Evaluation
+from stratagem.evaluation.results import Baseline, Evaluation
 from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.worker_api.protocol import EvalRequest
 
-__all__ = ["ANY_HOST", "REFERENCE_MODE", "Baseline", "Evaluation", "Evaluator"]
+__all__ = ["ANY_HOST", "Baseline", "Evaluation", "Evaluator"]
 """Re-exported from `evaluation/results.py` and `evaluation/baselines.py`, where they live."""
 
 
@@ -137,8 +137,8 @@ class Evaluator:
     def _request(self, a: _Attempt, specs: Any, baseline: Baseline | None) -> EvalRequest:
         """The design's worker request, told the reference's time in this invocation's baseline."""
         req = owned(a.task.build_request(a.design, specs), a.design.id[:10])
-        if baseline is not None and baseline.median_ms(REFERENCE_MODE):
-            req = a.task.with_reference_expectation(req, baseline.median_ms(REFERENCE_MODE))
+        if baseline is not None and baseline.reference_ms:
+            req = a.task.with_reference_expectation(req, baseline.reference_ms)
         return req
 
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
@@ -155,7 +155,7 @@ class Evaluator:
         slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
         if a.pending is not None and sr.timed_out and sr.limit_hit == "run":
             a.baseline, a.pending = await a.pending, None  # the baseline now says what fits the problem
-            fitted = a.task.timeout_s(a.timeout_s, a.baseline.median_ms(REFERENCE_MODE))
+            fitted = a.task.timeout_s(a.timeout_s, a.baseline.reference_ms)
             if fitted > limit:
                 req, limit = self._request(a, specs, a.baseline), fitted
                 on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
@@ -184,7 +184,7 @@ class Evaluator:
             a.baseline = None if refresh else self.baselines.cached(a.task.problem) or self.baselines.provisional(a.task.problem)
             if a.baseline is None:  # measured beside the design's worker, not before it
                 a.pending = asyncio.create_task(self.baseline(a.task.problem, timeout_s=a.timeout_s, refresh=True))
-        ms = a.baseline.median_ms(REFERENCE_MODE) if a.baseline is not None else None
+        ms = a.baseline.reference_ms if a.baseline is not None else None
         a.limit = a.task.timeout_s(a.timeout_s, ms)
 
     async def _attached(self, a: _Attempt, given: Baseline | None, verdict: Verdict, with_baseline: bool,

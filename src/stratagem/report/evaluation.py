@@ -12,7 +12,7 @@ from rich.table import Table
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.evaluation.service import REFERENCE_MODE, Baseline
+from stratagem.evaluation.service import Baseline
 from stratagem.report.cases import print_cases
 from stratagem.search.state import names_of
 
@@ -27,7 +27,7 @@ def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:
         "problem_id": prob.id,
         "domain": prob.domain,
         "reference_ms": {m: base.median_ms(m) for m in base.modes},
-        "vs_eager": {m: r.to_json() for m in base.modes if (r := base.vs_reference(m)) is not None},
+        f"vs_{base.reference}": {m: r.to_json() for m in base.modes if (r := base.vs_reference(m)) is not None},
         "unstable": {m: list(r) for m, r in base.unstable().items()},
         "fails_correctness": base.failing(),
         "baselines": {m: dict(v) for m, v in base.modes.items()},
@@ -47,7 +47,7 @@ def print_baseline(console: Console, name: str, base: Baseline, out: dict[str, A
     for mode, stats in base.modes.items():
         if "median_ms" in stats:
             r = base.vs_reference(mode)
-            vs = "-" if r is None or mode == REFERENCE_MODE else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
+            vs = "-" if r is None or mode == base.reference else f"{r.ratio:.3g}x [{r.low:.3g}, {r.high:.3g}]"
             flag = "[yellow]unstable[/]" if mode in unstable else "stable"
             if base.fails(mode):
                 flag += " · [red]fails correctness[/]"
@@ -130,7 +130,8 @@ def print_eval(console: Console, s: dict[str, Any]) -> None:
     if s["runtime_ms"] is not None:
         label = s.get("reference_label", "the reference")
         own = "" if label == "the reference" else f"{label} "  # "reference 0.85 ms", or the label first
-        refs = ", ".join(f"{own if k == REFERENCE_MODE else k + ' '}{v:.4f} ms"
+        key = names_of(s["domain"]).key
+        refs = ", ".join(f"{own if k == key else k + ' '}{v:.4f} ms"
                          for k, v in s["reference_ms"].items() if v is not None)
         console.print(f"candidate {s['runtime_ms']:.4f} ms · reference {refs}")
     print_speedups(console, s)

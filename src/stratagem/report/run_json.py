@@ -60,7 +60,7 @@ def design_json(v: DesignView, names: BaselineNames) -> dict[str, Any]:
             **second, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
             "stability": stability, "timing_notes": list(v.timing_notes),
-            "confirmed": v.confirmed.to_json() if v.confirmed is not None else None}
+            "confirmed": v.confirmed.to_json(names.key, names.compared) if v.confirmed is not None else None}
 
 
 def design_entry(v: DesignView, names: BaselineNames) -> dict[str, Any]:

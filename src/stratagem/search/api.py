@@ -14,7 +14,7 @@ from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
-from stratagem.domains import get_domain, load_problem, parse_problem
+from stratagem.domains import DEFAULT, get_domain, load_problem, parse_problem
 from stratagem.errors import ConfigError, StoreError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
@@ -216,11 +216,8 @@ def read_run(store: RunStore, run_dir: Path, designs: list[DesignRecord] | None 
     run = store.run()
     evaluations = store.evaluations() if evaluations is None else evaluations
     views = st.stored_views(store, designs, evaluations)
-    ref: dict[str, float | None] = {}
-    for ev in reversed(evaluations):
-        if ev.reference_ms:
-            ref = dict(ev.reference_ms)
-            break
+    domain = problems[0].domain if problems else DEFAULT
+    ref = st.reference_from(evaluations, get_domain(domain).names.key)
     env = evaluations[-1].environment if evaluations else {}
     device = str(env.get("device_name") or env.get("device") or "") or None
     main = "candidate.py"
@@ -232,7 +229,7 @@ def read_run(store: RunStore, run_dir: Path, designs: list[DesignRecord] | None 
     return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                       views=views, iterations=store.iterations(),
                       spend=Spend.from_store(store, evaluations), reference_ms=ref,
-                      device=device, domain=problems[0].domain if problems else "pytorch",
+                      device=device, domain=domain,
                       confirmation=(store.confirmations() or [None])[-1], main_file=main,
                       redteam=attempts_in(store))
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stratagem.core.confirmed import (
-    REFERENCE_JSON,
     ConfirmedDesign,
     between_blocks,
     per_block,
@@ -35,12 +34,7 @@ from stratagem.core.search import ranked as ranked_views
 from stratagem.domains import get_domain
 from stratagem.evaluation.service import Evaluator
 from stratagem.search.state import names_of, stored_views
-from stratagem.store.records import REFERENCE_KEY
 from stratagem.store.sqlite import RunStore
-
-COMPARED_KEY = "compile"
-"""The key of the compared baseline's ratios in a stored round's body (`compile`: the first
-domain's word, kept so stored rounds read as written)."""
 
 
 def chosen(views: Sequence[DesignView], top: int) -> list[DesignView]:
@@ -113,8 +107,10 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     results = [d[0] for d in done if not isinstance(d, BaseException)]
     costs = [d[1] for d in done if not isinstance(d, BaseException)]
     confirmed = combine(results, picked, second)
-    body = {"blocks": blocks, "top": top, "order": names, "designs": [d.to_json() for d in confirmed],
-            COMPARED_KEY: _compared_json(results, second), REFERENCE_KEY + "_ms": _reference_ms(results),
+    body = {"blocks": blocks, "top": top, "order": names,
+            "designs": [d.to_json(words.key, words.compared) for d in confirmed],
+            **({words.compared: _compared_json(results, second, words.key)} if words.compared else {}),
+            f"{words.key}_ms": _reference_ms(results),
             "wall_s": round(time.monotonic() - t0, 3), "block_costs": costs,
             "environment": results[-1].get("environment", {}) if results else {}}
     store.add_confirmation(body)
@@ -208,17 +204,8 @@ def _reference_ms(results: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
     return out
 
 
-def _compared_json(results: Sequence[dict[str, Any]], second: str | None) -> dict[str, Any] | None:
-    """The compared baseline's own ratio over the reference across blocks (stored under
-    `REFERENCE_JSON`, as the first domain's rounds wrote it)."""
+def _compared_json(results: Sequence[dict[str, Any]], second: str | None, reference: str) -> dict[str, Any] | None:
+    """The compared baseline's own ratio over the reference across blocks (under
+    `vs_<reference>`, the reference's key)."""
     r = between_blocks(_ratios(results, second, "fresh")) if second else None
-    return {REFERENCE_JSON: r.to_json()} if r is not None else None
-
-
-def latest(store: RunStore) -> tuple[list[ConfirmedDesign], dict[str, Any]] | None:
-    """The run's latest confirmation round (its designs, ranked, and its body), or None."""
-    rounds = store.confirmations()
-    if not rounds:
-        return None
-    body = rounds[-1]
-    return [ConfirmedDesign.from_json(d) for d in body.get("designs") or ()], body
+    return {f"vs_{reference}": r.to_json()} if r is not None else None

@@ -15,10 +15,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from stratagem.core.design import Design, text_files
 from stratagem.core.search import DesignView
@@ -31,7 +29,6 @@ from stratagem.search.export import exported_files, write_files
 from stratagem.search.headline import Headline, headline_of
 from stratagem.search.progress import InFlight, Progress, RunView
 from stratagem.search.session import HARNESS_FAILURES_MAX, RETIMES_MAX, RunSession
-from stratagem.store.records import EvaluationRecord
 
 __all__ = ["EXHAUSTED", "HARNESS_FAILURES_MAX", "RETIMES_MAX", "InFlight", "Progress", "RunOutcome", "RunView",
            "SearchLoop"]
@@ -44,7 +41,7 @@ class RunOutcome:
     run_dir: Path
     stop_reason: str
     best: DesignView | None
-    """The best design, only when it beats eager by more than its interval."""
+    """The best design, only when it beats the reference by more than its interval."""
     best_path: Path | None
     iterations: int
     spend: Spend
@@ -52,7 +49,7 @@ class RunOutcome:
     no_gain: str | None = None
     """Why there is no best design (best/ then holds the reference)."""
     top: DesignView | None = None
-    """The fastest ranked design, whether or not it beats eager."""
+    """The fastest ranked design, whether or not it beats the reference."""
     headline: Headline | None = None
     """The run's result as every view says it (`search/headline.py`)."""
 
@@ -87,9 +84,9 @@ class SearchLoop:
             base = await self.session.evaluator.baseline(self.problem, refresh=True, on_stage=staged)
         finally:
             self.session.progress.inflight.pop("baseline", None)
-        if not base.modes or base.median_ms("eager") is None:
+        if not base.modes or base.reference_ms is None:
             failures = base.verdict.failures
-            why = "; ".join(f"[{r.name}] {r.reason}" for r in failures) or "no eager timing"
+            why = "; ".join(f"[{r.name}] {r.reason}" for r in failures) or "no timing of the reference"
             if any(r.kind == "problem_error" for r in failures) or not failures:
                 raise ProblemError(f"{self.problem.name}: the reference cannot be timed in the harness, so "
                                    f"no design can be judged: {why}")
@@ -231,8 +228,8 @@ class SearchLoop:
         by where they came from, `search/export.py`) only when it beats the reference by more
         than its measurement's interval; otherwise it holds the reference itself, and `best` is
         None with `no_gain` saying why."""
-        head = headline_of(st.with_confirmation(self.session.views(), self.store.confirmations()),
-                           st.names_of(self.problem.domain))
+        names = st.names_of(self.problem.domain)
+        head = headline_of(st.with_confirmation(self.session.views(), self.store.confirmations(), names), names)
         top, best = head.top, head.best
         domain = get_domain(self.problem.domain)
         main = domain.main_file(self.problem)
@@ -250,14 +247,7 @@ class SearchLoop:
             shutil.rmtree(where)
         write_files(files, where, directory=True)
         path = where / main if len(files) == 1 and main in files else where
-        ref = self.session.reference_ms or _reference_from(self.store.evaluations())
+        ref = self.session.reference_ms or st.reference_from(self.store.evaluations(), names.key)
         return RunOutcome(run_dir=self.store.run_dir, stop_reason=reason, best=best, best_path=path,
                           iterations=len(self.store.iterations()), spend=self.session.spend, reference_ms=ref,
                           no_gain=no_gain, top=top, headline=head)
-
-
-def _reference_from(evaluations: Sequence[EvaluationRecord]) -> dict[str, Any]:
-    for ev in reversed(evaluations):
-        if ev.reference_ms:
-            return dict(ev.reference_ms)
-    return {}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from stratagem.core.search import PASSED, DesignView, ranked
 from stratagem.core.text import clip as clip  # re-exported: the views clip through here
 from stratagem.domains.base import BaselineNames
-from stratagem.store.records import REFERENCE_KEY
+from stratagem.store.records import keyed
 
 UNSTABLE = "unstable"
 UNREVIEWED = "unreviewed"
@@ -109,7 +109,7 @@ def counts(views: Sequence[DesignView]) -> Counts:
 def times_text(times_ms: Mapping[str, float | None], names: BaselineNames) -> str:
     """`baselines: REFERENCE 1.2345 ms, COMPARED 0.9876 ms` (a domain that names its reference in
     prose: `baseline: the reference 17.7069 ms`); '' when none was timed."""
-    shown = [(names.reference if k == REFERENCE_KEY else k, v) for k, v in times_ms.items() if v]
+    shown = [(names.reference if k == names.key else k, v) for k, v in keyed(times_ms, names.key).items() if v]
     if not shown:
         return ""
     return f"baseline{'s' if len(shown) > 1 else ''}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in shown)

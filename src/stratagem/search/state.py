@@ -20,11 +20,11 @@ from stratagem.domains.base import BaselineNames
 from stratagem.search.headline import Headline, headline_of
 from stratagem.search.numbers import clip
 from stratagem.store.records import (
-    REFERENCE_KEY,
     DesignRecord,
     EvaluationRecord,
     IterationRecord,
     ReviewRecord,
+    keyed,
 )
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def design_views(
     The second ratio of each view is the one over the baseline the problem's `domain` sets
     beside the reference (`BaselineNames.compared`; None: the default domain's, which a record
     of another domain does not have)."""
-    compared = names_of(domain).compared
+    names = names_of(domain)
+    compared = names.compared
     latest: dict[str, EvaluationRecord] = {}
     for ev in evaluations:
         latest[ev.design_id] = ev
@@ -99,7 +100,7 @@ def design_views(
         elif status == "valid" and verdict == "busy":
             status, report = "busy", f"[timing] {why}"
         valid = status in MEASURED
-        ref = ev.speedups.get(REFERENCE_KEY) or {}
+        ref = keyed(ev.speedups, names.key).get(names.key) or {}
         other = (ev.speedups.get(compared) or {}) if compared else {}
         out.append(DesignView(
             id=d.id, source=source_of(d), status=status,  # type: ignore[arg-type]
@@ -141,18 +142,21 @@ def stored_views(
     """`design_views` of a whole run store (`show`, reports, `compare`); `designs` and
     `evaluations` when the caller has read them already."""
     problems = store.problems()
+    domain = problems[0].domain if problems else None
     views = design_views(store.designs() if designs is None else designs,
                          store.evaluations() if evaluations is None else evaluations, store.reviews(),
-                         lambda d: design_text(store, d), store.tags(),
-                         problems[0].domain if problems else None)
-    return with_confirmation(views, store.confirmations())
+                         lambda d: design_text(store, d), store.tags(), domain)
+    return with_confirmation(views, store.confirmations(), names_of(domain))
 
 
-def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str, Any]]) -> list[DesignView]:
-    """`views`, each design of the latest confirmation round carrying its confirmed numbers."""
+def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str, Any]],
+                      names: BaselineNames) -> list[DesignView]:
+    """`views`, each design of the latest confirmation round carrying its confirmed numbers
+    (stored in the words of `names`, the run's domain's)."""
     if not rounds:
         return list(views)
-    by_id = {str(d.get("design_id")): ConfirmedDesign.from_json(d) for d in rounds[-1].get("designs") or ()}
+    by_id = {str(d.get("design_id")): ConfirmedDesign.from_json(d, names.key, names.compared)
+             for d in rounds[-1].get("designs") or ()}
     out = []
     for v in views:
         c = by_id.get(v.id)
@@ -167,6 +171,13 @@ def with_confirmation(views: Sequence[DesignView], rounds: Sequence[Mapping[str,
         else:
             out.append(dataclasses.replace(v, confirmed=c))
     return out
+
+
+def reference_from(evaluations: Sequence[EvaluationRecord], key: str) -> dict[str, float | None]:
+    """The reference's times the latest evaluation holding them recorded, the reference's entry
+    under `key` (the domain's own; an older database's is renamed: `records.keyed`)."""
+    ev = next((e for e in reversed(evaluations) if e.reference_ms), None)
+    return keyed(ev.reference_ms, key) if ev is not None else {}
 
 
 def measures_of(ev: EvaluationRecord) -> Measures:

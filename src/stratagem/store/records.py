@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,11 +14,20 @@ policy's metadata per design); 6: `policy_state` (a policy's own state: phases, 
 7: `agent_calls.input_tokens` and `output_tokens` nullable (unknown: the agent reported none;
 the 0s of older databases are kept as they were)."""
 
+V = TypeVar("V")
 
-REFERENCE_KEY = "eager"
-"""The key of the reference's own entry in `EvaluationRecord.speedups` and `reference_ms`,
-whatever the domain: its first domain's word, kept as data so that every stored run reads as
-it was written (the code names it only here)."""
+OLD_REFERENCE_KEY = "eager"
+"""The key databases written before 2026-12-05 gave the reference's entry in
+`EvaluationRecord.speedups` and `reference_ms` whatever the domain (its first domain's word);
+since then it is the domain's own (`BaselineNames.key`). `keyed` reads the old ones."""
+
+
+def keyed(entries: Mapping[str, V], key: str) -> dict[str, V]:
+    """A record's `speedups` or `reference_ms` with the reference's entry under the domain's
+    `key`: an older database's `OLD_REFERENCE_KEY` entry is renamed (when `key` is absent)."""
+    if key in entries or OLD_REFERENCE_KEY not in entries:
+        return dict(entries)
+    return {key if k == OLD_REFERENCE_KEY else k: v for k, v in entries.items()}
 
 
 class ProblemRecord(BaseModel):
@@ -71,7 +81,8 @@ class EvaluationRecord(BaseModel):
     created_at: float
     speedups: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Baseline mode -> the design's speedup over it: `ratio`, `low`, `high` (95% interval),
-    `pairs`, `chained` (`core.paired.Ratio`). `speedup` is `speedups[REFERENCE_KEY]['ratio']`."""
+    `pairs`, `chained` (`core.paired.Ratio`). `speedup` is the ratio of the reference's entry (its key: the domain's
+    `BaselineNames.key`)."""
     stability: dict[str, Any] = Field(default_factory=dict)
     """The timing's stability verdict: `verdict` (`stable` | `unstable` | `busy`), `reasons`, `notes`."""
 

@@ -319,10 +319,15 @@ class RunStore(SearchTables):
             args = (problem_id,)
         return [_design(r) for r in self._conn.execute(q + " ORDER BY created_at, rowid", args)]
 
-    def design_source(self, design_id: str, name: str = "candidate.py") -> str:
+    def design_source(self, design_id: str, name: str | None = None) -> str:
+        """The text of the design's file `name` (None: its one file)."""
         rec = self.design(design_id)
-        if rec is None or name not in rec.files:
-            raise StoreError(f"no file {name} for design {design_id}")
+        if rec is None:
+            raise StoreError(f"no design {design_id}")
+        if name is None and len(rec.files) == 1:
+            name = next(iter(rec.files))
+        if name is None or name not in rec.files:
+            raise StoreError(f"no file {name or '(one of ' + ', '.join(rec.files) + ')'} for design {design_id}")
         return self.get_artifact(rec.files[name])
 
     def evaluations(self, design_id: str | None = None) -> list[EvaluationRecord]:

@@ -24,8 +24,34 @@ def test_eval_takes_a_problem_directory_and_a_design_directory(small_problem, tm
     assert list(out["validators"]) == ["static_checks", "build", "correctness", "timing"]
     assert out["speedup"] > 1 and out["speedup_ci"][0] <= out["speedup"] <= out["speedup_ci"][1]
     assert out["sandbox"]["network_isolated"] in (True, False)
+    assert list(out["reference_ms"]) == list(out["speedups"]) == ["reference"]  # the domain's own key
     with RunStore.read(run_dir) as store:
         assert [e.status for e in store.evaluations()] == ["valid"]
+        assert list(store.evaluations()[0].speedups) == ["reference"]
+
+
+def test_a_design_given_as_one_file_is_the_problems_main_file(small_problem, tmp_path) -> None:
+    """A file, whatever its name, is the domain's main file (a command problem's first editable
+    file; PyTorch's candidate.py); a directory is a design's files; what cannot be a design is
+    refused naming the path."""
+    from stratagem.domains import load_problem
+    from stratagem.errors import CandidateError
+    from stratagem.evaluation.api import read_design
+
+    mine = tmp_path / "my_kernel.c"
+    mine.write_text(example_design("fast")["kernel.c"])
+    assert read_design(mine, load_problem(small_problem)).files == {"kernel.c": mine.read_text()}
+    torch_problem = load_problem(EXAMPLE.parents[2] / "tests/fixtures/problem_linear.py")
+    assert list(read_design(mine, torch_problem).files) == ["candidate.py"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for bad, said in ((empty, "holds no file"), (tmp_path / "missing.c", "not found")):
+        try:
+            read_design(bad, torch_problem)
+        except CandidateError as e:
+            assert said in str(e) and str(bad) in str(e)
+        else:
+            raise AssertionError(f"{bad} was read as a design")
 
 
 def test_eval_reports_a_problem_file_error_naming_the_key(tmp_path, capsys) -> None:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from command_fixtures import example_design
 from rich.console import Console
 
@@ -21,7 +22,7 @@ from stratagem.domains import load_problem
 from stratagem.report.html import build_report
 from stratagem.search.budget import Spend
 from stratagem.search.export import exported_source
-from stratagem.store.records import REFERENCE_KEY, EvaluationRecord
+from stratagem.store.records import OLD_REFERENCE_KEY, EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
 PYTORCH = re.compile(r"\beager\b|\bcompile\b|\btorch\b", re.IGNORECASE)
@@ -36,9 +37,13 @@ def _timing(ratio: float) -> dict[str, object]:
                         "speedup": {"ratio": ratio, "low": ratio - 0.1, "high": ratio + 0.1}}}
 
 
-def command_run(run_dir: Path, problem_dir: Path) -> str:
-    """A finished command run with one valid design (2x over the reference) and one wrong one;
-    the valid design's id."""
+KEY = "reference"
+"""The command domain's key for its reference in the records (`BaselineNames.key`)."""
+
+
+def command_run(run_dir: Path, problem_dir: Path, key: str = KEY) -> str:
+    """A finished command run with one valid design (2x over the reference) and one wrong one,
+    its reference stored under `key`; the valid design's id."""
     problem = load_problem(problem_dir)
     cfg = load_config(None, {"search": {"iterations": 1}})
     with RunStore.open(run_dir) as s:
@@ -56,9 +61,9 @@ def command_run(run_dir: Path, problem_dir: Path) -> str:
                 validators=[_timing(2.0)] if valid else [
                     {"name": "correctness", "outcome": "failed", "reason": "out.txt differs", "kind": "wrong_output",
                      "duration_s": 0.1, "details": {}}],
-                environment={"device": "cpu"}, seeds=[1], reference_ms={REFERENCE_KEY: 1.0} if valid else {},
+                environment={"device": "cpu"}, seeds=[1], reference_ms={key: 1.0} if valid else {},
                 created_at=time.time(),
-                speedups={REFERENCE_KEY: {"ratio": 2.0, "low": 1.9, "high": 2.1, "pairs": 12, "chained": False}}
+                speedups={key: {"ratio": 2.0, "low": 1.9, "high": 2.1, "pairs": 12, "chained": False}}
                 if valid else {},
                 stability={"verdict": "stable"}))
             made[kind] = d.id
@@ -71,9 +76,12 @@ def _no_pytorch_word(text: str) -> None:
     assert not found, "PyTorch words in a command run's view:\n" + "\n".join(found)
 
 
-def test_show_and_show_json_of_a_command_run_name_no_pytorch_baseline(small_problem, tmp_path, capsys):
+@pytest.mark.parametrize("stored", [KEY, OLD_REFERENCE_KEY])
+def test_show_and_show_json_of_a_command_run_name_no_pytorch_baseline(small_problem, tmp_path, capsys, stored):
+    """In the domain's own words, and a database written before the key was the domain's
+    (`eager` for every domain) reads the same."""
     run_dir = tmp_path / "run"
-    best = command_run(run_dir, small_problem)
+    best = command_run(run_dir, small_problem, stored)
     assert main(["show", str(run_dir)]) == 0
     text = capsys.readouterr().out
     assert "vs the reference [95% CI]" in text and best[:10] in text and "2.00x" in text
@@ -82,8 +90,9 @@ def test_show_and_show_json_of_a_command_run_name_no_pytorch_baseline(small_prob
     assert main(["show", str(run_dir), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["domain"] == "command" and out["best"]["id"] == best and out["best"]["speedup"] == 2.0
-    assert out["reference_ms"] == {REFERENCE_KEY: 1.0}  # the stored key, as written (docs/show-json.md)
-    assert not [k for k in _keys({**out, "reference_ms": {}}) if IN_KEY.search(k)]
+    assert out["reference_ms"] == {KEY: 1.0}
+    assert out["best"]["speedup_ci"] == [1.9, 2.1]
+    assert not [k for k in _keys(out) if IN_KEY.search(k)]
 
 
 def test_compare_and_report_of_command_runs_name_no_pytorch_baseline(small_problem, tmp_path, capsys):
@@ -122,7 +131,7 @@ def test_the_last_lines_of_a_command_run_name_no_pytorch_baseline(small_problem,
 
         view = next(v for v in stored_views(store) if v.id == best)
     outcome = SimpleNamespace(best=view, top=view, run_dir=run_dir, stop_reason="iterations", iterations=1,
-                              no_gain=None, best_path=run_dir / "best", reference_ms={REFERENCE_KEY: 1.0},
+                              no_gain=None, best_path=run_dir / "best", reference_ms={KEY: 1.0},
                               spend=Spend(), headline=None)
 
     async def start(_view: object) -> SimpleNamespace:
@@ -134,7 +143,7 @@ def test_the_last_lines_of_a_command_run_name_no_pytorch_baseline(small_problem,
     assert "vs the reference (paired, 95% interval)" in text and "2.00x" in text
     _no_pytorch_word(text.replace(str(tmp_path), ""))
     # the export header (`export`, and the run's best/ folder): the reference in its own words
-    header = exported_source(view, "window_sums_small", run_dir, "cpu", {REFERENCE_KEY: 1.0}, "command")
+    header = exported_source(view, "window_sums_small", run_dir, "cpu", {KEY: 1.0}, "command")
     header = header.split("\n\n", 1)[0]
     assert "speedup vs the reference (paired, 95% interval): 2.00x" in header and "the reference 1.0000 ms" in header
     _no_pytorch_word(header.replace(str(tmp_path), ""))

@@ -376,7 +376,7 @@ class PyTorchDomain(Domain):
 
     name = NAME
     objective = Objective("runtime", "ms", "minimize")
-    names = BaselineNames("eager", "compile", "torch.compile", ("recipe:compile",))
+    names = BaselineNames("eager", "compile", "torch.compile", ("recipe:compile",), key="eager")
     """The views' words: the reference (eager) and the baseline beside it (torch.compile's
     default mode, `compile` in the records), and the design that is that baseline itself (the
     `compile` recipe: plain torch.compile of the reference)."""
