@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT / "src"))
 from kernelbench_scale import f, honest, table  # noqa: E402
 
 from stratagem.config import load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
 from stratagem.core.graph import ValidatorGraph  # noqa: E402
 from stratagem.domains import get_domain, load_problem  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.evaluation.api import make_evaluator  # noqa: E402
 
 
@@ -52,7 +52,7 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             candidates = {"honest": honest(path.read_text())}
             candidates.update({Path(c).stem: Path(c).read_text() for c in args.cheat})
             for label, source in candidates.items():
-                design = Design.from_source(source)
+                design = candidate_design(source)
                 for _ in range(2):  # cold, then warm: the warm evaluation is reported
                     t0 = time.monotonic()
                     ev = await evaluator.evaluate(problem, design, with_baseline=False)

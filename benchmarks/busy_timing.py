@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
 from stratagem.core.search import DesignView  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.domains.pytorch.settings import settings  # noqa: E402
 from stratagem.evaluation.executors import LocalExecutor  # noqa: E402
@@ -161,7 +161,7 @@ async def run_condition(names: list[str], device: str, wait_s: float) -> dict[st
     rows: dict[str, dict] = {}
     views = []
     for n in names:
-        e = await ev.evaluate(problem, Design.from_source(source(n)), with_baseline=False)
+        e = await ev.evaluate(problem, candidate_design(source(n)), with_baseline=False)
         r, stab = e.paired, e.stability
         rows[n] = {"status": e.verdict.status, "ratio": r.to_json() if r else None,
                    "verdict": stab.verdict if stab else None,
@@ -214,7 +214,7 @@ def loop(device: str) -> None:
     problem = load_problem(PROBLEM)
     while True:
         for n in FORWARDS:
-            asyncio.run(ev.evaluate(problem, Design.from_source(source(n)), with_baseline=False))
+            asyncio.run(ev.evaluate(problem, candidate_design(source(n)), with_baseline=False))
 
 
 def main() -> None:

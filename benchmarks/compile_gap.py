@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.domains.pytorch.recipes.catalog import CATALOG, render  # noqa: E402
 from stratagem.evaluation.api import make_evaluator  # noqa: E402
@@ -73,7 +73,7 @@ async def main_async(args: argparse.Namespace) -> None:
         srcs = sources(problem.source)
         for name, src in [*srcs.items(), ("recipe:compile (again)", srcs["recipe:compile"])]:
             t0 = time.monotonic()
-            ev = await evaluator.evaluate(problem, Design.from_source(src), with_baseline=True, timeout_s=600)
+            ev = await evaluator.evaluate(problem, candidate_design(src), with_baseline=True, timeout_s=600)
             ref = ev.reference_ms
             print(f"{d.name} harness {name}: {ev.verdict.status} {ev.runtime_ms} ms · baseline eager "
                   f"{ref.get('eager')} compile {ref.get('compile')} · {time.monotonic() - t0:.0f}s", flush=True)

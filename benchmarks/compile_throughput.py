@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import environment, load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.executors import LocalExecutor  # noqa: E402
 from stratagem.evaluation.service import Evaluator  # noqa: E402
@@ -150,7 +150,7 @@ def _config(device: str, cache: Path, build_cache: bool, split: bool = True, pre
 
 async def _evaluate(ev: Evaluator, source: str) -> dict[str, Any]:
     t0 = time.perf_counter()
-    out = await ev.evaluate(load_problem(PROBLEM), Design.from_source(source), with_baseline=False)
+    out = await ev.evaluate(load_problem(PROBLEM), candidate_design(source), with_baseline=False)
     wall = time.perf_counter() - t0
     load = out.verdict.result("load")
     builds = list((load.details or {}).get("builds") or []) if load is not None else []

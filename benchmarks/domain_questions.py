@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem import domains  # noqa: E402
 from stratagem.config import load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.evaluation import baselines, results, service  # noqa: E402
 from stratagem.evaluation.api import make_evaluator  # noqa: E402
 
@@ -58,7 +58,7 @@ def main() -> None:
         for label in ("cold", "warm"):
             ASKED.clear()
             evaluator = make_evaluator(cfg)
-            ev = asyncio.run(evaluator.evaluate(problem, Design.from_source(source)))
+            ev = asyncio.run(evaluator.evaluate(problem, candidate_design(source)))
             asyncio.run(evaluator.executor.aclose())
             rows.append((label, ev.verdict.status, sum(ASKED.values()), dict(sorted(ASKED.items()))))
     print(f"{'evaluation':<11}{'status':<9}{'questions':>9}  by member")

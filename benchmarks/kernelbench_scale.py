@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.api import make_evaluator  # noqa: E402
 
@@ -109,7 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"{name}: not found under {kb}", flush=True)
             continue
         problem = load_problem(path)
-        design = Design.from_source(honest(path.read_text()))
+        design = candidate_design(honest(path.read_text()))
         runs = []
         for label in ("cold", "warm")[: args.repeats]:
             t0 = time.monotonic()

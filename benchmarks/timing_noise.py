@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from stratagem.config import environment, load_config  # noqa: E402
-from stratagem.core.design import Design  # noqa: E402
+from stratagem.domains.pytorch.domain import candidate_design  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
 from stratagem.evaluation.executors import LocalExecutor  # noqa: E402
 from stratagem.evaluation.service import Evaluator  # noqa: E402
@@ -81,7 +81,7 @@ def problem_file(size: int, directory: Path) -> Path:
 
 
 async def one(evaluator: Evaluator, problem: Any, name: str) -> dict[str, Any]:
-    design = Design.from_source((PAIRED / f"{name}.py").read_text())
+    design = candidate_design((PAIRED / f"{name}.py").read_text())
     ev = await evaluator.evaluate(problem, design, with_baseline=False)
     timing = ev.verdict.result("timing")
     if ev.verdict.status != "valid" or ev.paired is None or timing is None:

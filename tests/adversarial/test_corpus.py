@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import EvaluationConfig, environment
-from stratagem.core.design import Design
 from stratagem.core.graph import GraphRun, ValidatorGraph, ValidatorSpec
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
 from stratagem.evaluation.executors import LocalExecutor
@@ -257,7 +257,7 @@ def problem(name: str) -> Problem:
 
 def evaluate(cfg: EvaluationConfig, problem_name: str, path: Path) -> Evaluation:
     executor = LocalExecutor.for_devices(["cpu"], cfg, environment())
-    design = Design.from_source(path.read_text(encoding="utf-8"))
+    design = candidate_design(path.read_text(encoding="utf-8"))
     return asyncio.run(Evaluator(cfg, executor, "cpu").evaluate(problem(problem_name), design, with_baseline=False))
 
 
@@ -271,7 +271,7 @@ def evaluate_worker_only(cfg: EvaluationConfig, problem_name: str, path: Path) -
         for s in graph.specs
         if s.placement == "worker" and s.name != TIMING
     ]
-    design = Design.from_source(path.read_text(encoding="utf-8"))
+    design = candidate_design(path.read_text(encoding="utf-8"))
     limit = domain.timeout_s(prob, cfg)
 
     async def run() -> Verdict:

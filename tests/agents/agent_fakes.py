@@ -24,8 +24,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from stratagem.agents.calls import AgentRuntime
 from stratagem.agents.models import RoleModels
 from stratagem.config import AgentsConfig, load_config
-from stratagem.core.design import Design
 from stratagem.core.search import AgentCall, DesignView, Feedback, Remaining, SearchState
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def problem():
 
 
 def design_id(source: str) -> str:
-    return Design.from_source(source).id
+    return candidate_design(source).id
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.floor import (
     CACHE_HEADROOM,
     admitted_modes,
@@ -133,7 +134,6 @@ def _per_call_ms(op, x, time) -> float:
 
 def test_the_roofline_follows_the_precision_the_calibrated_rule_admitted() -> None:
     from stratagem.config import EvaluationConfig
-    from stratagem.core.design import Design
     from stratagem.core.verdict import ValidatorResult
     from stratagem.domains.pytorch import domain
     from stratagem.domains.pytorch.problem import parse_problem
@@ -149,7 +149,7 @@ def test_the_roofline_follows_the_precision_the_calibrated_rule_admitted() -> No
     def floor_mode(trials_anchor: list[dict]) -> str:
         correct = ValidatorResult("correctness", "passed", details={
             "mode": "calibrated", "trials": [{"anchor": trials_anchor}]})
-        r = domain.run_parent_validator("roofline", problem, Design.from_source("x = 1"), EvaluationConfig(),
+        r = domain.run_parent_validator("roofline", problem, candidate_design("x = 1"), EvaluationConfig(),
                                         {"timing": timing, "correctness": correct}, peaks)
         return str(r.details["rate_mode"])
 

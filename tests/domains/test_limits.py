@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import load_config
-from stratagem.domains.pytorch.domain import SLOW_FACTOR, harness_calls, timeout_s
+from stratagem.domains.pytorch.domain import SLOW_FACTOR, candidate_design, harness_calls, timeout_s
 from stratagem.domains.pytorch.problem import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,13 +37,12 @@ def test_an_evaluation_runs_under_the_limit_its_baseline_implies(cpu_config) -> 
     search's baseline, whose eager call takes 2 s), and the evaluation says which it was."""
     import asyncio
 
-    from stratagem.core.design import Design
     from stratagem.core.verdict import Verdict
     from stratagem.evaluation.executors import LocalExecutor
     from stratagem.evaluation.service import Baseline, Evaluator
 
     problem = load_problem(ROOT / "tests/fixtures/problem_linear.py")
-    design = Design.from_source((ROOT / "tests/fixtures/candidates/good_addmm.py").read_text())
+    design = candidate_design((ROOT / "tests/fixtures/candidates/good_addmm.py").read_text())
     slow = Baseline(problem.id, {"eager": {"median_ms": 2000.0}}, {}, True, Verdict(()), "eager")
     cfg = cpu_config.model_copy(update={"correctness_trials": 2})
     cfg.model_fields_set.discard("timeout_s")  # the default, not the user's: it may grow
@@ -59,7 +58,6 @@ def test_a_worker_cut_at_the_provisional_limit_runs_again_under_the_fitted_one(c
     eager time implies, and the honest design is valid."""
     import asyncio
 
-    from stratagem.core.design import Design
     from stratagem.evaluation.executors import LocalExecutor
     from stratagem.evaluation.service import Evaluator
 
@@ -68,7 +66,7 @@ def test_a_worker_cut_at_the_provisional_limit_runs_again_under_the_fitted_one(c
     cfg.model_fields_set.discard("timeout_s")  # a default (3 s here): it may grow
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(fix / "problem.py"),
-                                                        Design.from_source((fix / "honest.py").read_text())))
+                                                        candidate_design((fix / "honest.py").read_text())))
     assert ev.verdict.status == "valid", ev.verdict.report()
     assert ev.baseline is not None and not ev.baseline.cached
     eager_ms = ev.baseline.median_ms("eager")
@@ -93,7 +91,6 @@ def test_a_limit_the_user_sets_bounds_the_whole_evaluation(where, cpu_config) ->
     import asyncio
     import time
 
-    from stratagem.core.design import Design
     from stratagem.evaluation.executors import LocalExecutor
     from stratagem.evaluation.service import Evaluator
 
@@ -103,7 +100,7 @@ def test_a_limit_the_user_sets_bounds_the_whole_evaluation(where, cpu_config) ->
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
     t0 = time.monotonic()
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(ROOT / "tests/fixtures/problem_relu.py"),
-                                                        Design.from_source(source), timeout_s=8.0,
+                                                        candidate_design(source), timeout_s=8.0,
                                                         with_baseline=False))
     wall = time.monotonic() - t0
     [failure] = ev.verdict.failures

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
 
@@ -49,13 +50,12 @@ def test_an_honest_cpu_extension_is_valid_under_strict_end_to_end(cpu_config) ->
     less with the machine's load; tests/domains/test_strict_runtime.py.)"""
     import asyncio
 
-    from stratagem.core.design import Design
     from stratagem.evaluation.executors import LocalExecutor
     from stratagem.evaluation.service import Evaluator
 
     cfg = cpu_config.model_copy(update={"integrity": "strict", "correctness_trials": 2})
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
-    design = Design.from_source((FIX / "strict" / "inline_honest.py").read_text())
+    design = candidate_design((FIX / "strict" / "inline_honest.py").read_text())
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / "problem_relu.py"), design,
                                                        with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stratagem.core.design import Design
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.worker import provenance, runtime
@@ -34,7 +34,7 @@ STRICT = FIX / "strict"
 def _evaluate(cfg, source: str, policy: str, problem: str = "problem_relu.py"):
     cfg = cfg.model_copy(update={"integrity": policy, "correctness_trials": 2})
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
-    return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / problem), Design.from_source(source),
+    return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / problem), candidate_design(source),
                                                          with_baseline=False))
 
 

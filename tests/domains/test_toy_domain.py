@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stratagem import domains
 from stratagem.cli import main
 from stratagem.config import load_config
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.evaluation.api import make_evaluator
 from stratagem.search.loop import SearchLoop
 from stratagem.search.session import RunSession
@@ -134,7 +135,6 @@ def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, 
     runs it without loading the domain registry or pydantic, with the variables the domain
     keeps and its cache in the slot's folder (nothing else of the parent's)."""
     from stratagem.config import EvaluationConfig, environment
-    from stratagem.core.design import Design
     from stratagem.core.graph import ValidatorSpec
     from stratagem.evaluation.sandbox import SandboxSettings, run_worker
     from stratagem.worker_api.protocol import EvalResponse
@@ -143,7 +143,7 @@ def test_the_worker_entry_point_runs_the_module_the_domain_declares(toy_domain, 
     domain = domains.get_domain(problem.domain)
     settings = SandboxSettings(timeout_s=60, base_env=environment(), tmp_root=tmp_path, cache_dir=tmp_path / "slot")
     for fixture, outcome in (("closed_form.py", "passed"), ("off_by_one.py", "failed")):
-        design = Design.from_source((FIX / fixture).read_text())
+        design = candidate_design((FIX / fixture).read_text())
         req = domain.open(problem, EvaluationConfig()).build_request(design, [ValidatorSpec("check", (), "worker")])
         assert req.worker_module == "toy_worker" and req.judge_module is None and req.keep_env == ["TOY_*"]
         ran = asyncio.run(run_worker(req.model_dump_json(), settings))

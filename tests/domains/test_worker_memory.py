@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.worker import memory, record
 
@@ -25,7 +25,7 @@ def test_no_trial_runs_while_the_previous_trials_inputs_are_held(cpu_config, tmp
     problem = load_problem(PAIRED / "problem.py")
     specs = [s for s in domain.validator_graph(problem).specs if s.placement == "worker"]
     cfg = cpu_config.model_copy(update={"correctness_trials": 3})
-    design = Design.from_source((PAIRED / "same.py").read_text())
+    design = candidate_design((PAIRED / "same.py").read_text())
     req = prepare_device(domain.build_request(problem, design, specs, cfg).model_dump())
     w = Worker(req, tmp_path)
     w.stage_load()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.config import EvaluationConfig
-from stratagem.core.design import MAIN_FILE, Design
+from stratagem.core.design import Design
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
@@ -31,6 +31,8 @@ GRAPH = (ValidatorSpec("syntax", (), "parent"), ValidatorSpec("check", ("syntax"
 
 
 NAME = "toy"
+MAIN_FILE = "candidate.py"
+"""A design's one file (it defines a faster `f`)."""
 WORKER = WorkerSpec("toy_worker", keep_env=("TOY_*",), caches={"TOY_CACHE_DIR": "toy"})
 
 
@@ -58,7 +60,7 @@ class ToyTask(Task):
 
     def run_parent_validator(self, name: str, design: Design, earlier: Mapping[str, ValidatorResult],
                              peaks: Mapping[str, Any] | None, device: str) -> ValidatorResult:
-        return syntax(design.source)
+        return syntax(design.files[MAIN_FILE])
 
     def build_request(self, design: Design | None, stages: Sequence[ValidatorSpec], baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None, confirm: Sequence[Any] = (),

@@ -20,6 +20,7 @@ import pytest
 from stratagem.config import EvaluationConfig, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluation, Evaluator
@@ -124,7 +125,7 @@ def evaluate(
         problem: Problem | None = None,
     ) -> Evaluation:
         c = cfg or cpu_config
-        design = candidate if isinstance(candidate, Design) else Design.from_source(candidate)
+        design = candidate if isinstance(candidate, Design) else candidate_design(candidate)
         env = dict(environment() if base_env is None else base_env)
         executor = LocalExecutor.for_devices(["cpu"], c, env)
         evaluator = Evaluator(c, executor, "cpu")

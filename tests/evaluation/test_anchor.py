@@ -14,7 +14,7 @@ import torch
 from fakes_path import FakeEvaluator, ScriptedPolicy, make_loop, src  # noqa: F401
 
 from stratagem.cli import main
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import with_settings
 from stratagem.domains.pytorch.worker import compare
@@ -83,7 +83,7 @@ def test_the_anchor_says_why_when_float64_is_impossible() -> None:
 
 def _evaluate(cfg, candidate: str, problem: str = "problem.py"):
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
-    design = Design.from_source((ANCHOR / candidate).read_text())
+    design = candidate_design((ANCHOR / candidate).read_text())
     return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(ANCHOR / problem), design,
                                                          with_baseline=False))
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from stratagem.config import EvaluationConfig, environment
-from stratagem.core.design import Design
 from stratagem.core.graph import ValidatorGraph
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.graphs import BREACH_GRAPH, breach_graph
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.worker import breach_audit, breach_timing
@@ -70,7 +70,7 @@ KINDS = {"fingerprint_cache": "rejected", "corpus_self_fingerprint": "rejected",
 def _evaluate(cfg: EvaluationConfig, problem: Path, candidate: Path, graph: ValidatorGraph | None,
               env: dict[str, str] | None = None) -> Evaluation:
     ex = LocalExecutor.for_devices(["cpu"], cfg, env if env is not None else environment())
-    design = Design.from_source(candidate.read_text(encoding="utf-8"))
+    design = candidate_design(candidate.read_text(encoding="utf-8"))
     return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(problem), design, with_baseline=False,
                                                           graph=graph))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.compilers import is_compiler
 from stratagem.evaluation.executors import LocalExecutor
@@ -45,7 +45,7 @@ def _evaluator(cfg, cache: Path) -> Evaluator:
 
 
 def test_an_evaluation_killed_mid_build_does_not_block_the_next(cpu_config, tmp_path) -> None:
-    design = Design.from_source((FIX / "ext_relu.py").read_text())
+    design = candidate_design((FIX / "ext_relu.py").read_text())
     problem = load_problem(PROBLEM)
 
     async def killed() -> None:
@@ -75,7 +75,7 @@ def test_an_evaluation_killed_mid_build_does_not_block_the_next(cpu_config, tmp_
 
 
 def test_a_hang_inside_an_extension_is_running_and_its_build_is_compiling(cpu_config, tmp_path) -> None:
-    design = Design.from_source((FIX / "ext_hang.py").read_text())
+    design = candidate_design((FIX / "ext_hang.py").read_text())
     ev = asyncio.run(_evaluator(cpu_config.model_copy(update={"timeout_s": 10.0, "compile_timeout_s": 300.0}),
                                 tmp_path).evaluate(load_problem(PROBLEM), design, with_baseline=False))
     f = ev.verdict.failures[0]

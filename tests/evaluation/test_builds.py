@@ -8,9 +8,9 @@ import asyncio
 import os
 from pathlib import Path
 
-from stratagem.core.design import Design
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.worker import builds
 from stratagem.evaluation.executors import LocalExecutor
@@ -46,7 +46,7 @@ def test_a_dead_builds_baton_is_cleared_before_the_next_load(cpu_config, monkeyp
     (root / "relu_ext" / "main.o").write_bytes(b"half a build")
     (root / "relu_ext" / "lock").touch()  # what a build killed mid-way leaves
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(ROOT / "tests/fixtures/problem_relu.py"),
-                                                        Design.from_source(WAITS_ON_ITS_BATON), with_baseline=False))
+                                                        candidate_design(WAITS_ON_ITS_BATON), with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     load = ev.verdict.result("load")
     assert load is not None and load.details["stale_build_locks_removed"] == ["relu_ext"]

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 from stratagem.cli import main
-from stratagem.core.design import Design
 from stratagem.domains.pytorch.domain import DOMAIN as PYTORCH
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -26,7 +26,7 @@ def test_a_calibration_the_reference_beats_is_redone_not_believed(cpu_config, _i
     # what a first calibration on a loaded machine once cached: rates far below the real ones
     path.write_text(json.dumps({"version": 2, "bandwidth_gbps": 1.0, "cache_bandwidth_gbps": 1.0,
                                 "matmul_tflops": {"float32": 1e-6, "bfloat16": 1e-6}}))
-    design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
+    design = candidate_design((FIX / "candidates" / "good_addmm.py").read_text())
     ev = asyncio.run(evaluator.evaluate(load_problem(FIX / "problem_linear.py"), design, with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     roof = ev.verdict.result("roofline")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -55,7 +55,7 @@ def _evaluate(cfg, fixtures, source: str):
     problem = load_problem(fixtures / "problem_linear.py")
     ex = LocalExecutor.for_devices(["cpu"], cfg, environment())
     t0 = time.monotonic()
-    ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(problem, Design.from_source(source), with_baseline=False))
+    ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(problem, candidate_design(source), with_baseline=False))
     return ev, time.monotonic() - t0
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.core.design import Design
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import ConfigError
 from stratagem.evaluation.executors import LocalExecutor, make_executor
@@ -55,7 +55,7 @@ def test_each_evaluation_records_the_device_it_ran_on(cpu_config, tmp_path) -> N
         path.write_text(json.dumps({"version": domain.PEAKS_VERSION, "bandwidth_gbps": 1e6 * (i + 1),
                                     "cache_bandwidth_gbps": 1e6 * (i + 1), "matmul_tflops": {"float32": 1e6}}))
     problem = load_problem(FIX / "problem_linear.py")
-    designs = [Design.from_source((FIX / "candidates" / "good_addmm.py").read_text() + f"\n# copy {i}\n")
+    designs = [candidate_design((FIX / "candidates" / "good_addmm.py").read_text() + f"\n# copy {i}\n")
                for i in range(2)]
 
     async def both():  # type: ignore[no-untyped-def]
@@ -107,7 +107,7 @@ def test_a_ratio_is_chained_only_through_a_baseline_of_the_same_device_kind(base
     base = Baseline("p", {"eager": {"median_ms": 1.0},
                           "compile": {"median_ms": 0.8, "vs_eager": {"ratio": 1.25, "low": 1.2, "high": 1.3}}},
                     {"device_name": baseline_device}, False, Verdict(()), "eager")
-    ev = Evaluation(load_problem(FIX / "paired" / "problem.py"), Design.from_source("x"), verdict, "cuda:1", {"device_name": "NVIDIA H200"}, (1,), base)
+    ev = Evaluation(load_problem(FIX / "paired" / "problem.py"), candidate_design("x"), verdict, "cuda:1", {"device_name": "NVIDIA H200"}, (1,), base)
     assert ("compile" in ev.speedups) == chained
     assert ev.speedups["eager"].ratio == 2.0  # paired in its own worker: always there
 

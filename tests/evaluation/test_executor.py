@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from stratagem.config import environment
-from stratagem.core.design import Design
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.evaluation import executors
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings
@@ -42,7 +42,7 @@ class _Recorder:
 
 def _request(linear_problem, cfg):
     specs = [s for s in domain.validator_graph(linear_problem).specs if s.placement == "worker"]
-    return domain.build_request(linear_problem, Design.from_source("x = 1"), specs, cfg)
+    return domain.build_request(linear_problem, candidate_design("x = 1"), specs, cfg)
 
 
 @pytest.mark.parametrize(("slots", "jobs"), [(1, 3), (2, 2), (2, 5), (3, 3)])
@@ -101,8 +101,8 @@ def test_concurrent_real_evaluations(slots, cpu_config, linear_problem, fixtures
     cfg = cpu_config.model_copy(update={"cpu_slots": slots})
     ex = LocalExecutor.for_devices(["cpu"], cfg, environment())
     evaluator = Evaluator(cfg, ex, "cpu")
-    good = Design.from_source((fixtures / "candidates" / "good_addmm.py").read_text())
-    wrong = Design.from_source((fixtures / "candidates" / "wrong_scale.py").read_text())
+    good = candidate_design((fixtures / "candidates" / "good_addmm.py").read_text())
+    wrong = candidate_design((fixtures / "candidates" / "wrong_scale.py").read_text())
 
     async def go() -> list[Any]:
         return await asyncio.gather(

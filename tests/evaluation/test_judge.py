@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.worker import record
 from stratagem.evaluation.executors import LocalExecutor
@@ -19,7 +19,7 @@ def test_an_honest_evaluation_is_confirmed_call_by_call(cpu_config) -> None:
     trials, and every timed call drawn for checking; the judge's work is counted apart from
     its wait for the worker."""
     ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
-    design = Design.from_source((PAIRED / "same.py").read_text())
+    design = candidate_design((PAIRED / "same.py").read_text())
     ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(load_problem(PAIRED / "problem.py"), design,
                                                               with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
@@ -48,7 +48,7 @@ def test_every_timed_call_of_every_attempt_has_inputs_of_its_own() -> None:
 def _evaluate_fixture(cfg, folder: str, problem: str, candidate: str):
     fix = Path(__file__).resolve().parents[1] / "fixtures" / folder
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
-    design = Design.from_source((fix / candidate).read_text())
+    design = candidate_design((fix / candidate).read_text())
     return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(fix / problem), design, with_baseline=False))
 
 

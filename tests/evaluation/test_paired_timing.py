@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
 from stratagem.domains.pytorch.worker.timing import PAIRS_MIN, pair_count
@@ -58,7 +58,7 @@ def other_evaluations(cfg: Any, tmp: Path) -> Iterator[None]:
             "cfg = load_config(None, {'evaluation': {'device': 'cpu', 'baselines': ['eager'], 'timing': "
             "{'budget_ms': 300}}}).evaluation\n"
             f"p = load_problem(Path({str(PAIRED / 'problem.py')!r}))\n"
-            f"d = Design.from_source(Path({str(PAIRED / 'twice.py')!r}).read_text())\n"
+            f"d = candidate_design(Path({str(PAIRED / 'twice.py')!r}).read_text())\n"
             "ex = LocalExecutor.for_devices(['cpu'], cfg, {'PATH': '/usr/bin:/bin'})\n"
             "while True:\n    asyncio.run(Evaluator(cfg, ex, 'cpu').evaluate(p, d, with_baseline=False))\n")
     env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp / "other-cache")}
@@ -81,7 +81,7 @@ def _config(cpu_config: Any, **timing: Any) -> Any:
 
 def _evaluate(cfg: Any, name: str, problem: Path = PAIRED / "problem.py", source: str | None = None,
               on_stage: Any = None) -> Evaluation:
-    design = Design.from_source(source if source is not None else (PAIRED / name).read_text())
+    design = candidate_design(source if source is not None else (PAIRED / name).read_text())
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin:/bin"})
     return asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(problem), design, with_baseline=False,
                                                           on_stage=on_stage))
@@ -188,7 +188,7 @@ def test_concurrent_evaluations_never_time_while_the_other_works(cpu_config) -> 
 
     async def go() -> list[Evaluation]:
         return await asyncio.gather(*(
-            ev.evaluate(problem, Design.from_source((PAIRED / n).read_text()), with_baseline=False)
+            ev.evaluate(problem, candidate_design((PAIRED / n).read_text()), with_baseline=False)
             for n in ("same.py", "twice.py")))
 
     a, b = asyncio.run(go())

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import HarnessError
 from stratagem.evaluation.executors import LocalExecutor, PinnedExecutor
@@ -63,7 +63,7 @@ def cfg(cpu_config, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
 def test_a_design_that_builds_is_prebuilt_before_it_takes_a_slot(cfg) -> None:
     ex = _executor(cfg)
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / "problem_relu.py"),
-                                                        Design.from_source(HONEST), with_baseline=False))
+                                                        candidate_design(HONEST), with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.reason
     assert ex.calls[0] == "prebuild" and "submit" in ex.calls[1:]
     pre = ev.environment["prebuild"]
@@ -72,7 +72,7 @@ def test_a_design_that_builds_is_prebuilt_before_it_takes_a_slot(cfg) -> None:
     plain = HONEST.replace("names load_inline (here only in this comment) is", "without a build is not")
     ex.calls.clear()
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / "problem_relu.py"),
-                                                        Design.from_source(plain), with_baseline=False))
+                                                        candidate_design(plain), with_baseline=False))
     assert "prebuild" not in ex.calls and "prebuild" not in ev.environment
 
 
@@ -80,7 +80,7 @@ def test_a_failed_prebuild_costs_only_the_attempt(cfg) -> None:
     ex = _executor(cfg)
     ex.fail = True
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / "problem_relu.py"),
-                                                        Design.from_source(HONEST), with_baseline=False))
+                                                        candidate_design(HONEST), with_baseline=False))
     assert ev.verdict.status == "valid"
     assert "could not start" in ev.environment["prebuild"]["error"]
 
@@ -106,7 +106,7 @@ def test_the_prebuilt_extension_is_what_the_evaluation_loads(cfg) -> None:
     evaluation's own worker loads it from the cache under the same key (no second build)."""
     ex = _executor(cfg.model_copy(update={"compile_timeout_s": 900}))
     ev = asyncio.run(Evaluator(cfg, ex, "cpu").evaluate(load_problem(FIX / "problem_relu.py"),
-                                                        Design.from_source((FIX / "builds" / "ext_relu.py").read_text()),
+                                                        candidate_design((FIX / "builds" / "ext_relu.py").read_text()),
                                                         with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.reason
     built = ev.environment["prebuild"]["builds"]

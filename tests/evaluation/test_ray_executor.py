@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.service import Evaluator
@@ -41,7 +41,7 @@ def executor(cluster, cpu_config, tmp_path):
 
 def _evaluate(cfg, ex):
     problem = load_problem(FIX / "problem.py")
-    design = Design.from_source((FIX / "same.py").read_text())
+    design = candidate_design((FIX / "same.py").read_text())
     return asyncio.run(Evaluator(cfg, ex, ex.devices()[0]).evaluate(problem, design, with_baseline=False))
 
 
@@ -103,13 +103,13 @@ def test_a_design_that_builds_goes_through_the_runners_prebuild(executor) -> Non
     cfg, ex = executor
     problem = load_problem(FIX / "problem.py")
     source = "# builds with load_inline (named here only)\n" + (FIX / "same.py").read_text()
-    ev = asyncio.run(Evaluator(cfg, ex, ex.devices()[0]).evaluate(problem, Design.from_source(source),
+    ev = asyncio.run(Evaluator(cfg, ex, ex.devices()[0]).evaluate(problem, candidate_design(source),
                                                                   with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     assert "prebuild" not in ev.environment
     from stratagem.domains import get_domain
 
-    request = get_domain("pytorch").prebuild(problem, Design.from_source(source), cfg)
+    request = get_domain("pytorch").prebuild(problem, candidate_design(source), cfg)
     assert request is not None
     assert asyncio.run(ex.prebuild(request, 60.0)) is None  # the actor's own prebuild ran, found no GPU
     assert ex.runners()[0]["lost"] == 0

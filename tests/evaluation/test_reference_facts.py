@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from stratagem.config import environment
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -21,7 +21,7 @@ def test_the_references_work_is_counted_once_per_problem(cpu_config, tmp_path) -
     cfg = cpu_config.model_copy(update={"cache_dir": str(tmp_path / "cache")})
     ev = Evaluator(cfg, LocalExecutor.for_devices(["cpu"], cfg, environment()), "cpu")
     problem = load_problem(FIX / "problem.py")
-    design = Design.from_source((FIX / "same.py").read_text())
+    design = candidate_design((FIX / "same.py").read_text())
 
     first = asyncio.run(ev.evaluate(problem, design, with_baseline=False))
     assert first.verdict.status == "valid", first.verdict.report()

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import environment
-from stratagem.core.design import Design
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.evaluation import sandbox
 from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.sandbox import (
@@ -97,7 +97,7 @@ def test_build_env_pins_home_tmpdir_marker_and_slot(tmp_path: Path) -> None:
 
 def _worker_request(problem, source: str, cfg):
     specs = [s for s in domain.validator_graph(problem).specs if s.placement == "worker"]
-    return specs, domain.build_request(problem, Design.from_source(source), specs, cfg)
+    return specs, domain.build_request(problem, candidate_design(source), specs, cfg)
 
 
 # -- timeouts kill the whole tree ------------------------------------------------------------

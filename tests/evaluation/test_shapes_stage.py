@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from stratagem.config import environment
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import parse_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -55,7 +55,7 @@ def test_a_candidate_keeping_the_references_own_constant_passes(cpu_config):
     problem = parse_problem(PROBLEM, name="reads_dim")
     ex = LocalExecutor.for_devices(["cpu"], cpu_config, environment())
     ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(
-        problem, Design.from_source(CANDIDATE), with_baseline=False))
+        problem, candidate_design(CANDIDATE), with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     shapes = ev.verdict.result("shapes")
     assert shapes is not None
@@ -107,7 +107,7 @@ def test_a_constant_others_derive_from_varies_them_too(cpu_config):
     problem = parse_problem(DERIVED, name="derived")
     ex = LocalExecutor.for_devices(["cpu"], cpu_config, environment())
     ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(
-        problem, Design.from_source(HONEST_CE), with_baseline=False))
+        problem, candidate_design(HONEST_CE), with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     variants = ev.verdict.result("shapes").details["variants"]
     grew = [v for v in variants if v["sizes"].get("num_classes", 0) > 32]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from stratagem.config import environment
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -62,7 +62,7 @@ def test_timing_does_not_inherit_the_shapes_stage_compilations(cpu_config, fixtu
     problem = load_problem(fixtures / "problem_relu.py")
     ex = LocalExecutor.for_devices(["cpu"], cpu_config, environment())
     ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(
-        problem, Design.from_source(CANDIDATE), with_baseline=False))
+        problem, candidate_design(CANDIDATE), with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     shapes = ev.verdict.result("shapes")
     assert shapes is not None and shapes.details["variants"], "the shapes stage must have run variants"

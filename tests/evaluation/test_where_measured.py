@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.core.design import Design
 from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.domain import DOMAIN as PYTORCH
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.api import make_evaluator, read_design
 from stratagem.evaluation.executors import LocalExecutor
@@ -77,7 +77,7 @@ def test_two_hosts_never_share_a_baseline(cpu_config, _isolated_cache) -> None:
     does not reuse it (its own is measured there), and node-a's is found again for node-a."""
     cfg = cpu_config.model_copy(update={"correctness_trials": 2})
     problem = load_problem(FIX / "problem_linear.py")
-    design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
+    design = candidate_design((FIX / "candidates" / "good_addmm.py").read_text())
     first = asyncio.run(Evaluator(cfg, on("node-a", cfg), "cpu").evaluate(problem, design))
     assert first.verdict.status == "valid", first.verdict.report()
     assert first.baseline is not None and first.baseline.environment["host"] == "node-a"
@@ -112,7 +112,7 @@ def test_peaks_are_read_for_the_host_the_design_ran_on(cpu_config, _isolated_cac
         path.write_text(json.dumps({"version": domain.PEAKS_VERSION, "bandwidth_gbps": rate,
                                     "cache_bandwidth_gbps": rate, "matmul_tflops": {"float32": 1e6}}))
     assert ev.peaks.path("cpu", "node-a") != ev.peaks.path("cpu", "node-b")
-    design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
+    design = candidate_design((FIX / "candidates" / "good_addmm.py").read_text())
     out = asyncio.run(ev.evaluate(load_problem(FIX / "problem_linear.py"), design, with_baseline=False))
     roof = out.verdict.result("roofline")
     assert roof is not None and roof.details["checked"]
@@ -193,7 +193,7 @@ def test_a_searchs_baseline_is_attached_only_on_its_own_host(cpu_config, _isolat
     next design on node-b reuses that one instead of measuring again."""
     cfg = cpu_config.model_copy(update={"correctness_trials": 2})
     problem = load_problem(FIX / "problem_linear.py")
-    design = Design.from_source((FIX / "candidates" / "good_addmm.py").read_text())
+    design = candidate_design((FIX / "candidates" / "good_addmm.py").read_text())
     a = Evaluator(cfg, on("node-a", cfg), "cpu")
     search_baseline = asyncio.run(a.baseline(problem, refresh=True))
     assert search_baseline.environment["host"] == "node-a"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import environment, load_config
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -22,7 +22,7 @@ def _evaluate(problem: str, candidate: str, mode: str):
     cfg = load_config(None, {"evaluation": {"device": "cuda", "baselines": ["eager"], "correctness_trials": 3,
                                             "correctness": {"mode": mode}}}).evaluation
     ex = LocalExecutor.for_devices(["cuda:0"], cfg, environment())
-    design = Design.from_source((HERE / candidate).read_text())
+    design = candidate_design((HERE / candidate).read_text())
     return asyncio.run(Evaluator(cfg, ex, "cuda:0").evaluate(load_problem(HERE / problem), design,
                                                             with_baseline=False))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import load_config
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.api import make_evaluator
 
@@ -51,7 +51,7 @@ def _evaluate(tmp_path: Path, fraction: float | None):
     if fraction is not None:
         ev_cfg["gpu_memory_fraction"] = fraction * 2**30 / total  # `fraction` in GiB here
     cfg = load_config(None, {"evaluation": ev_cfg}).evaluation
-    return asyncio.run(make_evaluator(cfg).evaluate(load_problem(tmp_path / "relu.py"), Design.from_source(HONEST),
+    return asyncio.run(make_evaluator(cfg).evaluate(load_problem(tmp_path / "relu.py"), candidate_design(HONEST),
                                                     with_baseline=False))
 
 
@@ -118,6 +118,6 @@ def test_an_honest_cuda_graph_design_is_valid_with_the_judge(tmp_path) -> None:
     (tmp_path / "relu.py").write_text(PROBLEM.replace(f"{GIB_FLOATS // 4096}, 4096", "1024, 4096"))
     cfg = load_config(None, {"evaluation": {"device": "cuda", "baselines": ["eager"],
                                             "cache_dir": str(tmp_path / "cache")}}).evaluation
-    ev = asyncio.run(make_evaluator(cfg).evaluate(load_problem(tmp_path / "relu.py"), Design.from_source(CUDA_GRAPHS),
+    ev = asyncio.run(make_evaluator(cfg).evaluate(load_problem(tmp_path / "relu.py"), candidate_design(CUDA_GRAPHS),
                                                   with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()

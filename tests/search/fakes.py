@@ -81,7 +81,7 @@ class FakeEvaluator:
         self.refreshes.append(refresh_baseline)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
-        src = design.source
+        src = design.files["candidate.py"]
         if "# harness_error" in src:
             results = (ValidatorResult("load", "failed", reason="worker could not start",
                                        kind="harness_error", duration_s=0.1),)

@@ -12,9 +12,9 @@ import pytest
 
 from stratagem.cli import main
 from stratagem.core.confirmed import ConfirmedDesign, between_blocks, per_block, ranked
-from stratagem.core.design import Design
 from stratagem.core.paired import Ratio
 from stratagem.core.search import ranked as ranked_views
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
 from stratagem.evaluation.executors import LocalExecutor
@@ -84,7 +84,7 @@ def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp
         store.start_run(problem.id, "recipes", {})
         ids = {}
         for name in ("same.py", "twice.py"):
-            design = Design.from_source((PAIRED / name).read_text())
+            design = candidate_design((PAIRED / name).read_text())
             store.add_design(problem.id, design)
             ev = asyncio.run(evaluator.evaluate(problem, design, with_baseline=False))
             assert ev.verdict.status == "valid", ev.verdict.report()
@@ -221,7 +221,7 @@ def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_al
             store.add_problem(problem)
             store.start_run(problem.id, "recipes", {})
             for name, ms in (("a", 0.5), ("b", 0.6)):
-                design = Design.from_source(src(name, ms))
+                design = candidate_design(src(name, ms))
                 store.add_design(problem.id, design)
                 store.add_evaluation(asyncio.run(ev.evaluate(problem, design)).to_record())
             views = stored_views(store)

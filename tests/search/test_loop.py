@@ -10,8 +10,8 @@ import pytest
 from fakes import FakeEvaluator, ScriptedPolicy, src
 
 from stratagem.config import load_config
-from stratagem.core.design import Design
 from stratagem.core.search import AgentCall, Review
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search import state as st
 from stratagem.search.loop import SearchLoop
@@ -201,7 +201,7 @@ def test_recovery_evaluates_stored_designs_once_and_continues(tmp_path):
     loop, store, ev = make_loop(tmp_path, policy, iterations=3)
     # What a run killed mid-iteration leaves: an open iteration and a design never evaluated.
     store.start_iteration(1, {})
-    orphan = Design.from_source(src("orphan", 0.4), provenance={"iteration": 1, "strategy": "refine",
+    orphan = candidate_design(src("orphan", 0.4), provenance={"iteration": 1, "strategy": "refine",
                                                                 "author": "implementor-1"})
     store.add_design(loop.problem.id, orphan)
     out = asyncio.run(loop.run())

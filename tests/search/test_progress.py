@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -23,7 +23,7 @@ def test_the_evaluator_reports_each_stage_as_it_starts(cpu_config) -> None:
     heard: list[str] = []
     ex = LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"})
     ev = asyncio.run(Evaluator(cpu_config, ex, "cpu").evaluate(
-        load_problem(PAIRED / "problem.py"), Design.from_source((PAIRED / "same.py").read_text()),
+        load_problem(PAIRED / "problem.py"), candidate_design((PAIRED / "same.py").read_text()),
         with_baseline=False, on_stage=heard.append))
     assert ev.verdict.status == "valid"
     ran = [r.name for r in ev.verdict.results]  # every validator, in the order it ran

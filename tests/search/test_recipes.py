@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import load_config
-from stratagem.core.design import Design
 from stratagem.core.problem import Problem, content_hash
 from stratagem.core.search import AgentCall, DesignView, Feedback, SearchState
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem, parse_problem
 from stratagem.domains.pytorch.recipes import catalog as rc
 from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
@@ -491,5 +491,5 @@ def test_inference_mode_candidate_is_valid_on_the_cpu(fixtures: Path) -> None:
     cfg = load_config(None, {"evaluation": {
         "device": "cpu", "timing": {"budget_ms": 50, "warmup_ms": 5}, "correctness_trials": 2,
         "baselines": ["eager"]}}).evaluation
-    ev = asyncio.run(make_evaluator(cfg).evaluate(problem, Design.from_source(src)))
+    ev = asyncio.run(make_evaluator(cfg).evaluate(problem, candidate_design(src)))
     assert ev.verdict.status == "valid", ev.verdict.report()

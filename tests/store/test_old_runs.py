@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from stratagem.config import StratagemConfig
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
 from stratagem.report.html import build_report, load_run
@@ -53,7 +53,7 @@ def old_run(run_dir: Path) -> str:
     with RunStore.open(run_dir) as s:
         s.add_problem(problem)
         s.start_run(problem.id, "recipes", OLD_CONFIG)
-        d = s.add_design(problem.id, Design.from_source(SRC, provenance={"iteration": 1, "author": "recipe",
+        d = s.add_design(problem.id, candidate_design(SRC, provenance={"iteration": 1, "author": "recipe",
                                                                          "strategy": "recipe"}))
         s.add_evaluation(EvaluationRecord(
             design_id=d.id, problem_id=problem.id, status="valid", device="cpu", runtime_ms=0.5, speedup=2.0,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.core.design import Design
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import StoreError
 from stratagem.store.records import (
@@ -89,9 +89,9 @@ def test_problem_round_trip(store, problem):
 
 def test_design_round_trip_with_parents_and_provenance(store, problem):
     store.add_problem(problem)
-    parent = Design.from_source("class ModelNew: pass\n")
+    parent = candidate_design("class ModelNew: pass\n")
     store.add_design(problem.id, parent)
-    d = Design.from_source(
+    d = candidate_design(
         SRC, parent_ids=(parent.id,), provenance={"role": "coder", "model": "m-1", "temp": 0.7,
                                                   "tags": ["a", "b"]},
     )
@@ -114,7 +114,7 @@ def test_design_round_trip_with_parents_and_provenance(store, problem):
 
 def test_evaluation_round_trip(store, problem):
     store.add_problem(problem)
-    d = Design.from_source(SRC)
+    d = candidate_design(SRC)
     store.add_design(problem.id, d)
     rec = evaluation(problem.id, d.id)
     eid = store.add_evaluation(rec)
@@ -153,7 +153,7 @@ def test_artifacts_content_addressed_and_deduplicated(store, run_dir):
 
 def test_same_text_in_problem_and_design_is_stored_once(store, problem, run_dir):
     store.add_problem(problem)
-    d = Design.from_source(problem.source)
+    d = candidate_design(problem.source)
     rec = store.add_design(problem.id, d)
     assert rec.files["candidate.py"] == store.problems()[0].source_hash
     assert len([p for p in (run_dir / "artifacts").rglob("*") if p.is_file()]) == 1
@@ -162,11 +162,11 @@ def test_same_text_in_problem_and_design_is_stored_once(store, problem, run_dir)
 def test_readding_problem_and_design_is_a_no_op(store, problem, run_dir):
     store.add_problem(problem)
     store.add_problem(problem)
-    d = Design.from_source(SRC, provenance={"role": "first"})
+    d = candidate_design(SRC, provenance={"role": "first"})
     store.add_design(problem.id, d)
     store.add_design(problem.id, d)
     # same content, other provenance: same id, so nothing new is written (first one kept)
-    store.add_design(problem.id, Design.from_source(SRC, provenance={"role": "second"}))
+    store.add_design(problem.id, candidate_design(SRC, provenance={"role": "second"}))
     assert raw(run_dir, "SELECT COUNT(*) FROM problems") == [(1,)]
     assert raw(run_dir, "SELECT COUNT(*) FROM designs") == [(1,)]
     assert len(store.designs()) == 1
@@ -176,7 +176,7 @@ def test_readding_problem_and_design_is_a_no_op(store, problem, run_dir):
 def test_reopen_sees_data(run_dir, problem):
     with RunStore.open(run_dir) as s:
         s.add_problem(problem)
-        d = Design.from_source(SRC, parent_ids=("p",))
+        d = candidate_design(SRC, parent_ids=("p",))
         s.add_design(problem.id, d)
         eid = s.add_evaluation(evaluation(problem.id, d.id))
     with RunStore.open(run_dir) as s:
@@ -207,7 +207,7 @@ def test_a_schema_2_database_gains_the_review_failed_column(run_dir, problem):
     with RunStore.open(run_dir) as s:
         assert s.schema_version == SCHEMA_VERSION
         s.add_problem(problem)
-        d = Design.from_source(SRC)
+        d = candidate_design(SRC)
         s.add_design(problem.id, d)
         s.add_review(ReviewRecord(design_id=d.id, cheating=False, reason="timeout", created_at=1.0, failed=True))
         assert [(r.failed, r.reason) for r in s.reviews()] == [(True, "timeout")]

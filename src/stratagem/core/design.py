@@ -10,7 +10,6 @@ from typing import Any
 
 from stratagem.core.problem import content_hash
 
-MAIN_FILE = "candidate.py"
 FILE_MARKER = "=== stratagem file: {name} ==="
 """The line that opens each file of a design written as one text (agents, prompts, views):
 a design of several files is its files in name order, each under this line."""
@@ -81,20 +80,12 @@ class Design:
     """A candidate solution: its files, its parents and where it came from."""
 
     files: Mapping[str, str]
-    """File name -> text. A PyTorch candidate has one file, `candidate.py`."""
+    """File name -> text (a PyTorch candidate: one file, `candidate.py`; a command design: its
+    editable files)."""
     parent_ids: tuple[str, ...] = ()
     """Ids of the designs it was derived from."""
     provenance: Mapping[str, Any] = field(default_factory=dict)
     """Who made it and how: role, model, prompt hash, strategy, or `file` for user input."""
-
-    @classmethod
-    def from_source(cls, source: str, **kwargs: Any) -> Design:
-        return cls(files={MAIN_FILE: source}, **kwargs)
-
-    @property
-    def source(self) -> str:
-        """The main file's text."""
-        return self.files[MAIN_FILE]
 
     @property
     def id(self) -> str:

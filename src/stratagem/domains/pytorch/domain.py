@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stratagem.config import EvaluationConfig
 from stratagem.core import pysyntax
-from stratagem.core.design import MAIN_FILE, Design
+from stratagem.core.design import Design
 from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.jsonish import mapping
 from stratagem.core.objective import Objective
@@ -61,6 +61,8 @@ from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
 from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
 
 NAME = "pytorch"
+MAIN_FILE = "candidate.py"
+"""A candidate's one file (it defines `ModelNew`)."""
 WORKER = WorkerSpec(
     module="stratagem.domains.pytorch.worker.stages",
     judge_module="stratagem.domains.pytorch.worker.judge",
@@ -98,7 +100,7 @@ def run_parent_validator(
         path = design.provenance.get("path")  # a file the user gave: name it in the findings
         filename = str(path).replace("\\", "/").rsplit("/", 1)[-1] if path else "candidate.py"
         return run_static_checks(
-            problem, design.source, filename, checks=checks_for_policy(integrity_policy(problem, cfg), kind)
+            problem, design.files[MAIN_FILE], filename, checks=checks_for_policy(integrity_policy(problem, cfg), kind)
         )
     if name == "roofline":
         timing = earlier.get("timing")
@@ -185,7 +187,7 @@ def build_request(
         integrity_seeds=[new_seed() for _ in range(4)],
         shape_variants=shape_variants(problem),
         shape_seed=new_seed(),
-        own_kernels=own_kernel_names(design.source) if design is not None else [],
+        own_kernels=own_kernel_names(design.files[MAIN_FILE]) if design is not None else [],
         gpu_memory_fraction=settings(cfg).gpu_memory_fraction,
         precompiled_headers=settings(cfg).precompiled_headers,
         header_diet=settings(cfg).header_diet,
@@ -329,6 +331,11 @@ def prebuild_request(problem: Problem, design: Design, cfg: EvaluationConfig) ->
 
 _MODEL = re.compile(r"^class\s+Model\b", re.M)
 """What a KernelBench-format problem file holds (with `get_inputs`, which the loader checks)."""
+
+
+def candidate_design(source: str, **kwargs: Any) -> Design:
+    """A PyTorch candidate whose one file (`MAIN_FILE`) is `source`."""
+    return Design(files={MAIN_FILE: source}, **kwargs)
 
 
 class PyTorchTask(Task):
