@@ -114,7 +114,7 @@ def test_a_round_re_times_the_designs_together_and_heads_the_run(cpu_config, tmp
         top = ranked_views(views)[0]
         assert top.id == ids["same.py"] and top.confirmed is not None
         assert "confirmed (search time:" in " ".join(headline_of(views, names_of("pytorch")).lines())
-        header = exported_source(top, problem.name, run_dir, "cpu", None, "pytorch")
+        header = exported_source(top, problem.name, run_dir, "cpu", None, "pytorch", "candidate.py")
         assert "# speedup vs eager: " in header and ", confirmed (" in header and "search time: " in header
     assert main(["show", str(run_dir)]) == 0
     out = capsys.readouterr().out

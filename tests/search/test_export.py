@@ -72,7 +72,7 @@ def _view(source: str) -> DesignView:
 
 @pytest.mark.parametrize("source", [WRAPPER, RENAMED], ids=["wrapper", "renamed"])
 def test_an_exported_design_loads_the_references_trained_weights(source: str, tmp_path: Path) -> None:
-    text = exported_source(_view(source), "linear_norm", tmp_path / "run", "NVIDIA H200", {"eager": 0.75}, domain="pytorch")
+    text = exported_source(_view(source), "linear_norm", tmp_path / "run", "NVIDIA H200", {"eager": 0.75}, "pytorch", "candidate.py")
     assert text.startswith("# stratagem ") and "linear_norm" in text.splitlines()[0]
     assert "1.50x [1.40, 1.60]" in text and "NVIDIA H200" in text
     # the ratio against torch.compile with its interval, marked as chained, and said in words

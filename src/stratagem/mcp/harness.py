@@ -183,7 +183,7 @@ def export_design(run_dir: str, design: str | None, out: str | None) -> ExportRe
         view = pick(r.views, design, r.best)
     except StoreError as e:
         raise ToolInputError("design", f"design: {e}", kind="not_found") from e
-    text = exported_source(view, r.problem, r.run_dir, r.device, r.reference_ms or None, r.domain)
+    text = exported_source(view, r.problem, r.run_dir, r.device, r.reference_ms or None, r.domain, r.main_file)
     path = None
     if out is not None:
         p = Path(out).expanduser().resolve()

@@ -88,13 +88,11 @@ def headed_files(files: dict[str, str], main: str, lines: list[str]) -> dict[str
 
 
 def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                   reference_ms: dict[str, float | None] | None, domain: str,
-                   main: str | None = None) -> dict[str, str]:
+                   reference_ms: dict[str, float | None] | None, domain: str, main: str) -> dict[str, str]:
     """A design taken away: its own files, ready to build, one of them headed by where it came
     from, and what the problem's domain appends to its main file (PyTorch: the weight-loading
-    helper). `main`: the domain's main file (None: PyTorch's `candidate.py`)."""
+    helper). `main`: the domain's main file for the problem (`Domain.main_file`)."""
     d = get_domain(domain)
-    main = main or "candidate.py"
     files = text_files(view.source, main)
     if d.export is not None and main in files:
         files[main] = files[main].rstrip("\n") + "\n" + d.export.footer
@@ -103,8 +101,7 @@ def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | 
 
 
 def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,
-                    reference_ms: dict[str, float | None] | None, domain: str,
-                    main: str | None = None) -> str:
+                    reference_ms: dict[str, float | None] | None, domain: str, main: str) -> str:
     """`exported_files` as one text: the single file itself, or several each under its
     `=== stratagem file: NAME ===` line (`write_files` writes them apart)."""
     return files_text(exported_files(view, problem, run_dir, device, reference_ms, domain, main))

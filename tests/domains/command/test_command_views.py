@@ -143,7 +143,7 @@ def test_the_last_lines_of_a_command_run_name_no_pytorch_baseline(small_problem,
     assert "vs the reference (paired, 95% interval)" in text and "2.00x" in text
     _no_pytorch_word(text.replace(str(tmp_path), ""))
     # the export header (`export`, and the run's best/ folder): the reference in its own words
-    header = exported_source(view, "window_sums_small", run_dir, "cpu", {KEY: 1.0}, "command")
+    header = exported_source(view, "window_sums_small", run_dir, "cpu", {KEY: 1.0}, "command", "kernel.c")
     header = header.split("\n\n", 1)[0]
     assert "speedup vs the reference (paired, 95% interval): 2.00x" in header and "the reference 1.0000 ms" in header
     _no_pytorch_word(header.replace(str(tmp_path), ""))
@@ -181,3 +181,21 @@ def test_every_view_of_a_command_run_tells_the_same_headline(small_problem, tmp_
     assert curve.best is not None and curve.best.id == best
     entry = run_entry(run_dir)
     assert entry.best_speedup == head.ratios.reference.ratio and entry.best_confirmed is False
+
+
+def test_the_mcp_server_exports_a_command_design_as_export_does(small_problem, tmp_path, capsys):
+    """The MCP tool and `stratagem export` give the same file: the problem's main file (its
+    first editable file, `kernel.c`), headed in C's comment syntax, not a file of the first
+    domain's name headed by `#`."""
+    from stratagem.mcp.harness import export_design
+
+    run_dir = tmp_path / "run"
+    best = command_run(run_dir, small_problem)
+    text = export_design(str(run_dir), best, None).text
+    assert text.startswith("// stratagem") and "int main" not in text.split("\n", 1)[0]
+    (tmp_path / "out").mkdir()
+    assert main(["export", str(run_dir), best, "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["kernel.c"]
+    cli = (tmp_path / "out" / "kernel.c").read_text()
+    assert cli.split("// exported")[0] == text.split("// exported")[0]
