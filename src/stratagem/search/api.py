@@ -24,7 +24,13 @@ from stratagem.search.loop import RunOutcome, RunView, SearchLoop
 from stratagem.search.policies.breaches import ATTEMPTS_KEY
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.search.session import RunSession
-from stratagem.store.records import DesignRecord, EvaluationRecord, IterationRecord, RunRecord
+from stratagem.store.records import (
+    DesignRecord,
+    EvaluationRecord,
+    IterationRecord,
+    ProblemRecord,
+    RunRecord,
+)
 from stratagem.store.sqlite import RunStore
 
 if TYPE_CHECKING:
@@ -105,7 +111,23 @@ def stored_problem(store: RunStore, run: RunRecord) -> Problem:
     rec = next((p for p in store.problems() if p.id == run.problem_id), None)
     if rec is None:
         raise StoreError(f"the run's problem {run.problem_id[:12]} is missing from {store.run_dir}")
+    return _parsed(store, rec)
+
+
+def _parsed(store: RunStore, rec: ProblemRecord) -> Problem:
     return parse_problem(store.get_artifact(rec.source_hash), name=rec.name, path=rec.path, domain=rec.domain)
+
+
+def _main_file(store: RunStore, rec: ProblemRecord | None) -> str:
+    """The stored problem's main file (`Domain.main_file`); for a problem this version cannot
+    read, the first file of the run's first design (a design keeps its own names)."""
+    if rec is not None:
+        try:
+            return get_domain(rec.domain).main_file(_parsed(store, rec))
+        except StratagemError:
+            pass
+    first = store.designs()[:1]
+    return min(first[0].files) if first and first[0].files else ""
 
 
 async def _run(cfg: StratagemConfig, problem: Problem, store: RunStore, view: RunView | None) -> RunOutcome:
@@ -178,7 +200,7 @@ class RunSummary(st.RunViews):
     """The problem's domain."""
     confirmation: dict[str, Any] | None = None
     """The run's latest confirmation round (`search/confirm.py`), when it had one."""
-    main_file: str = "candidate.py"
+    main_file: str = field(kw_only=True)
     """The problem's main file (`Domain.main_file`): an exported design's header goes there."""
     redteam: list[dict[str, Any]] = field(default_factory=list)
     """A red-team run's attempts and their outcomes (`search/policies/redteam.py`), oldest first."""
@@ -220,12 +242,7 @@ def read_run(store: RunStore, run_dir: Path, designs: list[DesignRecord] | None 
     ref = st.reference_from(evaluations, get_domain(domain).names.key)
     env = evaluations[-1].environment if evaluations else {}
     device = str(env.get("device_name") or env.get("device") or "") or None
-    main = "candidate.py"
-    if run is not None and problems:
-        try:
-            main = get_domain(problems[0].domain).main_file(stored_problem(store, run))
-        except StratagemError:
-            pass  # a problem this version cannot read: its designs export under their own names
+    main = _main_file(store, problems[0] if problems else None)
     return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
                       views=views, iterations=store.iterations(),
                       spend=Spend.from_store(store, evaluations), reference_ms=ref,

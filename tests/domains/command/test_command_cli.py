@@ -28,6 +28,9 @@ def test_eval_takes_a_problem_directory_and_a_design_directory(small_problem, tm
     with RunStore.read(run_dir) as store:
         assert [e.status for e in store.evaluations()] == ["valid"]
         assert list(store.evaluations()[0].speedups) == ["reference"]
+    # an evaluation's directory (no run record) exports its design as the problem's main file
+    assert main(["export", str(run_dir)]) == 0
+    assert capsys.readouterr().out.startswith("// stratagem")
 
 
 def test_a_design_given_as_one_file_is_the_problems_main_file(small_problem, tmp_path) -> None:
