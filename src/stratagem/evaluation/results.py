@@ -133,7 +133,7 @@ class Evaluation:
         paired = self.reference_paired_ms
         return {self.reference_key: paired} if paired is not None else {}
 
-    @property
+    @functools.cached_property
     def reference_key(self) -> str:
         """The reference's key in `speedups` and `reference_ms` (the domain's)."""
         return get_domain(self.problem.domain).names.key
