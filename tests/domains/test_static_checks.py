@@ -13,11 +13,13 @@ from stratagem.domains.pytorch.static import (
     REGISTRY,
     Finding,
     StaticCheck,
-    check_names,
     run_static_checks,
-    select,
 )
-from stratagem.errors import ConfigError
+
+
+def _checks(*names: str) -> tuple:
+    """The registry's checks of these names (registry order)."""
+    return tuple(c for c in REGISTRY if c.name in names)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -182,21 +184,10 @@ def test_rejections_in_registry_order_and_deterministic(problem):
     assert reason.index("forward") < reason.index("__init__")
 
 
-def test_select():
-    assert select(None) == DEFAULT_CHECKS
-    assert check_names()[:2] == ("model_new", "signatures")
-    assert check_names() == tuple(c.name for c in REGISTRY)
-    assert [c.name for c in select(["own_kernels", "threads"])] == ["threads", "own_kernels"]
-    assert [c.name for c in select(["signatures", "model_new"])] == ["model_new", "signatures"]
-    assert select([]) == ()
-    with pytest.raises(ConfigError, match="nope"):
-        select(["model_new", "nope"])
-
-
 def test_selected_checks_are_the_only_ones_run(problem):
     no_model_new = "x = 1\n"
-    assert run_static_checks(problem, no_model_new, checks=select(["signatures"])).outcome == "passed"
-    r = run_static_checks(problem, no_model_new, checks=select(["model_new"]))
+    assert run_static_checks(problem, no_model_new, checks=_checks("signatures")).outcome == "passed"
+    r = run_static_checks(problem, no_model_new, checks=_checks("model_new"))
     assert r.outcome == "failed"
     assert r.details["checks"] == ["model_new"]
 

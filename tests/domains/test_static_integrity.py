@@ -19,12 +19,15 @@ from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.static import (
     DEFAULT_CHECKS,
     REGISTRY,
-    check_source_for_agent,
     checks_for_policy,
     run_static_checks,
-    select,
 )
 from stratagem.errors import ConfigError
+
+
+def _checks(*names: str) -> tuple:
+    """The registry's checks of these names (registry order)."""
+    return tuple(c for c in REGISTRY if c.name in names)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -279,7 +282,7 @@ ALL_CHEATS = [(check, src) for check, srcs in CHEATS.items() for src in srcs]
 
 @pytest.mark.parametrize(("check", "source"), ALL_CHEATS, ids=[f"{c}-{i}" for c, s in CHEATS.items() for i in range(len(s))])
 def test_cheat_is_rejected_by_its_check(problem, check, source):
-    r = run_static_checks(problem, source, checks=select([check]))
+    r = run_static_checks(problem, source, checks=_checks(check))
     assert r.outcome == "failed", source
     assert r.kind == "rejected"
     rej = r.details["rejections"]
@@ -450,7 +453,7 @@ DUMMY_TRITON = cand(
 @pytest.mark.parametrize("source", [DUMMY_CUDA, UNLAUNCHED_EXPORT, DUMMY_TRITON], ids=["cuda-unused", "export-no-launch", "triton-init-only"])
 def test_own_kernels_rejects_kernels_forward_never_launches(problem, source):
     assert run_static_checks(problem, source).outcome == "passed"
-    r = run_static_checks(problem, source, checks=select(["own_kernels"]))
+    r = run_static_checks(problem, source, checks=_checks("own_kernels"))
     assert r.outcome == "failed" and r.kind == "rejected", r.reason
     assert "never launches" in (r.reason or "")
 
@@ -488,7 +491,7 @@ def test_policies_and_registry_order():
         "streams", "mutable_state", "fake_tensor", "io", "global_flags", "exception_fallback",
         "process_exit", "precision", "own_kernels",
     ]
-    assert checks_for_policy("lenient") == DEFAULT_CHECKS == select(None)
+    assert checks_for_policy("lenient") == DEFAULT_CHECKS
     assert checks_for_policy("strict") == REGISTRY
     assert "own_kernels" not in [c.name for c in DEFAULT_CHECKS]
     with pytest.raises(ConfigError, match="policy"):
@@ -496,14 +499,6 @@ def test_policies_and_registry_order():
     for c in REGISTRY[2:]:
         assert c.doc and (c.kind == "rejected")
     assert {c.name for c in REGISTRY if c.severity == "warn"} == {"precision"}
-
-
-def test_check_source_for_agent():
-    assert check_source_for_agent(cand()) == []
-    out = check_source_for_agent(cand(top="import threading"))
-    assert len(out) == 1 and out[0].startswith("line 3: [threads]")
-    assert check_source_for_agent("def (:\n")[0].startswith("line 1: syntax error")
-    assert check_source_for_agent(cand(), policy="strict")[0].startswith("[own_kernels]")
 
 
 def test_findings_are_deterministic(problem):
@@ -551,8 +546,8 @@ def test_qualname_shadowing_and_unknowns():
     assert _names("def f(open):\n    return open", "open") == set()
     assert _names("x = compute()", "x.y") == set()
     tree = ast.parse("import torch.nn as nn\nv = nn.Linear\n")
-    assert Aliases(tree).qualname(tree.body[1].value) == "torch.nn.Linear"  # type: ignore[attr-defined]
-    assert Aliases(tree).qualname(ast.parse("z").body[0].value) is None  # type: ignore[attr-defined]
+    assert Aliases(tree).qualnames(tree.body[1].value) == {"torch.nn.Linear"}  # type: ignore[attr-defined]
+    assert Aliases(tree).qualnames(ast.parse("z").body[0].value) == set()  # type: ignore[attr-defined]
 
 
 # -- native scanning --------------------------------------------------------------------------

@@ -31,10 +31,6 @@ class Bundle:
     files: Mapping[str, str]
     spec: Spec
 
-    def reference_file(self, name: str) -> str:
-        """One editable file of the reference as built (a template rendered at its defaults)."""
-        return self.reference_files()[name]
-
     def reference_source_files(self) -> dict[str, str]:
         """The reference's versions of the editable files as written (a template's declarations
         and placeholders kept)."""

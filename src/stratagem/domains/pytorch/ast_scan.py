@@ -225,11 +225,6 @@ class Aliases:
             return self._subscript(node)
         return set()
 
-    def qualname(self, node: ast.AST) -> str | None:
-        """One canonical name for `node` (the first in sorted order), or None."""
-        names = self.qualnames(node)
-        return min(names) if names else None
-
     def _attribute(self, node: ast.Attribute) -> set[str]:
         key = dotted(node)
         if key is not None:

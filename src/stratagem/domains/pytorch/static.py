@@ -13,7 +13,7 @@ only the `strict` policy adds: the candidate must launch a CUDA or Triton kernel
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -260,25 +260,6 @@ DEFAULT_CHECKS: tuple[StaticCheck, ...] = tuple(c for c in REGISTRY if c.name no
 IntegrityPolicy = Literal["lenient", "strict"]
 
 
-def check_names() -> tuple[str, ...]:
-    return tuple(c.name for c in REGISTRY)
-
-
-def select(names: Iterable[str] | None) -> tuple[StaticCheck, ...]:
-    """The checks to run, in registry order (`None`: the default, lenient, set).
-
-    Raises:
-        ConfigError: a name is not a known check.
-    """
-    if names is None:
-        return DEFAULT_CHECKS
-    wanted = list(names)
-    unknown = sorted(set(wanted) - set(check_names()))
-    if unknown:
-        raise ConfigError(f"unknown static checks {unknown}; known: {list(check_names())}")
-    return tuple(c for c in REGISTRY if c.name in wanted)
-
-
 def checks_for_policy(policy: IntegrityPolicy, device: str = "cuda") -> tuple[StaticCheck, ...]:
     """`lenient`: DEFAULT_CHECKS; `strict`: every check, `own_kernels` included (its CPU
     variant when `device` is the CPU).
@@ -357,23 +338,3 @@ def run_static_checks(
         name="static_checks", outcome="failed", kind=rejects[0][0].kind, reason=reason,
         details=details,
     )
-
-
-def check_source_for_agent(source: str, policy: IntegrityPolicy = "lenient") -> list[str]:
-    """The reject findings for a candidate's source alone, one actionable line each.
-
-    For an agent's output validator: the problem is not needed (the `signatures` check, which
-    compares against `Model`, is skipped); an empty list means every other check passed.
-    """
-    try:
-        tree = pysyntax.parse(source, filename="candidate.py")
-    except SyntaxError as e:
-        return [f"line {e.lineno}: syntax error: {e.msg}"]
-    ci = CheckInput("candidate.py", source, tree, ast.Module(body=[], type_ignores=[]))
-    out = []
-    for check in checks_for_policy(policy):
-        if check.severity != "reject" or check.name == "signatures":
-            continue
-        for f in check.fn(ci):
-            out.append((f"line {f.line}: " if f.line else "") + f"[{f.check}] {f.message}")
-    return out
