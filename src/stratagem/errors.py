@@ -40,10 +40,6 @@ class HarnessError(StratagemError):
     """The evaluation harness itself failed (worker could not start, protocol broken)."""
 
 
-class WorkerLost(HarnessError):
-    """A worker process vanished or returned output that breaks the protocol."""
-
-
 class MissingExtra(ConfigError):
     """A feature needs an optional dependency that is not installed (exit code 2): the message
     names the extra and the pip command that installs it."""
