@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,14 +22,11 @@ from stratagem.report.evaluation import (
     print_eval,
 )
 
-if TYPE_CHECKING:
-    pass
-
 
 @app.command("eval")
 def eval_cmd(
     problem: Annotated[Path, typer.Argument(metavar="PROBLEM", help="KernelBench-format problem file, or a command problem's directory (problem.toml: docs/command.md).")],
-    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="Candidate file defining ModelNew, or a directory holding a command design's files.")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="A design file, taken as the problem's main file (a PyTorch candidate defining ModelNew; a command problem's first editable file), or a directory holding a design's files.")],
     device: opt.DeviceOpt = None,
     timeout: Annotated[float | None, typer.Option("--timeout", metavar="TIMEOUT", help=f"Limit in seconds on the whole evaluation of the design, compiles included unless [evaluation] compile_timeout_s is set too (default: {DEFAULT_TIMEOUT_S:g} s for correctness, integrity, shapes and timing, raised to fit a slow reference, and compile_timeout_s for builds; a problem may set its own)."),
     ] = None,

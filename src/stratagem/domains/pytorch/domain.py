@@ -98,7 +98,7 @@ def run_parent_validator(
     if name == "static_checks":
         kind = "cpu" if device == "cpu" else "cuda"
         path = design.provenance.get("path")  # a file the user gave: name it in the findings
-        filename = str(path).replace("\\", "/").rsplit("/", 1)[-1] if path else "candidate.py"
+        filename = str(path).replace("\\", "/").rsplit("/", 1)[-1] if path else MAIN_FILE
         return run_static_checks(
             problem, design.files[MAIN_FILE], filename, checks=checks_for_policy(integrity_policy(problem, cfg), kind)
         )
