@@ -65,7 +65,7 @@ def measured_view() -> DesignView:
             "profile": {"kernels": [["relu_fused_kernel", 210.5], ["memcpy", 3.0]], "unit": "us"}}},
     ])
     return DesignView("d" * 64, "class ModelNew: pass\n", "valid", 2, runtime_ms=0.25, speedup=4.0,
-                      speedup_low=3.9, speedup_high=4.1, measures=measures_of(ev))
+                      speedup_low=3.9, speedup_high=4.1, measures=measures_of(ev, "load"))
 
 
 def test_the_context_and_read_design_show_what_the_harness_measured():
@@ -123,7 +123,7 @@ def test_timing_notes_and_lock_waits_reach_the_agents_context() -> None:
 def test_the_roofline_validator_s_floor_reaches_the_measures():
     ev = record([{"name": "roofline", "outcome": "passed",
                   "details": {"checked": True, "floor_ms": 0.2, "sol_fraction": 0.8, "runtime_ms": 0.25}}])
-    m = measures_of(ev)
+    m = measures_of(ev, "load")
     assert (m.floor_ms, m.floor_fraction) == (0.2, 0.8)
     unchecked = record([{"name": "roofline", "outcome": "passed", "details": {"checked": False, "note": "no work"}}])
-    assert measures_of(unchecked).floor_ms is None
+    assert measures_of(unchecked, "load").floor_ms is None

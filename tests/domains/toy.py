@@ -24,7 +24,7 @@ from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.base import BaselineNames, Domain, Task, WorkerSpec
 from stratagem.domains.views import describe_timing
 from stratagem.errors import ProblemError
-from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
+from stratagem.worker_api.protocol import EvalRequest, SourceFile
 
 GRAPH = (ValidatorSpec("syntax", (), "parent"), ValidatorSpec("check", ("syntax",), "worker"),
          ValidatorSpec("timing", ("check",), "worker"))
@@ -65,10 +65,7 @@ class ToyTask(Task):
     def build_request(self, design: Design | None, stages: Sequence[ValidatorSpec], baselines: Sequence[str] = (),
                       seeds: Sequence[int] | None = None, confirm: Sequence[Any] = (),
                       confirm_order: Sequence[str] = ()) -> EvalRequest:
-        names = {s.name for s in stages}
-        return EvalRequest(request_id=uuid.uuid4().hex, domain=self.problem.domain, device="cpu", **WORKER.fields(),
-                           stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names])
-                                   for s in stages],
+        return EvalRequest(request_id=uuid.uuid4().hex, domain=self.problem.domain, device="cpu", **WORKER.fields(stages),
                            problem=SourceFile(name=self.problem.name, source=self.problem.source),
                            files=dict(design.files) if design else {})
 

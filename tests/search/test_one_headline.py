@@ -195,9 +195,9 @@ def test_the_headline_says_which_correctness_rule_passed_the_design_and_the_refe
                           speedup=2.0, validators=[{"name": "correctness", "outcome": "passed", "details": {
                               "trials": [], "max_abs_err": 1e-3, "max_rel_err": 1e-2, "decided_by": rule}}],
                           environment={}, seeds=[1], reference_ms={}, created_at=time.time())
-    v = dataclasses.replace(_compile_design(), author="implementor-1", measures=measures_of(ev))
+    v = dataclasses.replace(_compile_design(), author="implementor-1", measures=measures_of(ev, "load"))
     lines = headline_of([v], PT).lines()
     assert ("correctness decided by the reference rule: 2 of 5 trials outside the fixed tolerance of eager, judged "
             "against float64 within the reference's own error (the reference ran in TF32 convolutions)") in lines
-    bare = dataclasses.replace(v, measures=measures_of(ev.model_copy(update={"validators": []})))
+    bare = dataclasses.replace(v, measures=measures_of(ev.model_copy(update={"validators": []}), "load"))
     assert not any("correctness" in line for line in headline_of([bare], PT).lines())  # a domain that does not say

@@ -71,7 +71,8 @@ class Measures:
     pairs: int | None = None
     """Block pairs the paired speedup was computed from."""
     compile_s: float | None = None
-    """Seconds of the load stage: imports, `load_inline` and Triton builds."""
+    """Seconds of the domain's compile stage (`WorkerSpec.compile_stage`: PyTorch's load, a command
+    problem's build)."""
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     """The largest differences from the reference over the correctness trials."""

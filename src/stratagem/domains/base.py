@@ -28,7 +28,7 @@ from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
 from stratagem.core.search import Policy
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.worker_api.protocol import EvalRequest
+from stratagem.worker_api.protocol import EvalRequest, StageSpec
 
 Precheck = Callable[[str], ValidatorResult]
 """A design's source -> the static verdict the agents get before spending an evaluation."""
@@ -152,11 +152,18 @@ class WorkerSpec:
     caches: Mapping[str, str] = field(default_factory=dict)
     """Variable -> folder name: a compile cache the worker keeps per slot (the executor's slot
     folder, per host and device; a build worker's own folder)."""
+    compile_stage: str | None = None
+    """The stage that builds a design (PyTorch: `load`; a command problem: `build`): its time
+    counts against `compile_timeout_s` and is what the agents are shown as compile time."""
 
-    def fields(self) -> dict[str, Any]:
-        """The request's fields that name the worker (`EvalRequest`)."""
+    def fields(self, stages: Sequence[ValidatorSpec]) -> dict[str, Any]:
+        """The request's fields that name the worker and its `stages` (`EvalRequest`): each
+        stage keeps the requirements among them, and the compile stage is named when it runs."""
+        names = {s.name for s in stages}
         return {"worker_module": self.module, "judge_module": self.judge_module,
-                "keep_env": list(self.keep_env), "caches": dict(self.caches)}
+                "keep_env": list(self.keep_env), "caches": dict(self.caches),
+                "stages": [StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
+                "compile_stage": self.compile_stage if self.compile_stage in names else None}
 
 
 class Baselines(Protocol):

@@ -75,6 +75,7 @@ def design_views(
     of another domain does not have)."""
     names = names_of(domain)
     compared = names.compared
+    compile_stage = get_domain(domain or DEFAULT).worker.compile_stage
     latest: dict[str, EvaluationRecord] = {}
     for ev in evaluations:
         latest[ev.design_id] = ev
@@ -116,7 +117,7 @@ def design_views(
             compared_fails=str(other.get("baseline_fails") or ""),
             compared_unstable=str(other.get("baseline_unstable") or ""),
             tags=dict((tags or {}).get(d.id) or {}),
-            measures=measures_of(ev),
+            measures=measures_of(ev, compile_stage),
             timing_notes=timing_notes_of(ev),
         ))
     return out
@@ -180,8 +181,9 @@ def reference_from(evaluations: Sequence[EvaluationRecord], key: str) -> dict[st
     return keyed(ev.reference_ms, key) if ev is not None else {}
 
 
-def measures_of(ev: EvaluationRecord) -> Measures:
-    """What the agents are shown of a stored evaluation besides its verdict and speedup."""
+def measures_of(ev: EvaluationRecord, compile_stage: str | None) -> Measures:
+    """What the agents are shown of a stored evaluation besides its verdict and speedup; its
+    compile time is the duration of the domain's `compile_stage` (`WorkerSpec.compile_stage`)."""
     by = {v.get("name"): v for v in ev.validators}
 
     def details(name: str) -> Mapping[str, Any]:
@@ -193,7 +195,7 @@ def measures_of(ev: EvaluationRecord) -> Measures:
     ref = mapping(timing.get("reference"))
     corr = details("correctness")
     roof = details("roofline")
-    load = by.get("load") or {}
+    built = by.get(compile_stage) or {}
     profile = mapping(timing.get("profile"))
     kernels = profile.get("kernels") or details("provenance").get("kernels") or ()
     failures = tuple(f"{v.get('name')} ({v.get('kind') or 'failed'}): {clip(str(v.get('reason') or ''), 300)}"
@@ -204,7 +206,7 @@ def measures_of(ev: EvaluationRecord) -> Measures:
     return Measures(
         runtime_q1_ms=_num(run.get("q1_ms")), runtime_q3_ms=_num(run.get("q3_ms")),
         reference_ms=_num(ref.get("median_ms")), pairs=int(timing["pairs"]) if isinstance(timing.get("pairs"), int) else None,
-        compile_s=_num(load.get("duration_s")) if load.get("outcome") == "passed" else None,
+        compile_s=_num(built.get("duration_s")) if built.get("outcome") == "passed" else None,
         max_abs_err=_num(corr.get("max_abs_err")) if corr else failure_info(ev).get("max_abs_err"),
         max_rel_err=_num(corr.get("max_rel_err")) if corr else failure_info(ev).get("max_rel_err"),
         failures=failures, kernels=tuple(top),

@@ -9,6 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from command_fixtures import example_design
 
 from stratagem.config import environment, load_config
@@ -69,3 +70,7 @@ def test_a_search_writes_and_judges_a_command_problems_files(small_problem: Path
     # correct and faster; on a loaded machine its timing may stay unstable (then it is not ranked)
     assert views[fast].status in ("valid", "unstable") and (views[fast].speedup or 0) > 1.0, views[fast]
     assert views[wrong].status == "invalid"
+    # the agents are shown the build's seconds as the design's compile time (the domain's compile stage)
+    built = next(v for v in store.evaluations() if v.design_id == views[fast].id).validators
+    build_s = next(v["duration_s"] for v in built if v["name"] == "build")
+    assert views[fast].measures.compile_s == pytest.approx(build_s) and build_s > 0

@@ -27,7 +27,7 @@ from stratagem.domains.command import problem as problems
 from stratagem.domains.command.forbid import link_findings, source_findings
 from stratagem.domains.command.spec import RETIMES, SizeRange, Spec
 from stratagem.domains.views import describe_correctness, describe_timing
-from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
+from stratagem.worker_api.protocol import EvalRequest, SourceFile
 
 NAME = "command"
 
@@ -59,7 +59,7 @@ STAGE_RULES: dict[str, str] = {
 }
 
 RUN_LIMIT_MAX_S = 3600.0
-WORKER = WorkerSpec("stratagem.domains.command.worker")
+WORKER = WorkerSpec("stratagem.domains.command.worker", compile_stage="build")
 
 
 def spec_of(problem: Problem) -> Spec:
@@ -167,13 +167,11 @@ class CommandTask(Task):
         # timed at the problem's declared sizes (fixed: two evaluations time the same work); the seed is secret
         timing_input = {"seed": rng.randrange(1, 2**31), "sizes": dict(spec.timing.sizes)}
         payload = Payload(trials=trials, timing_input=timing_input)
-        names = {s.name for s in stages}
         return EvalRequest(
-            request_id=uuid.uuid4().hex, domain=NAME, **WORKER.fields(),
-            stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in names]) for s in stages],
+            request_id=uuid.uuid4().hex, domain=NAME, **WORKER.fields(stages),
             problem=SourceFile(name=self.problem.name, source=self.problem.source),
             files=dict(design.files) if design is not None else {},
-            device="cpu", compile_stage="build" if "build" in names else None, judge=False,
+            device="cpu", judge=False,
             payload=payload.model_dump(),
         )
 

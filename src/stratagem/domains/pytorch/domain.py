@@ -58,7 +58,7 @@ from stratagem.domains.pytorch.settings import (
 from stratagem.domains.pytorch.shapes import shape_variants
 from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
-from stratagem.worker_api.protocol import EvalRequest, SourceFile, StageSpec
+from stratagem.worker_api.protocol import EvalRequest, SourceFile
 
 NAME = "pytorch"
 MAIN_FILE = "candidate.py"
@@ -70,6 +70,7 @@ WORKER = WorkerSpec(
               "TORCHINDUCTOR_*"),
     caches={"TORCH_EXTENSIONS_DIR": "torch_extensions", "TRITON_CACHE_DIR": "triton",
             "TORCHINDUCTOR_CACHE_DIR": "inductor"},
+    compile_stage="load",
 )
 """The worker's stages (`run_request`) and the judge (`run_judge`), run in the sandbox; the
 build settings torch, Triton and Inductor read, and their compile caches per slot."""
@@ -199,13 +200,10 @@ def build_request(
     return EvalRequest(
         request_id=uuid.uuid4().hex,
         domain=NAME,
-        **WORKER.fields(),
-        stages=[StageSpec(name=s.name, requires=[r for r in s.requires if r in {x.name for x in stages}])
-                for s in stages],
+        **WORKER.fields(stages),
         problem=SourceFile(name=problem.name, source=problem.source),
         files=dict(design.files) if design is not None else {},
         device="cpu",  # replaced by the executor with the slot's device
-        compile_stage="load" if any(s.name == "load" for s in stages) else None,
         judge=design is not None and any(s.name == "correctness" for s in stages),
         payload=payload.model_dump(),
     )
