@@ -128,3 +128,42 @@ def test_a_design_timed_in_one_block_of_three_is_not_confirmed() -> None:
     assert one.error.startswith("timed in 1 of 3 blocks, 2 needed: not measured: the machine was busy")
     two = combine([block(quiet), block(busy), block(quiet)], [v])[0]
     assert two.vs_reference is not None and two.blocks == 2 and not two.error
+
+
+class _Driver:
+    """NVML as a driver that reports one entry per process sampled lately (580 on the H200:
+    this process is missing from the samples whenever it ran nothing in the last sample)."""
+
+    def __init__(self, samples: list[tuple[int, int]], running: list[int]) -> None:
+        self.samples, self.running = samples, running
+
+    def nvmlDeviceGetProcessUtilization(self, handle, buf, count, since) -> int:  # noqa: N802 - NVML's name
+        n = count._obj
+        if buf is None or n.value < len(self.samples):
+            n.value = len(self.samples)
+            return 7  # NVML_ERROR_INSUFFICIENT_SIZE
+        for i, (pid, sm) in enumerate(self.samples):
+            buf[i].pid, buf[i].timeStamp, buf[i].smUtil = pid, since.value + 1, sm
+        n.value = len(self.samples)
+        return 0
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle, count, procs) -> int:  # noqa: N802
+        for i, pid in enumerate(self.running):
+            procs[i].pid = pid
+        count._obj.value = len(self.running)
+        return 0
+
+
+def test_another_process_on_the_gpu_is_seen_when_this_one_has_no_sample() -> None:
+    import ctypes
+    import os
+
+    from stratagem.worker_api.machine_load import _Nvml
+
+    other = os.getpid() + 100_000
+    nvml = _Nvml(_Driver([(other, 99)], running=[os.getpid(), other]), ctypes.c_void_p())
+    assert nvml.others_since(0) == {other: 99.0}
+    # under a PID namespace NVML's pids are the host's: this process is the busiest one
+    hidden = _Nvml(_Driver([(7, 80), (8, 20)], running=[7, 8]), ctypes.c_void_p())
+    assert hidden.others_since(0) == {8: 20.0}
+    assert _Nvml(_Driver([(7, 80)], running=[7]), ctypes.c_void_p()).others_since(0) == {}

@@ -9,7 +9,6 @@ import pytest
 
 from stratagem.config import load_config
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.settings import settings
 from stratagem.evaluation.api import make_evaluator, read_design
 
 pytestmark = pytest.mark.gpu
@@ -41,7 +40,7 @@ def test_example_candidates_are_valid_and_faster(evaluator, candidate):
 def test_cuda_candidate_valid(evaluator):
     ev = evaluate(evaluator, FIX / "problem_relu.py", FIX / "candidates/cuda_relu_ok.py")
     assert ev.verdict.status == "valid", ev.verdict.report()
-    t = settings(ev).timing
+    t = ev.timing
     assert t["method"] == "cuda_event/stream/paired"
     assert t["l2_flush_bytes"] >= 256 * 2**20
     assert len(t["device_sync_samples_ms"]) == len(t["samples_ms"]) == t["n"]

@@ -189,6 +189,11 @@ class _Sample(ctypes.Structure):
                 ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
 
 
+class _Process(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
 class _Nvml:
     """Other processes' SM utilization on one GPU, from the driver's NVML library."""
 
@@ -197,6 +202,8 @@ class _Nvml:
     def __init__(self, lib: Any, handle: ctypes.c_void_p) -> None:
         self.lib, self.handle = lib, handle
         self.own = {os.getpid(), os.getppid()}
+        self.visible = False
+        """NVML's pids are known to be this PID namespace's (`pids_visible`, once seen)."""
 
     @classmethod
     def open(cls, uuid: str) -> _Nvml | None:
@@ -218,10 +225,25 @@ class _Nvml:
     def now_us() -> int:
         return int(time.time() * 1e6)
 
+    def pids_visible(self) -> bool:
+        """Whether NVML's pids are this PID namespace's: this process, which holds a context on
+        the GPU while it times, is among the device's compute processes (False where NVML
+        cannot say, or a PID namespace gives NVML the host's pids)."""
+        count = ctypes.c_uint(256)
+        procs = (_Process * count.value)()
+        try:
+            if self.lib.nvmlDeviceGetComputeRunningProcesses_v3(self.handle, ctypes.byref(count), procs) != 0:
+                return False
+        except (OSError, AttributeError, ctypes.ArgumentError):
+            return False
+        return bool(self.own & {int(p.pid) for p in procs[: count.value]})
+
     def others_since(self, since_us: int) -> dict[int, float]:
         """pid -> mean SM utilization of the samples since `since_us`, for every process that
-        is not this one: when the process list has this process's pid, the others; when it
-        does not (a PID namespace hides the host's pids), all but the busiest one (this)."""
+        is not this one. Drivers may report only the processes sampled lately (one entry each),
+        so this process's absence from the samples says nothing: when NVML's pids are this
+        namespace's (`pids_visible`), every other pid is another process; when a PID namespace
+        hides them, all but the busiest one (this)."""
         count = ctypes.c_uint(0)
         try:
             self.lib.nvmlDeviceGetProcessUtilization(self.handle, None, ctypes.byref(count),
@@ -240,7 +262,8 @@ class _Nvml:
             if s.timeStamp >= since_us:
                 per.setdefault(int(s.pid), []).append(int(s.smUtil))
         means = {p: sum(v) / len(v) for p, v in per.items() if v}
-        if self.own & set(means):
+        self.visible = self.visible or bool(self.own & set(means)) or (bool(means) and self.pids_visible())
+        if self.visible:
             return {p: u for p, u in means.items() if p not in self.own and u > 0}
         if len(means) <= 1:
             return {}
