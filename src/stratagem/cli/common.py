@@ -126,7 +126,7 @@ CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CO
 
 EndpointOpt = Annotated[list[str] | None, typer.Option("--endpoint", metavar="URL", help="OpenAI-compatible base URL serving --model (repeat for a pool).")]
 AgentTimeoutOpt = Annotated[float | None, typer.Option("--agent-timeout", metavar="SECONDS", help="Wall-clock limit of one --agent-cmd call; its process group is killed past it (default 1800).")]
-IntegrityOpt = Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient or strict.")]
+IntegrityOpt = Annotated[str | None, typer.Option("--integrity", metavar="INTEGRITY", help="lenient (the default: library calls allowed) or strict (the heavy work must run in the design's own kernels).")]
 RunDirOpt = Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="Run directory (default runs/PROBLEM-TIMESTAMP).")]
 
 # the search's limits, as run and bench take them (bench: for each problem's run)
