@@ -8,6 +8,7 @@ duplicate pairs (the `duplicates` command, where it is installed). Prints one ta
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import re
@@ -93,7 +94,11 @@ def measures(src: Path) -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    src = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "src"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", nargs="?", type=Path, default=ROOT / "src", help="the package tree (default: src/)")
+    src = ap.parse_args().src
+    if not src.is_dir():
+        ap.error(f"{src} is not a directory: name the source tree to measure")
     rows = measures(src)
     width = max(len(k) for k, _ in rows)
     print(f"{'measure':<{width}}  value")
