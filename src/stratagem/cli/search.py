@@ -47,9 +47,9 @@ def run_cmd(
     as_json: opt.JsonOpt = False,
     config: opt.ConfigOpt = None,
 ) -> None:
-    """Search for a faster ModelNew for PROBLEM: iterations of a policy, every design proven by
-    the harness and kept in the run directory's database. Ctrl-C stops cleanly; `stratagem
-    resume RUN_DIR` continues."""
+    """Search for a faster design of PROBLEM (a PyTorch problem's ModelNew, a command problem's
+    editable files): iterations of a policy, every design proven by the harness and kept in the
+    run directory's database. Ctrl-C stops cleanly; `stratagem resume RUN_DIR` continues."""
     overrides = {
         **harness_over(problem, device, integrity, correctness, executor, queue),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
