@@ -46,8 +46,8 @@ def bench_cmd(
 ) -> None:
     """Run a policy over a suite of problems, one run per problem under one suite directory
     (suite.json records the problems, the options and each problem's state), then print the
-    suite's results: per problem and fast_p, geometric means over eager and over compile
-    (unclamped and clamped at 1x), correctness rate, cost per problem. Ctrl-C stops cleanly;
+    suite's results: per problem and fast_p, geometric means over the reference (PyTorch:
+    eager) and the baseline set beside it (PyTorch: compile), unclamped and clamped at 1x, correctness rate, cost per problem. Ctrl-C stops cleanly;
     `stratagem bench --resume SUITE_DIR` continues. stratagem reads the checkout in place and
     copies none of its files. The iterations, patience, Implementors and budgets are each
     problem's run's."""
