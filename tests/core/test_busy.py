@@ -134,8 +134,9 @@ class _Driver:
     """NVML as a driver that reports one entry per process sampled lately (580 on the H200:
     this process is missing from the samples whenever it ran nothing in the last sample)."""
 
-    def __init__(self, samples: list[tuple[int, int]], running: list[int]) -> None:
-        self.samples, self.running = samples, running
+    def __init__(self, samples: list[tuple[int, int]], running: list[int], age_us: int | None = None) -> None:
+        self.samples, self.running, self.age_us = samples, running, age_us
+        """`age_us`: the samples were taken that long ago (None: just after `since`)."""
 
     def nvmlDeviceGetProcessUtilization(self, handle, buf, count, since) -> int:  # noqa: N802 - NVML's name
         n = count._obj
@@ -143,7 +144,11 @@ class _Driver:
             n.value = len(self.samples)
             return 7  # NVML_ERROR_INSUFFICIENT_SIZE
         for i, (pid, sm) in enumerate(self.samples):
-            buf[i].pid, buf[i].timeStamp, buf[i].smUtil = pid, since.value + 1, sm
+            stamp = since.value + 1 if self.age_us is None else int(time.time() * 1e6) - self.age_us
+            if stamp < since.value:  # NVML returns only samples after `since`
+                n.value = i
+                return 0
+            buf[i].pid, buf[i].timeStamp, buf[i].smUtil = pid, stamp, sm
         n.value = len(self.samples)
         return 0
 
@@ -167,3 +172,24 @@ def test_another_process_on_the_gpu_is_seen_when_this_one_has_no_sample() -> Non
     hidden = _Nvml(_Driver([(7, 80), (8, 20)], running=[7, 8]), ctypes.c_void_p())
     assert hidden.others_since(0) == {8: 20.0}
     assert _Nvml(_Driver([(7, 80)], running=[7]), ctypes.c_void_p()).others_since(0) == {}
+
+
+def test_a_window_sees_a_process_sampled_in_the_second_before_it() -> None:
+    """NVML samples a process about once a second and a driver may report only the latest
+    sample: a 50 ms window must see a second process whose last sample predates it."""
+    import ctypes
+    import os
+
+    from stratagem.worker_api.machine_load import _Nvml
+
+    other = os.getpid() + 100_000
+
+    def window(age_us: int) -> dict[int, float]:
+        probe = LoadProbe("cpu")
+        probe._gpu = _Nvml(_Driver([(other, 99)], running=[os.getpid(), other], age_us=age_us), ctypes.c_void_p())
+        probe.start()
+        time.sleep(0.05)
+        return probe.stop().gpu_others
+
+    assert window(500_000) == {other: 99.0}
+    assert window(3_000_000) == {}  # an older sample is another time's
