@@ -47,10 +47,10 @@ def bench_cmd(
     """Run a policy over a suite of problems, one run per problem under one suite directory
     (suite.json records the problems, the options and each problem's state), then print the
     suite's results: per problem and fast_p, geometric means over the reference (PyTorch:
-    eager) and the baseline set beside it (PyTorch: compile), unclamped and clamped at 1x, correctness rate, cost per problem. Ctrl-C stops cleanly;
-    `stratagem bench --resume SUITE_DIR` continues. stratagem reads the checkout in place and
-    copies none of its files. The iterations, patience, Implementors and budgets are each
-    problem's run's."""
+    eager) and the baseline set beside it (PyTorch: compile), unclamped and clamped at 1x,
+    correctness rate, cost per problem. Ctrl-C stops cleanly; `stratagem bench --resume
+    SUITE_DIR` continues. stratagem reads the checkout in place and copies none of its files.
+    The iterations, patience, Implementors and budgets are each problem's run's."""
     from stratagem.domains import check_sections
     from stratagem.search.suite import default_suite_dir, new_suite
     from stratagem.search.suite_problems import find_problems, parse_ids, parse_levels

@@ -73,9 +73,9 @@ def design_views(
     The second ratio of each view is the one over the baseline the problem's `domain` sets
     beside the reference (`BaselineNames.compared`; None: the default domain's, which a record
     of another domain does not have)."""
-    names = names_of(domain)
+    dom = get_domain(domain or DEFAULT)
+    names, compile_stage = dom.names, dom.worker.compile_stage
     compared = names.compared
-    compile_stage = get_domain(domain or DEFAULT).worker.compile_stage
     latest: dict[str, EvaluationRecord] = {}
     for ev in evaluations:
         latest[ev.design_id] = ev
