@@ -76,7 +76,7 @@ def test_the_context_and_read_design_show_what_the_harness_measured():
         assert "4.00x [3.90, 4.10] vs eager" in text
         assert ("its own evaluation: design 0.25 ms, eager 1 ms timed beside it (medians; quartiles "
                 "0.24-0.27 ms, 12 block pairs)") in text
-        assert "load and compile: 82.5 s" in text
+        assert "build time: 82.5 s" in text
         assert "error vs reference: max abs 3e-06, max rel 1e-05" in text
         assert "relu_fused_kernel 210 us" in text
 
@@ -86,7 +86,7 @@ def test_the_analyst_compares_two_designs_measurements():
     b = DesignView("e" * 64, "x", "invalid", 3, report="[correctness] wrong",
                    measures=Measures(failures=("correctness (wrong_output): max abs 0.3",)))
     text = compare_text(a, b, domain="pytorch")
-    assert "| load and compile | 82.5 s | - |" in text
+    assert "| build time | 82.5 s | - |" in text
     assert "| failures | - | correctness (wrong_output): max abs 0.3 |" in text
     assert "| quartiles | 0.24-0.27 ms | - |" in text
 

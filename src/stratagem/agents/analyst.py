@@ -107,7 +107,7 @@ def measurement_rows(v: DesignView, domain: str) -> dict[str, str]:
         **({f"vs {second}": v.compile_text()} if second else {}),
         "median": num(v.runtime_ms, " ms"), "quartiles": quart, f"{ref} beside it": num(m.reference_ms, " ms"),
         "stability": v.stability or ("stable" if v.speedup is not None else "-"),
-        "load and compile": num(m.compile_s, " s"), "max abs error": num(m.max_abs_err),
+        "build time": num(m.compile_s, " s"), "max abs error": num(m.max_abs_err),
         "max rel error": num(m.max_rel_err), "failures": "; ".join(m.failures) or "-",
         "top kernels": ", ".join(f"{n[:40]} {t:.3g}" for n, t in m.kernels[:3]) or "-",
     }
@@ -164,7 +164,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
     def compare_designs(ctx: RunContext[AnalystDeps], a: str, b: str) -> str:
         """Compare what the harness measured of two designs side by side: status, paired
         speedup with its interval, median and quartiles, the reference's time beside it,
-        stability, load and build time, errors, failures and top kernels.
+        stability, build time, errors, failures and top kernels.
 
         Args:
             a: the first design's id (or unique prefix).

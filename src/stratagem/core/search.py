@@ -98,7 +98,7 @@ class Measures:
             pairs = f" over {self.pairs} block pairs" if self.pairs else ""
             out.append(f"timed: quartiles {self.runtime_q1_ms:.4g}-{self.runtime_q3_ms:.4g} ms{pairs}{ref}")
         if self.compile_s is not None:
-            out.append(f"load and compile: {self.compile_s:.3g} s")
+            out.append(f"build time: {self.compile_s:.3g} s")
         if self.max_abs_err is not None:
             rel = f", max rel {self.max_rel_err:.3g}" if self.max_rel_err is not None else ""
             out.append(f"error vs reference: max abs {self.max_abs_err:.3g}{rel}")
