@@ -97,6 +97,8 @@ def test_an_unclaimed_file_names_the_domains(tmp_path) -> None:
     odd.write_text("x")
     with pytest.raises(Exception, match="no domain reads this kind of file"):
         domains.load_problem(odd)
+    with pytest.raises(Exception, match="problem file not found: .*absent.py"):  # not "no domain reads"
+        domains.load_problem(tmp_path / "absent.py")
     with pytest.raises(Exception, match="no domain is called 'cuda-recipe'"):
         domains.get_domain("cuda-recipe")
 

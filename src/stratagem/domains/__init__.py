@@ -71,9 +71,11 @@ def load_problem(path: str | Path) -> Problem:
     """Load a problem file with the first domain that claims it (`claimant`).
 
     Raises:
-        ProblemError: no domain claims the file, or the domain rejects it.
+        ProblemError: the path does not exist, no domain claims it, or the domain rejects it.
     """
     p = Path(path)
+    if not p.exists():
+        raise ProblemError(f"problem file not found: {p}")
     d = claimant(p)
     if d is not None:
         return d.load_problem(p)
