@@ -153,13 +153,17 @@ def test_an_unstable_timing_is_retimed_with_more_pairs_and_budget(cpu_config) ->
     ev = _evaluate(cfg, "same.py")
     assert ev.verdict.status == "valid", ev.verdict.report()
     d = ev.verdict.result("timing").details  # type: ignore[union-attr]
-    assert [a["budget_ms"] for a in d["attempts"]] == [100, 200, 400]
+    verdicts = [a["stability"]["verdict"] for a in d["attempts"]]
+    # every attempt but the last unstable; all three made unless one found the machine busy
+    # (re-timing stops there: a longer timing on a busy machine is only longer)
+    assert all(v == "unstable" for v in verdicts[:-1]) and (len(verdicts) == 3 or verdicts[-1] == "busy"), verdicts
+    assert [a["budget_ms"] for a in d["attempts"]] == [100, 200, 400][:len(verdicts)]
     # twice the pairs each time, fewer (never below PAIRS_MIN) when the slower program's calls
     # do not fit that many in the attempt's budget, as on a loaded machine
     pairs = [a["pairs"] for a in d["attempts"]]
-    assert pairs[0] == 10 and all(PAIRS_MIN <= n <= 10 * 2 ** i for i, n in enumerate(pairs)), pairs
+    assert all(PAIRS_MIN <= n <= 10 * 2 ** i for i, n in enumerate(pairs)), pairs  # pair_count: below
     assert ev.stability is not None and not ev.stability.stable
-    assert any("interval" in r for r in ev.stability.reasons), ev.stability
+    assert ev.stability.busy or any("interval" in r for r in ev.stability.reasons), ev.stability
 
 
 def test_pair_count_is_the_asked_pairs_unless_the_budget_fits_fewer() -> None:
