@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from stratagem.mcp.server import build_server
+from stratagem.mcp import server as mcp_server
+from stratagem.mcp.server import Progress, build_server
 
 ROOT = Path(__file__).resolve().parents[2]
 WINDOW = ROOT / "examples/command/window_sums"
@@ -276,3 +277,41 @@ def test_stop_run_interrupts_a_run_the_way_ctrl_c_does(tmp_path: Path) -> None:
     assert "stratagem resume" in " ".join(stopped["process"]["log_tail"].split())
     assert not again["signalled"] and again["status"] == "interrupted"
     assert watched["done"] and watched["status"] == "interrupted"
+
+
+def test_a_calls_progress_pump_ends_with_the_call_even_when_a_send_eats_its_cancellation(monkeypatch) -> None:
+    """The heartbeat task of a tool call stops when the call's work ends, also when the send it
+    was in swallowed the cancellation: a pump left running sent heartbeats after the call and
+    kept `asyncio.run` from closing (a suite run timed out there)."""
+    monkeypatch.setattr(mcp_server, "HEARTBEAT_S", 0.02)
+    sent: list[str] = []
+
+    class EatingCtx:
+        eat = True
+
+        async def report_progress(self, n: float, total: float | None, message: str) -> None:
+            sent.append(message)
+            try:
+                await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                if not self.eat:
+                    raise
+
+    async def go() -> tuple[int, int, int]:
+        ctx = EatingCtx()
+        progress = Progress(ctx, "evaluate")  # type: ignore[arg-type]
+
+        async def work() -> int:
+            await asyncio.sleep(0.2)  # heartbeats while it works
+            return 7
+
+        assert await progress.around(work) == 7
+        at_end = len(sent)
+        await asyncio.sleep(0.3)
+        alive = len(asyncio.all_tasks())
+        ctx.eat = False  # let the old code's pump end, so the loop can close
+        return at_end, len(sent), alive
+
+    at_end, later, alive = asyncio.run(go())
+    assert at_end >= 2, "heartbeats were sent while the work ran"
+    assert later == at_end and alive == 1, (at_end, later, alive)

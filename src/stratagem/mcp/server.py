@@ -92,6 +92,8 @@ class Progress:
         self.n = 0
         self.t0 = time.monotonic()
         self.stage = "starting"
+        self.done = False
+        """Set when the call's work ends: the pump stops."""
 
     def on_stage(self, name: str) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, name)
@@ -101,18 +103,24 @@ class Progress:
         await reporter(self.ctx)(self.n, None, message)
 
     async def pump(self) -> None:
-        while True:
-            try:
-                self.stage = await asyncio.wait_for(self.queue.get(), HEARTBEAT_S)
-                await self.send(f"{self.what}: {self.stage}")
+        # ends at `done` as well as at its cancellation, which a heartbeat's send can lose:
+        # a pump left running kept its loop alive after the call (and asyncio.run from closing)
+        while not self.done:
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can lose the cancellation
+                async with asyncio.timeout(HEARTBEAT_S):
+                    self.stage = await self.queue.get()
+                message = f"{self.what}: {self.stage}"
             except TimeoutError:
-                await self.send(f"{self.what}: {self.stage} ({time.monotonic() - self.t0:.0f} s)")
+                message = f"{self.what}: {self.stage} ({time.monotonic() - self.t0:.0f} s)"
+            if not self.done:
+                await self.send(message)
 
     async def around(self, work: Callable[[], Any]) -> Any:
         pump = asyncio.create_task(self.pump())
         try:
             return await work()
         finally:
+            self.done = True
             pump.cancel()
 
 
