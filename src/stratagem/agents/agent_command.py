@@ -146,13 +146,15 @@ async def run_command(cmd: str, cwd: Path, stdin: str, timeout_s: float) -> RunR
     )
     timed_out = False
     try:
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), timeout_s)
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can lose a Ctrl-C that meets the end
+            async with asyncio.timeout(timeout_s):
+                out, err = await proc.communicate(stdin.encode())
         except TimeoutError:
             timed_out = True
             _kill_group(proc.pid)
             try:
-                out, err = await asyncio.wait_for(proc.communicate(), KILL_GRACE_S)
+                async with asyncio.timeout(KILL_GRACE_S):
+                    out, err = await proc.communicate()
             except TimeoutError:
                 out, err = b"", b""
     finally:

@@ -157,8 +157,8 @@ async def preflight(models: RoleModels, timeout_s: float) -> list[str]:
 
     async def ask(m: Model, label: str) -> None:
         try:
-            await asyncio.wait_for(Agent(m, output_type=str, retries=0).run(
-                PREFLIGHT_PROMPT, model_settings=ModelSettings(max_tokens=16)), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: 3.11's can lose a Ctrl-C
+                await Agent(m, output_type=str, retries=0).run(PREFLIGHT_PROMPT, model_settings=ModelSettings(max_tokens=16))
         except TimeoutError:
             raise ModelUnreachable(timed_out(label, timeout_s)) from None
         except Exception as e:  # noqa: BLE001 - the provider's own error is the message
