@@ -160,7 +160,7 @@ def test_an_unstable_timing_is_retimed_with_more_pairs_and_budget(cpu_config) ->
     assert [a["budget_ms"] for a in d["attempts"]] == [100, 200, 400][:len(verdicts)]
     # twice the pairs each time, fewer (never below PAIRS_MIN) when the slower program's calls
     # do not fit that many in the attempt's budget, as on a loaded machine
-    pairs = [a["pairs"] for a in d["attempts"]]
+    pairs = [a["pairs"] for a in d["attempts"] if a["stability"]["verdict"] != "busy"]  # busy: what was quiet
     assert all(PAIRS_MIN <= n <= 10 * 2 ** i for i, n in enumerate(pairs)), pairs  # pair_count: below
     assert ev.stability is not None and not ev.stability.stable
     assert ev.stability.busy or any("interval" in r for r in ev.stability.reasons), ev.stability

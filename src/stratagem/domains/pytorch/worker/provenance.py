@@ -57,6 +57,7 @@ from stratagem.domains.pytorch.worker.native_calls import (
     _Meter,
     _so_file,
     _under,
+    clock,
     own_functions,
 )
 from stratagem.worker_api.stages import StageFailure
@@ -230,10 +231,10 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
         for i in range(MEASURED_CALLS["cpu"]):
             args = w.make_inputs(p, _seed(w, i))  # made before the call: only the call is measured
             meter.reset()
-            t0 = time.perf_counter()
+            t0 = clock()
             with _hooked(meter):
                 out = w.call_candidate(p.candidate, args)
-            wall = time.perf_counter() - t0
+            wall = clock() - t0  # CPU time, as the meter's
             del out, args
             instr = max(0.0, min(wall - meter.own_s, (meter.events - meter.native_events) * cost_py
                                  + meter.native_events * cost_native))
@@ -250,7 +251,7 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
     layout_s = sum(layout.values())
     return {
         "checked": True,
-        "method": "cpu: the work of each measured call, timed by a profile hook (sys.setprofile): the "
+        "method": "cpu: the work of each measured call, timed in CPU time by a profile hook (sys.setprofile): the "
                   "candidate's own native functions against the library calls that did work; layout and "
                   "metadata calls (views, reshapes, size queries, allocation) and the interpreter not counted",
         "counted": "own native time / (own native time + library work time)",
