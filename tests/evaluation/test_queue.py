@@ -124,6 +124,7 @@ def test_an_evaluation_served_by_a_worker_process(tmp_path):
     assert 1 <= len(list((q / "consumed").iterdir())) <= 2 and not list((q / "requests").iterdir())
 
 
+@pytest.mark.timeout(600)  # its own deadline is 400 s: a search of three designs and a confirmation, by queue workers
 def test_a_run_served_by_one_then_two_once_workers(tmp_path):
     sys.path.insert(0, str(ROOT / "tests/search"))
     from fakes import ScriptedPolicy
