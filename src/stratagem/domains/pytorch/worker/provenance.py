@@ -226,7 +226,7 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
     calls: list[dict[str, Any]] = []
     library: dict[str, float] = {}
     layout: dict[str, float] = {}
-    own_s = work_s = wall_s = instr_s = 0.0
+    own_s = work_s = cpu_s = instr_s = 0.0
     with torch.no_grad():
         for i in range(MEASURED_CALLS["cpu"]):
             args = w.make_inputs(p, _seed(w, i))  # made before the call: only the call is measured
@@ -234,17 +234,17 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
             t0 = clock()
             with _hooked(meter):
                 out = w.call_candidate(p.candidate, args)
-            wall = clock() - t0  # CPU time, as the meter's
+            took = clock() - t0  # CPU time, as the meter's
             del out, args
-            instr = max(0.0, min(wall - meter.own_s, (meter.events - meter.native_events) * cost_py
+            instr = max(0.0, min(took - meter.own_s, (meter.events - meter.native_events) * cost_py
                                  + meter.native_events * cost_native))
             lib_s = sum(meter.library.values())
-            calls.append({"wall_s": wall, "own_s": meter.own_s, "own_calls": meter.own_calls,
+            calls.append({"cpu_s": took, "own_s": meter.own_s, "own_calls": meter.own_calls,
                           "library_s": lib_s, "layout_s": sum(meter.layout.values()),
                           "instrumentation_s": instr,
                           "own_time_fraction": _fraction(meter.own_s, meter.own_s + lib_s)})
             own_s, work_s = own_s + meter.own_s, work_s + meter.own_s + lib_s
-            wall_s, instr_s = wall_s + wall, instr_s + instr
+            cpu_s, instr_s = cpu_s + took, instr_s + instr
             for into, seen in ((library, meter.library), (layout, meter.layout)):
                 for name, s in seen.items():
                     into[name] = into.get(name, 0.0) + s
@@ -260,8 +260,8 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
         "calls_running_own_code": sum(1 for c in calls if c["own_calls"] > 0),
         "own_time_fraction": _fraction(own_s, work_s),
         "threshold": OWN_TIME_FRACTION,
-        "own_s": own_s, "work_s": work_s, "wall_s": wall_s, "instrumentation_s": instr_s,
-        "layout_s": layout_s, "interpreter_s": max(0.0, wall_s - instr_s - work_s - layout_s),
+        "own_s": own_s, "work_s": work_s, "cpu_s": cpu_s, "instrumentation_s": instr_s,
+        "layout_s": layout_s, "interpreter_s": max(0.0, cpu_s - instr_s - work_s - layout_s),
         "library": [[name, s] for name, s in sorted(library.items(), key=lambda x: -x[1])[:8]],
         "layout": [[name, s] for name, s in sorted(layout.items(), key=lambda x: -x[1])[:8]],
         "calls": calls,
