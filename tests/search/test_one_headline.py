@@ -119,6 +119,19 @@ def test_a_design_is_never_shown_against_itself(tmp_path: Path) -> None:
     header = "\n".join(provenance_lines(v, "p", tmp_path, "cpu", names=PT))
     assert "torch.compile itself" in header
     assert "faster than torch.compile" not in header and "unknown" not in header and "0.83" not in header
+    # the confirmation round's table (the run's last lines, `show`, `confirm`): the round timed the
+    # design beside the baseline (two compiles of one program), and its cell still says `itself`
+    from rich.console import Console
+
+    from stratagem.cli.confirm import confirmed_table
+
+    r99 = {"ratio": 0.99, "low": 0.97, "high": 1.01, "pairs": 3}
+    body = {"blocks": 3, "designs": [{"design_id": v.id, "rank": 1, "vs_eager": {**r99, "ratio": 3.4},
+                                      "vs_compile": r99, "warm": None, "search": None}]}
+    console = Console(width=200, record=True)
+    console.print(confirmed_table(body, PT, [v]))
+    row = console.export_text().splitlines()[-2]
+    assert "itself" in row and "0.99" not in row
 
 
 def test_a_command_design_exports_as_its_own_files(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,8 +13,10 @@ from rich.console import Console
 from rich.table import Table
 
 from stratagem.cli.common import DeviceOpt, JsonOpt, app, fail, wide_console
+from stratagem.core.search import DesignView
 from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StratagemError
+from stratagem.search.headline import ratios_of
 
 
 @app.command("confirm")
@@ -47,10 +50,10 @@ def confirm_cmd(
     if as_json:
         print(json.dumps(body))
         return
-    from stratagem.search.api import stored_domain
-    from stratagem.search.state import names_of
+    from stratagem.search.api import show_run
 
-    print_confirmed(console, body, names_of(stored_domain(run_dir)))
+    r = show_run(run_dir)
+    print_confirmed(console, body, r.names, r.views)
 
 
 def _r(d: dict[str, Any] | None) -> str:
@@ -59,10 +62,13 @@ def _r(d: dict[str, Any] | None) -> str:
     return f"{d['ratio']:.2f}x [{d['low']:.2f}, {d['high']:.2f}]"
 
 
-def confirmed_table(body: dict[str, Any], n: BaselineNames) -> Table:
+def confirmed_table(body: dict[str, Any], n: BaselineNames, views: Sequence[DesignView]) -> Table:
     """The round's designs: rank (tied with the best: =1), confirmed ratio over the reference
     with its interval, over the compared baseline (a domain with one), a warm loop's ratio, and
-    the search-time figure beside it; in the words of `n` (the run's domain's)."""
+    the search-time figure beside it; in the words of `n` (the run's domain's). A design's
+    ratios are `ratios_of` its view in `views` (the run's), as the leaderboard and the report
+    write them (a design that is the compared baseline's own recipe: `itself`)."""
+    by_id = {v.id: v for v in views}
     t = Table(title=f"confirmed: {body.get('blocks')} independent blocks, interleaved", title_justify="left")
     second = (f"vs {n.compared}",) if n.compared else ()
     for col in ("#", "design", f"confirmed vs {n.reference}", *second, "warm loop", "search time"):
@@ -72,9 +78,12 @@ def confirmed_table(body: dict[str, Any], n: BaselineNames) -> Table:
         mark = "-" if rank is None else ("=1" if d.get("tied_with_best") and len(body["designs"]) > 1 else str(rank))
         held = d.get("search_holds")
         search = _r(d.get("search")) + ("" if held is None else (" (holds)" if held else " (misses)"))
-        t.add_row(mark, str(d["design_id"])[:10],
-                  _r(d.get(f"vs_{n.key}")) if not d.get("error") else d["error"][:40],
-                  *((_r(d.get(f"vs_{n.compared}")),) if second else ()), _r(d.get("warm")), search)
+        v = by_id.get(str(d["design_id"]))
+        x = ratios_of(v, n) if v is not None else None
+        ref = x.reference.number() if x is not None else _r(d.get(f"vs_{n.key}"))
+        compared = x.compared.number() if x is not None and x.compared is not None else _r(d.get(f"vs_{n.compared}"))
+        t.add_row(mark, str(d["design_id"])[:10], ref if not d.get("error") else d["error"][:40],
+                  *((compared,) if second else ()), _r(d.get("warm")), search)
     return t
 
 
@@ -94,7 +103,9 @@ def confirmed_summary(body: dict[str, Any], key: str) -> str:
     return "\n".join(lines)
 
 
-def print_confirmed(console: Console, body: dict[str, Any], names: BaselineNames) -> None:
-    """The round's table and what it means (`names`: the run's domain's words)."""
-    console.print(confirmed_table(body, names))
+def print_confirmed(console: Console, body: dict[str, Any], names: BaselineNames,
+                    views: Sequence[DesignView]) -> None:
+    """The round's table and what it means (`names`: the run's domain's words; `views`: the
+    run's designs)."""
+    console.print(confirmed_table(body, names, views))
     console.print(confirmed_summary(body, names.key), highlight=False)

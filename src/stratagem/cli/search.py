@@ -157,7 +157,7 @@ def show_cmd(
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 
-        print_confirmed(console, r.confirmation, names)
+        print_confirmed(console, r.confirmation, names, r.views)
     console.print(leaderboard(r.views, r.reference_ms, objective=r.objective, names=names))
     if best is not None:
         _print_best_cases(console, r.run_dir, best.id)
@@ -283,7 +283,7 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     if r.confirmation is not None:
         from stratagem.cli.confirm import print_confirmed
 
-        print_confirmed(console, r.confirmation, names)
+        print_confirmed(console, r.confirmation, names, r.views)
     # the outcome's headline (the one the loop wrote best/ from); a caller's own outcome: its best
     head = outcome.headline if outcome.headline is not None else headline_of(
         [x for x in (outcome.best,) if x is not None], names)
