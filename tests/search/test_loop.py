@@ -4,6 +4,7 @@ budgets, reviews, duplicate designs, cancellation and recovery of a killed run."
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,24 @@ def test_cancellation_marks_the_run_and_iteration_interrupted(tmp_path):
     assert [i.status for i in store.iterations()] == ["interrupted"]
     # The design being evaluated was stored before its evaluation began.
     assert len(store.designs()) == 1 and store.evaluations() == []
+
+
+def test_the_wall_budget_is_a_deadline_that_stops_work_in_flight(tmp_path):
+    """`--max-wall-seconds` is a limit, not a check between steps: an evaluation still running
+    when it ends is stopped there (it took 121.7 s of a 70 s budget when the run only checked
+    between evaluations); the run finishes with the budget as its reason, and the design left
+    unevaluated is pending for `resume`."""
+    loop, store, ev = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5), src("b", 0.4)]] * 3),
+                                FakeEvaluator(delay_s=30), iterations=3, max_wall_seconds=0.5)
+    t0 = time.monotonic()
+    out = asyncio.run(loop.run())
+    assert time.monotonic() - t0 < 10
+    assert out.stop_reason.startswith("max_wall_seconds (") and store.run().status == "finished"
+    assert store.run().stop_reason == out.stop_reason
+    its = store.iterations()
+    assert [i.status for i in its] == ["interrupted"] and "wall budget" in (its[0].note or "")
+    assert len(store.designs()) == 1 and store.evaluations() == []
+    assert [d.id for d in st.pending_designs(store.designs(), store.evaluations())] == [store.designs()[0].id]
 
 
 def test_recovery_evaluates_stored_designs_once_and_continues(tmp_path):

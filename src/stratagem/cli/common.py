@@ -137,7 +137,7 @@ MaxQueriesOpt = Annotated[int | None, typer.Option("--max-queries", metavar="MAX
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", metavar="MAX_TOKENS", help="LLM token budget.")]
 MaxUsdOpt = Annotated[float | None, typer.Option("--max-usd", metavar="MAX_USD", help="Money budget (USD).")]
 MaxGpuSecondsOpt = Annotated[float | None, typer.Option("--max-gpu-seconds", metavar="MAX_GPU_SECONDS", help="Evaluation-time budget (s).")]
-MaxWallSecondsOpt = Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget of one invocation (s).")]
+MaxWallSecondsOpt = Annotated[float | None, typer.Option("--max-wall-seconds", metavar="MAX_WALL_SECONDS", help="Wall-clock budget of one invocation (s): a deadline; work in flight when it ends is stopped, and a design not evaluated stays pending for `resume`.")]
 
 
 def agents_over(model: str | None, endpoint: list[str] | None, agent_cmd: str | None = None,

@@ -133,17 +133,7 @@ class SearchLoop:
         self.store.set_run_status("running")
         reason = "interrupted"
         try:
-            pending = st.pending_designs(self.store.designs(self.problem.id), self.store.evaluations())
-            if pending or self.stop_reason() is None:  # a finished run resumed measures nothing
-                await self.measure_baseline()
-            await self.recover()
-            while (r := self.stop_reason()) is None:
-                n = len(self.store.iterations()) + 1
-                exhausted = await self._iterate(n)
-                if exhausted:
-                    r = EXHAUSTED
-                    break
-            reason = r
+            reason = await self._search()
             await self.confirm()
             self.store.set_run_status("finished", reason)
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -155,6 +145,33 @@ class SearchLoop:
             self.store.set_run_status("interrupted", f"{type(e).__name__}: {e}")
             raise
         return self.outcome(reason)
+
+    async def _search(self) -> str:
+        """The baselines, what a killed run left, then iterations until a stop rule fires; its
+        reason. The wall budget (`max_wall_seconds`) is a deadline: work in flight when it ends
+        (an evaluation, an agent's call, the baselines) is stopped there as Ctrl-C stops it
+        (workers killed), its iteration closed, and a design it had not evaluated stays pending
+        (`stratagem resume` evaluates it)."""
+        deadline = asyncio.timeout(self.session.budgets.remaining().wall_seconds)
+        try:
+            async with deadline:
+                pending = st.pending_designs(self.store.designs(self.problem.id), self.store.evaluations())
+                if pending or self.stop_reason() is None:  # a finished run resumed measures nothing
+                    await self.measure_baseline()
+                await self.recover()
+                while (r := self.stop_reason()) is None:
+                    if await self._iterate(len(self.store.iterations()) + 1):
+                        return EXHAUSTED
+                return r
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            b = self.session.budgets
+            reason = b.exhausted() or f"max_wall_seconds ({b.wall_seconds:.4g} of {self.cfg.search.max_wall_seconds:g})"
+            self.session.progress.event(f"stopped at the wall budget: {reason}; work in flight was stopped")
+            self._close_iteration("interrupted", f"stopped at the wall budget ({reason}) mid-iteration; "
+                                  "designs it had not evaluated stay pending for `stratagem resume`")
+            return reason
 
     async def _iterate(self, n: int) -> bool:
         self.session.iteration, self.session.iteration_ids = n, []
