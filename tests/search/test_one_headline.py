@@ -102,6 +102,16 @@ def test_a_leaderboard_in_the_rounds_order_shows_the_rounds_ratios(tmp_path: Pat
     board = capsys.readouterr().out
     for a in shown:
         assert a.cell().split(" [")[0] in board
+    # show --json: each entry's `speedup` is the figure the table shows (the round's, where it
+    # timed the design; the search-time one beside it in `confirmed.search`)
+    assert main(["show", str(run), "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)["leaderboard"]
+    assert [e["id"] for e in entries] == [v.id for v in order]
+    assert any(a.confirmed for a in shown)
+    for e, v, a in zip(entries, order, shown, strict=True):
+        assert e["speedup"] == a.ratio and e["speedup_ci"] == [a.low, a.high]
+        if a.confirmed:
+            assert e["confirmed"]["search"]["ratio"] == v.speedup != a.ratio
 
 
 def _compile_design() -> DesignView:

@@ -42,11 +42,14 @@ def run_json(r: RunSummary) -> dict[str, Any]:
 
 def design_json(v: DesignView, names: BaselineNames) -> dict[str, Any]:
     """One design's numbers as `show --json` and `run --json` give them (valid, ranked and the
-    verdict over the compared baseline by `search/numbers.py`, as every view says them). The
+    verdict over the compared baseline by `search/numbers.py`, as every view says them; its
+    ratios are `ratios_of`'s: the confirmation round's where it timed the design, whose record
+    `confirmed` then holds the search-time figure as `search`). The
     compared baseline's keys carry its name (`names.compared`; PyTorch: `speedup_compile`,
     `vs_compile`, ...); a domain without one has none (docs/show-json.md)."""
     c = names.compared
-    k = ratios_of(v, names).compared
+    shown = ratios_of(v, names)
+    r, k = shown.reference, shown.compared
     second = {} if not c or k is None else {
         f"speedup_{c}": k.ratio,
         f"speedup_{c}_ci": None if k.low is None or k.high is None else [k.low, k.high],
@@ -55,8 +58,8 @@ def design_json(v: DesignView, names: BaselineNames) -> dict[str, Any]:
     stability = (v.stability if v.status in ("unstable", "busy") and v.stability
                  else next((n for n in v.timing_notes if "ranked on the confirmation round" in n), "stable"))
     return {"id": v.id, "status": v.status, "valid": passed(v), "ranked": is_ranked(v),
-            "not_ranked": not_ranked_because(v) or None, "runtime_ms": v.runtime_ms, "speedup": v.speedup,
-            "speedup_ci": None if v.speedup_low is None else [v.speedup_low, v.speedup_high],
+            "not_ranked": not_ranked_because(v) or None, "runtime_ms": v.runtime_ms, "speedup": r.ratio,
+            "speedup_ci": None if r.low is None or r.high is None else [r.low, r.high],
             **second, "tags": dict(v.tags),
             "beats_reference": v.beats_reference,
             "stability": stability, "timing_notes": list(v.timing_notes),
