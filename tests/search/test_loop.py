@@ -209,10 +209,19 @@ def test_the_wall_budget_is_a_deadline_that_stops_work_in_flight(tmp_path):
     assert time.monotonic() - t0 < 10
     assert out.stop_reason.startswith("max_wall_seconds (") and store.run().status == "finished"
     assert store.run().stop_reason == out.stop_reason
+    assert any("stopped at the wall budget" in e for e in loop.session.progress.events)
+    assert not loop.session.progress.inflight  # the live view shows nothing still running
     its = store.iterations()
     assert [i.status for i in its] == ["interrupted"] and "wall budget" in (its[0].note or "")
     assert len(store.designs()) == 1 and store.evaluations() == []
     assert [d.id for d in st.pending_designs(store.designs(), store.evaluations())] == [store.designs()[0].id]
+    # resumed without the deadline: the pending design is evaluated first, then the search goes on
+    cfg = load_config(None, {"search": {"patience": 5, "iterations": 2}})
+    resumed = SearchLoop(RunSession(cfg, loop.problem, store, FakeEvaluator(),  # type: ignore[arg-type]
+                                    ScriptedPolicy([[src("c", 0.25)]])))
+    out = asyncio.run(resumed.run())
+    assert store.evaluations()[0].design_id == store.designs()[0].id and store.run().status == "finished"
+    assert out.best is not None and not st.pending_designs(store.designs(), store.evaluations())
 
 
 def test_recovery_evaluates_stored_designs_once_and_continues(tmp_path):

@@ -169,6 +169,7 @@ class SearchLoop:
             b = self.session.budgets
             reason = b.exhausted() or f"max_wall_seconds ({b.wall_seconds:.4g} of {self.cfg.search.max_wall_seconds:g})"
             self.session.progress.event(f"stopped at the wall budget: {reason}; work in flight was stopped")
+            self.session.refresh()
             self._close_iteration("interrupted", f"stopped at the wall budget ({reason}) mid-iteration; "
                                   "designs it had not evaluated stay pending for `stratagem resume`")
             return reason
