@@ -61,6 +61,35 @@ def test_one_claimer_wins_and_a_dead_claim_goes_back(tmp_path):
     assert again is not None and again[0] == rid
 
 
+def test_files_another_process_removes_meanwhile_are_passed_over(tmp_path, monkeypatch):
+    """A worker answering a claim removes its claim and lease while a run lists the folder:
+    the run's listing and its look for dead claims go on without it (a suite run beside a CPU
+    hog failed on a claim answered between the lease's read and the claim's stat)."""
+    q = QueueDir(tmp_path, lease_s=0.2)
+    rid = q.put(entry(new_id()))
+    assert q.claim("w1", "cpu") is not None
+    (tmp_path / "claimed" / f"{rid}.lease").unlink()  # as a worker killed before its first lease
+    read = q._read
+
+    def answered_meanwhile(path):  # the worker answers between the lease's read and the stat
+        body = read(path)
+        if path.suffix == ".lease":
+            q.respond(rid, {"owner": "run-a", "key": "k", "result": {}})
+        return body
+
+    monkeypatch.setattr(q, "_read", answered_meanwhile)
+    assert q.requeue_expired(time.time() + 1.0) == []
+    monkeypatch.undo()
+    # a listing whose files vanish as it sorts them still lists the others
+    waiting = [q.put(entry(new_id(), key=f"k{i}")) for i in range(2)]
+    gone = tmp_path / "requests" / f"{new_id()}.json"
+    real = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda d: iter([gone, *real(d)]) if d.name == "requests" else real(d))
+    assert q.find("run-a", "k1") == waiting[1]  # was None: the sort's stat of the gone file ended the listing
+    claimed = q.claim("w1", "cpu")
+    assert claimed is not None and claimed[0] == waiting[0]
+
+
 def test_first_response_wins_and_is_read_once(tmp_path):
     q = QueueDir(tmp_path)
     rid = q.put(entry(new_id()))

@@ -39,6 +39,15 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+
+def _mtime(path: Path) -> float | None:
+    """When `path` was last written; None when it is gone (another process of the queue, a
+    worker or a run, may remove any file at any moment)."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
 class QueueDir:
     """One queue directory (created on first use)."""
 
@@ -90,7 +99,7 @@ class QueueDir:
         """(id, path) of the queue's own files in `where`, oldest first; others warned about."""
         d = self.root / where
         try:
-            files = sorted(d.iterdir(), key=lambda p: (p.stat().st_mtime if p.exists() else 0.0, p.name))
+            files = sorted(d.iterdir(), key=lambda p: (_mtime(p) or 0.0, p.name))
         except FileNotFoundError:
             return
         for p in files:
@@ -145,7 +154,10 @@ class QueueDir:
         back = []
         for rid, path in list(self.entries("claimed")):
             lease = self._read(self.path("claimed", rid, ".lease"))
-            expires = float(lease.get("expires_at", 0.0)) if lease else path.stat().st_mtime + self.lease_s
+            claimed_at = _mtime(path)
+            if claimed_at is None:  # answered meanwhile: its claim and lease are gone
+                continue
+            expires = float(lease.get("expires_at", 0.0)) if lease else claimed_at + self.lease_s
             if expires > now:
                 continue
             try:

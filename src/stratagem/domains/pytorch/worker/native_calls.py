@@ -38,17 +38,32 @@ LAYOUT_CALLS = frozenset({
 """Library calls that do no work on the data (matched by their last name: `Tensor.reshape`,
 `torch._C._get_tracing_state`): the strict share counts them apart, as layout, not as work."""
 COPY_CAPABLE = frozenset({"reshape", "reshape_as", "flatten", "contiguous"})
-"""Layout calls that copy when the data is not laid out for a view: one slower than
-LAYOUT_COPY_S is counted as work (it copied)."""
+"""Layout calls that copy when the data is not laid out for a view: one whose calls mostly took
+longer than LAYOUT_COPY_S is counted as work (it copied)."""
 LAYOUT_COPY_S = 1e-4
-"""A copy-capable layout call's time (seconds) above which it counts as work: a view costs a few
-microseconds (18.6 us for `Tensor.reshape` under the hook); a copy of a large tensor, more."""
+"""A copy-capable layout call's time (seconds) above which it looks like a copy: a view costs a
+few microseconds (18.6 us for `Tensor.reshape` under the hook); a copy of a large tensor, more.
+One call is no evidence: a view beside a CPU hog, or just after a parallel region whose OpenMP
+threads still spin, took over 100 us of the process's CPU time in 403 of 3,000 calls (85 on an
+idle machine), so the calls of a name are judged together (`split_work`)."""
+
+Tally = list[float]
+"""One library call's calls, as the meter counts them: `[calls, seconds, calls slower than
+LAYOUT_COPY_S]`."""
 
 
-def is_layout(name: str, took_s: float) -> bool:
-    """Whether a library call named `name` that took `took_s` did no work on the data."""
+def is_layout(name: str, copied: bool = False) -> bool:
+    """Whether library calls named `name` did no work on the data; `copied`: most of them took
+    longer than LAYOUT_COPY_S, as a copy does (it matters only for a copy-capable call)."""
     short = name.rsplit(".", 1)[-1]
-    return short in LAYOUT_CALLS and (short not in COPY_CAPABLE or took_s <= LAYOUT_COPY_S)
+    return short in LAYOUT_CALLS and not (copied and short in COPY_CAPABLE)
+
+
+def split_work(tallies: Mapping[str, Tally]) -> tuple[set[str], set[str]]:
+    """The library calls that did work and those that did none (layout), by name, each name
+    judged over all its calls (`copied` when most of them were slow)."""
+    layout = {n for n, t in tallies.items() if is_layout(n, copied=2 * t[2] > t[0])}
+    return set(tallies) - layout, layout
 
 
 def _so_file(obj: Any) -> Path | None:
@@ -106,8 +121,8 @@ def _native_name(fn: Any) -> str:
 
 class _Meter:
     """A profile hook (`sys.setprofile`) that times the calls of the candidate's own native
-    functions, by identity, and the outermost other native calls (`library`, the work;
-    `layout_s`, those that did none: `is_layout`), and counts its events."""
+    functions, by identity, and the outermost other native calls (`library`, by name: which
+    of them did work is `split_work`'s to say), and counts its events."""
 
     def __init__(self, own: Mapping[int, str], ghost_code: types.CodeType | None = None) -> None:
         self.own = own
@@ -125,8 +140,7 @@ class _Meter:
         """Own calls made from anywhere but a disabled function's stand-in (`_zeroing`)."""
         self.events = 0
         self.native_events = 0
-        self.library: dict[str, float] = {}
-        self.layout: dict[str, float] = {}
+        self.library: dict[str, Tally] = {}
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         self.events += 1
@@ -148,9 +162,10 @@ class _Meter:
                 if self.open_own == 0:
                     self.own_s += took
             elif not self.stack and self.open_own == 0:
-                name = _native_name(arg)
-                into = self.layout if is_layout(name, took) else self.library
-                into[name] = into.get(name, 0.0) + took
+                t = self.library.setdefault(_native_name(arg), [0, 0.0, 0])
+                t[0] += 1
+                t[1] += took
+                t[2] += took > LAYOUT_COPY_S
 
 
 @contextlib.contextmanager

@@ -51,6 +51,7 @@ import torch
 
 from stratagem.domains.pytorch.worker import builds, compare, integrity, record, runtime
 from stratagem.domains.pytorch.worker.native_calls import (
+    Tally,
     _hook_cost,
     _hooked,
     _installation,
@@ -59,6 +60,7 @@ from stratagem.domains.pytorch.worker.native_calls import (
     _under,
     clock,
     own_functions,
+    split_work,
 )
 from stratagem.worker_api.stages import StageFailure
 
@@ -223,10 +225,8 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
     assert p.candidate is not None
     cost_py, cost_native = _hook_cost()
     meter = _Meter(funcs, _GHOST_CODE)
-    calls: list[dict[str, Any]] = []
-    library: dict[str, float] = {}
-    layout: dict[str, float] = {}
-    own_s = work_s = cpu_s = instr_s = 0.0
+    measured: list[tuple[float, float, int, float, dict[str, Tally]]] = []  # cpu, own, own calls, instr, library
+    tallies: dict[str, Tally] = {}
     with torch.no_grad():
         for i in range(MEASURED_CALLS["cpu"]):
             args = w.make_inputs(p, _seed(w, i))  # made before the call: only the call is measured
@@ -238,16 +238,23 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
             del out, args
             instr = max(0.0, min(took - meter.own_s, (meter.events - meter.native_events) * cost_py
                                  + meter.native_events * cost_native))
-            lib_s = sum(meter.library.values())
-            calls.append({"cpu_s": took, "own_s": meter.own_s, "own_calls": meter.own_calls,
-                          "library_s": lib_s, "layout_s": sum(meter.layout.values()),
-                          "instrumentation_s": instr,
-                          "own_time_fraction": _fraction(meter.own_s, meter.own_s + lib_s)})
-            own_s, work_s = own_s + meter.own_s, work_s + meter.own_s + lib_s
-            cpu_s, instr_s = cpu_s + took, instr_s + instr
-            for into, seen in ((library, meter.library), (layout, meter.layout)):
-                for name, s in seen.items():
-                    into[name] = into.get(name, 0.0) + s
+            measured.append((took, meter.own_s, meter.own_calls, instr, meter.library))
+            for name, t in meter.library.items():
+                total = tallies.setdefault(name, [0, 0.0, 0])
+                for k in range(3):
+                    total[k] += t[k]
+    work_names, layout_names = split_work(tallies)
+    calls: list[dict[str, Any]] = []
+    for took, own, own_calls, instr, lib in measured:
+        lib_s = sum(t[1] for n, t in lib.items() if n in work_names)
+        calls.append({"cpu_s": took, "own_s": own, "own_calls": own_calls, "library_s": lib_s,
+                      "layout_s": sum(t[1] for n, t in lib.items() if n in layout_names),
+                      "instrumentation_s": instr, "own_time_fraction": _fraction(own, own + lib_s)})
+    own_s = sum(c["own_s"] for c in calls)
+    work_s = own_s + sum(c["library_s"] for c in calls)
+    cpu_s, instr_s = sum(c["cpu_s"] for c in calls), sum(c["instrumentation_s"] for c in calls)
+    library = {n: tallies[n][1] for n in work_names}
+    layout = {n: tallies[n][1] for n in layout_names}
     layout_s = sum(layout.values())
     return {
         "checked": True,
