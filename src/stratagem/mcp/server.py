@@ -228,7 +228,7 @@ def build_server(manager: RunManager | None = None) -> MCPServer[Any]:
         iterations: Annotated[int | None, Field(description="Iterations (default 10).")] = None,
         patience: Annotated[int | None, Field(description="Stop after this many iterations without a new best.")] = None,
         max_queries: Annotated[int | None, Field(description="LLM request budget.")] = None,
-        max_wall_seconds: Annotated[float | None, Field(description="Wall-clock budget (s).")] = None,
+        max_wall_seconds: Annotated[float | None, Field(description="Wall-clock budget (s): a deadline; what is in flight when it ends is stopped.")] = None,
         device: Device = None,
         integrity: Annotated[str | None, Field(description="lenient or strict.")] = None,
         correctness: Annotated[str | None, Field(description="fixed or calibrated.")] = None,
