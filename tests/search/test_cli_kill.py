@@ -114,3 +114,33 @@ def test_ctrl_c_or_sigterm_stops_cleanly_and_resume_finishes(tmp_path, sig):
     out = resume(tmp_path, run_dir)
     assert out["fastest"] is not None
     evaluated_once(db)
+
+
+def test_the_wall_budget_stops_a_coding_agent_in_flight(tmp_path):
+    """`--max-wall-seconds` is a deadline for the real process too: a coding agent still at work
+    when it ends is killed with its process group and the run finishes at the budget (before,
+    the run waited for the agent's own 30-minute limit), leaving no worker directory behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    pid_file = tmp_path / "agent.pid"
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(CONFIG)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache"), "TMPDIR": str(tmp)}
+    budget_s = 30
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--run-dir", str(run_dir),
+                           "--config", str(cfg), "--json", "--max-wall-seconds", str(budget_s),
+                           "--agent-cmd", f"echo $$ > {pid_file}; exec sleep 600"],
+                          env=env, capture_output=True, text=True, timeout=240)
+    took = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["stop_reason"].startswith("max_wall_seconds ("), out
+    assert took < budget_s + 30, took  # interpreter start, imports and the cleanup around the budget
+    assert pid_file.exists(), "the agent never started: the baselines took the whole budget"
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the agent's process is gone
+    assert not list(tmp.glob("stratagem-*")), list(tmp.iterdir())
+    assert rows(run_dir / "run.db", "SELECT status FROM run") == [("finished",)]
