@@ -71,6 +71,7 @@ def test_a_search_writes_and_judges_a_command_problems_files(small_problem: Path
     assert views[fast].status in ("valid", "unstable") and (views[fast].speedup or 0) > 1.0, views[fast]
     assert views[wrong].status == "invalid"
     # the agents are shown the build's seconds as the design's compile time (the domain's compile stage)
-    built = next(v for v in store.evaluations() if v.design_id == views[fast].id).validators
+    # (its latest evaluation's: on a loaded machine an unstable timing is evaluated again)
+    built = [v for v in store.evaluations() if v.design_id == views[fast].id][-1].validators
     build_s = next(v["duration_s"] for v in built if v["name"] == "build")
     assert views[fast].measures.compile_s == pytest.approx(build_s) and build_s > 0
