@@ -6,17 +6,18 @@ import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from stratagem.cli.common import DeviceOpt, JsonOpt, app, fail, wide_console
-from stratagem.core.search import DesignView
 from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StratagemError
-from stratagem.search.headline import ratios_of
+
+if TYPE_CHECKING:
+    from stratagem.core.search import DesignView
 
 
 @app.command("confirm")
@@ -68,6 +69,8 @@ def confirmed_table(body: dict[str, Any], n: BaselineNames, views: Sequence[Desi
     the search-time figure beside it; in the words of `n` (the run's domain's). A design's
     ratios are `ratios_of` its view in `views` (the run's), as the leaderboard and the report
     write them (a design that is the compared baseline's own recipe: `itself`)."""
+    from stratagem.search.headline import ratios_of
+
     by_id = {v.id: v for v in views}
     t = Table(title=f"confirmed: {body.get('blocks')} independent blocks, interleaved", title_justify="left")
     second = (f"vs {n.compared}",) if n.compared else ()

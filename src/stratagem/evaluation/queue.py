@@ -39,7 +39,6 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
-
 def _mtime(path: Path) -> float | None:
     """When `path` was last written; None when it is gone (another process of the queue, a
     worker or a run, may remove any file at any moment)."""
@@ -47,6 +46,7 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except FileNotFoundError:
         return None
+
 
 class QueueDir:
     """One queue directory (created on first use)."""
