@@ -163,7 +163,8 @@ class ScriptedPolicy:
         for k, src in enumerate(self.script[i]):
             if session.budget_left():
                 break
-            fb = await session.evaluate(src, strategy="innovate", author=f"implementor-{k + 1}")
+            author = m.group(1) if (m := re.search(r"# author=(\S+)", src)) else f"implementor-{k + 1}"
+            fb = await session.evaluate(src, strategy="innovate", author=author)
             ids.append(fb.design_id)
         return IterationResult(plan=Plan("innovate", rationale="scripted"), design_ids=tuple(ids))
 

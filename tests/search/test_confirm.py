@@ -149,6 +149,34 @@ def test_a_run_ends_with_a_round_whose_best_heads_it(tmp_path) -> None:
     store.close()
 
 
+def test_a_design_that_is_the_compared_baselines_recipe_is_timed_once_as_that_baseline(tmp_path) -> None:
+    """The torch.compile recipe's design is the compile baseline's program: the round times the
+    baseline once, not the same program twice, and the design's confirmed ratio is the
+    baseline's (never set against itself)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import COMPILE_MS, EAGER_MS, FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    same = src("c", 0.9) + "# author=recipe:compile\n"  # its own search-time timing differed
+    other = src("o", 0.6)
+    ev = FakeEvaluator()
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[same, other]]), ev, iterations=1)
+    asyncio.run(loop.run())
+    views = {v.source: v for v in stored_views(store)}
+    assert views[same].author == "recipe:compile"
+    for order in ev.confirm_blocks:
+        assert sorted(order) == sorted(["compile", views[other].id])  # the recipe's design not again
+    c = views[same].confirmed
+    assert c is not None and c.vs_reference is not None and c.vs_compared is None
+    baseline = store.confirmations()[-1]["compile"]["vs_eager"]  # the baseline's own ratio in the round
+    assert c.vs_reference.ratio == baseline["ratio"] and abs(c.vs_reference.ratio - EAGER_MS / COMPILE_MS) < 0.01
+    o = views[other].confirmed
+    assert o is not None and o.vs_compared is not None  # the others are still set beside it
+    store.close()
+
+
 def test_a_run_with_a_wall_budget_is_not_confirmed_beyond_it(tmp_path) -> None:
     import sys
 

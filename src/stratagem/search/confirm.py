@@ -8,9 +8,10 @@ independent re-timing of a real run found every estimate outside the reported in
 designs "clearly apart" tied, and the reference's own time moving 22% between evaluations
 (issue 23).
 Here every program of the round is timed in the same processes, and the interval covers the
-spread between processes (`core/confirmed.py`). The blocks run at once, each in a slot of the
-device (the executor queues what does not fit): their loading and compiling overlap, their
-timing never does (it holds the device's lock exclusively).
+spread between processes (`core/confirmed.py`); a design that is the compared baseline's own
+recipe (`BaselineNames.compared_authors`) is that program, timed once. The blocks run at once,
+each in a slot of the device (the executor queues what does not fit): their loading and
+compiling overlap, their timing never does (it holds the device's lock exclusively).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stratagem.core.confirmed import (
@@ -81,9 +82,11 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     picked = list(designs) if designs is not None else chosen(stored_views(store), top)
     if not picked:
         return None
-    sources = {v.id: v.source for v in picked}
     words = names_of(problem.domain)
     second = compared_program(problem, evaluator)
+    # a design that is the compared baseline's own recipe is that program: the round times it once
+    itself = {v.id: second for v in picked if v.author in words.compared_authors} if second else {}
+    sources = {v.id: v.source for v in picked if v.id not in itself}
     names = [*sources, *([second] if second else [])]
     reference_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
     t0 = time.monotonic()
@@ -106,7 +109,7 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
         raise failed
     results = [d[0] for d in done if not isinstance(d, BaseException)]
     costs = [d[1] for d in done if not isinstance(d, BaseException)]
-    confirmed = combine(results, picked, second)
+    confirmed = combine(results, picked, second, itself)
     body = {"blocks": blocks, "top": top, "order": names,
             "designs": [d.to_json(words.key, words.compared) for d in confirmed],
             **({words.compared: _compared_json(results, second, words.key)} if words.compared else {}),
@@ -160,17 +163,19 @@ def _medians(blocks: Sequence[Sequence[float]]) -> list[float]:
 
 
 def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView],
-            second: str | None = None) -> list[ConfirmedDesign]:
+            second: str | None = None, itself: Mapping[str, str] | None = None) -> list[ConfirmedDesign]:
     """Every picked design's confirmed numbers from the blocks' results, ranked (`second`: the
-    compared baseline's program, `compared_program`; None: none timed)."""
+    compared baseline's program, `compared_program`; None: none timed; `itself`: design id ->
+    the program timed for it, for a design that is a baseline's own recipe)."""
     comp = _medians(_ratios(results, second, "fresh")) if second else []
     out = []
     for v in picked:
-        fresh = _ratios(results, v.id, "fresh")
-        errors = [str(((r.get("programs") or {}).get(v.id) or {}).get("error") or "") for r in results]
+        name = (itself or {}).get(v.id, v.id)
+        fresh = _ratios(results, name, "fresh")
+        errors = [str(((r.get("programs") or {}).get(name) or {}).get("error") or "") for r in results]
         meds = _medians(fresh)
         vs_compared = None
-        if comp and len(comp) == len(meds) and all(fresh):
+        if comp and name != second and len(comp) == len(meds) and all(fresh):
             vs_compared = per_block([m / c for m, c in zip(meds, comp, strict=True) if c > 0])
         search = (Ratio(v.speedup, v.speedup_low, v.speedup_high) if v.speedup is not None
                   and v.speedup_low is not None and v.speedup_high is not None else None)
@@ -181,10 +186,10 @@ def combine(results: Sequence[dict[str, Any]], picked: Sequence[DesignView],
         missing = ""
         if quiet < need:
             missing = (f"timed in {quiet} of {len(results)} blocks, {need} needed: " if quiet else "") + (
-                _busy(results, v.id) or "no block timed it")
+                _busy(results, name) or "no block timed it")
         out.append(ConfirmedDesign(
             design_id=v.id, vs_reference=between_blocks(fresh) if quiet >= need else None,
-            warm=between_blocks(_ratios(results, v.id, "warm")), vs_compared=vs_compared,
+            warm=between_blocks(_ratios(results, name, "warm")), vs_compared=vs_compared,
             block_medians=tuple(round(m, 6) for m in meds), search=search,
             error=next((e for e in errors if e), missing), blocks=quiet,
         ))
