@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +46,30 @@ def test_a_compile_recipe_times_like_the_compile_baseline(tmp_path):
     assert design.runtime_ms == pytest.approx(compiled, rel=0.10), (design.runtime_ms, compiled)
     # and the chained paired ratio against the compile baseline says the same
     assert design.speedup_compared == pytest.approx(1.0, rel=0.10), design.speedup_compared
+
+
+def _gpu_pids() -> set[int]:
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout
+    return {int(x) for x in out.split()}
+
+
+def test_the_wall_budget_stops_gpu_work_in_flight(tmp_path):
+    """`--max-wall-seconds` is a deadline on the GPU too: the run ends at the budget with the
+    evaluation (or the baselines) in flight stopped, and no process of it is left on the GPU."""
+    before = _gpu_pids()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    budget_s = 45
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "stratagem", "run", str(ROOT / "examples/06_fused_block/problem.py"),
+                           "--device", "cuda", "--run-dir", str(tmp_path / "run"), "--json",
+                           "--max-wall-seconds", str(budget_s)], env=env, capture_output=True, text=True, timeout=400)
+    took = time.monotonic() - t0
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["stop_reason"].startswith("max_wall_seconds ("), done.stdout[-2000:]
+    assert took < budget_s + 30, took  # interpreter start, imports and the cleanup around the budget
+    time.sleep(1)
+    assert _gpu_pids() <= before, "a process of the run is still on the GPU"
+    assert not list(tmp.glob("stratagem-*")), list(tmp.iterdir())

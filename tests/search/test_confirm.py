@@ -261,3 +261,33 @@ def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_al
                 with pytest.raises(HarnessError, match="did not finish"):
                     asyncio.run(confirm_run(store, problem, ev, blocks=3, designs=views))  # type: ignore[arg-type]
                 assert ev.ended == 3 and store.confirmations() == []
+
+
+def test_confirm_on_a_run_that_skipped_its_round_re_times_the_default_top(tmp_path, monkeypatch) -> None:
+    """`[search] confirm_top = 0` skips the round at the end of a run (the README says so);
+    `stratagem confirm RUN_DIR` afterwards asks for one, so it re-times the default top
+    designs instead of none (before: "has no ranked design to confirm")."""
+    import sys
+
+    import stratagem.search.confirm as confirm_module
+    from stratagem.config import SearchConfig
+    from stratagem.search.api import confirm_stored_run
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    loop, store, ev = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), FakeEvaluator(), iterations=1,
+                                confirm_top=0)
+    asyncio.run(loop.run())
+    assert ev.confirm_blocks == []  # the run skipped its round
+    store.close()
+    asked: list[int] = []
+
+    async def fake_round(store, problem, evaluator, *, top, blocks, on_progress=None):  # type: ignore[no-untyped-def]
+        asked.append(top)
+
+    monkeypatch.setattr(confirm_module, "confirm_run", fake_round)
+    asyncio.run(confirm_stored_run(tmp_path / "run"))
+    asyncio.run(confirm_stored_run(tmp_path / "run", top=2))
+    assert asked == [SearchConfig.model_fields["confirm_top"].default, 2]

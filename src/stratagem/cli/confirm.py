@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 def confirm_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory.")],
     top: Annotated[int | None, typer.Option("--top", metavar="K", min=1,
-                                            help="Re-time this many of the best designs (default: "
-                                                 "[search] confirm_top, 5), plus any whose interval "
-                                                 "overlaps the best's.")] = None,
+                                            help="Re-time this many of the best designs (default: the "
+                                                 "run's [search] confirm_top, 5 where it is 0), plus any "
+                                                 "whose interval overlaps the best's.")] = None,
     blocks: Annotated[int | None, typer.Option("--blocks", metavar="B", min=2,
                                                help="Independent worker processes (default 3).")] = None,
     device: DeviceOpt = None,

@@ -146,7 +146,8 @@ async def confirm_stored_run(run_dir: str | Path, top: int | None = None, blocks
                              on_progress: Any = None, device: str | None = None) -> dict[str, Any] | None:
     """Run a confirmation round on a finished (or stopped) run, with the evaluation settings it
     ran with (`device` overrides its device); the round's body, or None when it has no ranked
-    design.
+    design. `top` defaults to the run's `confirm_top`, or the setting's default where the run
+    skipped its round (`confirm_top = 0`): asking for a round is asking for one.
 
     Raises:
         StoreError: `run_dir` holds no run.
@@ -158,7 +159,8 @@ async def confirm_stored_run(run_dir: str | Path, top: int | None = None, blocks
         cfg, problem = _stored_run(store, {"evaluation": {"device": device}})
         evaluator = make_evaluator(cfg.evaluation)
         try:
-            return await confirm_run(store, problem, evaluator, top=cfg.search.confirm_top if top is None else top,
+            default = cfg.search.confirm_top or type(cfg.search).model_fields["confirm_top"].default
+            return await confirm_run(store, problem, evaluator, top=default if top is None else top,
                                      blocks=cfg.search.confirm_blocks if blocks is None else blocks,
                                      on_progress=on_progress)
         finally:
