@@ -224,3 +224,22 @@ def test_the_headline_says_which_correctness_rule_passed_the_design_and_the_refe
             "against float64 within the reference's own error (the reference ran in TF32 convolutions)") in lines
     bare = dataclasses.replace(v, measures=measures_of(ev.model_copy(update={"validators": []}), "load"))
     assert not any("correctness" in line for line in headline_of([bare], PT).lines())  # a domain that does not say
+
+
+def test_the_leaderboard_and_the_round_give_tied_designs_the_same_rank(tmp_path: Path, capsys) -> None:
+    """Two designs the round cannot tell apart are `=1` in its table, so the leaderboard (`show`,
+    the report) says `=1` for both too, not 1 and 2; the next one is 2 in both."""
+    a = src("a", 0.5) + "# confirmed_ms=0.5\n"
+    b = src("b", 0.6) + "# confirmed_ms=0.5\n"  # re-timed, b is as fast as a
+    c = src("c", 0.9)
+    run = fake_run(tmp_path / "r", [[a, b, c]])
+    views = {v.source: v.id[:10] for v in show_run(run).views}
+    assert main(["show", str(run)]) == 0
+    rows = [line.split("│")[1:3] for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    marks = [(m.strip(), d.strip()) for m, d in rows if d.strip() in views.values()]
+    round_table, board = marks[:3], marks[3:]  # show prints the round's table, then the leaderboard
+    want = {("=1", views[a]), ("=1", views[b]), ("2", views[c])}
+    assert set(round_table) == want and set(board) == want, marks
+    page = build_report(run)
+    for mark, design in want:
+        assert page.count(f"<td>{html.escape(mark)}</td><td>{design}") == 2, (mark, design)  # round and leaderboard

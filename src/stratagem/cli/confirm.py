@@ -70,15 +70,15 @@ def confirmed_table(body: dict[str, Any], n: BaselineNames, views: Sequence[Desi
     ratios are `ratios_of` its view in `views` (the run's), as the leaderboard and the report
     write them (a design that is the compared baseline's own recipe: `itself`)."""
     from stratagem.search.headline import ratios_of
+    from stratagem.search.numbers import rank_marks
 
     by_id = {v.id: v for v in views}
     t = Table(title=f"confirmed: {body.get('blocks')} independent blocks, interleaved", title_justify="left")
     second = (f"vs {n.compared}",) if n.compared else ()
     for col in ("#", "design", f"confirmed vs {n.reference}", *second, "warm loop", "search time"):
         t.add_column(col, no_wrap=col in ("#", "design"))
-    for d in body.get("designs") or ():
-        rank = d.get("rank")
-        mark = "-" if rank is None else ("=1" if d.get("tied_with_best") and len(body["designs"]) > 1 else str(rank))
+    designs = list(body.get("designs") or ())
+    for mark, d in zip(rank_marks([d.get("rank") for d in designs]), designs, strict=True):
         held = d.get("search_holds")
         search = _r(d.get("search")) + ("" if held is None else (" (holds)" if held else " (misses)"))
         v = by_id.get(str(d["design_id"]))

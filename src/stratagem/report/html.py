@@ -28,7 +28,15 @@ from stratagem.report import cases, figures, redteam
 from stratagem.report.leaderboard import failure
 from stratagem.search.api import RunSummary, read_run
 from stratagem.search.headline import ratios_of
-from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because, passed
+from stratagem.search.numbers import (
+    board_marks,
+    clip,
+    counts,
+    did_not_pass,
+    not_ranked_because,
+    passed,
+    rank_marks,
+)
 from stratagem.store.records import AgentCallRecord, EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
@@ -205,11 +213,10 @@ def _confirmation(data: RunData) -> str:
     n = data.names
     second = [f"vs {n.compared_text}"] if n.compared else []
     rows = []
-    for d in body.get("designs") or ():
+    designs = list(body.get("designs") or ())
+    for mark, d in zip(rank_marks([d.get("rank") for d in designs]), designs, strict=True):
         v = next((x for x in data.views if x.id == d.get("design_id")), None)
         x = ratios_of(v, n) if v is not None else None
-        rank = d.get("rank")
-        mark = "-" if rank is None else ("=1" if d.get("tied_with_best") and len(body["designs"]) > 1 else str(rank))
         rows.append((mark, str(d.get("design_id"))[:12], x.reference.number() if x else "-",
                      *([x.compared.number() if x and x.compared else "-"] if second else []),
                      x.search.number() if x else "-"))
@@ -354,9 +361,10 @@ def build_report(run_dir: str | Path, *, live_ms: int | None = None, xis: Sequen
     r, c = data.names.reference, data.names.compared
     second = [f"vs {c} [95% CI]"] if c else []  # a domain without a second baseline: no column
     rows = []
-    for i, v in enumerate(ranked(views)[:20]):  # each row's ratios are the ones it is ranked by
+    board = ranked(views)[:20]
+    for mark, v in zip(board_marks(board), board, strict=True):  # each row's ratios are the ones it is ranked by
         x = ratios_of(v, data.names)
-        rows.append((i + 1, v.id[:12], x.reference.cell(), *([x.compared.cell() if x.compared else "-"] if c else []),
+        rows.append((mark, v.id[:12], x.reference.cell(), *([x.compared.cell() if x.compared else "-"] if c else []),
                      x.search.number() if x.reference.confirmed else "-", v.iteration, v.author, v.strategy))
     leader = _table(["#", "design", f"vs {r} [95% CI]", *second, "search time", "iter", "author", "strategy"], rows)
     note = ("<p class=muted>c: confirmed (the confirmation round's ratio; its designs rank first, by it); "

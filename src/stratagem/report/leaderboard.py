@@ -22,7 +22,7 @@ from stratagem.domains.base import BaselineNames
 from stratagem.search import numbers
 from stratagem.search.budget import Spend
 from stratagem.search.headline import ratios_of
-from stratagem.search.numbers import clip, counts, did_not_pass, not_ranked_because
+from stratagem.search.numbers import board_marks, clip, counts, did_not_pass, not_ranked_because
 from stratagem.search.state import names_of
 from stratagem.store.records import IterationRecord
 
@@ -153,9 +153,9 @@ def leaderboard(
     n = names or names_of(None)
     board = ranked(views)[:top]
     rows = []
-    for i, v in enumerate(board, 1):  # each row's ratios are the ones it is ranked by (confirmed first)
+    for mark, v in zip(board_marks(board), board, strict=True):  # ratios it is ranked by (confirmed first)
         r = ratios_of(v, n)
-        rows.append((str(i), v.id[:10], r.reference.cell(), r.compared.cell() if r.compared else "-",
+        rows.append((mark, v.id[:10], r.reference.cell(), r.compared.cell() if r.compared else "-",
                      f"{v.runtime_ms or 0.0:.4g}", "-" if v.iteration is None else str(v.iteration), who(v)))
     value = f"{objective.name} {objective.unit}"
     first, second = ratio_header(n.reference), ratio_header(n.compared or "-")

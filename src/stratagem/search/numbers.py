@@ -23,6 +23,7 @@ Ratios: a design's ratios over every baseline, and the run's headline, are `sear
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -113,3 +114,24 @@ def times_text(times_ms: Mapping[str, float | None], names: BaselineNames) -> st
     if not shown:
         return ""
     return f"baseline{'s' if len(shown) > 1 else ''}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in shown)
+
+
+def rank_marks(ranks: Sequence[int | None]) -> list[str]:
+    """The `#` column of every table of ranked designs, from their ranks in table order:
+    `=k` where several designs share rank k (tied: never ranked apart), `k` otherwise, `-` for
+    a design without one."""
+    shared = Counter(r for r in ranks if r is not None)
+    return ["-" if r is None else (f"={r}" if shared[r] > 1 else str(r)) for r in ranks]
+
+
+def board_marks(board: Sequence[DesignView]) -> list[str]:
+    """`rank_marks` of a leaderboard (`ranked` designs in order): a design the confirmation
+    round ranked keeps the round's rank (its ties too, as the round's table shows them); the
+    designs after them count on from the round's last rank."""
+    ranks: list[int | None] = []
+    last = 0
+    for v in board:
+        r = v.confirmed.rank if v.confirmed is not None else None
+        last = r if r is not None else last + 1
+        ranks.append(last)
+    return rank_marks(ranks)
