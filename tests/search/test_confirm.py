@@ -174,6 +174,9 @@ def test_a_design_that_is_the_compared_baselines_recipe_is_timed_once_as_that_ba
     assert c.vs_reference.ratio == baseline["ratio"] and abs(c.vs_reference.ratio - EAGER_MS / COMPILE_MS) < 0.01
     o = views[other].confirmed
     assert o is not None and o.vs_compared is not None  # the others are still set beside it
+    said: list[str] = []  # `stratagem confirm` says which design it times as the baseline
+    asyncio.run(confirm_run(store, loop.problem, ev, top=5, blocks=2, on_progress=said.append))  # type: ignore[arg-type]
+    assert f"{views[same].id[:10]} is the torch.compile baseline's own recipe, timed as it" in said[0]
     store.close()
 
 

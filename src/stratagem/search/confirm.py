@@ -90,8 +90,9 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     names = [*sources, *([second] if second else [])]
     reference_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
     t0 = time.monotonic()
+    same = "".join(f"; {k[:10]} is the {words.compared_text} baseline's own recipe, timed as it" for k in itself)
     say(f"confirming: {blocks} blocks at once where the device has slots for them ({len(sources)} designs, "
-        f"{words.reference}{f', {words.compared_text}' if second else ''})")
+        f"{words.reference}{f', {words.compared_text}' if second else ''}{same})")
 
     async def block(b: int) -> tuple[dict[str, Any], dict[str, Any]]:
         tb = time.monotonic()
