@@ -294,3 +294,21 @@ def test_confirm_on_a_run_that_skipped_its_round_re_times_the_default_top(tmp_pa
     asyncio.run(confirm_stored_run(tmp_path / "run"))
     asyncio.run(confirm_stored_run(tmp_path / "run", top=2))
     assert asked == [SearchConfig.model_fields["confirm_top"].default, 2]
+
+
+def test_a_design_confirmed_from_fewer_blocks_shows_its_ratio_and_says_what_the_others_lost(capsys) -> None:
+    """A block that failed a design (out of memory beside another block, on an 80 GB GPU at
+    KernelBench's sizes) leaves its ratio from the other blocks: the table shows that ratio, as
+    the leaderboard does, and a line says which blocks were lost and why."""
+    from rich.console import Console
+
+    from stratagem.cli.confirm import print_confirmed
+
+    r = {"ratio": 1.0023, "low": 1.0011, "high": 1.0036, "pairs": 80, "chained": False}
+    body = {"blocks": 3, "designs": [{"design_id": "a" * 64, "vs_eager": r, "rank": 1, "blocks": 2,
+                                      "error": "OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB"}]}
+    print_confirmed(Console(width=200), body, names_of("pytorch"), [])
+    out = capsys.readouterr().out
+    [row] = [line for line in out.splitlines() if "│" in line and "aaaaaaaaaa" in line]
+    assert "1.00x [1.00, 1.00]" in row and "OutOfMemory" not in row
+    assert "aaaaaaaaaa: confirmed from 2 of 3 blocks; the others failed it: OutOfMemoryError" in out

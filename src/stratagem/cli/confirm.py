@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from stratagem.cli.common import DeviceOpt, JsonOpt, app, fail, wide_console
+from stratagem.core.text import clip
 from stratagem.domains.base import BaselineNames
 from stratagem.errors import ConfigError, StratagemError
 
@@ -85,7 +86,7 @@ def confirmed_table(body: dict[str, Any], n: BaselineNames, views: Sequence[Desi
         x = ratios_of(v, n) if v is not None else None
         ref = x.reference.number() if x is not None else _r(d.get(f"vs_{n.key}"))
         compared = x.compared.number() if x is not None and x.compared is not None else _r(d.get(f"vs_{n.compared}"))
-        t.add_row(mark, str(d["design_id"])[:10], ref if not d.get("error") else d["error"][:40],
+        t.add_row(mark, str(d["design_id"])[:10], ref if d.get(f"vs_{n.key}") or not d.get("error") else d["error"][:40],
                   *((compared,) if second else ()), _r(d.get("warm")), search)
     return t
 
@@ -101,6 +102,8 @@ def confirmed_summary(body: dict[str, Any], key: str) -> str:
     if held:
         n = sum(bool(d["search_holds"]) for d in held)
         lines.append(f"the search-time interval held the confirmed ratio for {n} of {len(held)} designs.")
+    lines += [f"{str(d['design_id'])[:10]}: confirmed from {d.get('blocks')} of {body.get('blocks')} blocks; "
+              f"the others failed it: {clip(str(d['error']), 160)}" for d in designs if d.get("error")]
     lines.append("the confirmed ratios time every call on fresh inputs, as the search does; 'warm loop' "
                  "reuses one input set, as a benchmark loop would.")
     return "\n".join(lines)
