@@ -312,3 +312,31 @@ def test_a_design_confirmed_from_fewer_blocks_shows_its_ratio_and_says_what_the_
     [row] = [line for line in out.splitlines() if "│" in line and "aaaaaaaaaa" in line]
     assert "1.00x [1.00, 1.00]" in row and "OutOfMemory" not in row
     assert "aaaaaaaaaa: confirmed from 2 of 3 blocks; the others failed it: OutOfMemoryError" in out
+
+
+def test_a_block_out_of_memory_beside_the_others_is_run_again_alone(tmp_path) -> None:
+    """Blocks run at once share the device's memory: at KernelBench's largest inputs on an 80 GB
+    GPU one block's program ran out of memory beside another (an H100, level1/19_ReLU) and the
+    round lost that block. Such a block is run again once the others have ended, so every design
+    is confirmed from all its blocks."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    class Crowded(FakeEvaluator):
+        async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
+            out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
+            if len(self.confirm_blocks) == 2:  # the second block, beside the first
+                name = next(n for n in order if n != "compile")
+                out["programs"][name] = {"error": "OutOfMemoryError: CUDA out of memory.", "kind": "oom"}  # type: ignore[index]
+            return out
+
+    ev = Crowded()
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
+    asyncio.run(loop.run())
+    assert len(ev.confirm_blocks) == 4  # three, and the one that ran out of memory again
+    [d] = store.confirmations()[-1]["designs"]
+    assert d["blocks"] == 3 and not d.get("error"), d
+    store.close()

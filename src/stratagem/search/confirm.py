@@ -110,6 +110,11 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
         raise failed
     results = [d[0] for d in done if not isinstance(d, BaseException)]
     costs = [d[1] for d in done if not isinstance(d, BaseException)]
+    # a block that ran out of memory beside the others (KernelBench's largest inputs on an 80 GB
+    # GPU) is run again once, alone: the memory was theirs, not its programs' need
+    for b in [b for b, r in enumerate(results) if blocks > 1 and _out_of_memory(r)]:
+        say(f"block {b + 1} of {blocks} ran out of memory beside the others: running it again alone")
+        results[b], costs[b] = await block(b)
     confirmed = combine(results, picked, second, itself)
     body = {"blocks": blocks, "top": top, "order": names,
             "designs": [d.to_json(words.key, words.compared) for d in confirmed],
@@ -128,6 +133,11 @@ def block_cost(result: dict[str, Any], wall_s: float) -> dict[str, Any]:
     programs = result.get("programs") or {}
     return {"wall_s": round(wall_s, 3), "worker_s": result.get("wall_s"), "inputs_s": result.get("inputs_s"),
             "programs_s": {k: v.get("seconds") for k, v in programs.items() if isinstance(v, dict) and v.get("seconds")}}
+
+
+def _out_of_memory(result: dict[str, Any]) -> bool:
+    """Whether a block lost a program to memory (failure kind `oom`)."""
+    return any(isinstance(e, dict) and e.get("kind") == "oom" for e in (result.get("programs") or {}).values())
 
 
 def compared_program(problem: Problem, evaluator: Evaluator) -> str | None:

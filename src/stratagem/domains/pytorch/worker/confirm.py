@@ -103,7 +103,7 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
                 if w.poisoned:
                     raise StageFailure(runtime.classify_exception(e), f"confirming {name} failed: "
                                        f"{runtime.one_line(e)}", {"traceback": runtime.format_exception(e)}) from e
-                entry = {"error": runtime.one_line(e)}
+                entry = {"error": runtime.one_line(e), "kind": runtime.classify_exception(e)}
             finally:
                 if name == COMPILE:
                     runtime.reset_compiled()
