@@ -340,3 +340,30 @@ def test_a_block_out_of_memory_beside_the_others_is_run_again_alone(tmp_path) ->
     [d] = store.confirmations()[-1]["designs"]
     assert d["blocks"] == 3 and not d.get("error"), d
     store.close()
+
+
+def test_a_block_that_fails_when_run_again_leaves_the_round_as_it_was(tmp_path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, ScriptedPolicy, src
+    from test_loop import make_loop
+
+    from stratagem.errors import HarnessError
+
+    class Crowded(FakeEvaluator):
+        async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
+            if len(self.confirm_blocks) == 3:  # the run again
+                raise HarnessError("the worker did not finish the block")
+            out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
+            if len(self.confirm_blocks) == 2:
+                name = next(n for n in order if n != "compile")
+                out["programs"][name] = {"error": "OutOfMemoryError: CUDA out of memory.", "kind": "oom"}  # type: ignore[index]
+            return out
+
+    ev = Crowded()
+    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
+    asyncio.run(loop.run())
+    [d] = store.confirmations()[-1]["designs"]  # kept: confirmed from the two blocks that timed it
+    assert d["blocks"] == 2 and "out of memory" in d["error"] and d["vs_eager"] is not None, d
+    store.close()

@@ -33,6 +33,7 @@ from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView
 from stratagem.core.search import ranked as ranked_views
 from stratagem.domains import get_domain
+from stratagem.errors import HarnessError
 from stratagem.evaluation.service import Evaluator
 from stratagem.search.state import names_of, stored_views
 from stratagem.store.sqlite import RunStore
@@ -114,7 +115,10 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     # GPU) is run again once, alone: the memory was theirs, not its programs' need
     for b in [b for b, r in enumerate(results) if blocks > 1 and _out_of_memory(r)]:
         say(f"block {b + 1} of {blocks} ran out of memory beside the others: running it again alone")
-        results[b], costs[b] = await block(b)
+        try:
+            results[b], costs[b] = await block(b)
+        except HarnessError as e:  # the block as it first ran stands
+            say(f"block {b + 1} of {blocks} failed again ({e}): its first run stands")
     confirmed = combine(results, picked, second, itself)
     body = {"blocks": blocks, "top": top, "order": names,
             "designs": [d.to_json(words.key, words.compared) for d in confirmed],
