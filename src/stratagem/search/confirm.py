@@ -11,7 +11,8 @@ Here every program of the round is timed in the same processes, and the interval
 spread between processes (`core/confirmed.py`); a design that is the compared baseline's own
 recipe (`BaselineNames.compared_authors`) is that program, timed once. The blocks run at once,
 each in a slot of the device (the executor queues what does not fit): their loading and
-compiling overlap, their timing never does (it holds the device's lock exclusively).
+compiling overlap, their timing never does (it holds the device's lock exclusively), but
+their memory is shared: a block that ran out of it is run again alone once the others ended.
 """
 
 from __future__ import annotations
