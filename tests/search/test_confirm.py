@@ -314,35 +314,10 @@ def test_a_design_confirmed_from_fewer_blocks_shows_its_ratio_and_says_what_the_
     assert "aaaaaaaaaa: confirmed from 2 of 3 blocks; the others failed it: OutOfMemoryError" in out
 
 
-def test_a_block_out_of_memory_beside_the_others_is_run_again_alone(tmp_path) -> None:
-    """Blocks run at once share the device's memory: at KernelBench's largest inputs on an 80 GB
-    GPU one block's program ran out of memory beside another (an H100, level1/19_ReLU) and the
-    round lost that block. Such a block is run again once the others have ended, so every design
-    is confirmed from all its blocks."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fakes import FakeEvaluator, ScriptedPolicy, src
-    from test_loop import make_loop
-
-    class Crowded(FakeEvaluator):
-        async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
-            out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
-            if len(self.confirm_blocks) == 2:  # the second block, beside the first
-                name = next(n for n in order if n != "compile")
-                out["programs"][name] = {"error": "OutOfMemoryError: CUDA out of memory.", "kind": "oom"}  # type: ignore[index]
-            return out
-
-    ev = Crowded()
-    loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
-    asyncio.run(loop.run())
-    assert len(ev.confirm_blocks) == 4  # three, and the one that ran out of memory again
-    [d] = store.confirmations()[-1]["designs"]
-    assert d["blocks"] == 3 and not d.get("error"), d
-    store.close()
-
-
-def test_a_block_that_fails_when_run_again_leaves_the_round_as_it_was(tmp_path) -> None:
+def _crowded_round(tmp_path: Path, fail_again: bool) -> tuple[list[list[str]], dict]:
+    """A run of one design whose round's second block runs out of memory beside the first; run
+    again, that block passes (or fails, `fail_again`). The blocks asked for and the design's
+    confirmed entry."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -353,10 +328,10 @@ def test_a_block_that_fails_when_run_again_leaves_the_round_as_it_was(tmp_path) 
 
     class Crowded(FakeEvaluator):
         async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
-            if len(self.confirm_blocks) == 3:  # the run again
+            if fail_again and len(self.confirm_blocks) == 3:  # the run again
                 raise HarnessError("the worker did not finish the block")
             out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
-            if len(self.confirm_blocks) == 2:
+            if len(self.confirm_blocks) == 2:  # the second block, beside the first
                 name = next(n for n in order if n != "compile")
                 out["programs"][name] = {"error": "OutOfMemoryError: CUDA out of memory.", "kind": "oom"}  # type: ignore[index]
             return out
@@ -364,6 +339,21 @@ def test_a_block_that_fails_when_run_again_leaves_the_round_as_it_was(tmp_path) 
     ev = Crowded()
     loop, store, _ = make_loop(tmp_path, ScriptedPolicy([[src("a", 0.5)]]), ev, iterations=1)
     asyncio.run(loop.run())
-    [d] = store.confirmations()[-1]["designs"]  # kept: confirmed from the two blocks that timed it
-    assert d["blocks"] == 2 and "out of memory" in d["error"] and d["vs_eager"] is not None, d
+    [d] = store.confirmations()[-1]["designs"]
     store.close()
+    return ev.confirm_blocks, d
+
+
+def test_a_block_out_of_memory_beside_the_others_is_run_again_alone(tmp_path) -> None:
+    """Blocks run at once share the device's memory: at KernelBench's largest inputs on an 80 GB
+    GPU one block's program ran out of memory beside another (an H100, level1/19_ReLU) and the
+    round lost that block. Such a block is run again once the others have ended, so every design
+    is confirmed from all its blocks."""
+    asked, d = _crowded_round(tmp_path, fail_again=False)
+    assert len(asked) == 4  # three, and the one that ran out of memory again
+    assert d["blocks"] == 3 and not d.get("error"), d
+
+
+def test_a_block_that_fails_when_run_again_leaves_the_round_as_it_was(tmp_path) -> None:
+    _, d = _crowded_round(tmp_path, fail_again=True)  # kept: confirmed from the two blocks that timed it
+    assert d["blocks"] == 2 and "out of memory" in d["error"] and d["vs_eager"] is not None, d
