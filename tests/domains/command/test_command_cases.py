@@ -105,7 +105,9 @@ def test_each_case_is_timed_paired_and_the_figure_is_their_geometric_mean(tmp_pa
     t = ev.verdict.result("timing").details
     assert set(t["cases"]) == {"20000", "200000"}
     for row in t["cases"].values():
-        assert row["speedup"]["ratio"] > 1.5, row  # the fast kernel does an eighth of the divisions
+        # the fast kernel does an eighth of the divisions: faster beyond its interval (how much
+        # faster depends on the machine's load: 1.45x [1.42, 1.86] for the small case beside a CPU hog)
+        assert row["speedup"]["low"] > 1.0, row
         assert row["runtime"]["median_ms"] > 0 and row["reference"]["median_ms"] > row["runtime"]["median_ms"]
     geo = math.exp(sum(math.log(r["speedup"]["ratio"]) for r in t["cases"].values()) / 2)
     assert t["speedup"]["ratio"] == pytest.approx(geo, rel=0.35)  # the median of per-pair geometric means
