@@ -104,18 +104,21 @@ def test_each_case_is_timed_paired_and_the_figure_is_their_geometric_mean(tmp_pa
     assert ev.verdict.status == "valid", ev.verdict.report()
     t = ev.verdict.result("timing").details
     assert set(t["cases"]) == {"20000", "200000"}
+    # a case's figures are a measurement where its timing settled; on a loaded machine a case of
+    # 0.3 ms can stay unstable (0.69-4.5x beside two CPU hogs), and then the row says so
+    settled = [row for row in t["cases"].values() if row["stability"]["verdict"] != "unstable"]
     for row in t["cases"].values():
-        # the fast kernel does an eighth of the divisions: faster beyond its interval (how much
-        # faster depends on the machine's load: 1.45x [1.42, 1.86] for the small case beside a CPU hog)
+        assert row["runtime"]["median_ms"] > 0 and row["stability"]["verdict"] in ("stable", "unstable"), row
+    for row in settled:  # the fast kernel does an eighth of the divisions: faster beyond its interval
         assert row["speedup"]["low"] > 1.0, row
-        assert row["runtime"]["median_ms"] > 0 and row["reference"]["median_ms"] > row["runtime"]["median_ms"]
+        assert row["reference"]["median_ms"] > row["runtime"]["median_ms"]
     geo = math.exp(sum(math.log(r["speedup"]["ratio"]) for r in t["cases"].values()) / 2)
     assert t["speedup"]["ratio"] == pytest.approx(geo, rel=0.35)  # the median of per-pair geometric means
     assert "geometric mean over 2 cases" in t["summary"]
     # the baseline runs the same fast kernel: the design's fraction of its speed is about 1
     base = t["baselines"]["fast"]
     assert base["label"] == "Fast library" and 0.5 < base["fraction"]["ratio"] < 2.0, base
-    assert all(0.5 < r["baselines"]["fast"]["fraction"]["ratio"] < 2.0 for r in t["cases"].values())
+    assert all(0.5 < r["baselines"]["fast"]["fraction"]["ratio"] < 2.0 for r in settled), t["cases"]
 
 
 def test_a_run_that_drops_a_case_fails(tmp_path, evaluate) -> None:
