@@ -31,7 +31,7 @@ from stratagem.context.curate import curate  # noqa: E402
 from stratagem.core.search import AgentCall, IterationResult, Plan  # noqa: E402
 from stratagem.core.verdict import ValidatorResult, Verdict  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
-from stratagem.evaluation.service import Baseline, Evaluation  # noqa: E402
+from stratagem.evaluation.results import Baseline, Evaluation  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
 from stratagem.search.session import RunSession  # noqa: E402
 from stratagem.store.sqlite import RunStore  # noqa: E402

@@ -44,7 +44,7 @@ from stratagem.core.design import Design  # noqa: E402
 from stratagem.core.problem import Problem  # noqa: E402
 from stratagem.core.verdict import ValidatorResult, Verdict  # noqa: E402
 from stratagem.domains.pytorch.problem import load_problem  # noqa: E402
-from stratagem.evaluation.service import Baseline, Evaluation  # noqa: E402
+from stratagem.evaluation.results import Baseline, Evaluation  # noqa: E402
 from stratagem.search.loop import SearchLoop  # noqa: E402
 from stratagem.search.policies.registry import build_policy, policy_settings, resolved_config  # noqa: E402
 from stratagem.search.session import RunSession  # noqa: E402

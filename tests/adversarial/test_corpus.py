@@ -27,7 +27,8 @@ from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.outcome import interpret
-from stratagem.evaluation.service import Evaluation, Evaluator
+from stratagem.evaluation.results import Evaluation
+from stratagem.evaluation.service import Evaluator
 
 HERE = Path(__file__).parent
 CANDIDATES = HERE / "candidates"

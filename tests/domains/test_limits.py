@@ -39,7 +39,8 @@ def test_an_evaluation_runs_under_the_limit_its_baseline_implies(cpu_config) -> 
 
     from stratagem.core.verdict import Verdict
     from stratagem.evaluation.executors import LocalExecutor
-    from stratagem.evaluation.service import Baseline, Evaluator
+    from stratagem.evaluation.results import Baseline
+    from stratagem.evaluation.service import Evaluator
 
     problem = load_problem(ROOT / "tests/fixtures/problem_linear.py")
     design = candidate_design((ROOT / "tests/fixtures/candidates/good_addmm.py").read_text())

@@ -23,7 +23,8 @@ from stratagem.core.problem import Problem
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
-from stratagem.evaluation.service import Evaluation, Evaluator
+from stratagem.evaluation.results import Evaluation
+from stratagem.evaluation.service import Evaluator
 
 _TEMPLATE = '''\
 import torch

@@ -25,7 +25,8 @@ from stratagem.domains.pytorch.graphs import BREACH_GRAPH, breach_graph
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.worker import breach_audit, breach_timing
 from stratagem.evaluation.executors import LocalExecutor
-from stratagem.evaluation.service import Evaluation, Evaluator
+from stratagem.evaluation.results import Evaluation
+from stratagem.evaluation.service import Evaluator
 
 HERE = Path(__file__).parent
 BREACH = HERE / "breach"

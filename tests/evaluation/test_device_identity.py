@@ -16,7 +16,8 @@ from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.errors import ConfigError
 from stratagem.evaluation.executors import LocalExecutor, make_executor
-from stratagem.evaluation.service import Baseline, Evaluator
+from stratagem.evaluation.results import Baseline
+from stratagem.evaluation.service import Evaluator
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -99,7 +100,7 @@ def test_a_ratio_is_chained_only_through_a_baseline_of_the_same_device_kind(base
     """A design timed on an H200 gets no speedup "vs compile" from a baseline measured on
     another kind of GPU: the chain would mix two machines' numbers."""
     from stratagem.core.verdict import ValidatorResult, Verdict
-    from stratagem.evaluation.service import Evaluation
+    from stratagem.evaluation.results import Evaluation
 
     timing = {"runtime": {"median_ms": 0.5, "q1_ms": 0.5, "q3_ms": 0.5}, "reference": {"median_ms": 1.0},
               "speedup": {"ratio": 2.0, "low": 1.9, "high": 2.1, "pairs": 10}}

@@ -22,7 +22,8 @@ from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
 from stratagem.domains.pytorch.worker.timing import PAIRS_MIN, pair_count
 from stratagem.evaluation.executors import LocalExecutor
-from stratagem.evaluation.service import Evaluation, Evaluator
+from stratagem.evaluation.results import Evaluation
+from stratagem.evaluation.service import Evaluator
 from stratagem.worker_api.device_lock import DeviceLock
 
 PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"

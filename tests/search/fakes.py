@@ -12,7 +12,7 @@ from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.evaluation.service import Baseline, Evaluation
+from stratagem.evaluation.results import Baseline, Evaluation
 
 EAGER_MS = 1.0
 

@@ -18,7 +18,8 @@ from stratagem.core.verdict import Verdict
 from stratagem.domains import check_sections, get_domain, load_problem
 from stratagem.errors import CandidateError, ProblemError, read_text
 from stratagem.evaluation.executors import make_executor
-from stratagem.evaluation.service import Baseline, Evaluation, Evaluator
+from stratagem.evaluation.results import Baseline, Evaluation
+from stratagem.evaluation.service import Evaluator
 from stratagem.store.sqlite import RunStore
 
 DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024

@@ -1,15 +1,13 @@
 """Owns evaluating one design against one problem: the validator graph, end to end.
 
-Parent-placed validators run inline; worker-placed ones go to the executor as one batch (one
-fresh sandboxed process). The speedup over the reference is the paired ratio the timing stage
-measured in the design's own worker (reference and design in alternating blocks), with its
-interval. The speedups over the domain's other baseline modes chain it with the reference/mode
-ratio the baseline worker measured (`evaluation/baselines.py`, for a domain with `baselines`):
-design/mode = (reference/design) / (reference/mode). A baseline found or measured for a design
-is checked against the slot its worker reports; one of another machine or device, or an
-unstable cached one, is replaced by that slot's own. A domain's optional capabilities run only
-where it has them: device peaks (`evaluation/peaks.py`), reference facts, prebuild, audit,
-confirmation. See docs/timing.md.
+Parent-placed validators run inline; worker-placed ones in one fresh sandboxed worker on the
+executor. The speedup over the reference is the paired ratio the design's own worker timed
+(alternating blocks, with its interval); over the domain's other baseline modes it is chained
+with the baseline worker's reference/mode ratio (`evaluation/baselines.py`): design/mode =
+(reference/design) / (reference/mode). A baseline is kept only for the slot it was measured
+on (another machine's or device's, or an unstable cached one, gives way to the slot's own). A
+domain's optional capabilities run only where it has them: device peaks, reference facts,
+prebuild, audit, confirmation. See docs/timing.md.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import get_domain
 from stratagem.domains.base import Domain, Task
 from stratagem.errors import HarnessError
-from stratagem.evaluation.baselines import ANY_HOST, BaselineCache, Baselines, own, slot_of
+from stratagem.evaluation.baselines import BaselineCache, Baselines, own, slot_of
 from stratagem.evaluation.executors import Executor
 from stratagem.evaluation.outcome import interpret
 from stratagem.evaluation.peaks import DevicePeaks
@@ -36,9 +34,6 @@ from stratagem.evaluation.progress import owned, stage_events
 from stratagem.evaluation.results import Baseline, Evaluation
 from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.worker_api.protocol import EvalRequest
-
-__all__ = ["ANY_HOST", "Baseline", "Evaluation", "Evaluator"]
-"""Re-exported from `evaluation/results.py` and `evaluation/baselines.py`, where they live."""
 
 
 @dataclass
@@ -60,10 +55,8 @@ class _Attempt:
     seeds: tuple[int, ...] = ()
     sandbox: dict[str, Any] = field(default_factory=dict)
     limit: float | None = None
-    """Known before the first worker: it fits the reference's time when a baseline is known
-    (the search's, or the cache's). Otherwise the baseline is measured beside the design's
-    worker (`pending`), which runs under the default limit; a worker cut off at it runs again
-    under the limit the baseline implies, if that is larger."""
+    """The run limit, fitted to the reference's time where a baseline is known (else the
+    default, while `pending` measures the baseline beside the worker: `_batch`)."""
     pending: asyncio.Task[Baseline] | None = None
 
 
@@ -142,8 +135,9 @@ class Evaluator:
         return req
 
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
-        """The worker-placed stages in one sandboxed worker; one cut at a provisional run limit
-        runs again under the limit its (now measured) baseline implies, when that is larger."""
+        """The worker-placed stages in one sandboxed worker. One cut at a provisional run limit
+        runs again under the limit its (now measured) baseline implies, when that is larger; one
+        that ran out of memory, again alone on the device (`EvalRequest.alone`): its verdict stands."""
         rf, facts_key = a.domain.reference_facts, f"{a.task.problem.domain}-{a.task.problem.id}"
         req = self._request(a, specs, a.baseline if a.baseline is not None and not a.baseline.cached else None)
         facts = self.facts.get(facts_key) if rf is not None else None
@@ -160,8 +154,14 @@ class Evaluator:
                 req, limit = self._request(a, specs, a.baseline), fitted
                 on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
                 slot, sr = await self.executor.submit(req, fitted, self.cfg.compile_timeout_s, on_event)
-        a.seeds, a.ran_on, a.ran_host, a.limit = a.task.request_seeds(req), slot.physical, slot.host, limit
         out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
+        if not req.alone and any(r.kind == "oom" for r in out.results):
+            # other workers share the device (and the machine): what ran out may have been theirs
+            req = req.model_copy(update={"alone": True})
+            on_event({"event": "start", "stage": "again, alone on the device (it ran out of memory beside other work)"})
+            slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
+            out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
+        a.seeds, a.ran_on, a.ran_host, a.limit = a.task.request_seeds(req), slot.physical, slot.host, limit
         results = out.results
         if rf is not None and facts is not None:
             results = rf.applied(results, facts["facts"])
@@ -172,7 +172,7 @@ class Evaluator:
         a.sandbox = {
             "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
             "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,
-            "strays_killed": sr.strays_killed, "run_limit_s": limit,
+            "strays_killed": sr.strays_killed, "run_limit_s": limit, "alone": req.alone,
             "lock_wait_s": round((sr.phase_s or {}).get("wait", 0.0), 3),
         }
         return results

@@ -12,7 +12,7 @@ from rich.table import Table
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.evaluation.service import Baseline
+from stratagem.evaluation.results import Baseline
 from stratagem.report.cases import print_cases
 from stratagem.search.state import names_of
 

@@ -35,7 +35,8 @@ from stratagem.core.search import (
 from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict
 from stratagem.domains import get_domain
 from stratagem.errors import HarnessError, ProblemError
-from stratagem.evaluation.service import Baseline, Evaluator
+from stratagem.evaluation.results import Baseline
+from stratagem.evaluation.service import Evaluator
 from stratagem.search import probes
 from stratagem.search import state as st
 from stratagem.search.budget import PROBES_KEY, Budgets, Spend, evaluation_seconds

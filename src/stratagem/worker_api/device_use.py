@@ -42,6 +42,9 @@ class DeviceUse:
         """Every lock hold of this worker (the stage results carry their own)."""
         self._timing_cores = [int(c) for c in request.get("timing_cores") or ()]
         self._base_cores: set[int] | None = None
+        self.alone = bool(request.get("alone"))
+        """Every hold is exclusive (`EvalRequest.alone`): no other worker uses the device beside
+        this one."""
         self.build_outside_lock = self.device.startswith("cuda")
         """Whether a build lets the shared lock go (`released`): on a GPU it runs on the CPU
         only, so another design may time meanwhile; on the CPU device a build competes with
@@ -62,19 +65,29 @@ class DeviceUse:
     @contextlib.contextmanager
     def hold(self, mode: Mode) -> Iterator[None]:
         """Hold the device lock in `mode` (a no-op without a lock, or inside a hold of the
-        same mode or an exclusive one). The wait is reported as the `wait` phase; an exclusive
-        hold on a GPU also moves this thread onto the cores reserved for timing.
+        same mode or an exclusive one; held `alone`, every hold is exclusive). The wait is
+        reported as the `wait` phase; a worker about to wait for a shared hold first gives back
+        the device memory it keeps cached (`_give_back_memory`: between stages it holds none
+        that a worker holding the device needs); an exclusive hold on a GPU also moves this
+        thread onto the cores reserved for timing.
 
         Raises:
             RuntimeError: an exclusive hold asked for inside a shared one (stages take the
                 exclusive lock only outside shared sections, so two workers never deadlock).
         """
         if self._lock is None or self._held == "exclusive" or self._held == mode:
-            yield
+            pin = mode == "exclusive" and self._base_cores is None  # a timed section of a worker alone
+            if pin:
+                self._pin(True)
+            try:
+                yield
+            finally:
+                if pin:
+                    self._pin(False)
             return
         if self._held is not None:
             raise RuntimeError("exclusive device lock requested inside a shared hold")
-        self._take(mode)
+        self._take(mode, give_back=mode == "shared")
         try:
             yield
         finally:
@@ -95,13 +108,21 @@ class DeviceUse:
         finally:
             self._take("shared")
 
-    def _take(self, mode: Mode) -> None:
+    def _give_back_memory(self) -> None:
+        """Return the device memory this process keeps cached but does not use (a domain's
+        worker overrides it: PyTorch's caching allocator); nothing here."""
+
+    def _take(self, mode: Mode, give_back: bool = False) -> None:
         assert self._lock is not None
         seen: list[Any] = []
+        timing = mode == "exclusive"
+        mode = "exclusive" if self.alone else mode
 
         @contextlib.contextmanager
         def waiting(holder: dict[str, Any] | None) -> Iterator[None]:
             seen.append(holder)
+            if give_back:
+                self._give_back_memory()
             with self.phase("wait", holder=holder):
                 yield
 
@@ -110,14 +131,14 @@ class DeviceUse:
         self._hold_cm, self._held = cm, mode
         self._hold_since = (waited, time.time())
         self._hold_seen = seen[0] if seen else None
-        if mode == "exclusive":
+        if timing:
             self._pin(True)
 
     def _let_go(self) -> None:
         mode, cm = self._held, self._hold_cm
         if mode is None or cm is None:  # taking it again after a build failed
             return
-        if mode == "exclusive":
+        if self._base_cores is not None:
             self._pin(False)
         self._held, self._hold_cm = None, None
         released = time.time()  # before the lock goes: the window lies inside the hold
@@ -135,5 +156,6 @@ class DeviceUse:
                 os.sched_setaffinity(0, self._timing_cores)
             elif self._base_cores is not None:
                 os.sched_setaffinity(0, self._base_cores)
+                self._base_cores = None
         except OSError:
             pass

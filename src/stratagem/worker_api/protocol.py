@@ -71,6 +71,10 @@ class EvalRequest(BaseModel):
     compile_stage: str | None = None
     """The stage whose time counts against the compile limit, not the run limit (the domain's:
     PyTorch's `load`, where imports and `load_inline`/Triton builds happen)."""
+    alone: bool = False
+    """Use the device alone: every hold of the device lock is exclusive, so no other worker
+    on this machine runs on the device beside this one (an evaluation run again after it ran
+    out of memory beside others: `evaluation/service.py`)."""
     judge: bool = False
     """Record the candidate's deciding outputs, and have the judge (a process that never runs
     candidate code) confirm them after the worker ends (evaluation/judge.py)."""

@@ -13,7 +13,8 @@ from stratagem.config import EvaluationConfig, environment
 from stratagem.core.design import Design
 from stratagem.domains import load_problem
 from stratagem.evaluation.executors import LocalExecutor
-from stratagem.evaluation.service import Evaluation, Evaluator
+from stratagem.evaluation.results import Evaluation
+from stratagem.evaluation.service import Evaluator
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ class Judging:
     def poll(self) -> None:
         """Check what has arrived: every IPC record (then answer it), and the sampled file
         records (under the shared lock: the worker does not wait for these)."""
-        t0 = time.perf_counter()
+        t0, before = time.perf_counter(), len(self.checked)
         try:
             for key in record.ipc_keys(self.dir):
                 if key in self.checked or key in self.refused or not self.known(key):
@@ -112,6 +112,8 @@ class Judging:
                     for key in pending:
                         self._check_file(key)
         finally:
+            if len(self.checked) > before:  # idle until the next record: the worker may need the memory
+                runtime.give_back_memory(self.w.device)
             self.work_s += time.perf_counter() - t0
 
     def _check_ipc(self, key: str) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import record, runtime
+from stratagem.domains.pytorch.worker import compare, record, runtime
 from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
@@ -187,18 +187,23 @@ def off_distribution(inputs: list[Any], scale: float, seed: int) -> list[Any]:
     return out
 
 
-def output_magnitude(out: Any) -> float:
-    """The largest finite magnitude among the floating outputs."""
+def _floating(out: Any) -> list[torch.Tensor]:
     ts = [out] if isinstance(out, torch.Tensor) else [t for t in (out if isinstance(out, list | tuple) else [])
                                                      if isinstance(t, torch.Tensor)]
-    vals = [float(t.detach().abs().nan_to_num(0, 0, 0).max()) for t in ts if t.is_floating_point() and t.numel()]
+    return [t.detach() for t in ts if t.is_floating_point() and t.numel()]
+
+
+def output_magnitude(out: Any) -> float:
+    """The largest finite magnitude among the floating outputs (in chunks: no temporary the
+    size of an output, which at KernelBench's sizes is memory the evaluation's plan lacks)."""
+    vals = [float(torch.stack([c.abs().nan_to_num(0, 0, 0).max() for c in compare.chunks(t)]).max())
+            for t in _floating(out)]
     return max(vals, default=0.0)
 
 
 def finite(out: Any) -> bool:
-    ts = [out] if isinstance(out, torch.Tensor) else [t for t in (out if isinstance(out, list | tuple) else [])
-                                                     if isinstance(t, torch.Tensor)]
-    return all(bool(torch.isfinite(t).all()) for t in ts if t.is_floating_point())
+    """Whether every floating output is finite (in chunks, as `output_magnitude`)."""
+    return all(bool(torch.isfinite(c).all()) for t in _floating(out) for c in compare.chunks(t))
 
 
 def off_scale(setting: Any) -> float | None:
@@ -229,8 +234,6 @@ def judge_off_distribution(w: StageContext, ref_out: Any, cand_out: Any, inputs:
     outside the visible range (a clamp never reached, an approximation valid only near 0), is
     off by a large fraction of the output. Returns the comparison and the output's growth
     over the visible trials' (reported)."""
-    from stratagem.domains.pytorch.worker import compare
-
     mag = output_magnitude(ref_out)
     grow = max(1.0, mag / visible_magnitude) if visible_magnitude > 0 else 1.0
     tol = {k: {"atol": max(float(v["atol"]), OFF_REL * mag), "rtol": float(v["rtol"])}

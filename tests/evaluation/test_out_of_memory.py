@@ -1,0 +1,133 @@
+"""Running out of memory: an evaluation whose worker ran out of memory runs again alone on
+the device (the memory may have been other workers'), and the second verdict is the design's;
+a worker waiting for the device lock gives back what it keeps cached; the judge's and the
+trials' reductions over an output take no temporary of its size (real workers on the CPU)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from stratagem.domains.pytorch.worker import compare, params
+from stratagem.evaluation.executors import LocalExecutor
+from stratagem.worker_api.device_lock import DeviceLock
+from stratagem.worker_api.device_use import DeviceUse
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """`alone` of every design's request the local executor runs, in order (not the reference's
+    own workers: the device's peaks, baselines)."""
+    seen: list[bool] = []
+    real = LocalExecutor.submit
+
+    async def submit(self: LocalExecutor, request: Any, *a: Any, **kw: Any) -> Any:
+        if request.lock_owner.get("label") != "baselines":
+            seen.append(request.alone)
+        return await real(self, request, *a, **kw)
+
+    monkeypatch.setattr(LocalExecutor, "submit", submit)
+    return seen
+
+
+def test_a_design_that_ran_out_of_memory_beside_others_is_judged_by_its_run_alone(evaluate, h, asked, tmp_path) -> None:
+    marker = tmp_path / "ran-out-once"
+    ev = evaluate(h.make_candidate(forward=f"""
+        import pathlib
+        mark = pathlib.Path({str(marker)!r})
+        if not mark.exists():
+            mark.write_text("out")
+            raise MemoryError("out of memory: another worker holds the device's memory")
+    """))
+    assert marker.exists()
+    assert asked == [False, True]
+    assert ev.verdict.status == "valid", ev.verdict.report()
+    assert ev.sandbox["alone"] is True
+
+
+def test_a_design_that_runs_out_of_memory_alone_too_is_oom_after_one_more_run(evaluate, h, asked) -> None:
+    ev = evaluate(h.make_candidate(forward='raise MemoryError("needs more than the device has")'))
+    assert asked == [False, True]
+    assert [f.kind for f in ev.verdict.failures] == ["oom"], ev.verdict.report()
+
+
+def _hold_for(lock: DeviceLock, mode: str, seconds: float, entered: threading.Event) -> None:
+    with lock.hold(mode):  # type: ignore[arg-type]
+        entered.set()
+        time.sleep(seconds)
+
+
+def test_a_worker_alone_holds_the_device_exclusively_and_pins_only_its_timed_sections(tmp_path) -> None:
+    path = str(tmp_path / "gpu.lock")
+    use = DeviceUse({"device": "cpu", "timing_lock": path, "alone": True})
+    other_in: list[float] = []
+
+    def other() -> None:
+        with DeviceLock(path).hold("shared"):
+            other_in.append(time.monotonic())
+
+    with use.hold("shared"):
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.3)
+        assert not other_in  # a shared holder waits for a worker alone
+        with use.hold("exclusive"):  # a timed section inside: no second take, no error
+            pass
+        left = time.monotonic()
+    t.join(5)
+    assert other_in and other_in[0] >= left
+    assert [w.mode for w in use.windows] == ["exclusive"]
+
+
+class _Counting(DeviceUse):
+    def __init__(self, request: dict[str, Any]) -> None:
+        super().__init__(request)
+        self.given_back = 0
+
+    def _give_back_memory(self) -> None:
+        self.given_back += 1
+
+
+@pytest.mark.parametrize("mode, gives_back", [("shared", 1), ("exclusive", 0)])
+def test_a_worker_gives_back_cached_memory_only_when_it_waits_for_a_shared_hold(tmp_path, mode, gives_back) -> None:
+    """Waiting for a stage's shared hold, a worker keeps nothing the holder may need; a timed
+    section keeps its cache (a cold allocator would be timed)."""
+    path = str(tmp_path / "gpu.lock")
+    use = _Counting({"device": "cpu", "timing_lock": path})
+    with use.hold(mode):  # type: ignore[arg-type]
+        pass
+    assert use.given_back == 0  # the lock was free: nothing to wait for
+    entered = threading.Event()
+    t = threading.Thread(target=_hold_for, args=(DeviceLock(path), "exclusive", 0.3, entered))
+    t.start()
+    assert entered.wait(5)
+    with use.hold(mode):  # type: ignore[arg-type]
+        pass
+    t.join(5)
+    assert use.given_back == gives_back
+
+
+@pytest.mark.parametrize("shape, transpose", [((3000, 700), False), ((3000, 700), True), ((5,), False)])
+def test_reductions_over_an_output_agree_with_the_whole_and_take_chunks(shape, transpose, monkeypatch) -> None:
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 10_000)
+    base = torch.randn(*shape) * 3
+    base.view(-1)[base.numel() // 2] = float("nan")
+    t = base.t() if transpose else base
+    pieces = compare.chunks(t)
+    assert sum(p.numel() for p in pieces) == t.numel()
+    assert all(p.numel() <= max(10_000, t[0].numel() if t.dim() else 1) for p in pieces)
+    assert all(p.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for p in pieces)  # views, no copy
+    whole = float(t.abs().nan_to_num(0, 0, 0).max())
+    assert params.output_magnitude(t) == whole
+    assert params.finite(t) == bool(torch.isfinite(t).all())
+    assert params.output_magnitude((t, torch.tensor(-9.0), torch.ones(0))) == max(whole, 9.0)
+
+
+def test_chunks_of_a_large_tensor_cover_it_in_order() -> None:
+    t = torch.arange(25.0).reshape(5, 5)
+    assert torch.equal(torch.cat([p.reshape(-1) for p in compare.chunks(t, 7)]), t.reshape(-1))
+    assert torch.equal(torch.cat([p for p in compare.chunks(t.t(), 7)]), t.t())
