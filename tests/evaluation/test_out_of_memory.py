@@ -1,7 +1,7 @@
 """Running out of memory: an evaluation whose worker ran out of memory runs again alone on
 the device (the memory may have been other workers'), and the second verdict is the design's;
-a worker waiting for the device lock gives back what it keeps cached; the judge's and the
-trials' reductions over an output take no temporary of its size (real workers on the CPU)."""
+a reference that runs out of memory is not a broken problem; the judge's and the trials'
+reductions over an output take no temporary of its size (real workers on the CPU)."""
 
 from __future__ import annotations
 
@@ -55,12 +55,6 @@ def test_a_design_that_runs_out_of_memory_alone_too_is_oom_after_one_more_run(ev
     assert [f.kind for f in ev.verdict.failures] == ["oom"], ev.verdict.report()
 
 
-def _hold_for(lock: DeviceLock, mode: str, seconds: float, entered: threading.Event) -> None:
-    with lock.hold(mode):  # type: ignore[arg-type]
-        entered.set()
-        time.sleep(seconds)
-
-
 def test_a_worker_alone_holds_the_device_exclusively_and_pins_only_its_timed_sections(tmp_path) -> None:
     path = str(tmp_path / "gpu.lock")
     use = DeviceUse({"device": "cpu", "timing_lock": path, "alone": True})
@@ -83,34 +77,6 @@ def test_a_worker_alone_holds_the_device_exclusively_and_pins_only_its_timed_sec
     assert [w.mode for w in use.windows] == ["exclusive"]
 
 
-class _Counting(DeviceUse):
-    def __init__(self, request: dict[str, Any]) -> None:
-        super().__init__(request)
-        self.given_back = 0
-
-    def _give_back_memory(self) -> None:
-        self.given_back += 1
-
-
-@pytest.mark.parametrize("mode, gives_back", [("shared", 1), ("exclusive", 0)])
-def test_a_worker_gives_back_cached_memory_only_when_it_waits_for_a_shared_hold(tmp_path, mode, gives_back) -> None:
-    """Waiting for a stage's shared hold, a worker keeps nothing the holder may need; a timed
-    section keeps its cache (a cold allocator would be timed)."""
-    path = str(tmp_path / "gpu.lock")
-    use = _Counting({"device": "cpu", "timing_lock": path})
-    with use.hold(mode):  # type: ignore[arg-type]
-        pass
-    assert use.given_back == 0  # the lock was free: nothing to wait for
-    entered = threading.Event()
-    t = threading.Thread(target=_hold_for, args=(DeviceLock(path), "exclusive", 0.3, entered))
-    t.start()
-    assert entered.wait(5)
-    with use.hold(mode):  # type: ignore[arg-type]
-        pass
-    t.join(5)
-    assert use.given_back == gives_back
-
-
 @pytest.mark.parametrize("shape, transpose", [((3000, 700), False), ((3000, 700), True), ((5,), False)])
 def test_reductions_over_an_output_agree_with_the_whole_and_take_chunks(shape, transpose, monkeypatch) -> None:
     monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 10_000)
@@ -131,3 +97,29 @@ def test_chunks_of_a_large_tensor_cover_it_in_order() -> None:
     t = torch.arange(25.0).reshape(5, 5)
     assert torch.equal(torch.cat([p.reshape(-1) for p in compare.chunks(t, 7)]), t.reshape(-1))
     assert torch.equal(torch.cat([p for p in compare.chunks(t.t(), 7)]), t.t())
+
+
+class _Raises(torch.nn.Module):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def forward(self, *_inputs: Any) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("error, kind", [(MemoryError("out of memory"), "oom"),
+                                         (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB"), "oom"),
+                                         (ValueError("shapes do not match"), "problem_error")])
+def test_a_reference_that_runs_out_of_memory_is_not_a_broken_problem(tmp_path, error, kind) -> None:
+    """The reference raising is the problem's fault (the run stops: no design can be judged),
+    unless the memory ran out, which other work on the device may have taken: then the
+    evaluation runs again alone like any other that ran out."""
+    from stratagem.domains.pytorch.worker.stages import Worker
+    from stratagem.worker_api.stages import StageFailure
+
+    w = Worker({"device": "cpu"}, tmp_path)
+    with pytest.raises(StageFailure) as failed:
+        w.call_reference(_Raises(error), [])
+    assert failed.value.kind == kind
+    assert "the reference Model raised" in failed.value.reason

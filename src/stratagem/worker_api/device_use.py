@@ -66,10 +66,8 @@ class DeviceUse:
     def hold(self, mode: Mode) -> Iterator[None]:
         """Hold the device lock in `mode` (a no-op without a lock, or inside a hold of the
         same mode or an exclusive one; held `alone`, every hold is exclusive). The wait is
-        reported as the `wait` phase; a worker about to wait for a shared hold first gives back
-        the device memory it keeps cached (`_give_back_memory`: between stages it holds none
-        that a worker holding the device needs); an exclusive hold on a GPU also moves this
-        thread onto the cores reserved for timing.
+        reported as the `wait` phase; a timed section (an exclusive hold) on a GPU also moves
+        this thread onto the cores reserved for timing.
 
         Raises:
             RuntimeError: an exclusive hold asked for inside a shared one (stages take the
@@ -87,7 +85,7 @@ class DeviceUse:
             return
         if self._held is not None:
             raise RuntimeError("exclusive device lock requested inside a shared hold")
-        self._take(mode, give_back=mode == "shared")
+        self._take(mode)
         try:
             yield
         finally:
@@ -108,11 +106,7 @@ class DeviceUse:
         finally:
             self._take("shared")
 
-    def _give_back_memory(self) -> None:
-        """Return the device memory this process keeps cached but does not use (a domain's
-        worker overrides it: PyTorch's caching allocator); nothing here."""
-
-    def _take(self, mode: Mode, give_back: bool = False) -> None:
+    def _take(self, mode: Mode) -> None:
         assert self._lock is not None
         seen: list[Any] = []
         timing = mode == "exclusive"
@@ -121,8 +115,6 @@ class DeviceUse:
         @contextlib.contextmanager
         def waiting(holder: dict[str, Any] | None) -> Iterator[None]:
             seen.append(holder)
-            if give_back:
-                self._give_back_memory()
             with self.phase("wait", holder=holder):
                 yield
 

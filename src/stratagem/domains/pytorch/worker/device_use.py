@@ -21,7 +21,6 @@ from typing import Any
 
 import torch  # noqa: F401 - worker-side (dynamo only where needed)
 
-from stratagem.domains.pytorch.worker import runtime
 from stratagem.worker_api import device_use
 from stratagem.worker_api.stages import Emit
 
@@ -33,9 +32,6 @@ class DeviceUse(device_use.DeviceUse):
     def __init__(self, request: Mapping[str, Any], emit: Emit | None = None) -> None:
         super().__init__(request, emit)
         self._compiles_watched = False
-
-    def _give_back_memory(self) -> None:
-        runtime.give_back_memory(self.device)
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:

@@ -99,7 +99,7 @@ class Judging:
     def poll(self) -> None:
         """Check what has arrived: every IPC record (then answer it), and the sampled file
         records (under the shared lock: the worker does not wait for these)."""
-        t0, before = time.perf_counter(), len(self.checked)
+        t0 = time.perf_counter()
         try:
             for key in record.ipc_keys(self.dir):
                 if key in self.checked or key in self.refused or not self.known(key):
@@ -112,8 +112,6 @@ class Judging:
                     for key in pending:
                         self._check_file(key)
         finally:
-            if len(self.checked) > before:  # idle until the next record: the worker may need the memory
-                runtime.give_back_memory(self.w.device)
             self.work_s += time.perf_counter() - t0
 
     def _check_ipc(self, key: str) -> None:
@@ -171,9 +169,10 @@ class Judging:
             elif key == self.offdist_key:
                 if self.scale is None:
                     return
+                visible = self.visible()  # first: its inputs and output are gone before these come
                 inputs = params.off_distribution_inputs(w, self.seeds[0] + 11, self.scale)
                 ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
-                cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, self.visible())
+                cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, visible)
                 what = f"judge: with inputs off get_inputs()'s distribution (scaled by {self.scale:g})"
             else:
                 seed = int(key.removeprefix("trial-"))
@@ -181,8 +180,8 @@ class Judging:
                 ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
                 cmp = w.judge(ref_out, cand, inputs, report_anchor=False)
                 what = f"judge: trial seed {seed}"
-        except StageFailure as e:  # the reference failed here: not the candidate's doing
-            self.findings.append(Finding("correctness", "problem_error", f"judge: {e.reason}"))
+        except StageFailure as e:  # the reference failed here (or ran out of memory: `call_reference`)
+            self.findings.append(Finding("correctness", e.kind, f"judge: {e.reason}"))
             return
         if not cmp.ok:
             self.findings.append(Finding(_stage_of(key), cmp.kind or "wrong_output", f"{what}: {cmp.reason} (checked "

@@ -130,16 +130,6 @@ def free_memory() -> None:
     gc.collect()
 
 
-def give_back_memory(device: str) -> None:
-    """Collect garbage and return the caching allocator's unused blocks to the device, for a
-    process that will not use them for a while (the judge between its checks, a worker waiting
-    for the device lock) while another process on the device may need them: at KernelBench's
-    sizes (6.4 GB an input) what one process keeps cached is what another runs out of."""
-    gc.collect()
-    if device.startswith("cuda") and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
 def reset_compiled() -> None:
     """Forget everything torch.compile compiled in this process (dynamo's code caches, its
     automatic-dynamic shape memory, CUDA graph trees); the next call of a compiled function

@@ -294,9 +294,10 @@ class Worker(DeviceUse):
             out = model(*inputs)
             runtime.synchronize(self.device)
             return out
-        except Exception as e:
+        except Exception as e:  # the problem's fault, unless the memory ran out (other work may hold it)
             self.note_cuda(e)
-            raise StageFailure("problem_error", f"the reference Model raised: {runtime.one_line(e)}",
+            kind = "oom" if runtime.classify_exception(e) == "oom" else "problem_error"
+            raise StageFailure(kind, f"the reference Model raised: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
     def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
