@@ -46,7 +46,7 @@ def test_a_design_that_ran_out_of_memory_beside_others_is_judged_by_its_run_alon
     assert marker.exists()
     assert asked == [False, True]
     assert ev.verdict.status == "valid", ev.verdict.report()
-    assert ev.sandbox["alone"] is True
+    assert ev.environment["alone"] is True and ev.to_record().environment["alone"] is True
 
 
 def test_a_design_that_runs_out_of_memory_alone_too_is_oom_after_one_more_run(evaluate, h, asked) -> None:

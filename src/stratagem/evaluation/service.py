@@ -168,11 +168,11 @@ class Evaluator:
         elif rf is not None and (found := rf.of(results)) is not None:
             self.facts.put(facts_key, {"problem": a.task.problem.name, "facts": found})
         a.environment.update(out.environment)
-        a.environment.update(host=slot.host, physical_device=slot.physical)
+        a.environment.update(host=slot.host, physical_device=slot.physical, **({"alone": True} if req.alone else {}))
         a.sandbox = {
             "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
             "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,
-            "strays_killed": sr.strays_killed, "run_limit_s": limit, "alone": req.alone,
+            "strays_killed": sr.strays_killed, "run_limit_s": limit,
             "lock_wait_s": round((sr.phase_s or {}).get("wait", 0.0), 3),
         }
         return results
