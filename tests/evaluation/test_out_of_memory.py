@@ -14,6 +14,7 @@ import torch
 
 from stratagem.domains.pytorch.worker import compare, params
 from stratagem.evaluation.executors import LocalExecutor
+from stratagem.search.budget import evaluation_seconds
 from stratagem.worker_api.device_lock import DeviceLock
 from stratagem.worker_api.device_use import DeviceUse
 
@@ -47,6 +48,10 @@ def test_a_design_that_ran_out_of_memory_beside_others_is_judged_by_its_run_alon
     assert asked == [False, True]
     assert ev.verdict.status == "valid", ev.verdict.report()
     assert ev.environment["alone"] is True and ev.to_record().environment["alone"] is True
+    # the first worker's time is spent too: the GPU-seconds budget counts it
+    earlier = ev.environment["earlier_runs_s"]
+    assert earlier > 0
+    assert evaluation_seconds(ev.to_record()) >= earlier + sum(r.duration_s for r in ev.verdict.results)
 
 
 def test_a_design_that_runs_out_of_memory_alone_too_is_oom_after_one_more_run(evaluate, h, asked) -> None:

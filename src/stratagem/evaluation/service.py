@@ -84,17 +84,14 @@ class Evaluator:
         refresh_baseline: bool = False, baseline: Baseline | None = None,
         on_stage: Callable[[str], None] | None = None, graph: ValidatorGraph | None = None,
     ) -> Evaluation:
-        """Run the validator graph on `design` (the domain's, or `graph`: a writer's tool, say,
-        from `Domain.graphs`); for a valid, timed design, attach the reference
-        baselines: `baseline` when given (a search's, measured once per invocation; its reference
-        median is also the expectation of the reference-drift check) and measured on the slot
-        the design ran on, else that slot's own (measured afresh once per invocation for a
-        search; from the cache unless `refresh_baseline` otherwise). `on_stage` hears the name of
-        each stage as it starts (the worker's, the parent's, and `calibrating` while the device's
-        peaks are measured)."""
+        """Run the validator graph on `design` (the domain's, or `graph`: a writer's tool from
+        `Domain.graphs`); for a valid, timed design, attach the reference baselines: `baseline`
+        when given (a search's, once per invocation; its reference median is also the
+        reference-drift check's expectation) and measured on the design's slot, else that
+        slot's own (afresh once per invocation for a search; else from the cache unless
+        `refresh_baseline`). `on_stage` hears each stage's name as it starts."""
         t0 = time.monotonic()
-        domain = get_domain(problem.domain)
-        task = domain.open(problem, self.cfg)
+        task = (domain := get_domain(problem.domain)).open(problem, self.cfg)
         run = GraphRun(graph or task.validator_graph(), batch_placement="worker")
         a = _Attempt(design, domain, task, timeout_s, on_stage or (lambda _name: None), baseline,
                      self.physical_device, self.executor.host())
@@ -137,7 +134,9 @@ class Evaluator:
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
         """The worker-placed stages in one sandboxed worker. One cut at a provisional run limit
         runs again under the limit its (now measured) baseline implies, when that is larger; one
-        that ran out of memory, again alone on the device (`EvalRequest.alone`): its verdict stands."""
+        that ran out of memory, again alone on the device (`EvalRequest.alone`, because other
+        workers share its memory). The last verdict stands; the runs before it are charged
+        (`earlier_runs_s` in the environment)."""
         rf, facts_key = a.domain.reference_facts, f"{a.task.problem.domain}-{a.task.problem.id}"
         req = self._request(a, specs, a.baseline if a.baseline is not None and not a.baseline.cached else None)
         facts = self.facts.get(facts_key) if rf is not None else None
@@ -147,17 +146,17 @@ class Evaluator:
         compile_limit = a.task.compile_timeout_s(a.timeout_s)
         limit = a.limit or self.cfg.timeout_s
         slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
+        earlier_s = 0.0
         if a.pending is not None and sr.timed_out and sr.limit_hit == "run":
             a.baseline, a.pending = await a.pending, None  # the baseline now says what fits the problem
             fitted = a.task.timeout_s(a.timeout_s, a.baseline.reference_ms)
             if fitted > limit:
-                req, limit = self._request(a, specs, a.baseline), fitted
+                req, limit, earlier_s = self._request(a, specs, a.baseline), fitted, sr.duration_s
                 on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
-                slot, sr = await self.executor.submit(req, fitted, self.cfg.compile_timeout_s, on_event)
+                slot, sr = await self.executor.submit(req, fitted, compile_limit, on_event)
         out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
         if not req.alone and any(r.kind == "oom" for r in out.results):
-            # other workers share the device (and the machine): what ran out may have been theirs
-            req = req.model_copy(update={"alone": True})
+            req, earlier_s = req.model_copy(update={"alone": True}), earlier_s + sr.duration_s
             on_event({"event": "start", "stage": "again, alone on the device (it ran out of memory beside other work)"})
             slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
             out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
@@ -168,7 +167,8 @@ class Evaluator:
         elif rf is not None and (found := rf.of(results)) is not None:
             self.facts.put(facts_key, {"problem": a.task.problem.name, "facts": found})
         a.environment.update(out.environment)
-        a.environment.update(host=slot.host, physical_device=slot.physical, **({"alone": True} if req.alone else {}))
+        a.environment.update(host=slot.host, physical_device=slot.physical, **({"alone": True} if req.alone else {}),
+                             **({"earlier_runs_s": round(earlier_s, 3)} if earlier_s else {}))
         a.sandbox = {
             "returncode": sr.returncode, "signal": sr.signal_name, "timed_out": sr.timed_out,
             "duration_s": sr.duration_s, "network_isolated": sr.network_isolated,

@@ -139,7 +139,9 @@ class Spend:
 
 
 def evaluation_seconds(ev: EvaluationRecord) -> float:
-    return float(sum(v.get("duration_s") or 0.0 for v in ev.validators))
+    """Its validators' seconds, and the workers that ran before the one whose verdict stands
+    (`earlier_runs_s`: cut at a provisional limit, or out of memory beside other work)."""
+    return float(sum(v.get("duration_s") or 0.0 for v in ev.validators)) + float(ev.environment.get("earlier_runs_s") or 0.0)
 
 
 _ACTIVE: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("stratagem_reservation", default=None)
