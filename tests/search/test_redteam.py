@@ -226,7 +226,8 @@ def test_the_whole_corpus_replayed_by_an_attacker_is_caught_or_breached(tmp_path
 
 def test_the_audit_keeps_to_the_runs_compute_budget(tmp_path, capsys) -> None:
     # one evaluation spends the GPU-seconds budget: the accepted attempt is not audited, and says why
-    code, out, _ = _attack(tmp_path, capsys, [ADV / "honest" / "functional_linear.py"], "--max-gpu-seconds", "0.5")
+    # (the budget is a tenth of one evaluation's stages, 0.63 s on 2 idle cores: 0.5 s was not always spent)
+    code, out, _ = _attack(tmp_path, capsys, [ADV / "honest" / "functional_linear.py"], "--max-gpu-seconds", "0.05")
     assert code == 0, out
     [a] = out["redteam"]["attempts"]
     assert a["outcome"] == "unaudited" and "max_gpu_seconds" in a["evidence"], a
