@@ -56,6 +56,19 @@ def test_overlapping_designs_are_tied_not_ranked_apart() -> None:
     assert "vs_compile" not in out["b"].to_json("reference", None)  # a domain with no compared baseline
 
 
+@pytest.mark.parametrize("search, confirmed, agrees", [
+    (Ratio(1.0045, 1.0036, 1.0052), Ratio(1.0065, 1.0041, 1.0089), True),  # the H100's ReLU: 0.2% apart, both tight
+    (Ratio(3.2, 2.9, 3.6), Ratio(1.05, 0.95, 1.2), False),  # a busy machine inflated the search
+    (Ratio(1.5, 1.45, 1.55), Ratio(1.3, 1.25, 1.35), False),
+    (None, Ratio(1.0, 0.99, 1.01), None),
+])
+def test_the_search_time_figure_agrees_with_the_confirmed_one_where_their_intervals_overlap(search, confirmed,
+                                                                                           agrees) -> None:
+    d = ConfirmedDesign("a", confirmed, None, None, (confirmed.ratio,), search=search)
+    assert d.search_agrees is agrees
+    assert d.to_json("eager", None)["search_agrees"] is agrees
+
+
 def test_each_block_times_the_programs_in_another_order() -> None:
     names = ["a", "b", "c", "compile"]
     orders = [rotated(names, b) for b in range(4)]

@@ -80,8 +80,8 @@ def confirmed_table(body: dict[str, Any], n: BaselineNames, views: Sequence[Desi
         t.add_column(col, no_wrap=col in ("#", "design"))
     designs = list(body.get("designs") or ())
     for mark, d in zip(rank_marks([d.get("rank") for d in designs]), designs, strict=True):
-        held = d.get("search_holds")
-        search = _r(d.get("search")) + ("" if held is None else (" (holds)" if held else " (misses)"))
+        agrees = d.get("search_agrees")
+        search = _r(d.get("search")) + ("" if agrees is None else (" (agrees)" if agrees else " (differs)"))
         v = by_id.get(str(d["design_id"]))
         x = ratios_of(v, n) if v is not None else None
         ref = x.reference.number() if x is not None else _r(d.get(f"vs_{n.key}"))
@@ -95,13 +95,14 @@ def confirmed_summary(body: dict[str, Any], key: str) -> str:
     """What the round says beyond its table (`key`: the reference's key in its records)."""
     designs = [d for d in body.get("designs") or () if d.get(f"vs_{key}")]
     tied = [d for d in designs if d.get("tied_with_best")]
-    held = [d for d in designs if d.get("search_holds") is not None]
+    compared = [d for d in designs if d.get("search_agrees") is not None]
     lines = []
     if len(tied) > 1:
         lines.append(f"{len(tied)} designs are tied with the best (their intervals overlap): not ranked apart.")
-    if held:
-        n = sum(bool(d["search_holds"]) for d in held)
-        lines.append(f"the search-time interval held the confirmed ratio for {n} of {len(held)} designs.")
+    if compared:
+        n = sum(bool(d["search_agrees"]) for d in compared)
+        lines.append(f"the search-time figure agreed with the confirmed one (their intervals overlap) for {n} of "
+                     f"{len(compared)} designs.")
     lines += [f"{str(d['design_id'])[:10]}: confirmed from {d.get('blocks')} of {body.get('blocks')} blocks; "
               f"the others failed it: {clip(str(d['error']), 160)}" for d in designs if d.get("error")]
     lines.append("the confirmed ratios time every call on fresh inputs, as the search does; 'warm loop' "
