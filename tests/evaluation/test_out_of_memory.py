@@ -128,3 +128,37 @@ def test_a_reference_that_runs_out_of_memory_is_not_a_broken_problem(tmp_path, e
         w.call_reference(_Raises(error), [])
     assert failed.value.kind == kind
     assert "the reference Model raised" in failed.value.reason
+
+
+def test_a_reference_worker_that_ran_out_of_memory_runs_again_alone(cpu_config, fixtures, tmp_path) -> None:
+    """The baselines' worker (as any reference-only graph: peaks, audit, a confirmation block)
+    runs again alone too: on a GPU shared by a suite's problems a baseline that ran out beside
+    them would otherwise end the problem's run."""
+    import asyncio
+
+    from stratagem.domains.pytorch.problem import load_problem
+    from stratagem.evaluation.service import Evaluator
+
+    marker = tmp_path / "reference-ran-out-once"
+    source = (fixtures / "problem_linear.py").read_text().replace(
+        "    def forward(self, x):\n",
+        f"    def forward(self, x):\n        import pathlib\n        mark = pathlib.Path({str(marker)!r})\n"
+        "        if not mark.exists():\n            mark.write_text('out')\n"
+        "            raise MemoryError('out of memory beside another worker')\n")
+    path = tmp_path / "problem_linear_once.py"
+    path.write_text(source)
+    seen: list[bool] = []
+    real = LocalExecutor.submit
+
+    async def spy(self: LocalExecutor, request: Any, *a: Any, **kw: Any) -> Any:
+        seen.append(request.alone)
+        return await real(self, request, *a, **kw)
+
+    LocalExecutor.submit = spy  # type: ignore[method-assign]
+    try:
+        evaluator = Evaluator(cpu_config, LocalExecutor.for_devices(["cpu"], cpu_config, {"PATH": "/usr/bin:/bin"}), "cpu")
+        base = asyncio.run(evaluator.baseline(load_problem(path), refresh=True))
+    finally:
+        LocalExecutor.submit = real  # type: ignore[method-assign]
+    assert marker.exists() and seen == [False, True]
+    assert base.reference_ms is not None and not base.verdict.failures, base.verdict.report()

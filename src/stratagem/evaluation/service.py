@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stratagem.config import EvaluationConfig, cache_dir
@@ -33,6 +33,7 @@ from stratagem.evaluation.peaks import DevicePeaks
 from stratagem.evaluation.progress import owned, stage_events
 from stratagem.evaluation.results import Baseline, Evaluation
 from stratagem.evaluation.sandbox import reraise_lost_cancel
+from stratagem.evaluation.submit import submitted
 from stratagem.worker_api.protocol import EvalRequest
 
 
@@ -132,11 +133,10 @@ class Evaluator:
         return req
 
     async def _batch(self, a: _Attempt, specs: Any) -> list[ValidatorResult]:
-        """The worker-placed stages in one sandboxed worker. One cut at a provisional run limit
-        runs again under the limit its (now measured) baseline implies, when that is larger; one
-        that ran out of memory, again alone on the device (`EvalRequest.alone`, because other
-        workers share its memory). The last verdict stands; the runs before it are charged
-        (`earlier_runs_s` in the environment)."""
+        """The worker-placed stages in one sandboxed worker (`submitted`: run again alone if it
+        ran out of memory). One cut at a provisional run limit runs again under the limit its
+        (now measured) baseline implies, when that is larger. The last run stands; the runs
+        before it are charged (`earlier_runs_s` in the environment)."""
         rf, facts_key = a.domain.reference_facts, f"{a.task.problem.domain}-{a.task.problem.id}"
         req = self._request(a, specs, a.baseline if a.baseline is not None and not a.baseline.cached else None)
         facts = self.facts.get(facts_key) if rf is not None else None
@@ -145,21 +145,16 @@ class Evaluator:
         on_event = stage_events(a.stage)
         compile_limit = a.task.compile_timeout_s(a.timeout_s)
         limit = a.limit or self.cfg.timeout_s
-        slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
-        earlier_s = 0.0
-        if a.pending is not None and sr.timed_out and sr.limit_hit == "run":
+        run = await submitted(self.executor, req, specs, limit, compile_limit, on_event)
+        if a.pending is not None and run.result.timed_out and run.result.limit_hit == "run":
             a.baseline, a.pending = await a.pending, None  # the baseline now says what fits the problem
             fitted = a.task.timeout_s(a.timeout_s, a.baseline.reference_ms)
             if fitted > limit:
-                req, limit, earlier_s = self._request(a, specs, a.baseline), fitted, sr.duration_s
+                req, limit, spent = self._request(a, specs, a.baseline), fitted, run.earlier_s + run.result.duration_s
                 on_event({"event": "start", "stage": f"again under a {fitted:.0f} s run limit (the reference is slow)"})
-                slot, sr = await self.executor.submit(req, fitted, compile_limit, on_event)
-        out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
-        if not req.alone and any(r.kind == "oom" for r in out.results):
-            req, earlier_s = req.model_copy(update={"alone": True}), earlier_s + sr.duration_s
-            on_event({"event": "start", "stage": "again, alone on the device (it ran out of memory beside other work)"})
-            slot, sr = await self.executor.submit(req, limit, compile_limit, on_event)
-            out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
+                run = await submitted(self.executor, req, specs, fitted, compile_limit, on_event)
+                run = replace(run, earlier_s=run.earlier_s + spent)
+        req, slot, sr, out, earlier_s = run.request, run.slot, run.result, run.out, run.earlier_s
         a.seeds, a.ran_on, a.ran_host, a.limit = a.task.request_seeds(req), slot.physical, slot.host, limit
         results = out.results
         if rf is not None and facts is not None:
@@ -290,10 +285,9 @@ class Evaluator:
         if expect is not None:
             req = task.with_reference_expectation(req, expect)
         compile_limit = compile_limit_s if compile_limit_s is not None else self.cfg.compile_timeout_s
-        slot, sr = await self.executor.submit(req, limit, compile_limit, stage_events(on_stage) if on_stage else None,
-                                              device=device or self.physical_device)
-        out = interpret(graph.specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
+        ran = await submitted(self.executor, req, graph.specs, limit, compile_limit,
+                              stage_events(on_stage) if on_stage else None, device or self.physical_device)
         run = GraphRun(graph, batch_placement="worker")
-        run.record(out.results)
+        run.record(ran.out.results)
         run.record_missing(graph.specs, "the worker ended before this stage ran")
-        return Verdict(run.results), {**out.environment, "host": slot.host, "physical_device": slot.physical}
+        return Verdict(run.results), {**ran.out.environment, "host": ran.slot.host, "physical_device": ran.slot.physical}

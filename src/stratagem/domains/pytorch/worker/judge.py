@@ -276,7 +276,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
             w.stage_load()
     except StageFailure as e:  # the problem itself failed here: not the candidate's doing
         go = _await_go(go_path, w)
-        return _answer(go, [{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}],
+        return _answer(go, [{"stage": "correctness", "kind": e.kind, "reason": f"judge: {e.reason}"}],
                        [], notes)
     # The work is counted after the worker's end, not at the first poll: counting waits for
     # torch._dynamo's import (4-5 s), and every IPC record the worker sent meanwhile waited
@@ -313,7 +313,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     except Finding as f:
         missing = f
     except StageFailure as e:
-        return answer([{"stage": "correctness", "kind": "problem_error", "reason": f"judge: {e.reason}"}])
+        return answer([{"stage": "correctness", "kind": e.kind, "reason": f"judge: {e.reason}"}])
     found = j.first_finding(judged) or missing  # what a record showed says more than what is missing
     return answer([] if found is None else [{"stage": found.stage, "kind": found.kind, "reason": found.reason}])
 

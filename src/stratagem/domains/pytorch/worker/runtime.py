@@ -48,6 +48,14 @@ def classify_exception(exc: BaseException) -> str:
     return "exception"
 
 
+def problem_kind(exc: BaseException) -> str:
+    """The failure kind of the problem's own code (the reference, `get_inputs()`) raising
+    `exc`: `problem_error`, or `oom` when the memory ran out, which on a shared device is not
+    the problem's fault (other workers, the judge, other runs hold some: a worker that ran out
+    runs again alone, `evaluation/submit.py`)."""
+    return "oom" if classify_exception(exc) == "oom" else "problem_error"
+
+
 _GPU_ONLY = re.compile(
     r"No module named '(triton|cupy|pycuda|cuda)\b|CUDA_HOME|Torch not compiled with CUDA|Found no NVIDIA driver|"
     r"no CUDA GPUs are available|nvcc\b.*not found|cannot find -lcuda|libcuda\.so|cuda_runtime|"

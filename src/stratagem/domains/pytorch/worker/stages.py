@@ -108,7 +108,7 @@ class Worker(DeviceUse):
                 ref = runtime.instantiate(ref_mod.Model, init_inputs, int(self.req["init_seed"]), self.device)
         except Exception as e:  # the problem, not the candidate, is broken
             raise StageFailure(
-                "problem_error", f"the reference problem failed to load: {runtime.one_line(e)}",
+                runtime.problem_kind(e), f"the reference problem failed to load: {runtime.one_line(e)}",
                 {"traceback": runtime.format_exception(e)},
             ) from e
         self.programs = Programs(reference_module=ref_mod, reference=ref, init_inputs=init_inputs)
@@ -262,7 +262,7 @@ class Worker(DeviceUse):
         try:
             return runtime.make_inputs(p.reference_module, seed, self.device)
         except Exception as e:
-            raise StageFailure("problem_error", f"get_inputs() failed: {runtime.one_line(e)}",
+            raise StageFailure(runtime.problem_kind(e), f"get_inputs() failed: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
     def fresh_inputs(self, p: Programs, attempt: int = 0) -> Callable[[int], list[Any]]:
@@ -294,10 +294,9 @@ class Worker(DeviceUse):
             out = model(*inputs)
             runtime.synchronize(self.device)
             return out
-        except Exception as e:  # the problem's fault, unless the memory ran out (other work may hold it)
+        except Exception as e:
             self.note_cuda(e)
-            kind = "oom" if runtime.classify_exception(e) == "oom" else "problem_error"
-            raise StageFailure(kind, f"the reference Model raised: {runtime.one_line(e)}",
+            raise StageFailure(runtime.problem_kind(e), f"the reference Model raised: {runtime.one_line(e)}",
                                {"traceback": runtime.format_exception(e)}) from e
 
     def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:

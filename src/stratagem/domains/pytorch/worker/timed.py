@@ -244,7 +244,7 @@ def run_baseline(w: StageContext) -> dict[str, Any]:
                                                      w.fresh_inputs(p, attempt))
                 except Exception as e:
                     w.note_cuda(e)
-                    raise StageFailure("problem_error", f"timing the reference failed: {runtime.one_line(e)}",
+                    raise StageFailure(runtime.problem_kind(e), f"timing the reference failed: {runtime.one_line(e)}",
                                        {"traceback": runtime.format_exception(e)}) from e
                 single = paired.Stability.from_json(_single(stats, rules, expect, stats.get("busy")))
                 attempts.append(_attempt(attempt, cfg, stats, single, None))
