@@ -162,3 +162,58 @@ def test_a_reference_worker_that_ran_out_of_memory_runs_again_alone(cpu_config, 
         LocalExecutor.submit = real  # type: ignore[method-assign]
     assert marker.exists() and seen == [False, True]
     assert base.reference_ms is not None and not base.verdict.failures, base.verdict.report()
+
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("worker_gib, judge_gib, room_gib, free_gib, cap_gib, kind", [
+    (50.6, 24.0, 75.0, 78.0, 79.2, None),  # fits now
+    (50.6, 24.0, 65.5, 65.5, 79.2, "oom"),  # the H100's ReLU beside its own baselines: fits alone
+    (50.6, 24.0, 40.0, 40.0, 79.2, "oom"),  # another evaluation holds the rest
+    (80.0, 24.0, 78.0, 78.0, 79.2, "problem_error"),  # more than the device has
+    (50.6, 24.0, 30.0, 78.0, 31.0, "problem_error"),  # more than the per-process cap allows
+])
+def test_an_evaluation_that_would_fit_alone_is_out_of_memory_not_a_problem_that_cannot_fit(
+        worker_gib, judge_gib, room_gib, free_gib, cap_gib, kind) -> None:
+    from stratagem.domains.pytorch.worker.memory import shortfall
+
+    b = [int(x * GIB) for x in (worker_gib, judge_gib, room_gib, free_gib)]
+    assert shortfall(*b, total_b=int(79.18 * GIB), cap_b=int(cap_gib * GIB)) == kind
+
+
+def test_the_run_alone_waits_for_the_callers_own_work_beside_it(monkeypatch) -> None:
+    """A design's worker that ran out beside the baselines timed for it runs again only after
+    they ended (`eval` on the H100: the plan saw 65.5 of 79.2 GiB free while they ran)."""
+    import asyncio
+    import types
+
+    from stratagem.core.verdict import ValidatorResult
+    from stratagem.evaluation import submit
+    from stratagem.evaluation.outcome import BatchOutcome
+
+    order: list[str] = []
+
+    class Executor:
+        async def submit(self, request: Any, *a: Any, **kw: Any) -> Any:
+            order.append("alone" if request.alone else "first")
+            return types.SimpleNamespace(physical="cuda:0"), types.SimpleNamespace(duration_s=4.0, alone=request.alone)
+
+    def interpret(specs: Any, sr: Any, *a: Any) -> BatchOutcome:
+        kind = None if sr.alone else "oom"
+        return BatchOutcome([ValidatorResult("load", "passed" if kind is None else "failed", None, kind)], {})
+
+    async def baselines() -> None:
+        await asyncio.sleep(0.2)
+        order.append("baselines ended")
+
+    monkeypatch.setattr(submit, "interpret", interpret)
+    req = types.SimpleNamespace(alone=False, request_id="r", compile_stage="load",
+                                model_copy=lambda update: types.SimpleNamespace(**{**vars(req), **update}))
+
+    async def go() -> Any:
+        return await submit.submitted(Executor(), req, [], 10.0, None, beside=asyncio.ensure_future(baselines()))  # type: ignore[arg-type]
+
+    run = asyncio.run(go())
+    assert order == ["first", "baselines ended", "alone"]
+    assert run.request.alone and run.earlier_s == 4.0 and run.out.results[0].outcome == "passed"

@@ -145,7 +145,7 @@ class Evaluator:
         on_event = stage_events(a.stage)
         compile_limit = a.task.compile_timeout_s(a.timeout_s)
         limit = a.limit or self.cfg.timeout_s
-        run = await submitted(self.executor, req, specs, limit, compile_limit, on_event)
+        run = await submitted(self.executor, req, specs, limit, compile_limit, on_event, beside=a.pending)
         if a.pending is not None and run.result.timed_out and run.result.limit_hit == "run":
             a.baseline, a.pending = await a.pending, None  # the baseline now says what fits the problem
             fitted = a.task.timeout_s(a.timeout_s, a.baseline.reference_ms)

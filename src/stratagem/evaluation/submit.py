@@ -10,7 +10,8 @@ stands, and the first one's seconds are kept for the budgets (`WorkerRun.earlier
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,15 +36,19 @@ class WorkerRun:
 
 async def submitted(executor: Executor, req: EvalRequest, specs: Sequence[ValidatorSpec], limit: float,
                     compile_limit: float | None, on_event: Callable[[dict[str, Any]], None] | None = None,
-                    device: str | None = None) -> WorkerRun:
+                    device: str | None = None, beside: Awaitable[Any] | None = None) -> WorkerRun:
     """Run `req`'s worker (on `device`, or where the executor puts it) under its limits and
-    read its results; one that ran out of memory runs again alone."""
+    read its results; one that ran out of memory runs again alone, once `beside` (work of the
+    caller's own that shares the device: the baselines timed beside a design) has ended."""
     slot, sr = await executor.submit(req, limit, compile_limit, on_event, device=device)
     out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
     if req.alone or not any(r.kind == "oom" for r in out.results):
         return WorkerRun(req, slot, sr, out)
     if on_event is not None:
         on_event({"event": "start", "stage": "again, alone on the device (it ran out of memory beside other work)"})
+    if beside is not None:
+        with contextlib.suppress(Exception):  # its own failure is its owner's to report
+            await beside
     again = await submitted(executor, req.model_copy(update={"alone": True}), specs, limit, compile_limit, on_event,
                             device)
     return replace(again, earlier_s=sr.duration_s)

@@ -80,7 +80,8 @@ def plan(w: StageContext) -> dict[str, Any]:
     slack, against the room this process and the device have.
 
     Raises:
-        StageFailure: `problem_error` when the evaluation cannot fit, with the numbers."""
+        StageFailure: with the numbers, `problem_error` when the evaluation cannot fit on the
+            device, `oom` when it could but other processes hold the memory (`shortfall`)."""
     p = w.loaded(need_candidate=False)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -108,18 +109,43 @@ def plan(w: StageContext) -> dict[str, Any]:
                 "stages_gb": {k: round(v / GIB, 3) for k, v in stages.items()},
                 "worker_needs_gb": worker_b / GIB, "judge_needs_gb": judge_b / GIB, "available_gb": room / GIB,
                 "device_free_gb": device_free / GIB}
-    if worker_b > room or worker_b + judge_b > device_free:
+    total = torch.cuda.mem_get_info()[1]
+    cap_b = int(cap * total) - torch.cuda.memory_allocated() if cap else total
+    kind = shortfall(worker_b, judge_b, room, device_free, total, cap_b)
+    if kind is not None:
         under = f" under gpu_memory_fraction = {cap:g}" if cap else ""
         top = max(stages, key=lambda k: stages[k])
+        need = (f"an evaluation needs {worker_b / GIB:.1f} GiB in the worker (inputs {in_b / GIB:.2f} GiB, outputs "
+                f"{out_b / GIB:.2f} GiB and the reference's workspace {work_b / GIB:.2f} GiB, held several times over "
+                f"at the {top} stage's peak)" + (f" and {judge_b / GIB:.1f} GiB in the judge beside it" if judge_b else ""))
+        if kind == "oom":
+            raise StageFailure("oom", (
+                f"the device's memory is taken: {need}; {device_free / GIB:.1f} GiB are free, "
+                f"{(total - device_free) / GIB:.1f} GiB of its {total / GIB:.1f} GiB are in use (alone, it fits)"),
+                {"memory": out_plan})
         raise StageFailure("problem_error", (
-            f"the problem does not fit on this GPU: an evaluation needs {worker_b / GIB:.1f} GiB in the worker "
-            f"(inputs {in_b / GIB:.2f} GiB, outputs {out_b / GIB:.2f} GiB and the reference's workspace "
-            f"{work_b / GIB:.2f} GiB, held several times over at the {top} stage's peak)"
-            + (f" and {judge_b / GIB:.1f} GiB in the judge beside it" if judge_b else "")
-            + f"; {room / GIB:.1f} GiB are available to the worker{under} and {device_free / GIB:.1f} GiB free "
-            "on the device: evaluate it on a GPU with more free memory, or make get_inputs() smaller"),
-            {"memory": out_plan})
+            f"the problem does not fit on this GPU: {need}; {room / GIB:.1f} GiB are available to the worker{under} "
+            f"and {device_free / GIB:.1f} GiB free on the device: evaluate it on a GPU with more free memory, or "
+            "make get_inputs() smaller"), {"memory": out_plan})
     return out_plan
+
+
+ALONE_SHARE = 0.95
+"""Of a device's memory, what an evaluation alone on it may plan to use: the rest is the
+worker's and the judge's CUDA contexts and what the driver keeps."""
+
+
+def shortfall(worker_b: int, judge_b: int, room_b: int, device_free_b: int, total_b: int, cap_b: int) -> str | None:
+    """Why an evaluation needing `worker_b` in the worker and `judge_b` in the judge cannot run
+    now (bytes): None when it fits; `problem_error` when it would not fit even alone on the
+    device (`total_b`) or under the per-process cap (`cap_b`); `oom` when it would, but other
+    processes hold the memory now (another evaluation, a baseline timed beside it: the worker
+    runs again alone, `evaluation/submit.py`)."""
+    if worker_b <= room_b and worker_b + judge_b <= device_free_b:
+        return None
+    if worker_b > cap_b or worker_b + judge_b > ALONE_SHARE * total_b:
+        return "problem_error"
+    return "oom"
 
 
 def _widening(p: Any) -> float:
