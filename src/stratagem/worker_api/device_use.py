@@ -74,7 +74,8 @@ class DeviceUse:
                 exclusive lock only outside shared sections, so two workers never deadlock).
         """
         if self._lock is None or self._held == "exclusive" or self._held == mode:
-            pin = mode == "exclusive" and self._base_cores is None  # a timed section of a worker alone
+            # a timed section inside a hold of a worker alone (its other holds are exclusive too)
+            pin = self._lock is not None and mode == "exclusive" and self._base_cores is None
             if pin:
                 self._pin(True)
             try:

@@ -74,7 +74,7 @@ class EvalRequest(BaseModel):
     alone: bool = False
     """Use the device alone: every hold of the device lock is exclusive, so no other worker
     on this machine runs on the device beside this one (an evaluation run again after it ran
-    out of memory beside others: `evaluation/service.py`)."""
+    out of memory beside others: `evaluation/submit.py`)."""
     judge: bool = False
     """Record the candidate's deciding outputs, and have the judge (a process that never runs
     candidate code) confirm them after the worker ends (evaluation/judge.py)."""
