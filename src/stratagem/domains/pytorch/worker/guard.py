@@ -1,22 +1,30 @@
-"""Owns the worker's tamper evidence: identities of harness functions and global torch flags.
+"""Owns the worker's tamper evidence: identities of harness functions, global torch flags,
+and who started each thread.
 
 Worker-side only. A snapshot is taken when the worker starts, before any candidate code is
 imported; `changes()` lists every function that was rebound (torch's comparison and timing
-functions, builtins, time, the harness's own modules) and every global flag that moved
-(TF32, cuDNN, matmul precision, default dtype, determinism, thread counts).
+functions, builtins, time, `threading.Thread.start`, the harness's own modules) and every
+global flag that moved (TF32, cuDNN, matmul precision, default dtype, determinism, thread
+counts). Before the snapshot, `watch_threads` records who starts each thread: the candidate,
+torch compiling (its compile pool and monitors, started inside a call that compiles), or the
+harness; `Threads.left_by_candidate` counts only the candidate's.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import math
 import statistics
 import sys
 import threading
 import time
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Any, Literal
 
 import torch
 
@@ -119,6 +127,7 @@ def _functions() -> dict[str, Any]:
     for mod, names in _MODULES.items():
         for name in names:
             out[f"{mod.__name__}.{name}"] = getattr(mod, name)
+    out["threading.Thread.start"] = threading.Thread.start  # `watch_threads`'s, once installed
     for modname in HARNESS_MODULES:
         out.update(_module_functions(modname))
     return out
@@ -207,6 +216,86 @@ class Snapshot:
         return out
 
 
-def count_threads() -> tuple[int, int]:
-    """(Python threads, native threads)."""
-    return threading.active_count(), native_threads()
+Owner = Literal["candidate", "compile", "harness"]
+
+_STARTED: weakref.WeakKeyDictionary[threading.Thread, tuple[Owner, str]] = weakref.WeakKeyDictionary()
+"""Who started each thread since `watch_threads`, and where (`file:line in function`)."""
+_COMPILE_ENTRIES = frozenset(
+    str(Path(_TORCH_DIR, *p)) for p in (("_dynamo", "convert_frame.py"), ("_inductor", "compile_fx.py")))
+"""Where torch compiles: dynamo compiling a frame, Inductor compiling a graph."""
+_HARNESS_DIR = str(Path(__file__).resolve().parents[3])
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(path: str) -> str:
+    return str(Path(path).resolve()) if path and not path.startswith("<") else path
+
+
+def _owner(frame: FrameType | None, candidate_dir: str) -> tuple[Owner, str]:
+    """Who starts a thread from `frame` (the caller of `Thread.start`): the innermost frame
+    that decides it is the candidate's code (a file in its directory), torch compiling (which
+    may start its compile pool, its progress monitor, its timers: not the candidate's work),
+    or the harness's own code, unless candidate code called that harness code; with none of
+    them on the stack (a thread's own target), the starting thread's owner."""
+    f, found = frame, None
+    while f is not None:
+        path = _real(f.f_code.co_filename)
+        mine = path.startswith(candidate_dir)
+        if found is not None:  # the harness's code started it: on the candidate's behalf?
+            if mine:
+                return "candidate", found[1]
+        elif mine or path in _COMPILE_ENTRIES or path.startswith(_HARNESS_DIR):
+            found = ("candidate" if mine else "compile" if path in _COMPILE_ENTRIES else "harness",
+                     f"{Path(path).name}:{f.f_lineno} in {f.f_code.co_name}")
+            if found[0] != "harness":
+                return found
+        f = f.f_back
+    return found or _STARTED.get(threading.current_thread(), ("candidate", "a thread the harness did not see start"))
+
+
+def watch_threads(candidate_dir: Path) -> None:
+    """From now on, record who starts each `threading.Thread` (`_owner`); the threads alive
+    now are the harness's (no candidate code has run). Installed before any candidate code is
+    imported, and guarded as a harness function (`Snapshot`)."""
+    start = threading.Thread.start
+    if getattr(start, "watched", False):
+        return
+    root = _real(str(candidate_dir))
+    for t in threading.enumerate():
+        _STARTED[t] = ("harness", "before the worker's watch")
+
+    def watched_start(self: threading.Thread) -> None:
+        _STARTED[self] = _owner(sys._getframe(1), root)
+        start(self)
+
+    watched_start.watched = True  # type: ignore[attr-defined]
+    threading.Thread.start = watched_start  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The threads of this process at one moment: Python's (the objects) and the native count."""
+
+    python: frozenset[threading.Thread]
+    native: int
+
+    @staticmethod
+    def now() -> Threads:
+        return Threads(frozenset(threading.enumerate()), native_threads())
+
+    def left_by_candidate(self) -> str | None:
+        """Why the candidate left threads running since this moment, or None: a new Python
+        thread it started (or one started by a thread of its own), or more native threads than
+        the new Python threads that torch's compiling or the harness started account for."""
+        now = Threads.now()
+        new = [(t, _STARTED.get(t, ("candidate", "a thread the harness did not see start")))
+               for t in now.python - self.python]
+        mine = [f"{t.name} (started at {site})" for t, (owner, site) in new if owner == "candidate"]
+        counts = f"(python {len(self.python)} -> {len(now.python)}, native {self.native} -> {now.native})"
+        if mine:
+            return f"the candidate left threads running after a call: {', '.join(mine[:4])} {counts}"
+        others = [t for t, (owner, _) in new if owner != "candidate"]
+        if now.native > self.native + len(others):
+            return (f"the candidate left native threads running after a call {counts}"
+                    + (f"; {len(others)} of the new ones are torch's compile threads" if others else ""))
+        return None

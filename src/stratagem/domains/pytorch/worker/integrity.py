@@ -123,7 +123,7 @@ class Checker:
         self.w = w
         self.p = w.loaded(need_candidate=True)
         self.tol = w.tolerances()
-        self.threads = guard.count_threads()
+        self.threads = guard.Threads.now()
         self.children = child_processes()
         self.log: list[dict[str, Any]] = []
 
@@ -137,10 +137,9 @@ class Checker:
         changed = self.w.snapshot.changes()
         if changed:
             self.fail("rejected", "harness_tampering", "; ".join(changed[:6]))
-        py, native = guard.count_threads()
-        if py > self.threads[0] or native > self.threads[1]:
-            self.fail("rejected", "threads", f"the candidate left threads running after a call "
-                      f"(python {self.threads[0]} -> {py}, native {self.threads[1]} -> {native})")
+        left = self.threads.left_by_candidate()
+        if left is not None:
+            self.fail("rejected", "threads", left)
         started = sorted(child_processes() - self.children)
         if started:
             self.fail("rejected", "processes", f"the candidate started {len(started)} child process(es) during "

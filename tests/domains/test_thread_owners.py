@@ -1,0 +1,146 @@
+"""Who started a thread: the integrity stage counts only the candidate's (`guard.watch_threads`).
+
+torch.compile starts threads of its own while it compiles (Inductor's compile pool, tqdm's
+monitor, the pool's timer): a design that compiles inside a checked call is not the one that
+left them running. A candidate's own thread is still counted however it is started: directly,
+through a library that starts it (a timer of torch's, a logging listener), from a thread of
+its own, or below Python (`_thread`). Each case runs in a fresh interpreter, so the watch and
+the compile pool start there and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CANDIDATE = """
+import _thread
+import logging.handlers
+import queue
+import threading
+import time
+
+import torch
+
+
+def plain():
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+
+
+def torch_timer():  # torch's Timer starts its thread from torch's file, on the candidate's call
+    from torch._inductor.compile_worker.timer import Timer
+    Timer(30, lambda: None).record_call()
+
+
+def listener():
+    logging.handlers.QueueListener(queue.SimpleQueue(), logging.NullHandler()).start()
+
+
+def chained():  # a thread of the candidate's own starts one more, from torch's file
+    def inner():
+        from torch._inductor.compile_worker.timer import Timer
+        Timer(30, lambda: None).record_call()
+    t = threading.Thread(target=inner)
+    t.start()
+    t.join()
+
+
+def native():
+    _thread.start_new_thread(time.sleep, (30,))
+    time.sleep(0.2)
+
+
+def compiled():  # torch compiles inside the call: its compile pool starts here
+    f = torch.compile(lambda x: torch.relu(x) * 2 + 1)
+    f(torch.randn(64, 64))
+
+
+def nothing():
+    torch.relu(torch.randn(8))
+"""
+
+SCRIPT = """
+import importlib.util, json, sys, threading
+from pathlib import Path
+from stratagem.domains.pytorch.worker import guard
+
+workdir = Path(sys.argv[1])
+go = threading.Event()  # a thread alive before the watch (torch's, the harness's) that starts another later
+def older():
+    go.wait()
+    threading.Thread(target=threading.Event().wait, args=(30,), daemon=True).start()
+    threading.Event().wait(30)
+threading.Thread(target=older, daemon=True).start()
+guard.watch_threads(workdir)
+snap = guard.Snapshot()
+spec = importlib.util.spec_from_file_location("candidate", workdir / "candidate.py")
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+import torch
+torch.relu(torch.randn(1 << 22))  # torch's own thread pool starts here, as in the harness before the check
+before = guard.Threads.now()
+if sys.argv[2] == "late_child":
+    go.set()
+    import time; time.sleep(0.3)
+else:
+    getattr(mod, sys.argv[2])()
+print(json.dumps({"left": before.left_by_candidate(), "changes": snap.changes(),
+                  "new": sorted(t.name for t in threading.enumerate()) }))
+"""
+
+
+def _left(tmp_path: Path, case: str) -> dict:
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "candidate.py").write_text(textwrap.dedent(CANDIDATE), encoding="utf-8")
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    p = subprocess.run([sys.executable, "-c", SCRIPT, str(work), case], capture_output=True, text=True,
+                       timeout=600, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", ["plain", "torch_timer", "listener", "chained"])
+def test_a_thread_the_candidate_started_is_counted(tmp_path: Path, case: str) -> None:
+    out = _left(tmp_path, case)
+    assert out["left"] is not None and "the candidate left threads running" in out["left"], out
+    assert "candidate.py:" in out["left"], out  # where it was started
+    assert out["changes"] == []
+
+
+def test_a_native_thread_the_candidate_started_is_counted(tmp_path: Path) -> None:
+    out = _left(tmp_path, "native")
+    assert out["left"] is not None and "native threads" in out["left"], out
+
+
+def test_the_threads_torch_starts_while_it_compiles_are_not_the_candidates(tmp_path: Path) -> None:
+    out = _left(tmp_path, "compiled")
+    assert any(n.startswith("ThreadPoolExecutor") for n in out["new"]), out  # the pool did start in the call
+    assert out["left"] is None, out
+
+
+def test_a_call_that_starts_nothing_leaves_nothing(tmp_path: Path) -> None:
+    assert _left(tmp_path, "nothing")["left"] is None
+
+
+def test_a_thread_started_by_one_older_than_the_candidate_is_not_the_candidates(tmp_path: Path) -> None:
+    """Inductor's compile pool reads its results on a thread, which starts the pool's idle
+    timer when a job ends: whoever started the reading thread owns the timer."""
+    out = _left(tmp_path, "late_child")
+    assert len(out["new"]) == 3 and out["left"] is None, out
+
+
+def test_replacing_the_watch_is_tampering(tmp_path: Path) -> None:
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "candidate.py").write_text("", encoding="utf-8")
+    script = SCRIPT.replace("getattr(mod, sys.argv[2])()", "threading.Thread.start = threading.Thread.run")
+    p = subprocess.run([sys.executable, "-c", script, str(work), "x"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "threading.Thread.start was replaced" in json.loads(p.stdout.strip().splitlines()[-1])["changes"]
