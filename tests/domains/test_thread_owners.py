@@ -1,4 +1,5 @@
-"""Who started a thread: the integrity stage counts only the candidate's (`guard.watch_threads`).
+"""Who started a thread or a child process: the integrity stage counts only the candidate's
+(`guard.watch_starts`).
 
 torch.compile starts threads of its own while it compiles (Inductor's compile pool, tqdm's
 monitor, the pool's timer): a design that compiles inside a checked call is not the one that
@@ -61,37 +62,47 @@ def compiled():  # torch compiles inside the call: its compile pool starts here
     f(torch.randn(64, 64))
 
 
+def child():
+    import subprocess
+    subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def nothing():
     torch.relu(torch.randn(8))
 """
 
 SCRIPT = """
-import importlib.util, json, sys, threading
+import importlib.util, json, subprocess, sys, threading
 from pathlib import Path
 from stratagem.domains.pytorch.worker import guard
+from stratagem.domains.pytorch.worker.integrity import child_processes
 
 workdir = Path(sys.argv[1])
 go = threading.Event()  # a thread alive before the watch (torch's, the harness's) that starts another later
 def older():
     go.wait()
     threading.Thread(target=threading.Event().wait, args=(30,), daemon=True).start()
+    subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     threading.Event().wait(30)
 threading.Thread(target=older, daemon=True).start()
-guard.watch_threads(workdir)
+guard.watch_starts(workdir)
 snap = guard.Snapshot()
 spec = importlib.util.spec_from_file_location("candidate", workdir / "candidate.py")
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 import torch
 torch.relu(torch.randn(1 << 22))  # torch's own thread pool starts here, as in the harness before the check
-before = guard.Threads.now()
+before, children = guard.Threads.now(), child_processes()
 if sys.argv[2] == "late_child":
     go.set()
     import time; time.sleep(0.3)
 else:
     getattr(mod, sys.argv[2])()
-print(json.dumps({"left": before.left_by_candidate(), "changes": snap.changes(),
+spawned = [p for p in child_processes() - children if guard.spawned_by_candidate(p)]
+print(json.dumps({"left": before.left_by_candidate(), "changes": snap.changes(), "spawned": len(spawned),
                   "new": sorted(t.name for t in threading.enumerate()) }))
+for p in child_processes():
+    import os; os.kill(p, 9)
 """
 
 
@@ -114,6 +125,10 @@ def test_a_thread_the_candidate_started_is_counted(tmp_path: Path, case: str) ->
     assert out["changes"] == []
 
 
+def test_a_child_process_the_candidate_started_is_counted(tmp_path: Path) -> None:
+    assert _left(tmp_path, "child")["spawned"] == 1
+
+
 def test_a_native_thread_the_candidate_started_is_counted(tmp_path: Path) -> None:
     out = _left(tmp_path, "native")
     assert out["left"] is not None and "native threads" in out["left"], out
@@ -131,9 +146,10 @@ def test_a_call_that_starts_nothing_leaves_nothing(tmp_path: Path) -> None:
 
 def test_a_thread_started_by_one_older_than_the_candidate_is_not_the_candidates(tmp_path: Path) -> None:
     """Inductor's compile pool reads its results on a thread, which starts the pool's idle
-    timer when a job ends: whoever started the reading thread owns the timer."""
+    timer when a job ends (on a GPU machine the pool's first answer comes seconds after the
+    compile that started it): whoever started the reading thread owns the timer."""
     out = _left(tmp_path, "late_child")
-    assert len(out["new"]) == 3 and out["left"] is None, out
+    assert len(out["new"]) == 3 and out["left"] is None and out["spawned"] == 0, out
 
 
 def test_replacing_the_watch_is_tampering(tmp_path: Path) -> None:

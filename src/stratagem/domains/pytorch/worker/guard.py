@@ -5,9 +5,10 @@ Worker-side only. A snapshot is taken when the worker starts, before any candida
 imported; `changes()` lists every function that was rebound (torch's comparison and timing
 functions, builtins, time, `threading.Thread.start`, the harness's own modules) and every
 global flag that moved (TF32, cuDNN, matmul precision, default dtype, determinism, thread
-counts). Before the snapshot, `watch_threads` records who starts each thread: the candidate,
-torch compiling (its compile pool and monitors, started inside a call that compiles), or the
-harness; `Threads.left_by_candidate` counts only the candidate's.
+counts). Before the snapshot, `watch_starts` records who starts each thread and each
+`subprocess` child: the candidate, torch compiling (its compile pool, its sidecar process and
+monitors, started inside a call that compiles), or the harness; `Threads.left_by_candidate`
+and `spawned_by_candidate` count only the candidate's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import functools
 import inspect
 import math
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -127,7 +129,8 @@ def _functions() -> dict[str, Any]:
     for mod, names in _MODULES.items():
         for name in names:
             out[f"{mod.__name__}.{name}"] = getattr(mod, name)
-    out["threading.Thread.start"] = threading.Thread.start  # `watch_threads`'s, once installed
+    out["threading.Thread.start"] = threading.Thread.start  # `watch_starts`'s, once installed
+    out["subprocess.Popen.__init__"] = subprocess.Popen.__init__
     for modname in HARNESS_MODULES:
         out.update(_module_functions(modname))
     return out
@@ -219,7 +222,9 @@ class Snapshot:
 Owner = Literal["candidate", "compile", "harness"]
 
 _STARTED: weakref.WeakKeyDictionary[threading.Thread, tuple[Owner, str]] = weakref.WeakKeyDictionary()
-"""Who started each thread since `watch_threads`, and where (`file:line in function`)."""
+"""Who started each thread since `watch_starts`, and where (`file:line in function`)."""
+_SPAWNED: dict[int, tuple[Owner, str]] = {}
+"""Who started each child process through `subprocess.Popen` since `watch_starts`, by pid."""
 _COMPILE_ENTRIES = frozenset(
     str(Path(_TORCH_DIR, *p)) for p in (("_dynamo", "convert_frame.py"), ("_inductor", "compile_fx.py")))
 """Where torch compiles: dynamo compiling a frame, Inductor compiling a graph."""
@@ -253,10 +258,10 @@ def _owner(frame: FrameType | None, candidate_dir: str) -> tuple[Owner, str]:
     return found or _STARTED.get(threading.current_thread(), ("candidate", "a thread the harness did not see start"))
 
 
-def watch_threads(candidate_dir: Path) -> None:
-    """From now on, record who starts each `threading.Thread` (`_owner`); the threads alive
-    now are the harness's (no candidate code has run). Installed before any candidate code is
-    imported, and guarded as a harness function (`Snapshot`)."""
+def watch_starts(candidate_dir: Path) -> None:
+    """From now on, record who starts each `threading.Thread` and each `subprocess.Popen`
+    (`_owner`); the threads alive now are the harness's (no candidate code has run). Installed
+    before any candidate code is imported, and guarded as harness functions (`Snapshot`)."""
     start = threading.Thread.start
     if getattr(start, "watched", False):
         return
@@ -270,6 +275,21 @@ def watch_threads(candidate_dir: Path) -> None:
 
     watched_start.watched = True  # type: ignore[attr-defined]
     threading.Thread.start = watched_start  # type: ignore[method-assign]
+    spawn = subprocess.Popen.__init__
+
+    def watched_spawn(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        owner = _owner(sys._getframe(1), root)
+        spawn(self, *args, **kwargs)
+        _SPAWNED[self.pid] = owner
+
+    subprocess.Popen.__init__ = watched_spawn  # type: ignore[method-assign]
+
+
+def spawned_by_candidate(pid: int) -> bool:
+    """Whether child process `pid` is the candidate's: started by its code through
+    `subprocess` (`_owner`), or any other way (a fork, `posix_spawn`); torch's compile
+    workers, started while it compiles, are not."""
+    return _SPAWNED.get(pid, ("candidate", ""))[0] == "candidate"
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ class Checker:
         left = self.threads.left_by_candidate()
         if left is not None:
             self.fail("rejected", "threads", left)
-        started = sorted(child_processes() - self.children)
+        started = sorted(p for p in child_processes() - self.children if guard.spawned_by_candidate(p))
         if started:
             self.fail("rejected", "processes", f"the candidate started {len(started)} child process(es) during "
                       f"a call that outlived it (pids {started[:4]}): work can finish after `forward` returns")

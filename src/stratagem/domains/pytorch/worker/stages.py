@@ -67,7 +67,7 @@ class Worker(DeviceUse):
 
     def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit | None = None,
                  record_dir: Path | None = None) -> None:
-        guard.watch_threads(workdir)  # who starts each thread, first: before any of the harness's threads
+        guard.watch_starts(workdir)  # who starts each thread, first: before any of the harness's threads
         super().__init__(request, emit)
         self.req = _freeze(request)  # read-only: candidate code cannot loosen tolerances
         self.recorder = record.Recorder(record_dir if request.get("judge") else None, str(request["device"]),
