@@ -96,6 +96,19 @@ before, children = guard.Threads.now(), child_processes()
 if sys.argv[2] == "late_child":
     go.set()
     import time; time.sleep(0.3)
+elif sys.argv[2] == "compiled_pool":  # as torch.compile does for CUDA inputs: wake its compile sidecar
+    import time
+    import torch._inductor.compile_fx as cf
+    from torch._inductor.async_compile import AsyncCompile
+    real = cf.compile_fx
+    def waking(*args, **kwargs):
+        AsyncCompile.wakeup()
+        return real(*args, **kwargs)
+    cf.compile_fx = waking
+    mod.compiled()
+    deadline = time.monotonic() + 60  # the pool's idle timer starts once the sidecar first answers
+    while "subproc_worker_timer" not in {t.name for t in threading.enumerate()} and time.monotonic() < deadline:
+        time.sleep(0.1)
 else:
     getattr(mod, sys.argv[2])()
 spawned = [p for p in child_processes() - children if guard.spawned_by_candidate(p)]
@@ -138,6 +151,15 @@ def test_the_threads_torch_starts_while_it_compiles_are_not_the_candidates(tmp_p
     out = _left(tmp_path, "compiled")
     assert any(n.startswith("ThreadPoolExecutor") for n in out["new"]), out  # the pool did start in the call
     assert out["left"] is None, out
+
+
+def test_the_compile_sidecar_and_its_threads_are_not_the_candidates(tmp_path: Path) -> None:
+    """On a GPU, torch.compile starts Inductor's compile sidecar (a child process), its reader
+    thread, and, seconds later when the sidecar first answers, the pool's idle timer: the
+    H100 rejected an honest compiled ResNet block for that timer (python 3 -> 4)."""
+    out = _left(tmp_path, "compiled_pool")
+    assert {"InductorSubproc", "subproc_worker_timer"} <= set(out["new"]), out
+    assert out["left"] is None and out["spawned"] == 0, out
 
 
 def test_a_call_that_starts_nothing_leaves_nothing(tmp_path: Path) -> None:
