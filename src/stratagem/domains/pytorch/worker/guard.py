@@ -223,8 +223,9 @@ Owner = Literal["candidate", "compile", "harness"]
 
 _STARTED: weakref.WeakKeyDictionary[threading.Thread, tuple[Owner, str]] = weakref.WeakKeyDictionary()
 """Who started each thread since `watch_starts`, and where (`file:line in function`)."""
-_SPAWNED: dict[int, tuple[Owner, str]] = {}
-"""Who started each child process through `subprocess.Popen` since `watch_starts`, by pid."""
+_SPAWNED: dict[int, tuple[Owner, weakref.ref[subprocess.Popen[Any]]]] = {}
+"""Who started each child process through `subprocess.Popen` since `watch_starts`, by pid (with
+its `Popen`: a pid whose `Popen` is gone or reaped may be another process's now)."""
 _COMPILE_ENTRIES = frozenset(
     str(Path(_TORCH_DIR, *p)) for p in (("_dynamo", "convert_frame.py"), ("_inductor", "compile_fx.py")))
 """Where torch compiles: dynamo compiling a frame, Inductor compiling a graph."""
@@ -278,18 +279,20 @@ def watch_starts(candidate_dir: Path) -> None:
     spawn = subprocess.Popen.__init__
 
     def watched_spawn(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
-        owner = _owner(sys._getframe(1), root)
+        owner, _ = _owner(sys._getframe(1), root)
         spawn(self, *args, **kwargs)
-        _SPAWNED[self.pid] = owner
+        _SPAWNED[self.pid] = (owner, weakref.ref(self))
 
     subprocess.Popen.__init__ = watched_spawn  # type: ignore[method-assign]
 
 
 def spawned_by_candidate(pid: int) -> bool:
-    """Whether child process `pid` is the candidate's: started by its code through
-    `subprocess` (`_owner`), or any other way (a fork, `posix_spawn`); torch's compile
-    workers, started while it compiles, are not."""
-    return _SPAWNED.get(pid, ("candidate", ""))[0] == "candidate"
+    """Whether child process `pid` is the candidate's: one its code started through
+    `subprocess` (`_owner`), and any started another way (a fork, `posix_spawn`); torch's
+    compile sidecar, started while it compiles, is not."""
+    owner, ref = _SPAWNED.get(pid, ("candidate", None))
+    popen = ref() if ref is not None else None
+    return owner == "candidate" or popen is None or popen.returncode is not None
 
 
 @dataclass(frozen=True)
@@ -317,5 +320,5 @@ class Threads:
         others = [t for t, (owner, _) in new if owner != "candidate"]
         if now.native > self.native + len(others):
             return (f"the candidate left native threads running after a call {counts}"
-                    + (f"; {len(others)} of the new ones are torch's compile threads" if others else ""))
+                    + (f"; {len(others)} of the new ones are torch's or the harness's" if others else ""))
         return None
