@@ -1,9 +1,9 @@
 """Owns the worker's tamper evidence: identities of harness functions, global torch flags,
-and who started each thread.
+and who started each thread and child process.
 
 Worker-side only. A snapshot is taken when the worker starts, before any candidate code is
 imported; `changes()` lists every function that was rebound (torch's comparison and timing
-functions, builtins, time, `threading.Thread.start`, the harness's own modules) and every
+functions, builtins, time, `Thread.start` and `Popen.__init__`, the harness's own modules) and every
 global flag that moved (TF32, cuDNN, matmul precision, default dtype, determinism, thread
 counts). Before the snapshot, `watch_starts` records who starts each thread and each
 `subprocess` child: the candidate, torch compiling (its compile pool, its sidecar process and
@@ -226,6 +226,8 @@ _STARTED: weakref.WeakKeyDictionary[threading.Thread, tuple[Owner, str]] = weakr
 _SPAWNED: dict[int, tuple[Owner, weakref.ref[subprocess.Popen[Any]]]] = {}
 """Who started each child process through `subprocess.Popen` since `watch_starts`, by pid (with
 its `Popen`: a pid whose `Popen` is gone or reaped may be another process's now)."""
+_UNSEEN: tuple[Owner, str] = ("candidate", "a thread the harness did not see start")
+"""The owner of a thread started before no watch saw it (below Python, say): the candidate's."""
 _COMPILE_ENTRIES = frozenset(
     str(Path(_TORCH_DIR, *p)) for p in (("_dynamo", "convert_frame.py"), ("_inductor", "compile_fx.py")))
 """Where torch compiles: dynamo compiling a frame, Inductor compiling a graph."""
@@ -256,7 +258,7 @@ def _owner(frame: FrameType | None, candidate_dir: str) -> tuple[Owner, str]:
             if found[0] != "harness":
                 return found
         f = f.f_back
-    return found or _STARTED.get(threading.current_thread(), ("candidate", "a thread the harness did not see start"))
+    return found or _STARTED.get(threading.current_thread(), _UNSEEN)
 
 
 def watch_starts(candidate_dir: Path) -> None:
@@ -311,8 +313,7 @@ class Threads:
         thread it started (or one started by a thread of its own), or more native threads than
         the new Python threads that torch's compiling or the harness started account for."""
         now = Threads.now()
-        new = [(t, _STARTED.get(t, ("candidate", "a thread the harness did not see start")))
-               for t in now.python - self.python]
+        new = [(t, _STARTED.get(t, _UNSEEN)) for t in now.python - self.python]
         mine = [f"{t.name} (started at {site})" for t, (owner, site) in new if owner == "candidate"]
         counts = f"(python {len(self.python)} -> {len(now.python)}, native {self.native} -> {now.native})"
         if mine:
