@@ -15,11 +15,32 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import compare, params, precision, record, runtime
+from stratagem.domains.pytorch.worker import compare, params, precision, provenance, record, runtime
 from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.stages import Worker
+
+
+def watch_design(w: Worker, p: runtime.Programs, seed: int) -> None:
+    """The design's precision (`precision.watching`): one call of its own on the first
+    trial's inputs before the trials, compiled code run eagerly (its own operators, at the
+    precision the compiled code runs them), its Triton launches and own native extensions
+    noted. The call is the design's first: Triton's compiles count against the compile limit,
+    and torch.compile's first compile still happens in the first trial."""
+    inputs = w.make_inputs(p, seed)
+    assert p.candidate is not None
+    try:
+        with torch.no_grad(), w.compiling(), precision.watching(w.device, design=True) as seen:
+            out = w.call_candidate(p.candidate, inputs)
+        del out
+    except StageFailure:  # the trials will say what is wrong with it; the precision stays unseen
+        return
+    finally:
+        del inputs
+        runtime.free_memory()
+    seen.opaque = sorted(m.__name__ for m in provenance.own_extensions(p.candidate_module, p.candidate))
+    w.design_precision = seen
 
 
 def run_correctness(w: Worker) -> dict[str, Any]:
@@ -39,6 +60,8 @@ def run_correctness(w: Worker) -> dict[str, Any]:
     trials_details: dict[str, Any] = {}
     anchored: list[int] = []
     visible = 0.0  # the reference output's magnitude on the visible distribution (first trial)
+    if w.mode() == "reference":
+        watch_design(w, p, seeds[0])
     for n, seed in enumerate(seeds):
         w.last_inputs = None  # the previous trial's: not held while this one runs (memory.py)
         if n == 1:

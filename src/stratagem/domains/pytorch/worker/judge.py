@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import params, record, runtime, timed
+from stratagem.domains.pytorch.worker import params, precision, record, runtime, timed
 from stratagem.domains.pytorch.worker.stages import Emit, Worker, prepare_device
 from stratagem.worker_api.stages import StageFailure
 
@@ -73,6 +73,9 @@ class Judging:
         self.checked: dict[str, str] = {}
         """key -> how its record came (`ipc` or `file`)."""
         self.findings: list[Finding] = []
+        self.provisional: list[Finding] = []
+        """Calls that passed only within the error the reference's precision predicts: findings
+        unless the worker's evidence says the design computed at that precision (`settle`)."""
         self.refused: set[str] = set()
         """IPC records the judge could not read (the worker writes them as files instead)."""
         self._visible: float | None = None
@@ -187,6 +190,17 @@ class Judging:
             self.findings.append(Finding(_stage_of(key), cmp.kind or "wrong_output", f"{what}: {cmp.reason} (checked "
                                          "by the judge, a process that never ran the candidate, against the output "
                                          "the worker recorded)"))
+        elif getattr(cmp, "allowance", False):
+            self.provisional.append(Finding(_stage_of(key), "wrong_output", f"{what}: within only the error the "
+                                            "reference's precision predicts, and the worker did not see the design "
+                                            "compute at that precision"))
+
+    def settle(self, claim: Mapping[str, Any]) -> None:
+        """The provisional findings become findings unless the worker's correctness details
+        say the design's precision was seen at the reference's or higher."""
+        evidence = claim.get("precision_evidence")
+        if not (isinstance(evidence, Mapping) and evidence.get("seen") is True):
+            self.findings.extend(self.provisional)
 
     def count_work(self) -> None:
         """The reference's FLOPs and minimum bytes on the timing's first input set (the
@@ -270,6 +284,9 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
     if on_gpu and count:  # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
         threading.Thread(target=timed.preload_work_counter, daemon=True).start()
     w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
+    # the design's precision is the worker's to see: the judge admits the error its precision
+    # predicts provisionally, and settles at the worker's end (`Judging.settle`)
+    w.evidence_override = precision.Evidence(True, "provisional: the worker's evidence decides")
     notes: list[str] = []
     try:
         with w.phase("compile"):  # the start, as the worker's: the compile limit
@@ -306,6 +323,7 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
             if "correctness" in passed:
                 details = results["correctness"].get("details")
                 j.correctness(details if isinstance(details, Mapping) else {})
+                j.settle(details if isinstance(details, Mapping) else {})
             if "timing" in passed:
                 j.timing()
                 if j.work is None and count:

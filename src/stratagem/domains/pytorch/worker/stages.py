@@ -91,8 +91,15 @@ class Worker(DeviceUse):
         against eager (integrity, shapes) use, (factor + 1) x eager's largest error against
         the anchor plus the floor and the tolerance's atol (if |c - a| <= f e + t and
         |r - a| <= e, then |c - r| <= (f + 1) e + t)."""
-        self.precision: precision.ReferencePrecision | None = None
+        self.precision: precision.RanPrecision | None = None
         """What the reference computed in, seen on the first correctness trial."""
+        self.design_precision: precision.RanPrecision | None = None
+        """What the design computed in, seen on its watched call (`correctness.watch_design`)."""
+        self.evidence_override: precision.Evidence | None = None
+        """The evidence where no design is watched: a compiled baseline (`precision.INHERITED`),
+        the judge (the worker's evidence decides at its end)."""
+        self.ref_errors: list[float] = []
+        """Per floating output, eager's largest error against float64 across the trials so far."""
         self.cleared_builds: list[str] = []
         """Dead builds' batons removed from the build root (`claim_builds`)."""
 
@@ -202,8 +209,12 @@ class Worker(DeviceUse):
             out["calibrated_atol"] = self._calibrated_atol
         if self.precision is not None:
             out["reference_precision"] = self.precision.to_json()
+        if self.design_precision is not None:
+            out["design_precision"] = self.design_precision.to_json()
+        if mode == "reference":
+            out["precision_evidence"] = self.evidence().to_json()
         if trials:
-            out["decided_by"] = _decided(trials, mode, self.precision)
+            out["decided_by"] = _decided(trials, mode, self.precision, self.evidence())
             out["benchmarks"] = {
                 name: {"ok": all(t.get("benchmarks", {}).get(name, False) for t in trials), "trials": len(trials),
                        "rule": "elementwise against eager, " + ", ".join(
@@ -231,16 +242,40 @@ class Worker(DeviceUse):
         cmp = compare.compare_outputs(ref_out, cand_out, tol)
         if cmp.kind == "malformed" and not cmp.ok:
             return cmp
+        evidence = self.evidence() if mode == "reference" else None
+        if evidence is not None and evidence.downgrade is not None:
+            return compare.Comparison(False, f"precision downgrade: {evidence.downgrade}; the default rule holds a "
+                                      "design to the precision the reference ran at, whatever its error",
+                                      max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err,
+                                      checked=cmp.checked, decided_by="precision")
         if anchor is None and not cmp.ok and anchor_of is not None:
             anchor = anchor_of()  # decides under the reference rule; reported under the fixed one
         if anchor is None:
             return cmp
         if not cmp.ok and mode == "reference":
-            return compare.reference_compare(anchor, ref_out, cand_out, self.rule, tol, cmp)
+            out = compare.reference_compare(anchor, ref_out, cand_out, self.rule, tol, cmp,
+                                            seen=evidence is not None and evidence.seen, ref_errors=self.ref_errors)
+            self._note_ref_errors(out)
+            if not out.ok and evidence is not None:
+                out.reason = f"{out.reason} (precision: {evidence.words})"
+            return out
         with contextlib.suppress(RuntimeError, ValueError):  # outputs too unlike to measure
             cmp.anchor = compare.against_anchor(anchor, ref_out, cand_out, self.rule, compare.Comparison(True),
                                                 tolerances=tol if mode == "reference" else None).anchor
         return cmp
+
+    def evidence(self) -> precision.Evidence:
+        """What decides how far from float64 the design may be (`precision.evidence`)."""
+        if self.evidence_override is not None:
+            return self.evidence_override
+        return precision.evidence(self.precision, self.design_precision)
+
+    def _note_ref_errors(self, cmp: compare.Comparison) -> None:
+        for i, a in enumerate(cmp.anchor or ()):
+            if i < len(self.ref_errors):
+                self.ref_errors[i] = max(self.ref_errors[i], float(a["reference"]))
+            else:
+                self.ref_errors.append(float(a["reference"]))
 
     def tolerances(self) -> Mapping[str, Mapping[str, float]]:
         """Tolerances for comparisons against eager after correctness (integrity, shapes): the
@@ -342,15 +377,20 @@ STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
 }
 
 
-def _decided(trials: list[dict[str, Any]], mode: str, seen: precision.ReferencePrecision | None) -> str:
-    """Which rule decided the trials, in words, with the precision the reference ran at."""
+def _decided(trials: list[dict[str, Any]], mode: str, seen: precision.RanPrecision | None,
+             evidence: precision.Evidence) -> str:
+    """Which rule decided the trials, in words, with the precision the reference ran at and
+    the evidence of the design's."""
     ran = f"the reference ran in {seen.summary()}" if seen is not None else "the reference's precision was not seen"
     second = sum(1 for t in trials if t.get("decided_by") == "reference")
     if mode == "calibrated":
         return f"calibrated: every trial against float64 ({ran})"
     if second:
+        wide = sum(1 for t in trials if t.get("allowance"))
+        within = (f"{wide} within the error the reference's precision predicts" if wide else
+                  "all within the reference's own error")
         return (f"reference: {second} of {len(trials)} trials outside the fixed tolerance of eager, judged against "
-                f"float64 within the reference's own error ({ran})")
+                f"float64, {within} ({ran}; {evidence.words})")
     return f"fixed: every trial within the tolerance of eager ({ran})"
 
 

@@ -17,6 +17,7 @@ from stratagem.core import paired
 from stratagem.domains.pytorch.worker import (
     compare,
     memory,
+    precision,
     provenance,
     record,
     roofline,
@@ -296,6 +297,7 @@ def _baseline_correctness(w: StageContext, p: Programs, fn: Callable[..., Any]) 
     """A compiled baseline held to the candidates' rule, on the request's seeds: `ok`, and
     the failing trial's reason, or the largest errors."""
     trials = []
+    w.evidence_override = precision.INHERITED  # the reference's own operators, compiled
     for seed in w.req["seeds"]:
         inputs = w.make_inputs(p, int(seed))
         ref_out = p.reference(*runtime.clone_inputs(inputs))
