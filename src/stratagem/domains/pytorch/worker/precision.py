@@ -222,7 +222,7 @@ class _Watch(TorchFunctionMode):
         if cast is not None:
             how = f"{_label(cast)} (autocast)"
         else:
-            how = op_precision(fam, dtype, r.device, r.flags) or ""
+            how = op_precision(fam, dtype, r.device, flags()) or ""  # as they are now: a design may move them
         if how:
             r.reduced.setdefault(fam, how)
             r.note(fam, _how_level(how), f"{name}: {how}")
