@@ -27,14 +27,16 @@ def main() -> None:
     ap.add_argument("--only", default=None)
     ap.add_argument("--runs-dir", default=str(ROOT / "runs" / f"bench-{time.strftime('%Y%m%d-%H%M%S')}"))
     ap.add_argument("--recipes", default=None, help="comma-separated subset of the catalog")
-    ap.add_argument("--correctness", default="fixed", choices=["fixed", "calibrated"],
-                    help="the correctness rule (docs/correctness.md)")
+    ap.add_argument("--correctness", default=None, choices=["reference", "fixed", "calibrated"],
+                    help="the correctness rule (docs/correctness.md); default: the product's own")
     args = ap.parse_args()
     search = {"policy": "recipes"}
     if args.recipes:
         search["recipes"] = args.recipes.split(",")
-    cfg = load_config(None, {"evaluation": {"device": args.device, "workers_per_gpu": 1,
-                                            "correctness": {"mode": args.correctness}}, "search": search})
+    evaluation: dict[str, object] = {"device": args.device, "workers_per_gpu": 1}
+    if args.correctness:
+        evaluation["correctness"] = {"mode": args.correctness}
+    cfg = load_config(None, {"evaluation": evaluation, "search": search})
     problems = sorted(Path(args.examples).glob("*/problem.py"))
     if args.only:
         problems = [p for p in problems if p.parent.name in args.only.split(",")]
@@ -57,7 +59,7 @@ def main() -> None:
                   flush=True)
     head = ["problem", "best design", "runtime ms", "vs eager", "vs compile", "designs", "valid",
             "wall s", "device s"]
-    print(f"\n{time.strftime('%Y-%m-%d')} · device {args.device} · recipes policy · correctness {args.correctness}\n")
+    print(f"\n{time.strftime('%Y-%m-%d')} · device {args.device} · recipes policy · correctness {args.correctness or 'the default rule'}\n")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
