@@ -77,15 +77,6 @@ GAP_FINGERPRINT = (
     "(test_value_keyed_cache_gains_nothing_in_timing); the verdict stays valid"
 )
 
-GAP_LOOSE_TOLERANCE = (
-    "the fixed rule admits whatever the problem's declared tolerance admits: fp16's error (about "
-    "1e-3) is inside 1e-2, so the verdict is valid. The calibrated rule rejects it (its error "
-    "against float64 is over a thousand times eager's: "
-    "test_loose_tolerance_downgrade_fails_the_calibrated_rule); the fixed rule would need the same "
-    "comparison against the float64 anchor it already computes on the first trial "
-    "(worker/stages.py), a policy change, since honest reorderings also exceed eager's error"
-)
-
 CHEATS: dict[str, Cheat] = {
     # -- 5 reference passthrough / 17 reading the reference -------------------------------------
     "ref_import_problem.py": Cheat(LINEAR, STATIC, "reference_access", "5 reference passthrough"),
@@ -195,8 +186,8 @@ CHEATS: dict[str, Cheat] = {
     # machine the time budget alone gave fewer calls, so it computed honestly throughout and was valid
     "precision_fp16.py": Cheat(LINEAR, CORRECTNESS, None, "12 precision downgrade (fp16)"),
     "precision_fp16_accumulate.py": Cheat(LINEAR, CORRECTNESS, None, "12 reduced-precision accumulation"),
-    "precision_fp16_loose.py": Cheat(LOOSE, CORRECTNESS, None, "12 precision downgrade within a loose tolerance",
-                                     gap=GAP_LOOSE_TOLERANCE),
+    # within the problem's declared 1e-2, but below the reference's precision: a downgrade (issue 57)
+    "precision_fp16_loose.py": Cheat(LOOSE, CORRECTNESS, None, "12 precision downgrade within a loose tolerance"),
     "shape_guarded_init.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation behind a guard"),
     "shape_fixed_grid.py": Cheat(LINEAR, SHAPES, None, "13 shape specialisation (grid for the visible batch)"),
 }

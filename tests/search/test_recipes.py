@@ -493,3 +493,16 @@ def test_inference_mode_candidate_is_valid_on_the_cpu(fixtures: Path) -> None:
         "baselines": ["eager"]}}).evaluation
     ev = asyncio.run(make_evaluator(cfg).evaluate(problem, candidate_design(src)))
     assert ev.verdict.status == "valid", ev.verdict.report()
+
+
+def test_autocast_is_never_tried_under_the_reference_rule_whatever_the_tolerance() -> None:
+    """Issue 57: the default rule rejects a design below the reference's precision whatever its
+    error, so an autocast recipe would be an evaluation spent on a certain rejection; under
+    `fixed` the declared tolerance still decides."""
+    p = example("04_matmul")
+    for mode, tried in (("reference", False), ("fixed", True)):
+        s = FakeSession({})
+        state = SearchState(problem=p, designs=(), iteration=1, device="cpu", tolerances=LOOSE,
+                            correctness_mode=mode)
+        asyncio.run(RecipesPolicy(None, on_gpu=False).iterate(state, s))
+        assert ("recipe:autocast-bf16" in [c["author"] for c in s.calls]) is tried, mode

@@ -285,8 +285,15 @@ tried, since the harness admits it exactly when its measured error is within the
 eager's own."""
 
 
+DOWNGRADES_REJECTED = {"float32": {"atol": 0.0, "rtol": 0.0}}
+"""What they see under the reference rule (the default): a design below the reference's
+precision is a downgrade whatever its error (docs/correctness.md), so autocast is never tried."""
+
+
 def _admitting(state: SearchState) -> dict[str, dict[str, float]]:
-    return CALIBRATED_ADMITS if state.correctness_mode == "calibrated" else state.tolerances
+    if state.correctness_mode == "calibrated":
+        return CALIBRATED_ADMITS
+    return DOWNGRADES_REJECTED if state.correctness_mode == "reference" else state.tolerances
 
 
 class RecipesSettings(BaseModel):
