@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -88,9 +89,13 @@ def _design(name: str, ref: Any, device: str) -> Callable[[list[Any]], Any]:
         mode = name.removeprefix("compile-") if name != "compile" else None
         fn = torch.compile(model, mode=mode)
         return lambda x: fn(*x)
-    if name == "channels_last":
-        model = model.to(memory_format=torch.channels_last)
-        return lambda x: model(*[t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4
+    if name == "channels_last":  # channels_last_3d for 5-d tensors (Conv3d)
+        fmt = {4: torch.channels_last, 5: torch.channels_last_3d}
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() in fmt:
+                    p.data = p.data.contiguous(memory_format=fmt[p.dim()])
+        return lambda x: model(*[t.contiguous(memory_format=fmt[t.dim()]) if isinstance(t, torch.Tensor) and t.dim() in fmt
                                  else t for t in x])
     if name == "cudnn-benchmark":
         def bench(x: list[Any]) -> Any:
@@ -121,7 +126,7 @@ def one(path: Path, device: str, designs: list[str]) -> dict[str, Any]:
 
     rule, tol = product_rule()
     t0 = time.monotonic()
-    mod = runtime.load_module("kb_problem", path.read_text(), Path("/tmp"), "reference.py")
+    mod = runtime.load_module("kb_problem", path.read_text(), Path(tempfile.mkdtemp()), "reference.py")  # one per process
     init = runtime.init_inputs(mod, 1, device)
     ref = runtime.instantiate(mod.Model, init, 1, device)
     inputs = runtime.make_inputs(mod, 42, device)
