@@ -1,7 +1,10 @@
 """The code's size and shape, as the architecture reviews measure it (issue 45): lines, modules
 over the soft cap, functions over complexity 10 (ruff's mccabe) and over 60 lines, classes with
 more than 15 public methods, the Domain protocol's members, stubs and side doors past it, and
-duplicate pairs (the `duplicates` command, where it is installed). Prints one table.
+duplicate pairs (the `duplicates` command, where it is installed). Prints one table; then,
+for every built-in domain's worker and judge module (issue 61), the modules a fresh process
+loads to import it, whether pydantic is among them, and its import time (median of 3 fresh
+processes; again with torch loaded first, where it is installed).
 
     python benchmarks/code_measures.py [SRC_DIR]
 """
@@ -71,6 +74,55 @@ def _duplicates(src: Path) -> str:
     return m.group(1) if m else (out.splitlines() or ["?"])[0]
 
 
+_LOADS = """
+import json, sys, time
+pre = sys.argv[2] == "1"
+if pre:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+t = time.perf_counter()
+for name in sys.argv[1].split(","):
+    __import__(name)
+ms = (time.perf_counter() - t) * 1e3
+ours = [m for m in sys.modules if m.split(".")[0] == "stratagem"]
+print(json.dumps({"ms": ms, "ours": len(ours), "all": len(sys.modules), "pydantic": "pydantic" in sys.modules}))
+"""
+
+
+def _entry_points(src: Path) -> list[str]:
+    """Every built-in domain's worker and judge module, read from the registry in a child of
+    the tree measured."""
+    code = ("import json; from stratagem.domains import BUILTIN, get_domain; "
+            "print(json.dumps([m for n in BUILTIN for m in (get_domain(n).worker.module, get_domain(n).worker.judge_module) if m]))")
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(src)}, capture_output=True, text=True, check=True)
+    return ["stratagem.evaluation.worker", "stratagem.evaluation.judge", *json.loads(out.stdout), EVAL_PARENT]
+
+
+EVAL_PARENT = "stratagem.cli.evaluate,stratagem.evaluation.api,stratagem.report.live,stratagem.domains.pytorch.domain"
+"""What `stratagem eval` imports in the parent for a PyTorch design (its command, the library
+call, the live view, the domain)."""
+
+
+def _loads(src: Path, module: str, torch_first: bool) -> dict[str, float]:
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _LOADS, module, "1" if torch_first else "0"],
+                                      env={"PYTHONPATH": str(src)}, capture_output=True, text=True, check=True).stdout)
+            for _ in range(3)]
+    return {**runs[0], "ms": sorted(r["ms"] for r in runs)[1]}
+
+
+def entry_point_measures(src: Path) -> list[tuple[str, str]]:
+    """Per worker or judge entry point: stratagem modules / all modules loaded, pydantic
+    loaded or not, import ms cold and with torch already loaded."""
+    rows = []
+    for m in _entry_points(src):
+        cold, warm = _loads(src, m, False), _loads(src, m, True)
+        rows.append((m, f"{cold['ours']:.0f} / {cold['all']:.0f} modules, pydantic {'yes' if cold['pydantic'] else 'no'}, "
+                        f"{cold['ms']:.0f} ms ({warm['ms']:.0f} ms after torch)"))
+    return rows
+
+
 def measures(src: Path) -> list[tuple[str, str]]:
     mods = _modules(src)
     texts = {p: p.read_text() for p in mods}
@@ -99,11 +151,12 @@ def main() -> None:
     src = ap.parse_args().src
     if not src.is_dir():
         ap.error(f"{src} is not a directory: name the source tree to measure")
-    rows = measures(src)
-    width = max(len(k) for k, _ in rows)
-    print(f"{'measure':<{width}}  value")
-    for k, v in rows:
-        print(f"{k:<{width}}  {v}")
+    for title, rows in (("measure", measures(src)), ("entry point (stratagem / all modules loaded)", entry_point_measures(src))):
+        width = max(len(k) for k, _ in rows)
+        print(f"{title:<{width}}  value")
+        for k, v in rows:
+            print(f"{k:<{width}}  {v}")
+        print()
 
 
 if __name__ == "__main__":

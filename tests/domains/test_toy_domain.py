@@ -46,15 +46,19 @@ def toy_domain(monkeypatch):  # type: ignore[no-untyped-def]
 
 
 def test_the_toy_domain_writes_the_core_alone() -> None:
-    """No stubs: every optional capability is the base class's absent one."""
-    from stratagem.domains.base import Domain
+    """No stubs: every optional member of `Domain` and of its `Task` is the base class's own."""
+    from stratagem.domains.base import Domain, Task
 
-    optional = ("settings", "baselines", "peaks", "reference_facts", "prebuild", "export", "graphs", "normal_form",
-                "policies", "measure")
+    optional = ("settings", "baselines", "peaks", "reference_facts", "prebuild", "export", "written_reference",
+                "graphs", "normal_form", "policies", "measure")
     assert not set(optional) & set(vars(toy.ToyDomain)), "the toy writes an optional member"
-    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:6])
+    assert all(getattr(toy.DOMAIN, name) is None for name in optional[:7])
     assert not toy.DOMAIN.graphs
-    assert not Domain.__abstractmethods__ - set(vars(toy.ToyDomain))  # and every core one
+    assert set(vars(toy.ToyDomain)) >= Domain.__abstractmethods__  # and every core one
+    task_optional = {n for n, v in vars(Task).items() if callable(v) and not n.startswith("_")} - Task.__abstractmethods__
+    assert task_optional >= {"with_reference_expectation", "request_seeds", "compile_timeout_s", "agent_facts"}
+    assert not task_optional & set(vars(toy.ToyTask)), "the toy's Task writes an optional member"
+    assert set(vars(toy.ToyTask)) >= Task.__abstractmethods__
 
 
 def test_eval_judges_a_design_of_another_domain(toy_domain, capsys) -> None:

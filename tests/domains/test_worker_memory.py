@@ -20,7 +20,7 @@ PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"
 
 def test_no_trial_runs_while_the_previous_trials_inputs_are_held(cpu_config, tmp_path) -> None:
     from stratagem.domains.pytorch import domain
-    from stratagem.domains.pytorch.worker.stages import Worker, prepare_device
+    from stratagem.domains.pytorch.worker.stages import Worker, prepare_device, stage
 
     problem = load_problem(PAIRED / "problem.py")
     specs = [s for s in domain.validator_graph(problem).specs if s.placement == "worker"]
@@ -37,7 +37,7 @@ def test_no_trial_runs_while_the_previous_trials_inputs_are_held(cpu_config, tmp
         return make(p, seed)
 
     w.make_inputs = spy  # type: ignore[method-assign]
-    w.stage_correctness()
+    stage("correctness")(w)
     assert len(held) >= 3 and not any(held), held  # every trial's (and the randomised ones') inputs
     assert w.last_inputs is not None  # the last trial's, kept for the integrity stage
 

@@ -69,23 +69,11 @@ class ToyTask(Task):
                            problem=SourceFile(name=self.problem.name, source=self.problem.source),
                            files=dict(design.files) if design else {})
 
-    def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        return req
-
-    def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
-        return ()
-
     def timeout_s(self, override: float | None = None, reference_ms: float | None = None) -> float:
         return override or 120.0
 
-    def compile_timeout_s(self, override: float | None = None) -> float | None:
-        return None
-
     def precheck(self, device: str) -> Callable[[str], ValidatorResult]:
         return syntax
-
-    def agent_facts(self) -> dict[str, Any]:
-        return {}
 
 
 class ToyDomain(Domain):

@@ -3,6 +3,9 @@
 The generic layers ask `get_domain(problem.domain)` for everything domain-specific
 (`domains/base.py`: the Domain protocol) and never import a concrete domain. Built-in domains
 are imported on first use; `register` adds one (a plug-in, or a test's toy domain).
+
+A worker or judge process imports its domain's worker modules, and so this package: it loads
+only the standard library here (pydantic and the config only when a section is checked).
 """
 
 from __future__ import annotations
@@ -12,12 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
-
-from stratagem.config import DOMAIN_OPTIONS, StratagemConfig, describe_errors
 from stratagem.errors import ConfigError, ProblemError
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from stratagem.config import EvaluationConfig
     from stratagem.core.problem import Problem
     from stratagem.domains.base import Domain
@@ -97,6 +99,10 @@ def section_settings(cfg: EvaluationConfig, name: str) -> BaseModel | None:
         ConfigError: an unknown domain; an unknown key or invalid value (naming `<name>.KEY`,
             and the option that sets it); or a section for a domain without settings.
     """
+    from pydantic import ValidationError
+
+    from stratagem.config import DOMAIN_OPTIONS, describe_errors
+
     model = get_domain(name).settings
     raw = cfg.domains.get(name) or {}
     if model is None:
@@ -119,6 +125,8 @@ def check_sections(cfg: EvaluationConfig) -> None:
     Raises:
         ConfigError: naming the section, or its key and the option that sets it.
     """
+    from stratagem.config import StratagemConfig
+
     for name in cfg.domains:
         if name not in names():
             own = ", ".join(StratagemConfig.model_fields)
@@ -134,6 +142,8 @@ def _keys(section: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 
 def _no_setting(name: str, key: str) -> str:
+    from stratagem.config import DOMAIN_OPTIONS
+
     option = DOMAIN_OPTIONS.get(key)
     said = option or f"{name}.{key}"
     return f"{said}: the {name} domain has no such setting (it takes no settings of its own; [{name}] {key})"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -245,15 +245,6 @@ class Export:
     """One line for the exported file's header saying what the footer is."""
 
 
-@runtime_checkable
-class WrittenReference(Protocol):
-    """The optional capability of a domain whose reference may be a template built at its
-    defaults (the command domain): the reference as written, apart (the report, `tune`)."""
-
-    def reference_source_files(self, problem: Problem) -> dict[str, str]:
-        ...
-
-
 def measure_paired(verdict: Verdict) -> Measured | None:
     """The measurement of a passed paired `timing` stage (its details: `runtime` and
     `reference` with `median_ms`, `speedup`, `stability`); None when nothing was measured. A
@@ -277,7 +268,8 @@ class Task(ABC):
     """A domain opened on one problem under one configuration (`Domain.open`): what the
     evaluator, the search and the agents ask of that problem. Whatever the domain derives from
     the problem and the configuration (a parsed spec, the settings that apply) it derives once,
-    when it is opened."""
+    when it is opened. The core (abstract): `validator_graph`, `run_parent_validator`,
+    `build_request`, `timeout_s`, `precheck`; the rest has a plain default."""
 
     def __init__(self, problem: Problem, cfg: EvaluationConfig) -> None:
         self.problem = problem
@@ -300,30 +292,33 @@ class Task(ABC):
         (`confirm`, `confirm_order`: a confirmation block's designs, id and source each, and
         the order to time them in)."""
 
-    @abstractmethod
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        """The request told what the reference measured in this invocation's baseline."""
+        """The request told what the reference measured in this invocation's baseline
+        (unchanged by default: a worker that expects nothing)."""
+        return req
 
-    @abstractmethod
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
-        """The seeds a request's checks use (kept with the evaluation)."""
+        """The seeds a request's checks use (kept with the evaluation); none by default."""
+        return ()
 
     @abstractmethod
     def timeout_s(self, override: float | None = None, reference_ms: float | None = None) -> float:
         """The run limit: the user's when set, else a default that fits the problem (from the
         reference's own time, when known)."""
 
-    @abstractmethod
     def compile_timeout_s(self, override: float | None = None) -> float | None:
-        """The compile limit, or None when a run limit the user set bounds the whole evaluation."""
+        """The compile limit, or None (the default) when the run limit bounds the whole
+        evaluation."""
+        return None
 
     @abstractmethod
     def precheck(self, device: str) -> Precheck:
         """The static checks an agent's answer must pass before it is evaluated."""
 
-    @abstractmethod
     def agent_facts(self) -> dict[str, Any]:
-        """What the agents are told about how designs are judged (tolerances, correctness mode)."""
+        """What the agents are told about how designs are judged (tolerances, correctness
+        mode); nothing by default."""
+        return {}
 
 
 class Domain(ABC):
@@ -335,8 +330,7 @@ class Domain(ABC):
     `main_file`, `reference_design`. `measure` reads a paired `timing` stage unless overridden.
 
     Optional capabilities, None where the domain lacks them: `settings`, `baselines`, `peaks`,
-    `reference_facts`, `prebuild`, `export` (and `WrittenReference`, a method the domain may
-    have); `graphs` holds the named graphs it offers (none by default); the agents'
+    `reference_facts`, `prebuild`, `export`, `written_reference`; `graphs` holds the named graphs it offers (none by default); the agents'
     `normal_form` (None for every design) and `policies` (none) have plain defaults."""
 
     name: str
@@ -368,6 +362,10 @@ class Domain(ABC):
     takes a GPU slot (its builds land in the shared build cache); it returns None when the
     design builds nothing."""
     export: Export | None = None
+    written_reference: Callable[[Problem], dict[str, str]] | None = None
+    """A problem's reference as written, apart from the one the harness builds: a domain whose
+    reference may be a template built at its defaults (the command domain) gives the template
+    (the report's diff, `tune`'s reference template); None: the reference is built as written."""
 
     @abstractmethod
     def claims(self, path: Path) -> bool:

@@ -90,17 +90,16 @@ def load_run(run_dir: str | Path) -> RunData:
 def _reference_text(rec: Any, source: str) -> str:
     """The reference as a design's text, what the best design is diffed against: the problem's
     source itself (PyTorch), or for a domain whose problem is more than the reference (a command
-    problem: `reference_source_files`) the reference's editable files as written, as one text."""
+    problem: `Domain.written_reference`) the reference's editable files as written, as one text."""
     from stratagem.core.design import files_text
     from stratagem.domains import get_domain
-    from stratagem.domains.base import WrittenReference
     from stratagem.errors import StratagemError
 
     domain = get_domain(rec.domain)
-    if not isinstance(domain, WrittenReference):
+    if domain.written_reference is None:
         return source
     try:
-        return files_text(domain.reference_source_files(domain.parse_problem(source, name=rec.name, path=rec.path)))
+        return files_text(domain.written_reference(domain.parse_problem(source, name=rec.name, path=rec.path)))
     except (StratagemError, OSError, ValueError):
         return source  # a stored problem this version cannot read: diffed as stored
 

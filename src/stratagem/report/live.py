@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
@@ -19,9 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from stratagem.report.leaderboard import spend_line
-from stratagem.search.loop import Progress
 from stratagem.search.progress import InFlight
 from stratagem.search.state import names_of
+
+if TYPE_CHECKING:  # `eval` draws its stages here: it loads no search loop
+    from stratagem.search.loop import Progress
 
 HEARTBEAT_S = 30.0
 """Where nothing redraws, how often a stage still in progress is said again (with its time)."""

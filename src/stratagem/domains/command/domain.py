@@ -217,7 +217,7 @@ class CommandTask(Task):
 
 class CommandDomain(Domain):
     """The command domain behind the `Domain` seam (`domains/base.py`): the core, the writers'
-    `check` tool and the reference as written (`WrittenReference`); no baselines beyond the
+    `check` tool and the reference as written (`written_reference`); no baselines beyond the
     reference (timed beside each design), no peaks, judge, prebuild or export footer."""
 
     name = NAME
@@ -225,6 +225,7 @@ class CommandDomain(Domain):
     names = BaselineNames()
     worker = WORKER
     graphs = GRAPHS
+    written_reference = staticmethod(problems.written_reference)
 
     def reference_design(self, reference_source: str, why: str) -> str:
         """The reference's editable files, the first that takes a comment headed by `why`."""
@@ -235,11 +236,6 @@ class CommandDomain(Domain):
                 files[name] = headed
                 break
         return files_text(files)
-
-    def reference_source_files(self, problem: Problem) -> dict[str, str]:
-        """The reference's editable files as written: a template's declarations and placeholders
-        kept (the harness builds it at its defaults; `--policy tune` tunes it by default)."""
-        return problems.bundle_of(problem.source, problem.path or problem.name).reference_source_files()
 
     def claims(self, path: Path) -> bool:
         return problems.claims(path)

@@ -165,6 +165,13 @@ def bundle_of(source: str, where: str = "problem") -> Bundle:
     return Bundle(files, spec)
 
 
+def written_reference(problem: Problem) -> dict[str, str]:
+    """The reference's editable files as written (`Domain.written_reference`): a template's
+    declarations and placeholders kept (the harness builds it at its defaults; `--policy
+    tune` tunes it by default)."""
+    return bundle_of(problem.source, problem.path or problem.name).reference_source_files()
+
+
 def parse_problem(source: str, *, name: str, path: str | None = None) -> Problem:
     """A stored command problem read back (the bundle checked again)."""
     b = bundle_of(source, path or name)

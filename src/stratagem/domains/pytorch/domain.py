@@ -389,7 +389,7 @@ class PyTorchDomain(Domain):
 
     settings = PyTorchSettings
     baselines = BaselineModes()
-    peaks = PyTorchPeaks()
+    peaks = PyTorchPeaks(CALIBRATE_GRAPH)
     reference_facts = _Work()
     graphs = GRAPHS
     prebuild = staticmethod(prebuild_request)

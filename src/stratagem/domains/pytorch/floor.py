@@ -24,11 +24,14 @@ and raises them to what it was measured doing (`demonstrated_peaks`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from stratagem.core.problem import Problem
 from stratagem.core.verdict import ValidatorResult
-from stratagem.domains.pytorch.graphs import CALIBRATE_GRAPH
+
+if TYPE_CHECKING:  # the worker's roofline reads PEAKS_VERSION here, and nothing more
+    from stratagem.core.graph import ValidatorSpec
+    from stratagem.core.problem import Problem
 
 CACHE_HEADROOM = 2.0
 """The CPU's cache bandwidth in the floor is this many times the calibrated one: torch's copy
@@ -177,12 +180,13 @@ def admitted_tolerance(correctness: Mapping[str, Any]) -> dict[str, float]:
     return {"atol": 0.0, "rtol": rel}
 
 
+@dataclass
 class PyTorchPeaks:
     """The PyTorch domain's `Peaks` (`domains/base.py`): the roofline's device peaks, calibrated
-    on an identity module (`CALIBRATION_SOURCE`)."""
+    on an identity module (`CALIBRATION_SOURCE`) by `calibrate_graph`."""
 
+    calibrate_graph: tuple[ValidatorSpec, ...]
     version = PEAKS_VERSION
-    calibrate_graph = CALIBRATE_GRAPH
 
     def calibration_problem(self) -> Problem:
         from stratagem.domains.pytorch.problem import parse_problem

@@ -7,10 +7,15 @@ red-team audit of an accepted design (`BREACH_GRAPH`, `breach_graph`).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from stratagem.core.graph import GraphError, ValidatorGraph, ValidatorSpec
 from stratagem.core.problem import Problem
-from stratagem.domains.pytorch.settings import IntegrityPolicy
 from stratagem.errors import ProblemError
+
+IntegrityPolicy = Literal["lenient", "strict"]
+"""The `[pytorch] integrity` policy (here, not in `settings.py`, so the worker's roofline,
+which reads the floor's calibration version, loads no pydantic)."""
 
 DEFAULT_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("static_checks", (), "parent"),

@@ -19,13 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratagem.config import EvaluationConfig, busy_guard_on, describe_errors
 from stratagem.core.problem import Problem
+from stratagem.domains.pytorch.graphs import IntegrityPolicy
 from stratagem.errors import ConfigError
 
 SECTION = "pytorch"
 """The section's name in the config file and in `EvaluationConfig.domains`."""
 
 BaselineMode = Literal["eager", "compile", "max-autotune", "reduce-overhead"]
-IntegrityPolicy = Literal["lenient", "strict"]
 
 
 class Tolerance(BaseModel):

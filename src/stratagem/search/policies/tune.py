@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from stratagem.core.design import FILE_MARKER, text_files
 from stratagem.core.problem import Problem
@@ -312,26 +312,17 @@ def read_template_files(path: Path, main: str) -> dict[str, str]:
     return files
 
 
-@runtime_checkable
-class WrittenReference(Protocol):
-    """A domain that builds a templated reference at its defaults (the command domain) and gives
-    the reference as written, the template, apart."""
-
-    def reference_source_files(self, problem: Problem) -> dict[str, str]:
-        ...
-
-
 def reference_template(problem: Problem) -> Template | None:
     """The template the problem's reference declares, or None when it declares no parameter: the
-    reference as written where its domain gives it (`WrittenReference`), else its files as a
+    reference as written where its domain gives it (`Domain.written_reference`), else its files as a
     design (the domain's `offline_design`).
 
     Raises:
         TemplateError: the reference declares parameters that cannot be read.
     """
     domain = get_domain(problem.domain)
-    if isinstance(domain, WrittenReference):
-        files = domain.reference_source_files(problem)
+    if domain.written_reference is not None:
+        files = domain.written_reference(problem)
     else:
         files = text_files(domain.prompts.offline_design(problem), domain.main_file(problem))
     return parse_template(files) if is_template(files) else None

@@ -41,9 +41,9 @@ from typing import Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import params, precision, record, runtime, timed
-from stratagem.domains.pytorch.worker.stages import Emit, Worker, prepare_device
-from stratagem.worker_api.stages import StageFailure
+from stratagem.domains.pytorch.worker import params, precision, record, roofline, runtime
+from stratagem.domains.pytorch.worker.referee import Referee, device_request
+from stratagem.worker_api.stages import Emit, StageFailure
 
 MAX_RECORD_BYTES = 1 << 34
 """The largest recorded output file the judge reads (16 GiB)."""
@@ -63,7 +63,7 @@ def _stage_of(key: str) -> str:
 class Judging:
     """The judge's state: which calls it samples, what it has checked, what it found."""
 
-    def __init__(self, w: Worker, record_dir: Path, notes: list[str]) -> None:
+    def __init__(self, w: Referee, record_dir: Path, notes: list[str]) -> None:
         self.w, self.dir, self.notes = w, record_dir, notes
         self.seeds = [int(s) for s in w.req["seeds"]]
         self.sampled_trial = record.trial_key(secrets.SystemRandom().choice(self.seeds))
@@ -210,7 +210,7 @@ class Judging:
         # the compile limit: most of it is waiting for torch._dynamo's import (preload_work_counter)
         with w.phase("compile"), w.hold("shared"), torch.no_grad():
             inputs = w.make_inputs(p, record.warm_seed(int(w.req["timing_seed"]), 0))
-            self.work = timed.count_work(p.reference, inputs)
+            self.work = roofline.count_work(p.reference, inputs)
         del inputs
         runtime.free_memory()
 
@@ -278,19 +278,19 @@ def run_judge(request: Mapping[str, Any], go_path: Path, record_dir: Path, workd
               emit: Emit) -> dict[str, Any]:
     """Load, check records as they arrive, wait for `go_path`, answer for the claimed stages.
     Returns {nonce, ok, failures, checked, notes, timings_s}."""
-    request = prepare_device(request)
+    request = device_request(request)
     on_gpu = str(request["device"]).startswith("cuda")
     count = bool(request.get("count_work", True))  # False: an earlier evaluation counted it
     if on_gpu and count:  # counting the reference's work imports torch._dynamo on first use: meanwhile, on a thread
-        threading.Thread(target=timed.preload_work_counter, daemon=True).start()
-    w = Worker({**request, "candidate": None, "judge": False}, workdir, emit)
+        threading.Thread(target=roofline.preload_work_counter, daemon=True).start()
+    w = Referee(request, emit)  # no candidate code runs here: no guard, builds or recorder
     # the design's precision is the worker's to see: the judge admits the error its precision
     # predicts provisionally, and settles at the worker's end (`Judging.settle`)
     w.evidence_override = precision.Evidence(True, "provisional: the worker's evidence decides")
     notes: list[str] = []
     try:
         with w.phase("compile"):  # the start, as the worker's: the compile limit
-            w.stage_load()
+            w.load_reference(workdir)
     except StageFailure as e:  # the problem itself failed here: not the candidate's doing
         go = _await_go(go_path, w)
         return _answer(go, [{"stage": "correctness", "kind": e.kind, "reason": f"judge: {e.reason}"}],
@@ -341,7 +341,7 @@ def _answer(go: Mapping[str, Any], failures: list[dict[str, Any]], checked: list
             "notes": notes}
 
 
-def _await_go(path: Path, w: Worker, meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
+def _await_go(path: Path, w: Referee, meanwhile: Callable[[], None] | None = None) -> dict[str, Any]:
     """Wait (the `wait` phase: not this process's work) for the parent's go file, doing
     `meanwhile` between polls."""
     with w.phase("wait"):

@@ -29,7 +29,7 @@ from stratagem.domains.pytorch.worker import compare, record, runtime
 from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.context import StageContext
+    from stratagem.domains.pytorch.worker.context import ReferenceContext, StageContext
 
 
 def randomised_state(reference: torch.nn.Module, seed: int) -> dict[str, torch.Tensor]:
@@ -103,7 +103,7 @@ def randomised(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> Ite
                 live[k].copy_(v)
 
 
-def judge_randomised(w: StageContext, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
+def judge_randomised(w: ReferenceContext, ref: torch.nn.Module, ref_out: Any, cand_out: Any, inputs: list[Any]) -> Any:
     """Compare by worker `w`'s rule, with the anchor of the randomised reference `ref` (where it
     can decide: the calibrated and reference rules; it runs only when the rule asks)."""
     anchor_ref = w.anchor
@@ -214,7 +214,7 @@ def off_scale(setting: Any) -> float | None:
     return float(setting) if isinstance(setting, int | float) and not isinstance(setting, bool) else OFF_SCALE
 
 
-def off_distribution_inputs(w: StageContext, seed: int, scale: float) -> list[Any]:
+def off_distribution_inputs(w: ReferenceContext, seed: int, scale: float) -> list[Any]:
     return off_distribution(w.make_inputs(w.loaded(need_candidate=False), seed), scale, seed)
 
 
@@ -223,7 +223,7 @@ OFF_REL = 1e-2
 largest magnitude there."""
 
 
-def judge_off_distribution(w: StageContext, ref_out: Any, cand_out: Any, inputs: list[Any], visible_magnitude: float) -> tuple[Any, float]:
+def judge_off_distribution(w: ReferenceContext, ref_out: Any, cand_out: Any, inputs: list[Any], visible_magnitude: float) -> tuple[Any, float]:
     """The comparison of the off-distribution trial, the same in both correctness modes: the
     fixed rule's relative tolerance, and an absolute one of OFF_REL x the reference output's
     largest magnitude there. Scaled inputs grow the rounding of intermediate values (a

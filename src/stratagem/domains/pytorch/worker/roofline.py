@@ -9,15 +9,19 @@ output written once).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from stratagem.domains.pytorch.floor import PEAKS_VERSION
 from stratagem.domains.pytorch.worker import runtime
+
+if TYPE_CHECKING:
+    from stratagem.domains.pytorch.worker.context import StageContext
 
 
 def _time_ms(fn: Callable[[], Any], device: str, reps: int) -> float:
@@ -67,6 +71,11 @@ def cache_bandwidth_gbps(device: str) -> dict[str, Any]:
             best = max(best, gbps)
         del src, dst
     return {"cache_bandwidth_gbps": best, "cache_bandwidth_at": at}
+
+
+def run_calibrate(w: StageContext) -> dict[str, Any]:
+    """The `calibrate` stage: this device's peaks (`calibrate`)."""
+    return calibrate(w.device)
 
 
 def calibrate(device: str) -> dict[str, Any]:
@@ -120,3 +129,20 @@ def work(model: torch.nn.Module, inputs: list[Any]) -> dict[str, Any]:
         "min_bytes": runtime.output_nbytes(inputs) + runtime.output_nbytes(out) + params,
         "dtype": _dtype(out),
     }
+
+
+def count_work(reference: Any, inputs: list[Any]) -> dict[str, Any]:
+    """The reference's FLOPs and minimum bytes on `inputs` (roofline.work), or why not. Its
+    first use in a process costs seconds (torch's FLOP counter initialises itself), which is
+    why the judge counts it while it waits for the worker."""
+    try:
+        return work(reference, runtime.clone_inputs(inputs))
+    except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
+        return {"error": runtime.one_line(e)}
+
+
+def preload_work_counter() -> None:
+    """Import what `count_work` imports on first use (torch._dynamo and sympy: 2.5-4.7 s), so
+    a process can do it on a thread while it does other work."""
+    with contextlib.suppress(Exception):
+        import torch._dynamo  # noqa: F401

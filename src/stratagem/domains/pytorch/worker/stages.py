@@ -2,7 +2,8 @@
 guarded calls), the table of stages (`STAGES`) and the request driver.
 
 Worker-side only. The stage modules (correctness, integrity, timed, breach_audit, ...) take the
-Worker, most as a narrow `context.StageContext`. `run_request` drives the requested stages
+Worker, most as a narrow `context.StageContext`, and are imported when their stage first runs
+(`stage`): a worker, and the judge that builds one, loads only the stages it runs. `run_request` drives the requested stages
 through the graph rules of the parent (a failed stage skips its dependents) and reports each
 result as it finishes. An exception in candidate code is a failed stage; a CUDA error also
 retires the worker: every later stage is skipped, since the CUDA context can no longer be
@@ -16,6 +17,7 @@ hold no lock on a GPU, and unchanged sources load from the shared build cache.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -26,28 +28,18 @@ import torch
 
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.worker import (
-    audit,
-    breach_audit,
     builds,
     compare,
-    confirm,
-    correctness,
     environment,
     guard,
     inline_builds,
-    integrity,
     memory,
-    prebuild,
     precision,
-    profile,
-    provenance,
     record,
-    roofline,
     runtime,
-    timed,
 )
-from stratagem.domains.pytorch.worker.anchor import Anchor
-from stratagem.domains.pytorch.worker.device_use import DeviceUse, watch_compile_modes
+from stratagem.domains.pytorch.worker.device_use import watch_compile_modes
+from stratagem.domains.pytorch.worker.referee import Referee, device_request
 from stratagem.domains.pytorch.worker.runtime import Programs
 from stratagem.worker_api import stages
 from stratagem.worker_api.stages import Emit, StageFailure
@@ -62,20 +54,17 @@ def _elem(inputs: list[Any]) -> int:
     return max((x.element_size() for x in inputs if isinstance(x, torch.Tensor)), default=4)
 
 
-class Worker(DeviceUse):
-    """State shared by the stages of one request (its device use: `DeviceUse`)."""
+class Worker(Referee):
+    """State shared by the stages of one request (what the judge shares: `Referee`)."""
 
     def __init__(self, request: Mapping[str, Any], workdir: Path, emit: Emit | None = None,
                  record_dir: Path | None = None) -> None:
         guard.watch_starts(workdir)  # who starts each thread, first: before any of the harness's threads
         super().__init__(request, emit)
-        self.req = _freeze(request)  # read-only: candidate code cannot loosen tolerances
         self.recorder = record.Recorder(record_dir if request.get("judge") else None, str(request["device"]),
                                         lambda: self.phase("wait"))
         """The candidate outputs the judge checks (record.py)."""
         self.workdir = workdir
-        self.programs: Programs | None = None
-        self.poisoned: str | None = None
         watch_compile_modes()  # the harness's own wrapper, in place before the snapshot sees torch.compile
         self.snapshot = guard.Snapshot()  # before any candidate code is imported
         self.last_inputs: list[Any] | None = None
@@ -83,44 +72,14 @@ class Worker(DeviceUse):
         """The evaluation's memory plan (`memory.plan`, made at load on a GPU)."""
         self.compiled_state_reset = False
         """Set by the shapes stage: the candidate's compiled code must compile again."""
-        self.anchor: Anchor | None = None
-        self.rule: Mapping[str, Any] = dict(request.get("correctness") or {"mode": "reference"})
-        self._calibrated_atol: float | None = None
-        """Set by the correctness trials where the anchor decided one (the calibrated rule, or
-        the reference rule after the fixed check failed): the atol that later comparisons
-        against eager (integrity, shapes) use, (factor + 1) x eager's largest error against
-        the anchor plus the floor and the tolerance's atol (if |c - a| <= f e + t and
-        |r - a| <= e, then |c - r| <= (f + 1) e + t)."""
-        self.precision: precision.RanPrecision | None = None
-        """What the reference computed in, seen on the first correctness trial."""
-        self.design_precision: precision.RanPrecision | None = None
-        """What the design computed in, seen on its watched call (`correctness.watch_design`)."""
-        self.evidence_override: precision.Evidence | None = None
-        """The evidence where no design is watched: a compiled baseline (`precision.INHERITED`),
-        the judge (the worker's evidence decides at its end)."""
-        self.ref_errors: list[float] = []
-        """Per floating output, eager's largest error against float64 across the trials so far."""
         self.cleared_builds: list[str] = []
         """Dead builds' batons removed from the build root (`claim_builds`)."""
 
     # -- stages ---------------------------------------------------------------------------
 
     def stage_load(self) -> dict[str, Any]:
-        prob = self.req["problem"]
-        try:
-            ref_mod = runtime.load_module(
-                runtime.REFERENCE_MODULE, prob["source"], self.workdir, "reference.py"
-            )
-            with self.hold("shared"):
-                init_inputs = runtime.init_inputs(ref_mod, int(self.req["init_seed"]), self.device)
-                ref = runtime.instantiate(ref_mod.Model, init_inputs, int(self.req["init_seed"]), self.device)
-        except Exception as e:  # the problem, not the candidate, is broken
-            raise StageFailure(
-                runtime.problem_kind(e), f"the reference problem failed to load: {runtime.one_line(e)}",
-                {"traceback": runtime.format_exception(e)},
-            ) from e
-        self.programs = Programs(reference_module=ref_mod, reference=ref, init_inputs=init_inputs)
-        self.anchor = Anchor(ref, self.device)
+        programs = self.load_reference(self.workdir)
+        init_inputs = programs.init_inputs
         details: dict[str, Any] = {}
         cand = self.req.get("candidate")
         if cand is not None:
@@ -146,7 +105,7 @@ class Worker(DeviceUse):
                                     f"ModelNew(*get_init_inputs()) failed: {runtime.one_line(e)}") from e
             if not isinstance(new, torch.nn.Module):
                 raise StageFailure("malformed", "ModelNew is not a torch.nn.Module")
-            self.programs.candidate_module, self.programs.candidate = mod, new
+            programs.candidate_module, programs.candidate = mod, new
             if len(inline_builds.EVENTS) > first_build:  # at import and in __init__
                 details["builds"] = [e.to_json() for e in inline_builds.EVENTS[first_build:]]
             if self.device.startswith("cuda"):
@@ -161,16 +120,12 @@ class Worker(DeviceUse):
         inline_builds.install(self.device, inline_builds.Hooks(self.released, lambda: self.phase("wait")))
         return len(inline_builds.EVENTS)
 
-    def stage_correctness(self) -> dict[str, Any]:
-        """The correctness trials (`correctness.run_correctness`)."""
-        return correctness.run_correctness(self)
-
     def anchor_wanted(self, trial: int, inputs: list[Any]) -> bool:
         """Whether trial `trial` (0-based) runs the float64 anchor: always where it decides (the
         calibrated rule); in the fixed rule, where it decides nothing, only on the first trial
         and only while its float64 copies stay small (ANCHOR_REPORT_BYTES): at KernelBench's
         sizes (6.4 GB inputs) it doubled the trials' time and memory for a number nobody
-        reads. A failing trial is anchored anyway (stage_correctness)."""
+        reads. A failing trial is anchored anyway (`correctness.py`)."""
         if self.rule.get("mode") == "calibrated":
             return True
         return trial == 0 and 2 * runtime.inputs_nbytes(inputs) * 8 // max(1, _elem(inputs)) <= ANCHOR_REPORT_BYTES
@@ -181,14 +136,6 @@ class Worker(DeviceUse):
         decided = [a for t in trials if t.get("decided_by", "fixed") != "fixed" for a in t.get("anchor") or ()]
         if decided:
             self._calibrated_atol = max(a["limit"] + a["reference"] for a in decided)
-
-    def mode(self) -> str:
-        """The rule in force: `calibrated` only while an anchor can be computed (else `fixed`);
-        `reference` (without an anchor its second look cannot be had: the fixed check decides)."""
-        mode = str(self.rule.get("mode") or "reference")
-        if mode == "calibrated" and self.anchor is not None and self.anchor.unavailable is not None:
-            return "fixed"
-        return mode
 
     def mode_details(self, anchored: list[int] | None = None,
                       trials: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -222,84 +169,7 @@ class Worker(DeviceUse):
                 for name, tol in compare.BENCHMARK_RULES.items()}
         return out
 
-    def judge(self, ref_out: Any, cand_out: Any, inputs: list[Any], report_anchor: bool = True) -> compare.Comparison:
-        """Compare by the rule in force, with both outputs' errors against the anchor (in the
-        fixed mode only when `report_anchor`: there it decides nothing; in the reference mode
-        when the fixed check fails, where its second look needs it)."""
-        want = report_anchor or self.rule.get("mode") == "calibrated"
-        anchor = self.anchor(inputs) if self.anchor is not None and want else None
-        return self.compare_with_anchor(ref_out, cand_out, anchor,
-                                        lambda: self.anchor(inputs) if self.anchor is not None else None)
-
-    def compare_with_anchor(self, ref_out: Any, cand_out: Any, anchor: Any,
-                            anchor_of: Callable[[], Any] | None = None) -> compare.Comparison:
-        """Compare by the rule in force, given the float64 anchor's output (or None, and
-        `anchor_of` to compute it where the reference rule needs it: a failed fixed check)."""
-        mode = self.mode()
-        if anchor is not None and mode == "calibrated":
-            return compare.calibrated_compare(anchor, ref_out, cand_out, self.rule)
-        tol = self.req["tolerances"]
-        cmp = compare.compare_outputs(ref_out, cand_out, tol)
-        if cmp.kind == "malformed" and not cmp.ok:
-            return cmp
-        evidence = self.evidence() if mode == "reference" else None
-        if evidence is not None and evidence.downgrade is not None:
-            return compare.Comparison(False, f"precision downgrade: {evidence.downgrade}; the default rule holds a "
-                                      "design to the precision the reference ran at, whatever its error",
-                                      max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err,
-                                      checked=cmp.checked, decided_by="precision")
-        if anchor is None and not cmp.ok and anchor_of is not None:
-            anchor = anchor_of()  # decides under the reference rule; reported under the fixed one
-        if anchor is None:
-            return cmp
-        if not cmp.ok and mode == "reference":
-            out = compare.reference_compare(anchor, ref_out, cand_out, self.rule, tol, cmp,
-                                            seen=evidence is not None and evidence.seen, ref_errors=self.ref_errors)
-            self._note_ref_errors(out)
-            if not out.ok and evidence is not None:
-                out.reason = f"{out.reason} (precision: {evidence.words})"
-            return out
-        with contextlib.suppress(RuntimeError, ValueError):  # outputs too unlike to measure
-            cmp.anchor = compare.against_anchor(anchor, ref_out, cand_out, self.rule, compare.Comparison(True),
-                                                tolerances=tol if mode == "reference" else None).anchor
-        return cmp
-
-    def evidence(self) -> precision.Evidence:
-        """What decides how far from float64 the design may be (`precision.evidence`)."""
-        if self.evidence_override is not None:
-            return self.evidence_override
-        return precision.evidence(self.precision, self.design_precision)
-
-    def _note_ref_errors(self, cmp: compare.Comparison) -> None:
-        for i, a in enumerate(cmp.anchor or ()):
-            if i < len(self.ref_errors):
-                self.ref_errors[i] = max(self.ref_errors[i], float(a["reference"]))
-            else:
-                self.ref_errors.append(float(a["reference"]))
-
-    def tolerances(self) -> Mapping[str, Mapping[str, float]]:
-        """Tolerances for comparisons against eager after correctness (integrity, shapes): the
-        fixed ones, widened where the anchor decided a trial (`_calibrated_atol`)."""
-        if self._calibrated_atol is not None:
-            base = self.req["tolerances"] if self.mode() == "reference" else {}
-            return {k: {"atol": self._calibrated_atol,
-                        "rtol": float((base.get(k) or base.get("float32") or {}).get("rtol", 0.0))}
-                    for k in ("float16", "bfloat16", "float32", "float64")}
-        return self.req["tolerances"]
-
     # -- helpers --------------------------------------------------------------------------
-
-    def loaded(self, need_candidate: bool) -> Programs:
-        if self.programs is None or (need_candidate and self.programs.candidate is None):
-            raise StageFailure("harness_error", "stage ran without a loaded program")
-        return self.programs
-
-    def make_inputs(self, p: Programs, seed: int) -> list[Any]:
-        try:
-            return runtime.make_inputs(p.reference_module, seed, self.device)
-        except Exception as e:
-            raise StageFailure(runtime.problem_kind(e), f"get_inputs() failed: {runtime.one_line(e)}",
-                               {"traceback": runtime.format_exception(e)}) from e
 
     def fresh_inputs(self, p: Programs, attempt: int = 0) -> Callable[[int], list[Any]]:
         """Inputs for timed call i, made outside the timed region: freshly generated from the
@@ -325,16 +195,6 @@ class Worker(DeviceUse):
             want = memory.timing_sets(want, nbytes, runtime.free_bytes(self.device, self.req.get("gpu_memory_fraction")))
         return [first] + [self.make_inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
 
-    def call_reference(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
-        try:
-            out = model(*inputs)
-            runtime.synchronize(self.device)
-            return out
-        except Exception as e:
-            self.note_cuda(e)
-            raise StageFailure(runtime.problem_kind(e), f"the reference Model raised: {runtime.one_line(e)}",
-                               {"traceback": runtime.format_exception(e)}) from e
-
     def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
         try:
             out = model(*inputs)
@@ -354,27 +214,33 @@ class Worker(DeviceUse):
                                 "--device cuda", details)
         return StageFailure(kind, reason, details)
 
-    def note_cuda(self, e: BaseException) -> None:
-        if runtime.classify_exception(e) == "cuda_error":
-            self.poisoned = runtime.one_line(e)
 
 
+STAGES: Mapping[str, str] = MappingProxyType({
+    "load": "stages:Worker.stage_load",
+    "correctness": "correctness:run_correctness",
+    "integrity": "integrity:run_integrity",
+    "audit": "audit:run_audit",
+    "breach_audit": "breach_audit:run_breach_audit",
+    "provenance": "provenance:run_provenance",
+    "calibrate": "roofline:run_calibrate",
+    "shapes": "integrity:run_shapes",
+    "timing": "timed:run_timing",
+    "baseline": "timed:run_baseline",
+    "confirm": "confirm:run_confirm",
+    "prebuild": "prebuild:run_prebuild",
+    "profile": "profile:run_profile",
+})
+"""Stage name -> `module:function` in this package, the function that runs it on the Worker."""
 
-STAGES: dict[str, Callable[[Worker], dict[str, Any]]] = {
-    "load": Worker.stage_load,
-    "correctness": Worker.stage_correctness,
-    "integrity": integrity.run_integrity,
-    "audit": audit.run_audit,
-    "breach_audit": breach_audit.run_breach_audit,
-    "provenance": provenance.run_provenance,
-    "calibrate": lambda w: roofline.calibrate(w.device),
-    "shapes": integrity.run_shapes,
-    "timing": timed.run_timing,
-    "baseline": timed.run_baseline,
-    "confirm": confirm.run_confirm,
-    "prebuild": prebuild.run_prebuild,
-    "profile": profile.run_profile,
-}
+
+def stage(name: str) -> Callable[[Worker], dict[str, Any]]:
+    """The function of stage `name` (`STAGES`), its module imported on first use."""
+    module, _, path = STAGES[name].partition(":")
+    found: Any = importlib.import_module(f"{__name__.rpartition('.')[0]}.{module}")
+    for attr in path.split("."):
+        found = getattr(found, attr)
+    return found
 
 
 def _decided(trials: list[dict[str, Any]], mode: str, seen: precision.RanPrecision | None,
@@ -394,50 +260,19 @@ def _decided(trials: list[dict[str, Any]], mode: str, seen: precision.RanPrecisi
     return f"fixed: every trial within the tolerance of eager ({ran})"
 
 
-def _freeze(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(_freeze(v) for v in value)
-    return value
-
-
 def _is_build_error(e: BaseException) -> bool:
     text = str(e)
     return "Error building extension" in text or "ninja" in text.lower() or "nvcc" in text
 
 
-def unpack(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The envelope (`EvalRequest`) as the stages read it: its payload's fields at the top,
-    and the design's `candidate.py` as `candidate` (None for a reference-only request)."""
-    if "payload" not in envelope:  # already unpacked
-        return dict(envelope)
-    out = {k: v for k, v in envelope.items() if k not in ("payload", "files")}
-    out.update(envelope["payload"] or {})
-    files = envelope.get("files") or {}
-    out["candidate"] = {"filename": "candidate.py", "source": files["candidate.py"]} if "candidate.py" in files else None
-    return out
-
-
 def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The request unpacked (`unpack`), with its device made explicit (`cuda` -> `cuda:0`: the
-    slot pins one GPU with CUDA_VISIBLE_DEVICES), that device made current.
+    """The request as the stages read it, its device made current (`referee.device_request`),
+    with its build switches applied (`inline_builds.apply_settings`).
 
     Raises:
         RuntimeError: the request asks for a GPU and torch sees none.
     """
-    request = unpack(request)
-    device = str(request["device"])
-    if device == "cuda":
-        device = "cuda:0"
-        request = {**request, "device": device}
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError("the request asks for a CUDA device but torch sees no GPU")
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
-        runtime.cap_memory(device, request.get("gpu_memory_fraction"))
-    else:  # one thread count for every program timed on the CPU ([pytorch] cpu_threads)
-        torch.set_num_threads(int(request.get("cpu_threads") or 1))
+    request = device_request(request)
     inline_builds.apply_settings(request)
     return request
 
@@ -480,8 +315,13 @@ def _stage_context(worker: Worker, name: str) -> Iterator[None]:
             yield
     elif name in SELF_LOCKING:
         yield
-    else:  # under strict, own-code calls are counted in the untimed stages (provenance.watching)
-        with worker.hold("shared"), provenance.watching(worker, name):
+    elif any(s.get("name") == "provenance" for s in worker.req.get("stages") or ()):
+        # under strict, own-code calls are counted in the untimed stages (provenance.watching)
+        with worker.hold("shared"), importlib.import_module(f"{__name__.rpartition('.')[0]}.provenance").watching(
+                worker, name):
+            yield
+    else:
+        with worker.hold("shared"):
             yield
 
 
@@ -490,7 +330,7 @@ def _run_stage(worker: Worker, name: str) -> ValidatorResult:
     first_window = len(worker.windows)
     try:
         with _stage_context(worker, name), memory.stage_peak(worker.device) as peak:
-            details = STAGES[name](worker)
+            details = stage(name)(worker)
         if peak and isinstance(details, dict):
             details = {**details, **peak}
         locks = [w.to_json() for w in worker.windows[first_window:]]

@@ -6,7 +6,6 @@ correctness rule, then timed paired with eager under the exclusive lock).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -121,7 +120,7 @@ def run_timing(w: StageContext) -> dict[str, Any]:
     if w.req.get("judge"):  # counted by the judge while it waits: off this path, out of the candidate's reach
         work: dict[str, Any] = {"error": "the judge did not count the reference's work"}
     else:
-        work = count_work(p.reference, sets[0])
+        work = roofline.count_work(p.reference, sets[0])
     lap("work")
     changed = w.snapshot.changes()
     if changed:
@@ -161,23 +160,6 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         "busy": stats["busy"],
         "work": work,
     }
-
-def count_work(reference: Any, inputs: list[Any]) -> dict[str, Any]:
-    """The reference's FLOPs and minimum bytes on `inputs` (roofline.work), or why not. Its
-    first use in a process costs seconds (torch's FLOP counter initialises itself), which is
-    why the judge counts it while it waits for the worker."""
-    try:
-        return roofline.work(reference, runtime.clone_inputs(inputs))
-    except Exception as e:  # noqa: BLE001 - an uncountable reference only loses the floor
-        return {"error": runtime.one_line(e)}
-
-
-def preload_work_counter() -> None:
-    """Import what `count_work` imports on first use (torch._dynamo and sympy: 2.5-4.7 s), so
-    a process can do it on a thread while it does other work."""
-    with contextlib.suppress(Exception):
-        import torch._dynamo  # noqa: F401
-
 
 def run_baseline(w: StageContext) -> dict[str, Any]:
     """Eager timed alone, and each compiled mode paired with eager: each mode is compiled
