@@ -23,7 +23,8 @@ from stratagem.core.graph import ValidatorGraph
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.graphs import BREACH_GRAPH, breach_graph
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.worker import breach_audit, breach_timing
+from stratagem.domains.pytorch.worker.redteam import audit as breach_audit
+from stratagem.domains.pytorch.worker.redteam import timing as breach_timing
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.results import Evaluation
 from stratagem.evaluation.service import Evaluator

@@ -13,8 +13,8 @@ import pytest
 
 from stratagem.cli import main
 from stratagem.domains.pytorch import graphs
-from stratagem.search.policies import breaches
-from stratagem.search.policies.redteam import claim_of
+from stratagem.search.policies.redteam import corpus as breaches
+from stratagem.search.policies.redteam.policy import claim_of
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = ROOT / "tests" / "adversarial"
@@ -146,7 +146,7 @@ def test_a_model_attacker_is_told_its_role_and_its_answers_are_judged(tmp_path) 
     from stratagem.domains import load_problem
     from stratagem.evaluation.api import make_evaluator
     from stratagem.search.loop import SearchLoop
-    from stratagem.search.policies.redteam import RedteamPolicy
+    from stratagem.search.policies.redteam.policy import RedteamPolicy
     from stratagem.search.policies.registry import policy_settings, resolved_config
     from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore

@@ -27,7 +27,6 @@ import torch
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch.worker import (
     audit,
-    breach_audit,
     builds,
     compare,
     confirm,
@@ -48,6 +47,7 @@ from stratagem.domains.pytorch.worker import (
 )
 from stratagem.domains.pytorch.worker.anchor import Anchor
 from stratagem.domains.pytorch.worker.device_use import DeviceUse, watch_compile_modes
+from stratagem.domains.pytorch.worker.redteam import audit as breach_audit
 from stratagem.domains.pytorch.worker.runtime import Programs
 from stratagem.worker_api import stages
 from stratagem.worker_api.stages import Emit, StageFailure

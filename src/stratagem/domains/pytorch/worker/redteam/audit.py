@@ -18,7 +18,7 @@ snapshot is read once more at the end (`harness_tampering`).
 - `distributions`: inputs from distributions the harness never draws (scaled by 1e-3 and 1e3,
   shifted by +5, uniform [0, 1), all negative, mostly zeros, integer-valued), judged against the
   float64 anchor within a factor of eager's own error (NaN or infinity where eager is finite fails);
-- `interleaved_timing` (`breach_timing.py`): the speedup under the harness's paired blocks and
+- `interleaved_timing` (`timing.py`): the speedup under the harness's paired blocks and
   under other protocols, on inputs of their own; faster only under the harness's fails;
 - `fresh_shapes`: the size constants the shapes stage varies grown (x1.5, x2, aligned), halved
   and made odd, within the memory the worker may use, two fresh seeds each, anchored.
@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import breach_timing, compare, params, record, runtime
+from stratagem.domains.pytorch.worker import compare, params, record, runtime
 from stratagem.domains.pytorch.worker.anchor import Anchor
+from stratagem.domains.pytorch.worker.redteam import timing as breach_timing
 from stratagem.worker_api.device_lock import Mode
 from stratagem.worker_api.stages import StageFailure
 

@@ -1,4 +1,4 @@
-"""Owns the red-team audit's `interleaved_timing` check (`breach_audit.py`): a design's speedup
+"""Owns the red-team audit's `interleaved_timing` check (`audit.py`): a design's speedup
 under the harness's protocol and under others, in one worker, and the inputs of its own
 (`perturbed`) the other protocols and the audit's second calls take.
 
@@ -32,8 +32,8 @@ from stratagem.core import paired
 from stratagem.domains.pytorch.worker import record, timing
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.breach_audit import Check
     from stratagem.domains.pytorch.worker.context import StageContext
+    from stratagem.domains.pytorch.worker.redteam.audit import Check
     from stratagem.domains.pytorch.worker.runtime import Programs
 
 TIMING_FAST = 1.1

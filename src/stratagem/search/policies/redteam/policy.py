@@ -14,7 +14,7 @@ audit shows it wrong or dishonest: flagged, never ranked, written as a fixture b
 `search/breaches.py`), `honest` (accepted, and the audit agrees: a fast design like any
 other) or `unaudited` (accepted, and the audit could not run: said why). The attempts and
 their outcomes are the policy's state (`attempts`), so a killed run resumes with them and the
-report lists them (`report/redteam.py`).
+report lists them (`views.py`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.agents.pike import Tickets
-from stratagem.context import redteam as prompts
 from stratagem.core.design import text_files
 from stratagem.core.search import (
     DesignView,
@@ -39,9 +38,10 @@ from stratagem.core.search import (
 )
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.search.policies import breaches
 from stratagem.search.policies.pike_models import PikeBase
 from stratagem.search.policies.pike_settings import RedteamSettings
+from stratagem.search.policies.redteam import corpus as breaches
+from stratagem.search.policies.redteam import prompts
 
 STATE_KEY = breaches.ATTEMPTS_KEY.removeprefix("redteam/")
 """The policy's state key (the Session prefixes the policy's name)."""

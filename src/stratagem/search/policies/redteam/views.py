@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from stratagem.search.policies.breaches import Replayed
+from stratagem.search.policies.redteam.corpus import Replayed
 
 OUTCOMES = ("caught", "breach", "honest", "broken", "unaudited")
 

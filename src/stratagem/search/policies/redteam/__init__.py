@@ -1,0 +1,3 @@
+"""The red-team run, parent side (`stratagem redteam`, docs/integrity.md): the attacker's policy
+(`policy.py`), its prompts (`prompts.py`), the breach corpus (`corpus.py`) and the run's views
+(`views.py`). The audit itself runs in the worker (`domains/pytorch/worker/redteam/`)."""
