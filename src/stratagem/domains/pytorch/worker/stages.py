@@ -113,6 +113,7 @@ class Worker(DeviceUse):
                 {"traceback": runtime.format_exception(e)},
             ) from e
         self.programs = Programs(reference_module=ref_mod, reference=ref, init_inputs=init_inputs)
+        self.snapshot.watch(runtime.REFERENCE_MODULE, ref_mod)  # before any candidate code
         self.anchor = Anchor(ref, self.device)
         details: dict[str, Any] = {}
         cand = self.req.get("candidate")
@@ -301,13 +302,19 @@ class Worker(DeviceUse):
                                {"traceback": runtime.format_exception(e)}) from e
 
     def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
+        """One guarded call: its failure the candidate's; what it left on the harness's inputs
+        or in process-wide hooks rejects it (`harness_tampering`)."""
+        sealed = guard.Inputs.of(inputs)
         try:
             out = model(*inputs)
             runtime.synchronize(self.device)
-            return out
         except (Exception, SystemExit) as e:
             self.note_cuda(e)
             raise self._failure(e, runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}") from e
+        tampered = [t for t in (sealed.tampered(), *self.snapshot.hook_changes()) if t]
+        if tampered:
+            raise StageFailure("rejected", "harness_tampering: " + "; ".join(tampered[:4]))
+        return out
 
     def _failure(self, e: BaseException, kind: str, reason: str) -> StageFailure:
         """The stage failure for candidate code that raised: `needs_gpu` when, on the CPU, the
