@@ -60,11 +60,11 @@ def test_state_on_the_inputs_is_seen() -> None:
     from stratagem.domains.pytorch.worker import guard
 
     x, y = torch.randn(4, 4), torch.randn(4)
-    x.mine = 1  # there before the call: not the call's
+    vars(x)["mine"] = 1  # there before the call: not the call's
     sealed = guard.Inputs.of([x, y, 3])
     assert sealed.tampered() is None
-    y.stash = torch.zeros(1)
+    vars(y)["stash"] = torch.zeros(1)
     assert "attribute(s) stash" in (sealed.tampered() or "") and "tensor 1" in (sealed.tampered() or "")
-    del y.stash
+    del vars(y)["stash"]
     x.untyped_storage().resize_(2 * x.untyped_storage().nbytes())
     assert "storage of the harness's input tensor 0" in (sealed.tampered() or "")

@@ -174,13 +174,13 @@ def show_cmd(
 
 
 def _print_redteam(console: Console, attempts: list[dict[str, Any]]) -> None:
-    """A red-team run's attempts by class, and each breach with its fixture (nothing for other runs)."""
+    """A red-team run's attempts by class, and every attempt's outcome in full (nothing for other runs)."""
     if not attempts:
         return
     from stratagem.search.policies.redteam import views as redteam
 
     console.print(redteam.attempts_table(attempts))
-    for line in redteam.breach_lines(attempts):
+    for line in redteam.attempt_lines(attempts):
         console.print(line, highlight=False, soft_wrap=True)
 
 

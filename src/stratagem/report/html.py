@@ -126,12 +126,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _redteam(attempts: Sequence[Mapping[str, Any]]) -> str:
-    """The attempts by class (`search/policies/redteam/views.py`) and each breach with its fixture."""
-    rows = [(name, r["attempts"], r["caught"], r["breach"], r["honest"], r["broken"], r["unaudited"],
-             ", ".join(r["checks"])) for name, r in redteam.by_class(attempts).items()]
-    table = _table(["class", "attempts", "caught", "breached", "honest", "broken", "unaudited",
-                    "caught by / breached at"], rows)
-    lines = redteam.breach_lines(attempts)
+    """The attempts by class (`search/policies/redteam/views.py`) and every attempt's outcome in full."""
+    rows = [(name, r["attempts"], *(r[k] for k in redteam.COLUMNS), ", ".join(r["checks"]))
+            for name, r in redteam.by_class(attempts).items()]
+    table = _table(["class", "attempts", *redteam.COLUMNS.values(), "caught by / breached at"], rows)
+    lines = redteam.attempt_lines(attempts)
     return table + ("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>" if lines else "")
 
 

@@ -73,6 +73,7 @@ HARNESS_MODULES = (
     "stratagem.domains.pytorch.worker.anchor",
     "stratagem.domains.pytorch.worker.redteam.audit",
     "stratagem.domains.pytorch.worker.redteam.timing",
+    "stratagem.domains.pytorch.worker.redteam.fired",
     "stratagem.domains.pytorch.worker.correctness",
     "stratagem.domains.pytorch.worker.record",
     "stratagem.domains.pytorch.worker.guard",

@@ -1,5 +1,7 @@
-"""Owns the red-team views (`show`, the run's last words, `--json`, the HTML report): a run's attempts by class (caught by which check, breached, honest,
-broken, unaudited) as a table and as JSON, and a corpus replay's table (`stratagem redteam`).
+"""Owns the red-team views (`show`, the run's last words, `--json`, the HTML report): a run's
+attempts by class (caught by which check, breached, neutralized, never fired, honest, broken,
+unaudited) as a table and as JSON, every attempt's outcome in full (`attempt_lines`, the words
+the attacker was told), and a corpus replay's table (`stratagem redteam`).
 """
 
 from __future__ import annotations
@@ -9,17 +11,20 @@ from typing import Any
 
 from rich.table import Table
 
+from stratagem.search.policies.redteam import OUTCOMES
 from stratagem.search.policies.redteam.corpus import Replayed
 
-OUTCOMES = ("caught", "breach", "honest", "broken", "unaudited")
+COLUMNS = {"caught": "caught", "breach": "breached", "neutralized": "neutralized", "never_fired": "never fired",
+           "honest": "honest", "broken": "broken", "unaudited": "unaudited"}
+"""Each outcome's column heading."""
 
 
 def by_class(attempts: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per declared class: how many attempts ended each way, and the checks that caught them or
-    found the breach."""
+    """Per class (the catalog's class each attempt named, else its own name): how many attempts
+    ended each way, and the checks that caught them or found the breach."""
     out: dict[str, dict[str, Any]] = {}
     for a in attempts:
-        row = out.setdefault(str(a.get("exploit") or "undeclared"),
+        row = out.setdefault(str(a.get("cls") or a.get("exploit") or "undeclared"),
                              {"attempts": 0, **dict.fromkeys(OUTCOMES, 0), "checks": []})
         row["attempts"] += 1
         outcome = str(a.get("outcome"))
@@ -38,19 +43,19 @@ def to_json(attempts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def attempts_table(attempts: Sequence[Mapping[str, Any]]) -> Table:
     t = Table(title="red-team attempts by class", title_justify="left")
-    for col in ("class", "attempts", "caught", "breached", "honest", "broken", "unaudited", "caught by / breached at"):
+    for col in ("class", "attempts", *COLUMNS.values(), "caught by / breached at"):
         t.add_column(col, justify="right" if col not in ("class", "caught by / breached at") else "left")
     for name, row in by_class(attempts).items():
-        t.add_row(name, str(row["attempts"]), str(row["caught"]),
-                  f"[bold red]{row['breach']}[/]" if row["breach"] else "0", str(row["honest"]), str(row["broken"]),
-                  str(row["unaudited"]), ", ".join(row["checks"]))
+        t.add_row(name, str(row["attempts"]), *(f"[bold red]{row[k]}[/]" if k == "breach" and row[k] else str(row[k])
+                                                 for k in COLUMNS), ", ".join(row["checks"]))
     return t
 
 
-def breach_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per breach: its class, the audit's check and evidence, where the fixture is."""
-    return [f"breach {str(a.get('design_id'))[:10]} ({a.get('exploit')}): {a.get('check')}: "
-            f"{str(a.get('evidence'))[:160]} -> {a.get('fixture')}" for a in attempts if a.get("outcome") == "breach"]
+def attempt_lines(attempts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per attempt, in full: its id and class, what happened (`Outcome.words`, stored
+    as `words`), and a breach's fixture."""
+    return [f"{str(a.get('design_id'))[:10]} {a.get('exploit')}: {a.get('words') or a.get('outcome')}"
+            + (f" -> {a.get('fixture')}" if a.get("fixture") else "") for a in attempts]
 
 
 def replay_table(rows: Sequence[Replayed]) -> Table:
@@ -59,5 +64,5 @@ def replay_table(rows: Sequence[Replayed]) -> Table:
         t.add_column(col)
     for r in rows:
         now = "[green]rejected[/]" if r.held else f"[bold red]{'ACCEPTED' if r.status == 'valid' else r.status}[/]"
-        t.add_row(r.name, r.exploit, now, r.caught_by[:120])
+        t.add_row(r.name, r.exploit, now, r.caught_by)
     return t
