@@ -68,3 +68,19 @@ def test_state_on_the_inputs_is_seen() -> None:
     del vars(y)["stash"]
     x.untyped_storage().resize_(2 * x.untyped_storage().nbytes())
     assert "storage of the harness's input tensor 0" in (sealed.tampered() or "")
+
+
+def test_torchs_own_marks_on_an_input_are_not_state() -> None:
+    """An honest design may mark its inputs' dimensions dynamic (torch sets its own attributes);
+    a tensor stored under one of those names is state all the same."""
+    import torch
+
+    from stratagem.domains.pytorch.worker import guard
+
+    x = torch.randn(4, 4)
+    sealed = guard.Inputs.of([x])
+    torch._dynamo.mark_dynamic(x, 0)
+    torch._dynamo.maybe_mark_dynamic(x, 1)
+    assert sealed.tampered() is None
+    vars(x)["_dynamo_hint_overrides"] = {0: torch.zeros(4)}
+    assert "_dynamo_hint_overrides" in (sealed.tampered() or "")

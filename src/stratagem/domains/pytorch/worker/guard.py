@@ -300,6 +300,29 @@ class Snapshot:
         return out + self.hook_changes()
 
 
+TORCH_MARKS = frozenset({
+    "_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices",
+    "_dynamo_strict_unbacked_indices", "_dynamo_unbacked_bounds", "_dynamo_hint_overrides", "_dynamo_shape_ids",
+    "_dynamo_marked_static", "_dynamo_static_indices", "_dynamo_static_input_type", "_has_dynamo_dim_marking",
+    "_specialize_on"})
+"""The attributes torch's own marking functions set on a tensor (`torch._dynamo.mark_dynamic`,
+`maybe_mark_dynamic`, `mark_static`, ...): an honest design may mark its inputs' dimensions."""
+
+
+def _holds_tensor(value: Any, depth: int = 8) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth == 0 or not isinstance(value, dict | set | frozenset | list | tuple):
+        return False
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+    return any(_holds_tensor(x, depth - 1) for x in items)
+
+
+def _torch_mark(name: str, value: Any) -> bool:
+    """One of torch's marks, holding indices and bounds (no tensor: not a place for outputs)."""
+    return name in TORCH_MARKS and not _holds_tensor(value)
+
+
 @dataclass(frozen=True)
 class Inputs:
     """The harness's input tensors as handed to a candidate call: the Python attributes each
@@ -318,9 +341,10 @@ class Inputs:
         return Inputs(tuple(out))
 
     def tampered(self) -> str | None:
-        """What the call left on the inputs, or None."""
+        """What the call left on the inputs, or None (torch's own marks, `TORCH_MARKS`, holding
+        no tensor, are not the candidate's state)."""
         for i, (t, names, ptr, nbytes) in enumerate(self.seen):
-            added = sorted(set(vars(t)) - names)
+            added = sorted(k for k, v in vars(t).items() if k not in names and not _torch_mark(k, v))
             if added:
                 return (f"the candidate stored attribute(s) {', '.join(added[:4])} on the harness's input tensor "
                         f"{i} (state kept outside the design's own tensors)")
