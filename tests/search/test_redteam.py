@@ -262,4 +262,4 @@ def test_the_audit_keeps_to_the_runs_compute_budget(tmp_path, capsys) -> None:
     assert code == 0, out
     [a] = out["redteam"]["attempts"]
     assert a["outcome"] == "unaudited" and "max_gpu_seconds" in a["evidence"], a
-    assert out["redteam"]["by_class"]["functional_linear"]["unaudited"] == 1
+    assert out["redteam"]["by_class"]["none"]["unaudited"] == 1  # declared honest: the class `none`
