@@ -21,7 +21,7 @@ CASES = {
               "f(vars(torch.nn.modules.module)['_global_backward_hooks'], 7, len)"),
     "replaced": "torch.nn.modules.module._global_forward_hooks = {7: print}",
     "mode": "torch.overrides.TorchFunctionMode().__enter__()",
-    "trace": "sys.setprofile(lambda *a: None)",
+    "trace": "sys.setprofile(lambda *a: None)",  # read by `changes`, not after each call
 }
 
 
@@ -32,7 +32,7 @@ def _run(body: str) -> list[str]:
         before = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, a: None)  # before: not counted
         s = guard.Snapshot()
         torch.nn.Linear(2, 2).register_forward_hook(lambda m, i, o: o)  # a module's own hook
-    """) + body + "\nprint('\\n'.join(s.hook_changes()))\n"
+    """) + body + "\nprint('\\n'.join(s.hook_changes(trace=True)))\n"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return [line for line in r.stdout.splitlines() if line]
@@ -46,6 +46,15 @@ def test_a_process_wide_hook_is_seen_however_it_is_written(how: str) -> None:
 
 def test_hooks_there_before_and_a_modules_own_are_not_counted() -> None:
     assert _run("") == []
+
+
+def test_a_profile_function_is_read_only_where_the_harness_holds_none() -> None:
+    """The harness's own profile hook is on during the provenance stage's measured calls: the
+    check after each call leaves trace and profile functions to the stage-end snapshot."""
+    code = ("import sys, torch\nfrom stratagem.domains.pytorch.worker import guard\ns = guard.Snapshot()\n"
+            "sys.setprofile(lambda *a: None)\nprint(s.hook_changes(), len(s.changes()))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.stdout.split() == ["[]", "1"], r.stdout + r.stderr[-2000:]
 
 
 def test_removing_a_hook_that_was_there_before_is_seen() -> None:

@@ -211,18 +211,20 @@ def native_threads() -> int:
         return threading.active_count()
 
 
-def _hooks() -> dict[str, Any]:
+def _hooks(trace: bool) -> dict[str, Any]:
     """The process-wide hooks: each global module-hook registry of `torch.nn.modules.module`
     (the dict and its entries: whoever writes into it, through `register_module_forward_hook`,
     a function's `__globals__` or native code, writes there), the torch-function and dispatch
-    mode stacks, and the interpreter's trace and profile functions."""
+    mode stacks, and (`trace`) the interpreter's trace and profile functions, which the
+    harness's own profile hook holds during a measured call (`native_calls.py`)."""
     out: dict[str, Any] = {f"torch.nn.modules.module.{name}": (value, tuple(value.items()), len(value))
                            for name, value in vars(torch.nn.modules.module).items()
                            if name.startswith("_global_") and isinstance(value, dict)}
     out["the torch-function mode stack"] = torch._C._len_torch_function_stack()
     out["the dispatch mode stack"] = torch._C._len_torch_dispatch_stack()
-    out.update({"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
-                "threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()})
+    if trace:
+        out.update({"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
+                    "threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()})
     return out
 
 
@@ -268,7 +270,7 @@ class Snapshot:
     def __init__(self) -> None:
         self.functions = _functions()
         self.flags = _flags()
-        self.hooks = _hooks()
+        self.hooks = _hooks(trace=True)
         self.watched: dict[str, types.ModuleType] = {}
 
     def watch(self, name: str, module: types.ModuleType) -> None:
@@ -276,10 +278,12 @@ class Snapshot:
         self.watched[name] = module
         self.functions.update(_module_functions(name, module))
 
-    def hook_changes(self) -> list[str]:
+    def hook_changes(self, trace: bool = False) -> list[str]:
         """The process-wide hooks added, removed or replaced since the snapshot (cheap: after
-        every candidate call)."""
-        return _hook_changes(self.hooks, _hooks())
+        every candidate call), the trace and profile functions only with `trace` (outside
+        the harness's own profile hook: `changes`)."""
+        now = _hooks(trace)
+        return _hook_changes({k: v for k, v in self.hooks.items() if k in now}, now)
 
     def changes(self) -> list[str]:
         """Every rebound function, every moved flag and every process-wide hook, as readable lines."""
@@ -297,7 +301,7 @@ class Snapshot:
             for name, old in self.flags.items()
             if flags.get(name) != old
         ]
-        return out + self.hook_changes()
+        return out + self.hook_changes(trace=True)
 
 
 TORCH_MARKS = frozenset({
