@@ -211,15 +211,23 @@ def native_threads() -> int:
         return threading.active_count()
 
 
+_REGISTRIES = tuple(name for name, value in vars(torch.nn.modules.module).items()
+                    if name.startswith("_global_") and isinstance(value, dict))
+"""torch's global module-hook registries (`_global_forward_hooks`, ...), by name."""
+
+
 def _hooks(trace: bool) -> dict[str, Any]:
     """The process-wide hooks: each global module-hook registry of `torch.nn.modules.module`
     (the dict and its entries: whoever writes into it, through `register_module_forward_hook`,
     a function's `__globals__` or native code, writes there), the torch-function and dispatch
     mode stacks, and (`trace`) the interpreter's trace and profile functions, which the
     harness's own profile hook holds during a measured call (`native_calls.py`)."""
-    out: dict[str, Any] = {f"torch.nn.modules.module.{name}": (value, tuple(value.items()), len(value))
-                           for name, value in vars(torch.nn.modules.module).items()
-                           if name.startswith("_global_") and isinstance(value, dict)}
+    module = torch.nn.modules.module
+    out: dict[str, Any] = {}
+    for name in _REGISTRIES:
+        value = getattr(module, name, None)
+        out[f"torch.nn.modules.module.{name}"] = (value, tuple(value.items()), len(value)) \
+            if isinstance(value, dict) else (value, (), 0)
     out["the torch-function mode stack"] = torch._C._len_torch_function_stack()
     out["the dispatch mode stack"] = torch._C._len_torch_dispatch_stack()
     if trace:
@@ -271,6 +279,7 @@ class Snapshot:
         self.functions = _functions()
         self.flags = _flags()
         self.hooks = _hooks(trace=True)
+        self._per_call = _hooks(trace=False)
         self.watched: dict[str, types.ModuleType] = {}
 
     def watch(self, name: str, module: types.ModuleType) -> None:
@@ -283,7 +292,11 @@ class Snapshot:
         every candidate call), the trace and profile functions only with `trace` (outside
         the harness's own profile hook: `changes`)."""
         now = _hooks(trace)
-        return _hook_changes({k: v for k, v in self.hooks.items() if k in now}, now)
+        before = self.hooks if trace else self._per_call
+        if all(v[0] is before[k][0] and v[1:] == before[k][1:] if isinstance(v, tuple) else v == before[k]
+               for k, v in now.items()):
+            return []
+        return _hook_changes(before, now)
 
     def changes(self) -> list[str]:
         """Every rebound function, every moved flag and every process-wide hook, as readable lines."""

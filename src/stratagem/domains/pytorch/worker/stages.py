@@ -16,6 +16,7 @@ hold no lock on a GPU, and unchanged sources load from the shared build cache.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -303,15 +304,17 @@ class Worker(DeviceUse):
 
     def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
         """One guarded call: its failure the candidate's; what it left on the harness's inputs
-        or in process-wide hooks rejects it (`harness_tampering`)."""
-        sealed = guard.Inputs.of(inputs)
+        or in process-wide hooks rejects it (`harness_tampering`), looked at after every call
+        but those measured under a profile hook (the provenance stage's own: the look would be
+        measured with the call; a profile hook the candidate set is the stage-end snapshot's)."""
+        sealed = guard.Inputs.of(inputs) if sys.getprofile() is None else None
         try:
             out = model(*inputs)
             runtime.synchronize(self.device)
         except (Exception, SystemExit) as e:
             self.note_cuda(e)
             raise self._failure(e, runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}") from e
-        tampered = [t for t in (sealed.tampered(), *self.snapshot.hook_changes()) if t]
+        tampered = [t for t in (sealed.tampered(), *self.snapshot.hook_changes()) if t] if sealed else []
         if tampered:
             raise StageFailure("rejected", "harness_tampering: " + "; ".join(tampered[:4]))
         return out
