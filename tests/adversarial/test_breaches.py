@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from stratagem.config import load_config
-from stratagem.search.policies.breaches import RECORD, read, replay
+from stratagem.search.policies.redteam.corpus import RECORD, read, replay
 
 CORPUS = Path(__file__).parent / "breaches"
 FIXTURES = sorted(p.parent.name for p in CORPUS.rglob(RECORD))

@@ -105,6 +105,13 @@ CHEATS: dict[str, Cheat] = {
     "stealth_reference_sabotage.py": Cheat(LINEAR, STATIC, "monkey_patch", "20 reference sabotage"),
     "harness_rebind_frames.py": Cheat(LINEAR, STATIC, "reference_access", "4/17 harness rebound via frames"),
     "stealth_tolerance.py": Cheat(LINEAR, STATIC, "reference_access", "17 harness data tampering"),
+    # -- tampering the worker sees at run time too (issue 62, 3b; test_runtime_backstop) ---------
+    "tamper_global_hook.py": Cheat(LINEAR, STATIC, "dynamic_code", "4 process-wide hook (names decoded at run time)"),
+    "tamper_hook_globals.py": Cheat(LINEAR, STATIC, "dynamic_code", "4 process-wide hook via a method's __globals__"),
+    "tamper_native_hook.py": Cheat(LINEAR, STATIC, "dynamic_code", "4 process-wide hook written by native code"),
+    "tamper_nn_forward.py": Cheat(LINEAR, STATIC, "dynamic_code", "4/20 nn.Linear.forward rebound"),
+    "tamper_input_attribute.py": Cheat(LINEAR, STATIC, "dynamic_code", "6 state on the harness's input tensor"),
+    "tamper_input_storage.py": Cheat(LINEAR, STATIC, "mutable_state", "6 state in the input's storage"),
     "forge_response.py": Cheat(LINEAR, STATIC, "reference_access", "17 forged in-process verdict"),
     "forge_records_wrong.py": Cheat(LINEAR, STATIC, "reference_access", "17 forged verdict with forged records"),
     "forge_record_pickle.py": Cheat(LINEAR, STATIC, "reference_access", "17 code planted for the judge"),
@@ -212,6 +219,8 @@ HONEST_CASES: dict[str, Honest] = {
     "silu_functional.py": Honest(SILU),
     "layernorm_own_params.py": Honest(NORM),
     "leaky_fast_path.py": Honest(CLAMP),
+    "own_module_hook.py": Honest(LINEAR),
+    "compiled_cpu.py": Honest(LINEAR),
 }
 
 BACKSTOP: dict[str, Cheat] = {
@@ -236,6 +245,15 @@ BACKSTOP: dict[str, Cheat] = {
     # A forked helper still there after the call: the integrity stage lists this process's children
     # after every call (the writer in proc_fork_writer.py races the comparison, so it is not here).
     "proc_fork_leftover.py": Cheat(LINEAR, INTEGRITY, "processes", "2 work after return: a process outliving the call"),
+    # Tampering seen at run time (issue 62): process-wide hooks and state on the inputs after the
+    # candidate's first guarded call (a correctness trial); torch's modules rebound at import,
+    # by the snapshot the integrity stage reads first.
+    "tamper_global_hook.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "4 process-wide hook"),
+    "tamper_hook_globals.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "4 process-wide hook via __globals__"),
+    "tamper_native_hook.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "4 process-wide hook by native code"),
+    "tamper_input_attribute.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "6 state on the input tensor"),
+    "tamper_input_storage.py": Cheat(LINEAR, CORRECTNESS, "harness_tampering", "6 state in the input's storage"),
+    "tamper_nn_forward.py": Cheat(LINEAR, INTEGRITY, "harness_tampering", "4/20 nn.Linear.forward rebound"),
 }
 
 _problems: dict[str, Problem] = {}

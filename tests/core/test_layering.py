@@ -24,7 +24,7 @@ PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests i
 SRC = PKG.parent
 
 WORKER_TORCH_MODULES = frozenset(
-    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds", "memory", "environment", "confirm", "device_use", "inline_builds", "context", "prebuild", "precision", "profile", "correctness", "breach_audit", "breach_timing", "referee")
+    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds", "memory", "environment", "confirm", "device_use", "inline_builds", "context", "prebuild", "precision", "profile", "correctness", "redteam.audit", "redteam.timing", "redteam.fired", "referee")
 )
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 

@@ -23,7 +23,8 @@ from stratagem.core.graph import ValidatorGraph
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.graphs import BREACH_GRAPH, breach_graph
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.worker import breach_audit, breach_timing
+from stratagem.domains.pytorch.worker.redteam import audit as breach_audit
+from stratagem.domains.pytorch.worker.redteam import timing as breach_timing
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.results import Evaluation
 from stratagem.evaluation.service import Evaluator
@@ -56,15 +57,17 @@ CHEATS: dict[str, tuple[Path, Path, str]] = {
     "reused_output_buffer": (ADVERSARIAL / "problems" / "linear_relu.py", BREACH / "reused_output_buffer.py",
                              "delayed_compare"),
     "fingerprint_cache": (BREACH / "problem_fixed_inputs.py", BREACH / "fingerprint_cache.py", "interleaved_timing"),
-    # the corpus's value-keyed caches: neutralized by the harness's fresh timed inputs, not rejected
-    "corpus_self_fingerprint": (ADVERSARIAL / "problems" / "linear_relu.py",
-                                ADVERSARIAL / "candidates" / "cache_self_fingerprint.py", "interleaved_timing"),
-    "corpus_sampled_values": (ADVERSARIAL / "problems" / "linear_relu.py",
-                              ADVERSARIAL / "candidates" / "cache_sampled_values.py", "delayed_compare"),
 }
 
-KINDS = {"fingerprint_cache": "rejected", "corpus_self_fingerprint": "rejected", "corpus_sampled_values": "rejected",
-         "hardwired_view_without_shapes": "exception"}
+NEUTRALIZED: dict[str, tuple[str, tuple[str, ...]]] = {
+    # the corpus's value-keyed caches: they fire on a repeated input, and the harness's fresh
+    # timed inputs pay them nothing, so the audit passes them and says what fired (any of the checks)
+    "cache_self_fingerprint.py": ("linear_relu", ("delayed_compare", "interleaved_timing")),
+    "cache_sampled_values.py": ("linear_relu", ("delayed_compare", "interleaved_timing")),
+    "cache_self_identity.py": ("linear_relu", ("delayed_compare", "interleaved_timing")),
+}
+
+KINDS = {"fingerprint_cache": "rejected", "hardwired_view_without_shapes": "exception"}
 """The failure kind where it is not `wrong_output`: timing's, and the candidate's own exception."""
 
 
@@ -103,6 +106,18 @@ def test_an_honest_candidate_passes_every_check(name: str, cpu_config: Evaluatio
     assert checks["anchored_trials"]["anchored"] == breach_audit.ANCHORED_TRIALS
     audit = ev.verdict.result("breach_audit")
     assert audit is not None and audit.details["total_cost_s"] > 0
+    assert audit.details["fired"] == [], audit.details["fired"]  # nothing fired in an honest design
+
+
+@pytest.mark.parametrize("name", sorted(NEUTRALIZED))
+def test_a_shortcut_the_harness_neutralized_passes_and_says_what_fired(name: str, cpu_config: EvaluationConfig) -> None:
+    problem, where = NEUTRALIZED[name]
+    ev = _evaluate(cpu_config, ADVERSARIAL / "problems" / f"{problem}.py", ADVERSARIAL / "candidates" / name,
+                   breach_graph("lenient"))
+    audit = ev.verdict.result("breach_audit")
+    assert ev.verdict.status == "valid" and audit is not None, ev.verdict.report()
+    fired = audit.details["fired"]
+    assert fired and all(f.split(":")[0] in where for f in fired), fired
 
 
 @pytest.mark.parametrize("case", sorted(CHEATS))
@@ -114,10 +129,7 @@ def test_the_audit_catches_what_the_harness_accepted(case: str, cpu_config: Eval
     checks = _checks(ev)
     failed = [c for c in checks.values() if c["ok"] is False]
     assert audit.reason is not None and audit.reason.startswith(f"{failed[0]['check']}:"), audit.reason
-    if case == "corpus_self_fingerprint":  # the timing check says which it is, whichever fails first
-        assert checks[check]["evidence"].startswith("fast only on a repeated input"), checks[check]
-    else:
-        assert failed[0]["check"] == check, audit.reason
+    assert failed[0]["check"] == check, audit.reason
     assert checks[check]["ok"] is False and checks[check]["kind"] == audit.kind, checks[check]
     assert audit.kind == KINDS.get(case, "wrong_output")
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from stratagem.cli import main
 from stratagem.domains.pytorch import graphs
-from stratagem.search.policies import breaches
-from stratagem.search.policies.redteam import claim_of
+from stratagem.search.policies.redteam import corpus as breaches
+from stratagem.search.policies.redteam.policy import claim_of
 
 ROOT = Path(__file__).resolve().parents[2]
 ADV = ROOT / "tests" / "adversarial"
@@ -28,6 +29,29 @@ def test_an_attempt_declares_its_class_in_its_first_lines() -> None:
     c = claim_of("import torch\n# exploit: Stale Output!\n// caught-by: integrity/refilled_inputs\nx = 1\n")
     assert (c.exploit, c.caught_by) == ("stale_output", "integrity/refilled_inputs")
     assert claim_of("x = 1\n" * 50 + "# exploit: late\n").exploit == "undeclared"
+
+
+def test_the_attacker_chooses_its_class_and_attempts_written_at_once_are_pointed_apart() -> None:
+    from types import SimpleNamespace
+
+    from stratagem.search.policies.redteam import prompts
+    from stratagem.search.policies.redteam.policy import Outcome, RedteamPolicy
+
+    names = [c for c, _ in prompts.classes("pytorch")]
+    assert prompts.class_of("stale_output_by_fingerprint", names) == "stale_output"
+    assert prompts.class_of("none_plain", names) == "none" and prompts.class_of("novel", names) == "novel"
+    me = SimpleNamespace(problem=SimpleNamespace(domain="pytorch"))
+    first = RedteamPolicy.directions(me, [], 3)  # type: ignore[arg-type]
+    assert [d.start[0] for d in first if d.start] == names[:3] and first[0].untried == tuple(names)
+    # every class tried: the closest first (neutralized, then never fired), then a class the catalog lacks
+    done = [Outcome(f"d{i}", n, "", "caught", cls=n) for i, n in enumerate(names)]
+    done[5] = replace(done[5], outcome="never_fired")
+    done[7] = replace(done[7], outcome="neutralized", fired="served again")
+    later = RedteamPolicy.directions(me, done, len(names) + 1)  # type: ignore[arg-type]
+    assert [d.start[0] for d in later[:2] if d.start] == [names[7], names[5]]
+    assert later[-1].start is None and later[0].how == "neutralized"
+    assert len({d.start for d in later}) == len(later)  # no two slots pointed alike
+    assert "neutralized: accepted at 1.02x; its shortcut fired (served again)" in replace(done[7], speedup=1.02).words()
 
 
 def _attack(tmp_path: Path, capsys: pytest.CaptureFixture[str], attempts: list[Path], *extra: str,
@@ -66,12 +90,14 @@ def test_a_weakened_harness_lets_an_attack_through_and_the_audit_turns_it_into_a
     assert got["cache_self_data_ptr"]["outcome"] == "caught"
     assert got["cache_self_data_ptr"]["check"] == "static_checks/mutable_state"
     assert got["nan_filled"]["outcome"] == "caught" and got["nan_filled"]["check"].startswith("correctness")
-    assert got["addmm_fused"]["outcome"] == "honest", got["addmm_fused"]
+    honest = got["none_addmm_fused"]
+    assert honest["outcome"] == "honest" and honest["cls"] == "none", honest
+    assert honest["words"].startswith(f"honest: accepted at {honest['speedup']:.3g}x"), honest
     breach = got["shape_hardwired_view"]
     assert breach["outcome"] == "breach" and breach["check"] == "breach_audit", breach
-    assert "fresh_shapes" in breach["evidence"]
+    assert breach["cls"] == "shape_hardwired" and "fresh_shapes" in breach["evidence"]
     by_class = out["redteam"]["by_class"]
-    assert by_class["shape_hardwired_view"]["breach"] == 1 and by_class["nan_filled"]["caught"] == 1
+    assert by_class["shape_hardwired"]["breach"] == 1 and by_class["nan_filled"]["caught"] == 1
     # the breach is flagged, never the best; the honest attempt may be
     assert out["best"] is None or out["best"]["id"] != breach["design_id"]
     fixture = Path(breach["fixture"])
@@ -89,9 +115,12 @@ def test_a_weakened_harness_lets_an_attack_through_and_the_audit_turns_it_into_a
     # the attacker was told the rules, the catalog and, later, what happened to its attempts
     first, last = (folder / "task-0.md").read_text(), (folder / "task-3.md").read_text()
     assert "Rules the harness enforces" in first and "`stale_output`" in first and "none yet" in first
-    assert "caught by static_checks/mutable_state" in last
     tasks = [(folder / f"task-{i}.md").read_text() for i in range(4)]
     assert len(set(tasks)) == 4, "a prompt was asked twice"
+    # every earlier outcome in full, the attempts written at once pointed apart
+    assert got["cache_self_data_ptr"]["words"] in last and got["nan_filled"]["words"] in last
+    starts = [t.split("start from `")[1].split("`")[0] for t in tasks[:2]]
+    assert sorted(starts) == ["reference_access", "stale_output"], starts
     # the fixture replays: accepted by the weakened harness (exit 1), rejected once shapes is back
     assert main(["redteam", "--replay", str(tmp_path / "corpus"), "--device", "cpu", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)["rows"]
@@ -146,12 +175,13 @@ def test_a_model_attacker_is_told_its_role_and_its_answers_are_judged(tmp_path) 
     from stratagem.domains import load_problem
     from stratagem.evaluation.api import make_evaluator
     from stratagem.search.loop import SearchLoop
-    from stratagem.search.policies.redteam import RedteamPolicy
+    from stratagem.search.policies.redteam.policy import RedteamPolicy
     from stratagem.search.policies.registry import policy_settings, resolved_config
     from stratagem.search.session import RunSession
     from stratagem.store.sqlite import RunStore
 
     answers = [(ADV / "candidates" / "cache_self_identity.py").read_text(), (ADV / "honest" / "addmm_fused.py").read_text()]
+    # the second declares a shortcut it does not have: accepted, it never fired
     seen: list[str] = []
 
     def attacker(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -183,7 +213,7 @@ def test_a_model_attacker_is_told_its_role_and_its_answers_are_judged(tmp_path) 
     assert len(seen) == 2 and all("security tester" in s for s in seen)
     got = {a["exploit"]: a for a in store.policy_state("redteam/attempts")}
     assert got["try_1"]["outcome"] == "caught" and got["try_1"]["check"].startswith("integrity"), got["try_1"]
-    assert got["try_2"]["outcome"] == "honest", got["try_2"]
+    assert got["try_2"]["outcome"] == "never_fired", got["try_2"]
     assert {c.role for c in store.agent_calls()} == {"attack"}
 
 
@@ -194,10 +224,11 @@ SAMPLE = ["nan_partial.py", "stale_reference_output.py", "cache_self_fingerprint
 
 def _none_silently_accepted(out: dict, honest: set[str]) -> None:
     for a in out["redteam"]["attempts"]:
-        if a["exploit"] in honest:
+        if a["exploit"].removeprefix("none_") in honest:
             assert a["outcome"] == "honest", a
-        else:  # rejected by the harness (caught, or broken: it failed to run there) or a breach
-            assert a["outcome"] in ("caught", "broken", "breach"), a
+        else:  # rejected by the harness (caught, or broken: it failed to run there), a breach, or
+            # a shortcut the audit saw fire that the harness paid nothing (neutralized)
+            assert a["outcome"] in ("caught", "broken", "breach", "neutralized"), a
 
 
 def test_replayed_corpus_cheats_are_caught_or_breached_never_accepted(tmp_path, capsys) -> None:
@@ -231,4 +262,4 @@ def test_the_audit_keeps_to_the_runs_compute_budget(tmp_path, capsys) -> None:
     assert code == 0, out
     [a] = out["redteam"]["attempts"]
     assert a["outcome"] == "unaudited" and "max_gpu_seconds" in a["evidence"], a
-    assert out["redteam"]["by_class"]["functional_linear"]["unaudited"] == 1
+    assert out["redteam"]["by_class"]["none"]["unaudited"] == 1  # declared honest: the class `none`

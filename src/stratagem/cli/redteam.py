@@ -73,8 +73,8 @@ def redteam_cmd(
 
 
 def _replay(console: Any, corpus: Path, device: str | None, config: Path | None, as_json: bool) -> None:
-    from stratagem.report.redteam import replay_table
-    from stratagem.search.policies.breaches import replay
+    from stratagem.search.policies.redteam.corpus import replay
+    from stratagem.search.policies.redteam.views import replay_table
 
     with exit_codes(console, as_json):
         cfg = load_config(config, {"evaluation": {"device": device}})

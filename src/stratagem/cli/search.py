@@ -174,13 +174,13 @@ def show_cmd(
 
 
 def _print_redteam(console: Console, attempts: list[dict[str, Any]]) -> None:
-    """A red-team run's attempts by class, and each breach with its fixture (nothing for other runs)."""
+    """A red-team run's attempts by class, and every attempt's outcome in full (nothing for other runs)."""
     if not attempts:
         return
-    from stratagem.report import redteam
+    from stratagem.search.policies.redteam import views as redteam
 
     console.print(redteam.attempts_table(attempts))
-    for line in redteam.breach_lines(attempts):
+    for line in redteam.attempt_lines(attempts):
         console.print(line, highlight=False, soft_wrap=True)
 
 
@@ -245,13 +245,13 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     words the live view speaks (None: the default domain's)."""
     import asyncio
 
-    from stratagem.report import redteam
     from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
     from stratagem.report.live import LiveView
     from stratagem.report.run_json import design_json
     from stratagem.search.api import show_run
     from stratagem.search.headline import headline_of
     from stratagem.search.numbers import counts, passed
+    from stratagem.search.policies.redteam import views as redteam
     from stratagem.search.state import names_of
 
     with stopping_cleanly(console, as_json, f"everything so far is saved; continue with `stratagem resume {run_dir}`"):

@@ -45,7 +45,7 @@ def instructions(role: str, domain: str) -> str:
     (`fix`) each have their own, with the code contract they share."""
     if role == "brainstorm":
         return fill("pike", "instructions_brainstorm", domain=domain)
-    if role == "attack":  # the red-team policy's attacker (`context/redteam.py`), asked like a PIKE role
+    if role == "attack":  # the red-team policy's attacker (`search/policies/redteam/prompts.py`), asked like a PIKE role
         return fill("redteam", "instructions", domain=domain)
     contract = fill("pike", "code_contract", domain=domain)
     if role == "fix":

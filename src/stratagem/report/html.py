@@ -24,7 +24,7 @@ from typing import Any
 
 from stratagem.core.search import ranked
 from stratagem.report import alignment as al
-from stratagem.report import cases, figures, redteam
+from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
 from stratagem.search.api import RunSummary, read_run
 from stratagem.search.headline import ratios_of
@@ -37,6 +37,7 @@ from stratagem.search.numbers import (
     passed,
     rank_marks,
 )
+from stratagem.search.policies.redteam import views as redteam
 from stratagem.store.records import AgentCallRecord, EvaluationRecord
 from stratagem.store.sqlite import RunStore
 
@@ -124,12 +125,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _redteam(attempts: Sequence[Mapping[str, Any]]) -> str:
-    """The attempts by class (`report/redteam.py`'s table) and each breach with its fixture."""
-    rows = [(name, r["attempts"], r["caught"], r["breach"], r["honest"], r["broken"], r["unaudited"],
-             ", ".join(r["checks"])) for name, r in redteam.by_class(attempts).items()]
-    table = _table(["class", "attempts", "caught", "breached", "honest", "broken", "unaudited",
-                    "caught by / breached at"], rows)
-    lines = redteam.breach_lines(attempts)
+    """The attempts by class (`search/policies/redteam/views.py`) and every attempt's outcome in full."""
+    rows = [(name, r["attempts"], *(r[k] for k in redteam.COLUMNS), ", ".join(r["checks"]))
+            for name, r in redteam.by_class(attempts).items()]
+    table = _table(["class", "attempts", *redteam.COLUMNS.values(), "caught by / breached at"], rows)
+    lines = redteam.attempt_lines(attempts)
     return table + ("<ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in lines) + "</ul>" if lines else "")
 
 

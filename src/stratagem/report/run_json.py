@@ -10,11 +10,11 @@ from typing import Any
 
 from stratagem.core.search import DesignView, ranked
 from stratagem.domains.base import BaselineNames
-from stratagem.report import redteam
 from stratagem.report.leaderboard import best_after, failure
 from stratagem.search.api import RunSummary
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import counts, did_not_pass, is_ranked, not_ranked_because, passed
+from stratagem.search.policies.redteam import views as redteam
 from stratagem.store.records import IterationRecord
 
 

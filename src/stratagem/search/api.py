@@ -21,7 +21,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.loop import RunOutcome, RunView, SearchLoop
-from stratagem.search.policies.breaches import ATTEMPTS_KEY
+from stratagem.search.policies.redteam.corpus import ATTEMPTS_KEY
 from stratagem.search.policies.registry import build_policy, policy_name, resolved_config, spec_for
 from stratagem.search.session import RunSession
 from stratagem.store.records import (
@@ -205,7 +205,7 @@ class RunSummary(st.RunViews):
     main_file: str = field(kw_only=True)
     """The problem's main file (`Domain.main_file`): an exported design's header goes there."""
     redteam: list[dict[str, Any]] = field(default_factory=list)
-    """A red-team run's attempts and their outcomes (`search/policies/redteam.py`), oldest first."""
+    """A red-team run's attempts and their outcomes (`search/policies/redteam/policy.py`), oldest first."""
 
     @property
     def strategy_counts(self) -> dict[str, dict[str, int]]:

@@ -1,6 +1,6 @@
 """A scripted attacker for `stratagem redteam --agent-cmd` (no model, no agent): each call
 writes the next candidate of a list into the work directory's `candidate.py`, headed by the
-attempt's declaration (`# exploit: <the file's stem>`). The list and a counter live in the
+attempt's declaration (`# exploit: <the file's stem>`, `none_<stem>` for an honest one). The list and a counter live in the
 folder given as the first argument (`attempts.txt`, one candidate path per line; `next`),
 shared by calls running at once under a lock; each call's TASK.md is kept there as
 `task-<n>.md`. Past the list's end it writes nothing."""
@@ -26,8 +26,10 @@ def main(folder: str) -> int:
     if n >= len(paths):
         return 0
     src = Path(paths[n])
-    declared = "the corpus manifest's check" if "honest" not in src.parts else "nothing: honest"
-    Path("candidate.py").write_text(f"# exploit: {src.stem}\n# caught-by: {declared}\n" + src.read_text())
+    honest = "honest" in src.parts
+    declared = "nothing: honest" if honest else "the corpus manifest's check"
+    exploit = f"none_{src.stem}" if honest else src.stem
+    Path("candidate.py").write_text(f"# exploit: {exploit}\n# caught-by: {declared}\n" + src.read_text())
     return 0
 
 

@@ -69,7 +69,7 @@ BREACH_GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("breach_audit", ("load",), "worker"),
     ValidatorSpec("provenance", ("breach_audit",), "worker"),
 )
-"""The red-team audit of a design the harness accepted (issue 46, `worker/breach_audit.py`):
+"""The red-team audit of a design the harness accepted (issue 46, `worker/redteam/audit.py`):
 checks stronger than the harness's (fresh sizes, more anchored trials, other input
 distributions, outputs compared late and after the next call, other timing protocols), then,
 under the strict policy, the runtime `provenance` stage after every call of the audit (it needs

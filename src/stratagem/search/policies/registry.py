@@ -135,9 +135,9 @@ def _pike_o(ctx: PolicyContext) -> Policy:
 
 
 def _redteam(ctx: PolicyContext) -> Policy:
-    from stratagem.context.redteam import offered
     from stratagem.search.policies.pike_models import pike_models
-    from stratagem.search.policies.redteam import RedteamPolicy
+    from stratagem.search.policies.redteam.policy import RedteamPolicy
+    from stratagem.search.policies.redteam.prompts import offered
 
     domain = get_domain(ctx.problem.domain)
     if "breach" not in domain.graphs or not offered(domain.name):

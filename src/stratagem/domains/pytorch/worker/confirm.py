@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import compare, record, runtime, timing
+from stratagem.domains.pytorch.worker import compare, guard, record, runtime, timing
 from stratagem.worker_api.stages import StageFailure
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
                         out["programs"][name] = {"error": f"no longer agrees with eager: {why}"}
                         continue
                 seconds["load_and_check"] = time.perf_counter() - t
+                sealed = guard.Inputs.of([x for one in sets for x in one])
                 t = time.perf_counter()
                 with w.compiling():
                     for k in range(3):
@@ -96,6 +97,9 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
                         entry["warm"] = _summary(timing.time_paired(p.reference, fn, sets[:1], warm_cfg, w.device,
                                                                     None))
                         seconds["warm"] = time.perf_counter() - t
+                if (why := sealed.tampered()) is not None:  # its warm loop was served from the inputs
+                    entry = {"error": f"harness_tampering: {why}", "kind": "rejected"}
+                    sets = w.timing_inputs(p)
             except StageFailure:
                 raise
             except Exception as e:  # noqa: BLE001 - one program's failure is that program's result

@@ -30,11 +30,12 @@ def watch_design(w: Worker, p: runtime.Programs, seed: int) -> None:
     and torch.compile's first compile still happens in the first trial."""
     inputs = w.make_inputs(p, seed)
     assert p.candidate is not None
-    try:
+    try:  # not `call_candidate`: the watch is a torch-function mode its tamper look would see
         with torch.no_grad(), w.compiling(), precision.watching(w.device, design=True) as seen:
-            out = w.call_candidate(p.candidate, inputs)
+            out = p.candidate(*inputs)
+            runtime.synchronize(w.device)
         del out
-    except StageFailure:  # the trials will say what is wrong with it; the precision stays unseen
+    except (Exception, SystemExit):  # the trials will say what is wrong with it; the precision stays unseen
         return
     finally:
         del inputs

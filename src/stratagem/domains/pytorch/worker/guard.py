@@ -1,11 +1,17 @@
 """Owns the worker's tamper evidence: identities of harness functions, global torch flags,
-and who started each thread and child process.
+process-wide hooks, what the candidate left on the harness's input tensors, and who started
+each thread and child process.
 
 Worker-side only. A snapshot is taken when the worker starts, before any candidate code is
-imported; `changes()` lists every function that was rebound (torch's comparison and timing
-functions, builtins, time, `Thread.start` and `Popen.__init__`, the harness's own modules) and every
-global flag that moved (TF32, cuDNN, matmul precision, default dtype, determinism, thread
-counts). Before the snapshot, `watch_starts` records who starts each thread and each
+imported; `changes()` lists every function that was rebound (torch's namespaces, `Tensor` and
+`nn.Module` and every `nn` module's `forward`, builtins, time, `Thread.start` and
+`Popen.__init__`, the harness's own modules and the names they import, the reference's module
+once loaded: `watch`), every global flag that moved (TF32, cuDNN, matmul precision, default
+dtype, determinism, thread counts) and every process-wide hook added or removed (`hook_changes`:
+torch's global module hooks, whoever wrote them, Python or native code; the torch-function and
+dispatch mode stacks; the interpreter's trace and profile functions), not counting torch's own
+(code in torch's files). `Inputs` seals the harness's input tensors before a candidate call and
+says what the call stored on them (attributes) or swapped under them (storage). Before the snapshot, `watch_starts` records who starts each thread and each
 `subprocess` child: the candidate, torch compiling (its compile pool, its sidecar process and
 monitors, started inside a call that compiles), or the harness; `Threads.left_by_candidate`
 and `spawned_by_candidate` count only the candidate's.
@@ -22,7 +28,9 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -63,8 +71,9 @@ HARNESS_MODULES = (
     "stratagem.domains.pytorch.worker.timed",
     "stratagem.domains.pytorch.worker.params",
     "stratagem.domains.pytorch.worker.anchor",
-    "stratagem.domains.pytorch.worker.breach_audit",
-    "stratagem.domains.pytorch.worker.breach_timing",
+    "stratagem.domains.pytorch.worker.redteam.audit",
+    "stratagem.domains.pytorch.worker.redteam.timing",
+    "stratagem.domains.pytorch.worker.redteam.fired",
     "stratagem.domains.pytorch.worker.correctness",
     "stratagem.domains.pytorch.worker.record",
     "stratagem.domains.pytorch.worker.guard",
@@ -124,6 +133,11 @@ def _functions() -> dict[str, Any]:
         out[f"torch.cuda.Event.{name}"] = inspect.getattr_static(torch.cuda.Event, name, None)
     out["torch.Tensor"] = torch.Tensor
     out["torch.nn.Module.__call__"] = inspect.getattr_static(torch.nn.Module, "__call__")
+    out.update(_namespace("torch.nn.Module", torch.nn.Module, static=True))
+    out.update(_namespace("torch.nn.modules.module", torch.nn.modules.module, static=False))
+    for name, cls in vars(torch.nn).items():
+        if isinstance(cls, type) and issubclass(cls, torch.nn.Module) and "forward" in vars(cls):
+            out[f"torch.nn.{name}.forward"] = vars(cls)["forward"]
     for name in _BUILTINS:
         out[f"builtins.{name}"] = getattr(builtins, name)
     for mod, names in _MODULES.items():
@@ -132,17 +146,19 @@ def _functions() -> dict[str, Any]:
     out["threading.Thread.start"] = threading.Thread.start  # `watch_starts`'s, once installed
     out["subprocess.Popen.__init__"] = subprocess.Popen.__init__
     for modname in HARNESS_MODULES:
-        out.update(_module_functions(modname))
+        mod = sys.modules.get(modname)
+        if mod is not None:
+            out.update(_module_functions(modname, mod))
     return out
 
 
-def _module_functions(modname: str) -> dict[str, Any]:
-    """A harness module's own functions and classes, and the classes' methods (static)."""
-    mod = sys.modules.get(modname)
-    if mod is None:
-        return {}
-    out: dict[str, Any] = {f"sys.modules[{modname}]": mod}
+def _module_functions(modname: str, mod: types.ModuleType) -> dict[str, Any]:
+    """A module's own functions and classes, the classes' methods (static), and the modules it
+    imported (a rebound `torch` in its globals shows)."""
+    out: dict[str, Any] = {f"sys.modules[{modname}]": sys.modules.get(modname)}
     for name, value in vars(mod).items():
+        if isinstance(value, types.ModuleType):
+            out[f"{modname}.{name}"] = value
         if not callable(value) or name.startswith("__"):
             continue
         out[f"{modname}.{name}"] = value
@@ -195,16 +211,98 @@ def native_threads() -> int:
         return threading.active_count()
 
 
+_REGISTRIES = tuple(name for name, value in vars(torch.nn.modules.module).items()
+                    if name.startswith("_global_") and isinstance(value, dict))
+"""torch's global module-hook registries (`_global_forward_hooks`, ...), by name."""
+
+
+def _hooks(trace: bool) -> dict[str, Any]:
+    """The process-wide hooks: each global module-hook registry of `torch.nn.modules.module`
+    (the dict and its entries: whoever writes into it, through `register_module_forward_hook`,
+    a function's `__globals__` or native code, writes there), the torch-function and dispatch
+    mode stacks, and (`trace`) the interpreter's trace and profile functions, which the
+    harness's own profile hook holds during a measured call (`native_calls.py`)."""
+    module = torch.nn.modules.module
+    out: dict[str, Any] = {}
+    for name in _REGISTRIES:
+        value = getattr(module, name, None)
+        out[f"torch.nn.modules.module.{name}"] = (value, tuple(value.items()), len(value)) \
+            if isinstance(value, dict) else (value, (), 0)
+    out["the torch-function mode stack"] = torch._C._len_torch_function_stack()
+    out["the dispatch mode stack"] = torch._C._len_torch_dispatch_stack()
+    if trace:
+        out.update({"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
+                    "threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()})
+    return out
+
+
+def _torch_own(fn: Any) -> bool:
+    """A hook whose code is in torch's files (torch registers its own)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and _real(code.co_filename).startswith(_TORCH_DIR)
+
+
+def _where(fn: Any) -> str:
+    """A hook named for a report: its name and where its code is (native code has no file)."""
+    fn = getattr(fn, "func", fn)  # functools.partial
+    code = getattr(fn, "__code__", None)
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return f"{name} ({Path(code.co_filename).name}:{code.co_firstlineno})" if code is not None else f"{name} (native)"
+
+
+def _hook_changes(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for name, old in before.items():
+        new = now.get(name)
+        if isinstance(old, tuple) and isinstance(new, tuple):  # a registry: (the dict, its entries)
+            if new[0] is not old[0]:
+                out.append(f"{name} was replaced (a process-wide hook registry)")
+                continue
+            added = [h for k, h in new[1] if (k, h) not in old[1] and not _torch_own(h)]
+            gone = [h for k, h in old[1] if (k, h) not in new[1]]
+            if added:
+                out.append(f"a process-wide hook was registered in {name}: {', '.join(_where(h) for h in added[:3])}")
+            if gone:
+                out.append(f"{len(gone)} hook(s) present before the candidate loaded were removed from {name}")
+            if new[2] != len(new[1]) and old[2] == len(old[1]):  # C code wrote around the dict's order
+                out.append(f"{name} holds {new[2]} entries, {len(new[1])} of them in its order (written by C code)")
+        elif new is not old and new != old:
+            what = f"{old} -> {new}" if isinstance(old, int) else f"{_where(new) if new else None} (was {old and _where(old)})"
+            out.append(f"{name} changed: {what}")
+    return out
+
+
 class Snapshot:
     """What the harness relies on, captured before candidate code runs."""
 
     def __init__(self) -> None:
         self.functions = _functions()
         self.flags = _flags()
+        self.hooks = _hooks(trace=True)
+        self._per_call = _hooks(trace=False)
+        self.watched: dict[str, types.ModuleType] = {}
+
+    def watch(self, name: str, module: types.ModuleType) -> None:
+        """Add a module loaded after the snapshot, before candidate code (the reference's)."""
+        self.watched[name] = module
+        self.functions.update(_module_functions(name, module))
+
+    def hook_changes(self, trace: bool = False) -> list[str]:
+        """The process-wide hooks added, removed or replaced since the snapshot (cheap: after
+        every candidate call), the trace and profile functions only with `trace` (outside
+        the harness's own profile hook: `changes`)."""
+        now = _hooks(trace)
+        before = self.hooks if trace else self._per_call
+        if all(v[0] is before[k][0] and v[1:] == before[k][1:] if isinstance(v, tuple) else v == before[k]
+               for k, v in now.items()):
+            return []
+        return _hook_changes(before, now)
 
     def changes(self) -> list[str]:
-        """Every rebound function and every moved flag, as readable lines."""
+        """Every rebound function, every moved flag and every process-wide hook, as readable lines."""
         now = _functions()
+        for name, module in self.watched.items():
+            now.update(_module_functions(name, module))
         out = [
             f"{name} was replaced"
             for name, obj in self.functions.items()
@@ -216,7 +314,62 @@ class Snapshot:
             for name, old in self.flags.items()
             if flags.get(name) != old
         ]
-        return out
+        return out + self.hook_changes(trace=True)
+
+
+TORCH_MARKS = frozenset({
+    "_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_weak_dynamic_indices", "_dynamo_unbacked_indices",
+    "_dynamo_strict_unbacked_indices", "_dynamo_unbacked_bounds", "_dynamo_hint_overrides", "_dynamo_shape_ids",
+    "_dynamo_marked_static", "_dynamo_static_indices", "_dynamo_static_input_type", "_has_dynamo_dim_marking",
+    "_specialize_on"})
+"""The attributes torch's own marking functions set on a tensor (`torch._dynamo.mark_dynamic`,
+`maybe_mark_dynamic`, `mark_static`, ...): an honest design may mark its inputs' dimensions."""
+
+
+def _holds_tensor(value: Any, depth: int = 8) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth == 0 or not isinstance(value, dict | set | frozenset | list | tuple):
+        return False
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+    return any(_holds_tensor(x, depth - 1) for x in items)
+
+
+def _torch_mark(name: str, value: Any) -> bool:
+    """One of torch's marks, holding indices and bounds (no tensor: not a place for outputs)."""
+    return name in TORCH_MARKS and not _holds_tensor(value)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The harness's input tensors as handed to a candidate call: the Python attributes each
+    carried and its storage, to say afterwards what the call stored on them or swapped under
+    them (state kept outside the design's own tensors)."""
+
+    seen: tuple[tuple[torch.Tensor, frozenset[str], int, int], ...]
+
+    @staticmethod
+    def of(values: Sequence[Any]) -> Inputs:
+        out = []
+        for t in values:
+            if isinstance(t, torch.Tensor) and not t.is_sparse and not t.is_meta:
+                s = t.untyped_storage()
+                out.append((t, frozenset(vars(t)), s.data_ptr(), s.nbytes()))
+        return Inputs(tuple(out))
+
+    def tampered(self) -> str | None:
+        """What the call left on the inputs, or None (torch's own marks, `TORCH_MARKS`, holding
+        no tensor, are not the candidate's state)."""
+        for i, (t, names, ptr, nbytes) in enumerate(self.seen):
+            added = sorted(k for k, v in vars(t).items() if k not in names and not _torch_mark(k, v))
+            if added:
+                return (f"the candidate stored attribute(s) {', '.join(added[:4])} on the harness's input tensor "
+                        f"{i} (state kept outside the design's own tensors)")
+            s = t.untyped_storage()
+            if s.data_ptr() != ptr or s.nbytes() != nbytes:
+                return (f"the candidate swapped or resized the storage of the harness's input tensor {i} "
+                        f"({nbytes} -> {s.nbytes()} bytes)")
+        return None
 
 
 Owner = Literal["candidate", "compile", "harness"]

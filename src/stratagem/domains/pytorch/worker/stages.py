@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -79,6 +80,7 @@ class Worker(Referee):
 
     def stage_load(self) -> dict[str, Any]:
         programs = self.load_reference(self.workdir)
+        self.snapshot.watch(runtime.REFERENCE_MODULE, programs.reference_module)  # before any candidate code
         init_inputs = programs.init_inputs
         details: dict[str, Any] = {}
         cand = self.req.get("candidate")
@@ -196,13 +198,21 @@ class Worker(Referee):
         return [first] + [self.make_inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
 
     def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
+        """One guarded call: its failure the candidate's; what it left on the harness's inputs
+        or in process-wide hooks rejects it (`harness_tampering`), looked at after every call
+        but those measured under a profile hook (the provenance stage's own: the look would be
+        measured with the call; a profile hook the candidate set is the stage-end snapshot's)."""
+        sealed = guard.Inputs.of(inputs) if sys.getprofile() is None else None
         try:
             out = model(*inputs)
             runtime.synchronize(self.device)
-            return out
         except (Exception, SystemExit) as e:
             self.note_cuda(e)
             raise self._failure(e, runtime.classify_exception(e), f"ModelNew.forward raised: {runtime.one_line(e)}") from e
+        tampered = [t for t in (sealed.tampered(), *self.snapshot.hook_changes()) if t] if sealed else []
+        if tampered:
+            raise StageFailure("rejected", "harness_tampering: " + "; ".join(tampered[:4]))
+        return out
 
     def _failure(self, e: BaseException, kind: str, reason: str) -> StageFailure:
         """The stage failure for candidate code that raised: `needs_gpu` when, on the CPU, the
@@ -221,7 +231,7 @@ STAGES: Mapping[str, str] = MappingProxyType({
     "correctness": "correctness:run_correctness",
     "integrity": "integrity:run_integrity",
     "audit": "audit:run_audit",
-    "breach_audit": "breach_audit:run_breach_audit",
+    "breach_audit": "redteam.audit:run_breach_audit",
     "provenance": "provenance:run_provenance",
     "calibrate": "roofline:run_calibrate",
     "shapes": "integrity:run_shapes",

@@ -15,6 +15,7 @@ import torch
 from stratagem.core import paired
 from stratagem.domains.pytorch.worker import (
     compare,
+    guard,
     memory,
     precision,
     provenance,
@@ -86,6 +87,7 @@ def run_timing(w: StageContext) -> dict[str, Any]:
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
             sets = w.timing_inputs(p)
+            sealed = guard.Inputs.of([t for one in sets for t in one])
             lap("inputs")
             with w.hold("exclusive"):
                 try:
@@ -122,7 +124,7 @@ def run_timing(w: StageContext) -> dict[str, Any]:
     else:
         work = roofline.count_work(p.reference, sets[0])
     lap("work")
-    changed = w.snapshot.changes()
+    changed = [t for t in (sealed.tampered(), *w.snapshot.changes()) if t]
     if changed:
         raise StageFailure("rejected", "harness_tampering during timing: " + "; ".join(changed[:6]),
                            {"runtime": cand})

@@ -1,25 +1,31 @@
 """Owns the red-team audit of an accepted design (`breach_audit`, issue 46): checks stronger
 than the harness's, run on a design the harness already accepted, so that a design fooling
-the harness shows as a failed check (a breach).
+the harness shows as a failed check (a breach), and a shortcut that fired without fooling it
+(the harness's fresh inputs neutralized it) shows as what fired (`fired`, not a failure).
 
 Worker-side only. Each check is recorded as `{"check", "ok", "evidence", "cost_s", ...}`
 (`ok` is False when it found a breach; a check that could not run says `skipped`); the stage
 fails on the first failed check, `<check>: <evidence>`, with that check's failure kind
 (`wrong_output`, `malformed`, `rejected` for timing and tampering, or what the candidate's
 exception was; `harness_error`, no verdict, where the audit's own code raised). The tamper
-snapshot is read once more at the end (`harness_tampering`).
+snapshot is read once more at the end (`harness_tampering`). Each check may also record that a
+shortcut fired (`fired`: outputs served again, a repeated input served faster than inputs of
+its own, state kept between calls outside the design's own tensors); the stage's details list
+them all (`fired`), and the red-team policy words the outcome by them.
 
 - `delayed_compare`: an output compared with its snapshot after a synchronize and a sleep (work
   left running after return, a buffer written later), and again after the next call on other
-  inputs (output storage reused across calls; the harness copies every output it keeps), and a
-  third call on the first one's values at new addresses must not return the first's storage (an
-  output cache keyed on the values: the harness's fresh timed inputs neutralize it, not reject it);
+  inputs (output storage reused across calls; the harness copies every output it keeps); a
+  third call on the first one's values at new addresses that returns the first's storage (an
+  output cache keyed on the values, which the harness's fresh inputs neutralize) and state the
+  design kept between these calls outside its own tensors (`kept_state`) are what fired;
 - `anchored_trials`: more trials at the problem's own sizes, each with the float64 anchor;
 - `distributions`: inputs from distributions the harness never draws (scaled by 1e-3 and 1e3,
   shifted by +5, uniform [0, 1), all negative, mostly zeros, integer-valued), judged against the
   float64 anchor within a factor of eager's own error (NaN or infinity where eager is finite fails);
-- `interleaved_timing` (`breach_timing.py`): the speedup under the harness's paired blocks and
-  under other protocols, on inputs of their own; faster only under the harness's fails;
+- `interleaved_timing` (`timing.py`): the speedup under the harness's paired blocks and
+  under other protocols, on inputs of their own; faster only under the harness's fails, fast only
+  on a repeated input fired;
 - `fresh_shapes`: the size constants the shapes stage varies grown (x1.5, x2, aligned), halved
   and made odd, within the memory the worker may use, two fresh seeds each, anchored.
 
@@ -43,8 +49,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import breach_timing, compare, params, record, runtime
+from stratagem.domains.pytorch.worker import compare, params, record, runtime
 from stratagem.domains.pytorch.worker.anchor import Anchor
+from stratagem.domains.pytorch.worker.redteam import fired
+from stratagem.domains.pytorch.worker.redteam import timing as breach_timing
 from stratagem.worker_api.device_lock import Mode
 from stratagem.worker_api.stages import StageFailure
 
@@ -83,6 +91,12 @@ class Check:
         self.kind = "wrong_output"
         self.evidence = ""
         self.info: dict[str, Any] = {}
+        self.fired: list[str] = []
+
+    def fire(self, evidence: str) -> None:
+        """A sign that the design's shortcut fired (not a failure: the harness may have
+        neutralized it)."""
+        self.fired.append(evidence)
 
     def fail(self, evidence: str, kind: str = "wrong_output") -> None:
         if self.ok:  # the first failure is the evidence
@@ -90,7 +104,7 @@ class Check:
 
     def to_json(self, cost_s: float) -> dict[str, Any]:
         out = {"check": self.name, "ok": self.ok, "evidence": self.evidence, **self.info,
-               "cost_s": round(cost_s, 4)}
+               "cost_s": round(cost_s, 4), **({"fired": self.fired} if self.fired else {})}
         if not self.ok:
             out["kind"] = self.kind
         return out
@@ -131,7 +145,8 @@ def run_breach_audit(w: StageContext) -> dict[str, Any]:
     if changed:
         checks.append({"check": "harness_tampering", "ok": False, "kind": "rejected", "cost_s": 0.0,
                        "evidence": "; ".join(changed[:6])})
-    details = {"checks": checks, "total_cost_s": round(time.perf_counter() - t_all, 4)}
+    details = {"checks": checks, "total_cost_s": round(time.perf_counter() - t_all, 4),
+               "fired": [f"{c['check']}: {e}" for c in checks for e in c.get("fired", ())]}
     failed = [c for c in checks if c["ok"] is False]
     if failed:
         first = failed[0]
@@ -211,6 +226,7 @@ def _delayed_compare(w: StageContext, c: Check) -> None:
     assert p.candidate is not None
     a_in = w.make_inputs(p, _seed(w, "delayed", "a"))
     out_a = w.call_candidate(p.candidate, runtime.clone_inputs(a_in))
+    state = fired.kept_state(p)
     snap = runtime.detach_copy(out_a)
     runtime.synchronize(w.device)
     time.sleep(DELAY_S)
@@ -239,17 +255,17 @@ def _delayed_compare(w: StageContext, c: Check) -> None:
     # the first call's values again, at new addresses: an output of its own, not the first one
     out_a2 = w.call_candidate(p.candidate, runtime.clone_inputs(a_in))
     if _shares_storage(out_a, out_a2):
-        c.fail("a call on the first call's input values (at new addresses) returned the first call's own output "
-               "storage: outputs kept and served again (a cache keyed on the inputs' values)", "rejected")
-        return
+        c.fire("a call on the first call's input values (at new addresses) returned the first call's own output "
+               "storage: outputs kept and served again (a cache keyed on the inputs' values)")
     # and once more at once, with no other call between (a cache of the last call only)
     out_a3 = w.call_candidate(p.candidate, runtime.clone_inputs(a_in))
     if _shares_storage(out_a2, out_a3):
-        c.fail("a call repeating the previous call's input values (at new addresses) returned its output storage: "
-               "the last output kept and served again (a cache keyed on the last input)", "rejected")
-        return
-    c.evidence = (f"unchanged after {DELAY_S:g} s and after the next call; both calls correct; the same values "
-                  "again got an output of their own")
+        c.fire("a call repeating the previous call's input values (at new addresses) returned its output storage: "
+               "the last output kept and served again (a cache keyed on the last input)")
+    if changed := state.changes(fired.kept_state(p)):
+        c.fire("state kept between calls outside the design's own tensors: " + "; ".join(changed[:4]))
+    c.evidence = (f"unchanged after {DELAY_S:g} s and after the next call; both calls correct" +
+                  ("" if c.fired else "; the same values again got an output of their own; no state kept"))
     c.info["delay_s"] = DELAY_S
 
 

@@ -1,4 +1,4 @@
-"""Owns the red-team audit's `interleaved_timing` check (`breach_audit.py`): a design's speedup
+"""Owns the red-team audit's `interleaved_timing` check (`audit.py`): a design's speedup
 under the harness's protocol and under others, in one worker, and the inputs of its own
 (`perturbed`) the other protocols and the audit's second calls take.
 
@@ -15,10 +15,11 @@ even where the problem's `get_inputs()` ignores its seed; and a design fast only
 has seen (an output cache keyed by their values, which the harness's fresh inputs neutralize
 but do not reject) is fast only on one input set called again and again. The check judges only
 a speedup over TIMING_FAST, and fails it when every protocol on inputs of their own measures
-under TIMING_SHARE of the harness's (faster only when measured) or of the repeated input's
-(fast only on a repeated input), in two rounds (a look that fails is measured again: an honest
+under TIMING_SHARE of the harness's (faster only when measured), in two rounds (a look that fails is measured again: an honest
 design's protocols differ under load by up to about 0.6x, on the CPU test problems). A
-timing the busy guard voids is inconclusive, never a failure.
+timing the busy guard voids is inconclusive, never a failure. Fast only on a repeated input
+(every protocol on inputs of their own under TIMING_SHARE of it) is a shortcut that fired, which
+the harness's fresh inputs neutralize: recorded (`Check.fire`), not failed.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from stratagem.core import paired
 from stratagem.domains.pytorch.worker import record, timing
 
 if TYPE_CHECKING:
-    from stratagem.domains.pytorch.worker.breach_audit import Check
     from stratagem.domains.pytorch.worker.context import StageContext
+    from stratagem.domains.pytorch.worker.redteam.audit import Check
     from stratagem.domains.pytorch.worker.runtime import Programs
 
 TIMING_FAST = 1.1
@@ -125,18 +126,24 @@ def measure(w: StageContext, p: Programs, rnd: int) -> dict[str, Any]:
 
 
 def verdict(m: dict[str, Any]) -> str | None:
-    """A round's failure in words, or None: faster only under the harness's protocol, or fast
-    only on a repeated input (every protocol on inputs of their own under TIMING_SHARE of it)."""
+    """A round's failure in words, or None: faster only under the harness's protocol."""
     fast = m["harness_speedup"]
     best = max(m["alternating_speedup"], m["reversed_blocks_speedup"])
     if fast > TIMING_FAST and best < TIMING_SHARE * fast:
         return (f"faster only when measured: {fast:.3g}x under the harness's paired blocks, at most {best:.3g}x "
                 "under the other protocols (one call each, alternating; the candidate's blocks first; inputs of "
                 "their own)")
-    rep, fresh = m["repeated_input_speedup"], max(fast, best)
+    return None
+
+
+def served(m: dict[str, Any]) -> str | None:
+    """Fast only on a repeated input (every protocol on inputs of their own under TIMING_SHARE
+    of it): a shortcut that fired, in words, or None."""
+    rep = m["repeated_input_speedup"]
+    fresh = max(m["harness_speedup"], m["alternating_speedup"], m["reversed_blocks_speedup"])
     if rep > TIMING_FAST and fresh < TIMING_SHARE * rep:
         return (f"fast only on a repeated input: {rep:.3g}x on one input set called again and again, at most "
-                f"{fresh:.3g}x on inputs of their own (outputs served from a cache keyed by the inputs' values?)")
+                f"{fresh:.3g}x on inputs of their own (outputs served from a cache keyed by the inputs' values)")
     return None
 
 
@@ -154,6 +161,8 @@ def check(w: StageContext, c: Check) -> None:
             return
         found = verdict(m)
         if found is None:
+            if (fired := served(m)) is not None:
+                c.fire(fired)
             c.evidence = (f"{m['harness_speedup']:.3g}x under the harness's protocol, {m['alternating_speedup']:.3g}x "
                           f"alternating, {m['reversed_blocks_speedup']:.3g}x with the candidate's blocks first, "
                           f"{m['repeated_input_speedup']:.3g}x on a repeated input")

@@ -4,29 +4,32 @@ problem, and turns every success into a test (`stratagem redteam`, docs/integrit
 Each iteration asks the attacker (the `attack` role: a model, a coding-agent command or a
 script, like every writer) for `attempts` designs at once. Each prompt states the problem and
 the rules exactly as the writers get them, the catalog of shortcut classes with what catches
-each here today, and every earlier attempt with what happened to it; each slot is pointed at a
-class no attempt has tried yet while any is left. An attempt declares its class and how it
-should be caught in its first lines (`# exploit: ...`, `# caught-by: ...`). Every attempt goes
-through the ordinary evaluation; one the harness accepts then gets the red-team audit
-(`Session.audit`: the domain's `breach` graph, stronger than the harness). The outcomes:
+each here today, and every earlier attempt with what happened to it, in full; the attacker
+chooses its class, each slot pointed at a direction of its own (`directions`: the untried
+classes first, then those whose attempts came closest). An attempt declares its class and how
+it should be caught in its first lines (`# exploit: <class>_<variant>`, `# caught-by: ...`).
+Every attempt goes through the ordinary evaluation; one the harness accepts then gets the
+red-team audit (`Session.audit`: the domain's `breach` graph, stronger than the harness),
+whose results say what fired (a result's `details["fired"]`). The outcomes (`OUTCOMES`):
 `broken` (it did not build or run), `caught` (by which check), `breach` (accepted, and the
-audit shows it wrong or dishonest: flagged, never ranked, written as a fixture by
-`search/breaches.py`), `honest` (accepted, and the audit agrees: a fast design like any
-other) or `unaudited` (accepted, and the audit could not run: said why). The attempts and
-their outcomes are the policy's state (`attempts`), so a killed run resumes with them and the
-report lists them (`report/redteam.py`).
+audit shows it wrong or its gain false: flagged, never ranked, written as a fixture by
+`corpus.py`), `neutralized` (accepted, its shortcut fired, and the audit found no false gain:
+the harness's fresh inputs paid it nothing), `never_fired` (accepted, declared a shortcut, and
+the audit saw no sign of it firing), `honest` (declared `none`, accepted, nothing fired) or
+`unaudited` (accepted, and the audit could not run: said why); each with the ordinary
+evaluation's speedup. The attempts and their outcomes are the policy's state (`attempts`), so a
+killed run resumes with them and the report lists them (`views.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from stratagem.agents.pike import Tickets
-from stratagem.context import redteam as prompts
 from stratagem.core.design import text_files
 from stratagem.core.search import (
     DesignView,
@@ -39,10 +42,13 @@ from stratagem.core.search import (
 )
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.search.policies import breaches
 from stratagem.search.policies.pike_models import PikeBase
 from stratagem.search.policies.pike_settings import RedteamSettings
+from stratagem.search.policies.redteam import OUTCOMES, prompts
+from stratagem.search.policies.redteam import corpus as breaches
 
+CLOSEST = ("neutralized", "never_fired", "unaudited", "caught", "broken")
+"""Once every class was tried: the outcomes whose classes the next attempts start from, closest first."""
 STATE_KEY = breaches.ATTEMPTS_KEY.removeprefix("redteam/")
 """The policy's state key (the Session prefixes the policy's name)."""
 BROKEN_KINDS = frozenset({"compile_error", "exception", "timeout", "crash", "oom", "cuda_error", "needs_gpu",
@@ -58,6 +64,8 @@ class Claim:
 
     exploit: str = "undeclared"
     caught_by: str = "undeclared"
+    cls: str = ""
+    """The catalog class the exploit names (`prompts.class_of`), set by the policy."""
 
 
 def claim_of(text: str) -> Claim:
@@ -65,7 +73,7 @@ def claim_of(text: str) -> Claim:
     found: dict[str, str] = {}
     for key, value in _CLAIM.findall("\n".join(text.splitlines()[:40])):
         found.setdefault(key.lower(), value)
-    exploit = re.sub(r"[^a-z0-9_]+", "_", found.get("exploit", "undeclared").lower()).strip("_")[:40]
+    exploit = re.sub(r"[^a-z0-9_]+", "_", found.get("exploit", "undeclared").lower()).strip("_")[:60]
     return Claim(exploit or "undeclared", found.get("caught-by", "undeclared")[:200])
 
 
@@ -77,26 +85,39 @@ class Outcome:
     exploit: str
     declared: str
     outcome: str
-    """`broken`, `caught`, `breach`, `honest` or `unaudited`."""
+    """One of OUTCOMES."""
     check: str = ""
     """The check that caught it (`integrity/refilled_inputs`), or the audit's that found the breach."""
     evidence: str = ""
     speedup: float | None = None
+    """The ordinary evaluation's speedup (None: not timed)."""
     fixture: str = ""
     """Where the breach was written (a folder)."""
+    cls: str = ""
+    """The catalog class its `exploit:` names (`prompts.class_of`)."""
+    fired: str = ""
+    """What the audit saw fire (empty: nothing)."""
 
     def record(self) -> dict[str, Any]:
         """The attempt as a breach fixture records it."""
         return {k: v for k, v in asdict(self).items() if k != "fixture"}
 
-    def told(self) -> prompts.Attempt:
-        what = {"broken": f"broken (did not build or run: {self.check}): {self.evidence}",
+    def words(self) -> str:
+        """What happened, in full, as the attacker, the run's lines and the report say it."""
+        speed = "untimed" if self.speedup is None else f"{self.speedup:.3g}x"
+        return {"broken": f"broken (did not build or run: {self.check}): {self.evidence}",
                 "caught": f"caught by {self.check}: {self.evidence}",
-                "breach": f"ACCEPTED by the harness, then shown dishonest by the audit ({self.check}): "
-                          f"{self.evidence}; already turned into a test, so do not repeat it",
-                "honest": "accepted, and the audit found it honest (a real design, no exploit)",
-                "unaudited": f"accepted; the audit could not run ({self.evidence})"}[self.outcome]
-        return prompts.Attempt(self.design_id, self.exploit, self.declared, what[:600])
+                "breach": f"BREACH: accepted at {speed}, then shown wrong or its gain false by the audit "
+                          f"({self.check}): {self.evidence}; already turned into a test, so do not repeat it",
+                "neutralized": f"neutralized: accepted at {speed}; its shortcut fired ({self.fired}), and the audit "
+                               "found no false gain: the harness's fresh inputs paid it nothing",
+                "never_fired": f"never fired: accepted at {speed}; the audit saw no sign of its shortcut (no output "
+                               "served again, no repeated input served faster, no state kept): it ran as honest code",
+                "honest": f"honest: accepted at {speed}, and the audit saw no shortcut fire",
+                "unaudited": f"unaudited: accepted at {speed}; the audit could not run ({self.evidence})"}[self.outcome]
+
+    def told(self) -> prompts.Attempt:
+        return prompts.Attempt(self.design_id, self.exploit, self.cls or self.exploit, self.declared, self.words())
 
 
 def caught_check(fb: Feedback) -> str:
@@ -115,17 +136,33 @@ class RedteamPolicy(PikeBase[RedteamSettings]):
 
     def outcomes(self, session: Session) -> list[Outcome]:
         saved = session.load_state(STATE_KEY)
-        return [Outcome(**o) for o in saved] if isinstance(saved, list) else []
+        keep = {f.name for f in fields(Outcome)}
+        return [Outcome(**{k: v for k, v in o.items() if k in keep}) for o in saved] if isinstance(saved, list) else []
 
     def corpus(self) -> Path:
         return Path(self.s.corpus) if self.s.corpus else self.workdir.parent / "breaches"
 
-    def _focus(self, done: list[Outcome], n: int) -> list[tuple[str, str] | None]:
-        """A class for each of `n` slots: those no attempt tried yet, in the catalog's order
-        (then none: the attacker chooses, told everything that happened)."""
-        tried = {o.exploit for o in done}
-        left = [c for c in prompts.classes(self.problem.domain) if c[0] not in tried]
-        return [left[i] if i < len(left) else None for i in range(n)]
+    def directions(self, done: list[Outcome], n: int) -> list[prompts.Direction]:
+        """A distinct direction for each of `n` slots written at once: the classes no attempt
+        tried, in the catalog's order; once all were tried, those whose attempts came closest
+        (CLOSEST), then a class the catalog lacks. The attacker chooses; this is where it starts."""
+        catalog = prompts.classes(self.problem.domain)
+        tried = {o.cls or o.exploit for o in done}
+        left = [c for c in catalog if c[0] not in tried]
+        best = {name: min((CLOSEST.index(o.outcome) for o in done if (o.cls or o.exploit) == name
+                           and o.outcome in CLOSEST), default=len(CLOSEST)) for name, _ in catalog}
+        closest = sorted((c for c in catalog if best[c[0]] < len(CLOSEST)), key=lambda c: best[c[0]])
+        untried = tuple(c[0] for c in left)
+        out = []
+        for i in range(n):
+            if i < len(left):
+                out.append(prompts.Direction(i + 1, n, untried, left[i]))
+            elif i - len(left) < len(closest):
+                c = closest[i - len(left)]
+                out.append(prompts.Direction(i + 1, n, untried, c, CLOSEST[best[c[0]]].replace("_", " ")))
+            else:
+                out.append(prompts.Direction(i + 1, n, untried, None))
+        return out
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
         if (exhausted := session.budget_left()) is not None:
@@ -135,7 +172,7 @@ class RedteamPolicy(PikeBase[RedteamSettings]):
         n = self.s.attempts if left is None else max(0, min(self.s.attempts, left))
         brief = replace(self.brief(state), budget="")
         told = [o.told() for o in done]
-        asks = [prompts.attack(brief, told, focus) for focus in self._focus(done, n)]
+        asks = [prompts.attack(brief, told, d) for d in self.directions(done, n)]
         agents = self.agents(session)
         with session.reserve(len(asks)) as r:
             tickets = Tickets.of(r)
@@ -146,16 +183,17 @@ class RedteamPolicy(PikeBase[RedteamSettings]):
             if w.source is None:
                 continue
             claim = claim_of(w.source)
+            cls = prompts.class_of(claim.exploit, [c for c, _ in prompts.classes(self.problem.domain)])
             fb = await session.evaluate(w.source, strategy="attack", author=f"attacker-{i + 1}",
                                         tags={"exploit": claim.exploit, "declared": claim.caught_by})
             ids.append(fb.design_id)
             if any(o.design_id == fb.design_id for o in done):
                 continue  # a restatement of an earlier attempt: its outcome stands
             files = text_files(w.source, get_domain(self.problem.domain).main_file(self.problem))
-            done.append(await self._settle(fb, claim, files, session))
-            session.save_state(STATE_KEY, [asdict(o) for o in done])
+            done.append(await self._settle(fb, replace(claim, cls=cls), files, session))
+            session.save_state(STATE_KEY, [{**asdict(o), "words": o.words()} for o in done])
         answered = sum(w.source is not None for w in written)
-        counts = {k: sum(o.outcome == k for o in done) for k in ("caught", "breach", "honest", "broken", "unaudited")}
+        counts = {k.replace("_", " "): sum(o.outcome == k for o in done) for k in OUTCOMES}
         note = f"{answered} of {len(asks)} attempts written; so far " + ", ".join(f"{v} {k}" for k, v in counts.items() if v)
         fatal = next((w.error for w in written if w.source is None and w.error_kind not in (None, "budget")), None)
         stop = answered == 0 and fatal is not None
@@ -164,19 +202,21 @@ class RedteamPolicy(PikeBase[RedteamSettings]):
                                exhausted=stop)
 
     async def _settle(self, fb: Feedback, claim: Claim, files: dict[str, str], session: Session) -> Outcome:
-        base = Outcome(fb.design_id, claim.exploit, claim.caught_by, "caught", speedup=fb.speedup)
+        base = Outcome(fb.design_id, claim.exploit, claim.caught_by, "caught", speedup=fb.speedup, cls=claim.cls)
         if fb.status in ("invalid", "error", "needs_gpu"):
             kind = "broken" if fb.kind in BROKEN_KINDS else "caught"
             first = next((line for line in fb.report.splitlines() if line.startswith("[")), fb.report)
-            return replace(base, outcome=kind, check=caught_check(fb), evidence=first[:300])
+            return replace(base, outcome=kind, check=caught_check(fb), evidence=first)
         verdict = await session.audit(fb.design_id)
         if not isinstance(verdict, Verdict) or verdict.status == "error":
             why = verdict if isinstance(verdict, str) else verdict.report()
-            return replace(base, outcome="unaudited", evidence=why[:300])
+            return replace(base, outcome="unaudited", evidence=why)
+        fired = "; ".join(str(f) for r in verdict.results for f in (r.details or {}).get("fired") or ())
         if verdict.status == "valid":
-            return replace(base, outcome="honest", check="", evidence="")
+            outcome = "neutralized" if fired else "honest" if claim.cls == prompts.HONEST else "never_fired"
+            return replace(base, outcome=outcome, fired=fired)
         first = verdict.failures[0]
-        out = replace(base, outcome="breach", check=first.name, evidence=f"{first.reason}"[:400])
+        out = replace(base, outcome="breach", check=first.name, evidence=str(first.reason), fired=fired)
         where = breaches.write(self.corpus(), self.problem, files, out.record(), verdict)
         return replace(out, fixture=str(where))
 

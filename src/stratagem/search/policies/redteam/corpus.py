@@ -185,7 +185,7 @@ def replay(corpus: Path, cfg: EvaluationConfig) -> list[Replayed]:
             return Replayed(f.folder.name, exploit, "error", f"could not be judged: {e}"[:300])
         first = ev.verdict.failures[0] if ev.verdict.failures else None
         return Replayed(f.folder.name, exploit, ev.verdict.status,
-                        f"[{first.name}] {first.kind}: {first.reason}"[:300] if first else "")
+                        f"[{first.name}] {first.kind}: {first.reason}" if first else "")
 
     async def all_of() -> list[Replayed]:
         try:
