@@ -75,13 +75,14 @@ def run_timing(w: StageContext) -> dict[str, Any]:
     expect = w.req.get("reference_expect_ms")
     attempts: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
-    kept: list[tuple[str, Any, list[Any]]] = []
+    kept: dict[tuple[int, int], tuple[str, Any, list[Any]]] = {}  # (attempt, slot) -> the call kept there
     attempt = 0
 
-    def keep(i: int, output: Any, args: Any) -> None:
+    def keep(slot: int, i: int, output: Any, args: Any) -> None:
+        kept.pop((attempt, slot), None)  # a later draw replaces it: free the old copy first
         # the judge makes the inputs again from their seed: only a check here needs a copy
         args_copy = runtime.clone_inputs(args) if w.recorder.directory is None else []
-        kept.append((record.timed_key(attempt, i), runtime.detach_copy(output), args_copy))
+        kept[(attempt, slot)] = (record.timed_key(attempt, i), runtime.detach_copy(output), args_copy)
 
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
@@ -112,7 +113,7 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         if stab.stable or stab.busy:  # a longer timing on a busy machine is only longer
             break
     stats, stab = out["stats"], out["stability"]
-    checked_calls = _check_timed_outputs(w, p, kept)
+    checked_calls = _check_timed_outputs(w, p, list(kept.values()))
     lap("timed_outputs")
     cand = dict(stats["candidate"])
     cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
@@ -310,8 +311,7 @@ def _baseline_correctness(w: StageContext, p: Programs, fn: Callable[..., Any]) 
 
 
 def _rules(cfg: Mapping[str, Any]) -> paired.StabilityRules:
-    raw = cfg.get("stability") or {}
-    return paired.StabilityRules(**{k: float(v) for k, v in dict(raw).items()})
+    return paired.stability_rules(cfg.get("stability"))
 
 
 def _single(stats: Mapping[str, Any], rules: paired.StabilityRules, expect: Any, busy: Any = None) -> dict[str, Any]:
