@@ -106,7 +106,7 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
                                        stats["candidate"]["samples_ms"], rules, expect, stats["busy"])
         attempts.append({"attempt": attempt, "budget_ms": retime_config(cfg, attempt)["budget_ms"],
-                         "pairs": stats["pairs"], "speedup": stats["speedup"], "stability": stab.to_json(),
+                         "pairs": stats["pairs"], "planned_pairs": stats["planned_pairs"], "stop": stats["stop"], "speedup": stats["speedup"], "stability": stab.to_json(),
                          "candidate_median_ms": stats["candidate"]["median_ms"],
                          "reference_median_ms": stats["reference"]["median_ms"], "lock": window})
         out = {"stats": stats, "stability": stab, "lock": window}
@@ -152,6 +152,8 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         "speedup": stats["speedup"],
         "pair_ratios": stats["pair_ratios"],
         "pairs": stats["pairs"],
+        "planned_pairs": stats["planned_pairs"],
+        "stop": stats["stop"],
         "calls_per_block": stats["calls_per_block"],
         "stability": stab.to_json(),
         "attempts": attempts,
