@@ -24,11 +24,11 @@ def test_drawn_timed_calls_are_recorded_when_the_guard_gives_up(monkeypatch) -> 
     monkeypatch.setattr(timing, "BusyGuard", _AlwaysBusy)
     cfg = {**TimingConfig().model_dump(), "warmup_ms": 1.0, "budget_ms": 20.0}
     cfg["busy"] = {**cfg["busy"], "wait_s": 2.0, "enabled": True}
-    got: list[int] = []
+    got: dict[int, int] = {}
     w = torch.randn(64, 64)
     with torch.no_grad():
         st = timing.time_paired(lambda x: x @ w, lambda x: x @ w, [[torch.randn(64, 64)]], cfg, "cpu",
-                                lambda i: [torch.randn(64, 64)], keep=lambda i, out, args: got.append(i),
+                                lambda i: [torch.randn(64, 64)], keep=lambda s, i, out, args: got.__setitem__(s, i),
                                 keep_count=3)
     assert st["busy"]["busy"] and st["busy"]["measured"] == 0
     assert len(got) == 3, got

@@ -148,6 +148,11 @@ class StabilityRules:
     against a 0.1 ms median was seen), which a median hides and pairing does not cancel."""
 
 
+def stability_rules(raw: Any) -> StabilityRules:
+    """The rules of a `stability` settings section (a mapping of the fields above)."""
+    return StabilityRules(**{k: float(v) for k, v in dict(raw or {}).items()})
+
+
 @dataclass(frozen=True)
 class Stability:
     """The stability verdict of one timing."""
@@ -330,6 +335,44 @@ def paired_stability(
         notes += n
     notes += [x for x in [voided_note(busy)] if x]
     return Stability(not reasons, tuple(reasons), tuple(notes))
+
+
+# -- sequential stopping ------------------------------------------------------------------
+
+
+def looks(first: int, most: int) -> list[int]:
+    """The pair counts at which a timing may stop early: `first`, then doubling, below `most`
+    (reaching `most` ends it anyway). Few looks, spaced geometrically, keep what looking
+    repeatedly does to the interval small (each look is one more chance to stop on a
+    narrow-looking interval)."""
+    out, n = [], max(first, MIN_JUDGED)
+    while n < most:
+        out.append(n)
+        n *= 2
+    return out
+
+
+def settled(
+    ratios: Sequence[float],
+    ref_samples: Sequence[float],
+    cand_samples: Sequence[float],
+    rules: StabilityRules,
+    target: float,
+    reference_expect_ms: float | None = None,
+) -> Ratio | None:
+    """The stop rule of a sequential paired timing (docs/timing.md, "Stopping early"): the
+    pairs so far are enough when there are at least `MIN_JUDGED` of them, the ratio's interval
+    half-width is at most `target` of the ratio, and every stability check passes on them (the
+    verdict the full timing would be judged by). Returns that ratio, or None: go on. A `target`
+    of 0 never stops early."""
+    if target <= 0 or len(ratios) < MIN_JUDGED:
+        return None
+    r = bootstrap_median(ratios, seed=len(ratios))
+    if r.rel_halfwidth > target:
+        return None
+    if not paired_stability(r, ratios, ref_samples, cand_samples, rules, reference_expect_ms).stable:
+        return None
+    return r
 
 
 def _too_few(n: int, what: str, knob: str) -> str:

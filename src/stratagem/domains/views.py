@@ -14,7 +14,8 @@ def describe_timing(d: Mapping[str, Any], reference: str) -> str:
     rt, ref = d["runtime"], d.get("reference") or {}
     text = f"median {rt['median_ms']:.4f} ms, IQR {rt['iqr_ms']:.4f} ms, n={rt['n']}"
     if ref:
-        text += (f"; {reference} beside it {ref['median_ms']:.4f} ms, {d.get('pairs')} block pairs, "
+        settled = f" (settled; {d.get('planned_pairs')} planned)" if d.get("stop") == "settled" else ""
+        text += (f"; {reference} beside it {ref['median_ms']:.4f} ms, {d.get('pairs')} block pairs{settled}, "
                  f"{len(d.get('attempts') or [])} timing(s)")
     timed_at = d.get("sizes")
     if isinstance(timed_at, dict) and timed_at:  # the fixed sizes a domain times at

@@ -194,7 +194,7 @@ class CommandTask(Task):
             return spec.timeout_s
         t, attempts, programs = spec.timing, 1 + RETIMES, 2 + len(spec.baselines)
         runs = 2 * spec.trials + 1 + programs * t.warmup + programs * t.pairs * t.runs * attempts
-        checks = (spec.trials + t.pairs * attempts) * spec.check.timeout_s if spec.check is not None else 0.0
+        checks = (spec.trials + t.pairs * t.runs * attempts) * spec.check.timeout_s if spec.check is not None else 0.0
         return min(RUN_LIMIT_MAX_S, max(self.cfg.timeout_s, runs * spec.run.timeout_s + checks))
 
     def compile_timeout_s(self, override: float | None = None) -> float | None:

@@ -97,7 +97,9 @@ class Baseline:
 
 @dataclass(frozen=True)
 class TimingSpec:
-    """Paired timing: `pairs` block pairs, reference and design alternating, `runs` per block."""
+    """Paired timing: at most `pairs` x `runs` runs of each program, in block pairs of one run
+    each (reference and design alternating), stopped once the interval is `target_halfwidth`
+    tight and stable (docs/command.md)."""
 
     pairs: int = 8
     runs: int = 3
@@ -106,6 +108,9 @@ class TimingSpec:
     """The sizes every timed run uses (`[timing.sizes]`; each size's largest value where the
     problem does not say): fixed, so two evaluations of one design time the same work and
     agree within their intervals. Hidden sizes drawn at random stay for correctness."""
+    target_halfwidth: float = 0.02
+    """The timing stops once its interval's half-width is at most this fraction of its ratio
+    and every stability check passes (`core.paired.settled`); 0: every run of the budget."""
 
 
 @dataclass(frozen=True)
@@ -435,10 +440,13 @@ def parse_spec(text: str, where: str, default_name: str) -> Spec:
     check = _command(r, "check", False, run_fields | CHECK_FIELDS, 60.0)
     assert build is not None and run is not None
     tm = r.sub("timing")
-    tm.known({"pairs", "runs", "warmup", "sizes"})
+    tm.known({"pairs", "runs", "warmup", "sizes", "target_halfwidth"})
     warmup = tm.get("warmup", int, 1)
     if warmup < 0:
         raise tm.fail("warmup", f"must be >= 0, not {warmup}")
+    target = float(tm.get("target_halfwidth", (int, float), 0.02))
+    if not 0 <= target < 1:
+        raise tm.fail("target_halfwidth", f"must be a fraction in [0, 1), not {target}")
     timed = _timing_sizes(tm, sizes)
     docs = r.get("docs", str)
     timeout = r.get("timeout_s", (int, float))
@@ -452,7 +460,7 @@ def parse_spec(text: str, where: str, default_name: str) -> Spec:
         reference=_relative(files, "reference", files.get("reference", str, "reference")),
         build=build, run=run, check=check, sizes=sizes, trials=inputs.count("trials", 2),
         compare=_compare(r, check), objective=objective,
-        timing=TimingSpec(tm.count("pairs", 8), tm.count("runs", 3), int(warmup), timed), forbid=_forbid(r),
+        timing=TimingSpec(tm.count("pairs", 8), tm.count("runs", 3), int(warmup), timed, target), forbid=_forbid(r),
         timeout_s=r.positive("timeout_s", None) if timeout is not None else None,
         work=_work(r, sizes, objective.cases), requires_gpu=bool(needs.get("gpu", bool, False)),
         baselines=_baselines(r),

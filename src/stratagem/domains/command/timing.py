@@ -1,5 +1,6 @@
 """Owns the command domain's `timing` stage: the programs (reference, design, the harness's
-baselines) run in block pairs in rotated order under the exclusive device lock; per case of a
+baselines) run in block pairs of one run each, in rotated order under the exclusive device
+lock, until the interval is tight and stable (`core.paired.settled`) or the budget is spent; per case of a
 per-size objective and over all of them (the geometric mean per run), the paired ratio and
 stability verdict of `core/paired.py`; every reported time checked against the wall time the
 harness measured around its run, against the reference's time outside it, and against the
@@ -8,11 +9,11 @@ declared speed-of-light floor. Standard library only."""
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Mapping
 from typing import Any
 
+from stratagem.core import paired
 from stratagem.core.paired import bootstrap_median, pair_ratios, paired_ratio, paired_stability
 from stratagem.core.verdict import FailureKind
 from stratagem.domains.command import formula, outputs
@@ -53,10 +54,9 @@ def _reported(ctx: Context, who: str, stdout: str) -> Times:
     return got
 
 
-def _timed(ctx: Context, who: str, values: Mapping[str, Any], expected: list[float] | None,
-           check: bool) -> tuple[Times, float]:
+def _timed(ctx: Context, who: str, values: Mapping[str, Any], expected: list[float] | None) -> tuple[Times, float]:
     """(reported ms per case, wall ms) of one timed run, its reported times checked against its
-    wall time; with `check`, a design's output against the reference's (`expected`)."""
+    wall time, and a design's output against the reference's (`expected`)."""
     ran = ctx.run_once(who, values)
     if ctx.spec.objective.source == "clock":
         got = {SUMMARY: ran.wall_ms}
@@ -69,7 +69,7 @@ def _timed(ctx: Context, who: str, values: Mapping[str, Any], expected: list[flo
                                f"{ran.wall_ms:.4g} ms around the whole run: the time line is not what happened")
     if who == "reference":
         ctx.discard_output()
-    elif who == "design" and check and expected is not None:
+    elif who == "design" and expected is not None:
         numbers = ctx.capture(who, ran)
         if numbers is not None:
             a = outputs.agree(expected, numbers, ctx.spec.compare)
@@ -85,29 +85,37 @@ def _order(programs: tuple[str, ...], pair: int) -> list[str]:
     return list(programs[k:] + programs[:k])
 
 
-def _pairs(ctx: Context, values: Mapping[str, Any], expected: list[float] | None) -> dict[str, dict[str, list[Any]]]:
-    """One paired timing: block pairs of the programs (reference, design, baselines) in rotated
-    order, under the exclusive lock. `blocks[who]` holds one list of per-run times per pair."""
+def _pairs(ctx: Context, values: Mapping[str, Any], expected: list[float] | None,
+           expect_ms: float | None) -> dict[str, Any]:
+    """One paired timing, sequential: block pairs of one run of each program (reference, design,
+    baselines) in rotated order, under the exclusive lock, until the pairs so far meet the stop
+    rule (`core.paired.settled` on the run's summary times, looked at after `MIN_JUDGED` pairs
+    and at each doubling) or the budget of `pairs` x `runs` runs of each is spent. Every design
+    run's output is checked. `blocks[who]` holds one list of per-run times per pair; `stop` says
+    why it ended."""
     spec = ctx.spec
-    rng = random.SystemRandom()
-    out: dict[str, dict[str, list[Any]]] = {k: {w: [] for w in ctx.programs} for k in ("blocks", "walls", "outside")}
+    most = spec.timing.pairs * spec.timing.runs
+    looks = paired.looks(paired.MIN_JUDGED, most)
+    out: dict[str, Any] = {k: {w: [] for w in ctx.programs} for k in ("blocks", "walls", "outside")}
+    out["stop"] = "planned"
     with ctx.use.hold("exclusive"):
-        for p in range(spec.timing.pairs):
+        for p in range(most):
             for who in _order(ctx.programs, p):
-                block: list[Times] = []
-                outside: list[float] = []
-                checked = rng.randrange(spec.timing.runs)  # one timed output per block, unforeseeable
-                for i in range(spec.timing.runs):
-                    got, wall = _timed(ctx, who, values, expected, i == checked)
-                    block.append(got)
-                    outside.append(wall - sum(got.values()))
-                    out["walls"][who].append(wall)
-                out["blocks"][who].append(block)
-                out["outside"][who].append(outside)
+                got, wall = _timed(ctx, who, values, expected)
+                out["walls"][who].append(wall)
+                out["blocks"][who].append([got])
+                out["outside"][who].append([wall - sum(got.values())])
                 if who == "design" and spec.compare.mode == "check":
-                    a = ctx.agree(None, None, values)  # the block's last output, by the problem's check
+                    a = ctx.agree(None, None, values)  # the run's output, by the problem's check
                     if not a.ok:
                         raise StageFailure("wrong_output", f"a timed run's output fails the check: {a.reason}")
+            if looks and p + 1 == looks[0]:
+                looks.pop(0)
+                ref, des = _series(out["blocks"]["reference"], SUMMARY), _series(out["blocks"]["design"], SUMMARY)
+                if paired.settled(pair_ratios(ref, des), _flat(ref), _flat(des), paired.StabilityRules(),
+                                  spec.timing.target_halfwidth, expect_ms) is not None:
+                    out["stop"] = "settled"
+                    break
     return out
 
 
@@ -225,17 +233,20 @@ def timing(ctx: Context) -> dict[str, Any]:
     values = ctx.inputs(ctx.payload["timing_input"])
     # the outputs every timed run of the design must match
     expected = ctx.capture("reference", ctx.run_once("reference", values))
-    for _ in range(spec.timing.warmup):
+    for k in range(spec.timing.warmup):
         for who in ctx.programs:
+            if who == "reference" and k == 0:
+                continue  # the run just above was its first untimed run
             ran = ctx.run_once(who, values)
             if who != "design":
                 ctx.discard_output()
             else:
                 ctx.capture(who, ran)
     expect = ctx.payload.get("reference_expect_ms")
+    expect_ms = float(expect) if expect else None
     attempts = []
     for attempt in range(1 + RETIMES):
-        t = _pairs(ctx, values, expected)
+        t = _pairs(ctx, values, expected, expect_ms)
         ctx.verify_fixed("design", "timed runs")
         clock = _clock_check(ctx, t)
         ref_blocks, des_blocks = _series(t["blocks"]["reference"], SUMMARY), _series(t["blocks"]["design"], SUMMARY)
@@ -247,16 +258,18 @@ def timing(ctx: Context) -> dict[str, Any]:
         except ValueError as e:
             raise StageFailure("malformed", f"no usable timing: {e}") from None
         stability = paired_stability(ratio, pair_ratios(ref_blocks, des_blocks), ref_flat, des_flat,
-                                     reference_expect_ms=float(expect) if expect else None)
+                                     reference_expect_ms=expect_ms)
         floor = floor_ms(ctx, values) if not spec.objective.cases else None
         _check_floor(floor, statistics.median(ref_flat), statistics.median(des_flat))
-        attempts.append({"speedup": ratio.to_json(), "stability": stability.to_json()})
+        attempts.append({"speedup": ratio.to_json(), "stability": stability.to_json(), "pairs": len(des_flat),
+                         "stop": t["stop"]})
         if stability.stable:
             break
     sizes = {k: v for k, v in values.items() if k != "seed"}
     out = {"runtime": _stats(des_flat), "reference": _stats(ref_flat), "speedup": ratio.to_json(),
-           "stability": stability.to_json(), "attempts": attempts, "pairs": spec.timing.pairs,
-           "runs_per_block": spec.timing.runs, "objective_source": spec.objective.source, "sizes": sizes,
+           "stability": stability.to_json(), "attempts": attempts, "pairs": len(des_flat),
+           "planned_pairs": spec.timing.pairs * spec.timing.runs, "stop": t["stop"],
+           "target_halfwidth": spec.timing.target_halfwidth, "runs_per_block": 1, "objective_source": spec.objective.source, "sizes": sizes,
            "clock": clock, "floor": floor,
            "wall": {"reference": _stats(t["walls"]["reference"]), "design": _stats(t["walls"]["design"])}}
     if cases:

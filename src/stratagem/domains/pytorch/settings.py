@@ -143,6 +143,10 @@ class TimingConfig(BaseModel):
     pairs: int = Field(default=40, ge=2)
     """Block pairs of paired timing: the reference and the candidate alternate this many
     times each (the budget is split over the blocks)."""
+    target_halfwidth: float = Field(default=0.02, ge=0)
+    """A paired timing stops before `pairs` once its interval's half-width is at most this
+    fraction of its ratio and every stability check passes (looked at after 10 pairs, then at
+    each doubling; docs/timing.md, "Stopping early"); 0: always time every pair."""
     max_retimes: int = Field(default=2, ge=0)
     """An unstable paired timing is measured again at most this many times in its worker,
     each time with twice the budget and the pairs of the attempt before."""

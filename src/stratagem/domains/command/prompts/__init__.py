@@ -56,8 +56,8 @@ def _objective(spec: Spec) -> str:
            "clock": "the wall time the harness measures around the run"}[o.source]
     t = spec.timing
     return (f"one run's time is {src} (in {o.unit}), lower is better. The reference and the design run "
-            f"alternately on one more hidden input ({t.warmup} untimed warm-up run(s) each, then {t.pairs} block "
-            f"pairs of {t.runs} runs); the speedup is the median reference/design block-pair ratio with a 95% "
+            f"alternately on one more hidden input ({t.warmup} untimed warm-up run(s) each, then up to {t.pairs * t.runs} "
+            "pairs of single runs, fewer once the interval is tight); the speedup is the median reference/design block-pair ratio with a 95% "
             "interval. A reported time must fit inside the wall time the harness measured around its run, and "
             f"the time outside it may not exceed the reference's by more than {o.clock_slack:g} x its wall time "
             f"+ {o.clock_slack_ms:g} ms")

@@ -76,13 +76,14 @@ def run_timing(w: StageContext) -> dict[str, Any]:
     expect = w.req.get("reference_expect_ms")
     attempts: list[dict[str, Any]] = []
     out: dict[str, Any] = {}
-    kept: list[tuple[str, Any, list[Any]]] = []
+    kept: dict[tuple[int, int], tuple[str, Any, list[Any]]] = {}  # (attempt, slot) -> the call kept there
     attempt = 0
 
-    def keep(i: int, output: Any, args: Any) -> None:
+    def keep(slot: int, i: int, output: Any, args: Any) -> None:
+        kept.pop((attempt, slot), None)  # a later draw replaces it: free the old copy first
         # the judge makes the inputs again from their seed: only a check here needs a copy
         args_copy = runtime.clone_inputs(args) if w.recorder.directory is None else []
-        kept.append((record.timed_key(attempt, i), runtime.detach_copy(output), args_copy))
+        kept[(attempt, slot)] = (record.timed_key(attempt, i), runtime.detach_copy(output), args_copy)
 
     for attempt in range(1 + int(cfg.get("max_retimes", 2))):
         with torch.no_grad():
@@ -107,14 +108,14 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         stab = paired.paired_stability(ratio, stats["pair_ratios"], stats["reference"]["samples_ms"],
                                        stats["candidate"]["samples_ms"], rules, expect, stats["busy"])
         attempts.append({"attempt": attempt, "budget_ms": retime_config(cfg, attempt)["budget_ms"],
-                         "pairs": stats["pairs"], "speedup": stats["speedup"], "stability": stab.to_json(),
+                         "pairs": stats["pairs"], "planned_pairs": stats["planned_pairs"], "stop": stats["stop"], "speedup": stats["speedup"], "stability": stab.to_json(),
                          "candidate_median_ms": stats["candidate"]["median_ms"],
                          "reference_median_ms": stats["reference"]["median_ms"], "lock": window})
         out = {"stats": stats, "stability": stab, "lock": window}
         if stab.stable or stab.busy:  # a longer timing on a busy machine is only longer
             break
     stats, stab = out["stats"], out["stability"]
-    checked_calls = _check_timed_outputs(w, p, kept)
+    checked_calls = _check_timed_outputs(w, p, list(kept.values()))
     lap("timed_outputs")
     cand = dict(stats["candidate"])
     cand.update(method=stats["method"], input_sets=stats["input_sets"], l2_flush_bytes=stats["l2_flush_bytes"],
@@ -153,6 +154,8 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         "speedup": stats["speedup"],
         "pair_ratios": stats["pair_ratios"],
         "pairs": stats["pairs"],
+        "planned_pairs": stats["planned_pairs"],
+        "stop": stats["stop"],
         "calls_per_block": stats["calls_per_block"],
         "stability": stab.to_json(),
         "attempts": attempts,
@@ -296,8 +299,7 @@ def _baseline_correctness(w: StageContext, p: Programs, fn: Callable[..., Any]) 
 
 
 def _rules(cfg: Mapping[str, Any]) -> paired.StabilityRules:
-    raw = cfg.get("stability") or {}
-    return paired.StabilityRules(**{k: float(v) for k, v in dict(raw).items()})
+    return paired.stability_rules(cfg.get("stability"))
 
 
 def _single(stats: Mapping[str, Any], rules: paired.StabilityRules, expect: Any, busy: Any = None) -> dict[str, Any]:

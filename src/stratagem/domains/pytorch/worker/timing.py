@@ -156,8 +156,12 @@ def _noop() -> None:
     return None
 
 
-Keep = Callable[[int, Any, Sequence[Any]], None]
-"""Called after timed call i (outside its timed region) with its output and inputs."""
+_Sink = Callable[[int, Any, Sequence[Any]], None]
+"""Called after timed call i of one block (outside its timed region) with its output and inputs."""
+
+Keep = Callable[[int, int, Any, Sequence[Any]], None]
+"""Called after a kept timed call (outside its timed region) with its slot, its index i, its
+output and inputs; a later call kept in the same slot replaces it."""
 
 
 def _measure_cuda(
@@ -167,7 +171,7 @@ def _measure_cuda(
     flush: L2Flusher | None,
     fresh: Fresh | None = None,
     paired_noop: bool = False,
-    keep: tuple[set[int], Keep] | None = None,
+    keep: tuple[set[int], _Sink] | None = None,
 ) -> tuple[list[float], list[float], list[float]]:
     """(start -> stream end, start -> end after a device synchronize, and with `paired_noop`
     the same sync overhead of an empty call made right after) per call, in ms. `keep`: the
@@ -305,7 +309,7 @@ def _estimate_ms(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], cfg:
 
 def _block(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, device: str,
            flush: L2Flusher | None, fresh: Fresh | None, start: int,
-           keep: tuple[set[int], Keep] | None = None) -> tuple[list[float], list[float], list[float]]:
+           keep: tuple[set[int], _Sink] | None = None) -> tuple[list[float], list[float], list[float]]:
     """n timed calls of `fn` (inputs `fresh(start + i)`): (reported, device-sync, sync overhead)."""
     make = (lambda i: fresh(start + i)) if fresh is not None else None  # noqa: E731
     if device.startswith("cuda"):
@@ -325,14 +329,33 @@ def _block(fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, de
 
 def _kept_after(candidate: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], n: int, device: str,
                 flush: L2Flusher | None, fresh: Fresh | None, counter: int, rng: secrets.SystemRandom,
-                keep: Keep, blocks: int) -> None:
-    """The `blocks` candidate blocks drawn for the timed-outputs check that a busy machine cut
-    short, run after the timing as blocks like any other (their times unused): the check never
-    loses its calls to the busy guard."""
-    for _ in range(blocks):
-        _block(candidate, arg_sets, n, device, flush, fresh, counter,
-               ({rng.randrange(n)}, lambda i, out, args, base=counter: keep(base + i, out, args)))
+                keep: Keep, slots: range) -> None:
+    """The timed-outputs slots a timing cut short (by a busy machine) left empty, filled by
+    candidate blocks run after it like any other (their times unused): the check never loses
+    its calls to the busy guard."""
+    for slot in slots:
+        _block(candidate, arg_sets, n, device, flush, fresh, counter, _sink(keep, slot, n, counter, rng))
         counter += n
+
+
+def _sink(keep: Keep | None, slot: int | None, n: int, base: int,
+          rng: secrets.SystemRandom) -> tuple[set[int], _Sink] | None:
+    """For a block of n calls starting at call `base` whose draw is `slot`: one call of it,
+    drawn at random, handed to `keep` for that slot (None: nothing kept from this block)."""
+    if keep is None or slot is None:
+        return None
+    return {rng.randrange(n)}, lambda i, out, args: keep(slot, base + i, out, args)
+
+
+def _kept_slot(block: int, slots: int, rng: secrets.SystemRandom) -> int | None:
+    """Which timed-outputs slot candidate block `block` (0, 1, ...) fills, if any: reservoir
+    sampling, so whenever the timing stops the kept blocks are a uniform draw from the blocks
+    it ran (the first `slots` fill the slots; block b replaces a random one with probability
+    slots / (b + 1))."""
+    if block < slots:
+        return block
+    j = rng.randrange(block + 1)
+    return j if j < slots else None
 
 
 PAIRS_MIN = 10
@@ -356,6 +379,14 @@ def block_calls(estimate_ms: float, cfg: Mapping[str, Any], pairs: int) -> int:
     return int(max(1, min(max(math.ceil(per), lo), hi)))
 
 
+def _settled(blocks: Mapping[str, list[list[float]]], rules: paired.StabilityRules, target: float,
+             expect: float | None) -> bool:
+    """Whether the quiet pairs so far meet `core.paired.settled`'s stop rule."""
+    ratios = paired.pair_ratios(blocks["reference"], blocks["candidate"])
+    flat = {k: [x for b in v for x in b] for k, v in blocks.items()}
+    return paired.settled(ratios, flat["reference"], flat["candidate"], rules, target, expect) is not None
+
+
 def time_paired(
     reference: Callable[..., Any],
     candidate: Callable[..., Any],
@@ -372,8 +403,14 @@ def time_paired(
 
     Each block pair runs A then B, the next B then A (so a linear drift cancels too). Every
     call gets the same protocol: flush (GPU), fresh inputs, start, call, end. `keep` receives
-    the output and inputs of `keep_count` timed candidate calls drawn at random (from OS
-    entropy, never exposed) so they can be checked afterwards.
+    the output and inputs of `keep_count` timed candidate calls, one in each of `keep_count`
+    candidate blocks drawn uniformly (reservoir sampling, from OS entropy, never exposed) from
+    the blocks the timing ran, so they can be checked afterwards.
+
+    The timing stops before `pairs` once the quiet pairs meet the stop rule
+    (`core.paired.settled` with `target_halfwidth` from `cfg`, looked at after `PAIRS_MIN`
+    pairs and then at each doubling: `core.paired.looks`); `stop` in the result says which
+    (`settled` or `planned`) and `planned_pairs` how many it would have run.
 
     The pairs are judged in windows of wall time (`machine_load.BusyGuard`, the `busy`
     section of `cfg`): a window in which the machine was busy (the timing thread waited for a
@@ -397,10 +434,14 @@ def time_paired(
     progs = {"reference": (reference, n_ref), "candidate": (candidate, n_cand)}
     counter = 0
     rng = secrets.SystemRandom()
-    kept_blocks = set(rng.sample(range(pairs), min(keep_count, pairs))) if keep is not None else set()
+    slots = keep_count if keep is not None else 0
     guard = BusyGuard(device, cfg.get("busy"), gpu_uuid(device))
     expect = float(reference_expect_ms) if reference_expect_ms else None
-    slow = 1 + float((cfg.get("stability") or {}).get("reference_drift_max", 0.5))
+    rules = paired.stability_rules(cfg.get("stability"))
+    slow = 1 + rules.reference_drift_max
+    target = float(cfg.get("target_halfwidth", 0.0))
+    looks = paired.looks(PAIRS_MIN, pairs)
+    stop = "planned"
     window: list[dict[str, tuple[list[float], list[float], list[float]]]] = []
     p = 0
     guard.open()
@@ -409,15 +450,14 @@ def time_paired(
         timed: dict[str, tuple[list[float], list[float], list[float]]] = {}
         for name in order:
             fn, n = progs[name]
-            sel = None
-            if keep is not None and name == "candidate" and p in kept_blocks:
-                sel = ({rng.randrange(n)}, lambda i, out, args, base=counter: keep(base + i, out, args))
-            rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter, sel)
+            slot = _kept_slot(p, slots, rng) if name == "candidate" else None
+            rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter, _sink(keep, slot, n, counter, rng))
             counter += n
             timed[name] = (d, rep, o) if cuda and sync_mode == "device" else (rep, d, o)
         window.append(timed)
         p += 1
-        if not (guard.due() or len(blocks["reference"]) + len(window) >= pairs):
+        have = len(blocks["reference"]) + len(window)
+        if not (guard.due() or have >= pairs or (looks and have >= looks[0])):
             continue
         ref_ms = statistics.median(x for t in window for x in t["reference"][0])
         also = (f"the reference took {ref_ms:.4g} ms a call, over {slow:.2g}x its quiet {expect:.4g} ms"
@@ -430,14 +470,19 @@ def time_paired(
                     dev[name] += d
                     over[name] += o
         window = []
+        if looks and len(blocks["reference"]) >= looks[0]:
+            looks = [k for k in looks if k > len(blocks["reference"])]
+            if _settled(blocks, rules, target, expect):
+                stop = "settled"
+                break
         if guard.exhausted:
             break
         guard.open()
     guard.finish()
     if keep is not None:
-        _kept_after(candidate, arg_sets, n_cand, device, flush, fresh, counter, rng, keep,
-                    sum(k >= p for k in kept_blocks))
-    busy = guard.summary(len(blocks["reference"]), pairs, max(paired.MIN_JUDGED, pairs // 2))
+        _kept_after(candidate, arg_sets, n_cand, device, flush, fresh, counter, rng, keep, range(min(p, slots), slots))
+    measured = len(blocks["reference"])
+    busy = guard.summary(measured, pairs, measured if stop == "settled" else max(paired.MIN_JUDGED, pairs // 2))
     if not blocks["reference"]:  # nothing quiet: the summaries below need samples, kept apart
         for t in window or [timed]:
             for name in names:
@@ -449,6 +494,9 @@ def time_paired(
     out: dict[str, Any] = {
         "method": (f"cuda_event/{sync_mode}" if cuda else "perf_counter") + "/paired",
         "pairs": len(ratios),
+        "planned_pairs": pairs,
+        "stop": stop,
+        "target_halfwidth": target,
         "calls_per_block": {"reference": n_ref, "candidate": n_cand},
         "warmup_calls": {"reference": warm_ref, "candidate": warm_cand},
         "pair_ratios": ratios,
@@ -458,19 +506,23 @@ def time_paired(
         "wall_s": time.perf_counter() - t_start,
         "busy": busy,
     }
-    for name in ("reference", "candidate"):
-        samples = [x for b in blocks[name] for x in b]
-        s = summarize(samples)
-        s["block_medians_ms"] = [statistics.median(b) for b in blocks[name]]
-        if cuda:
-            other = dev[name]
-            s["device_sync_samples_ms"] = other
-            s["device_sync_median_ms"] = statistics.median(other)
-            s["sync_overhead_ms"] = statistics.median(over[name])
-            reported = samples
-            stream, devs = (other, reported) if sync_mode == "device" else (reported, other)
-            s["stream_median_ms"] = statistics.median(stream)
-            s["unsynced_work_ms"] = statistics.median(
-                d - t - o for t, d, o in zip(stream, devs, over[name], strict=True))
-        out[name] = s
+    for name in names:
+        out[name] = _program_summary(blocks[name], dev[name], over[name], cuda, sync_mode)
     return out
+
+
+def _program_summary(blocks: list[list[float]], dev: list[float], over: list[float], cuda: bool,
+                     sync_mode: str) -> dict[str, Any]:
+    """One program's summary of a paired timing: its samples, block medians, and on a GPU the
+    device-sync interval, the sync overhead and the work left behind the timed stream."""
+    samples = [x for b in blocks for x in b]
+    s = summarize(samples)
+    s["block_medians_ms"] = [statistics.median(b) for b in blocks]
+    if cuda:
+        s["device_sync_samples_ms"] = dev
+        s["device_sync_median_ms"] = statistics.median(dev)
+        s["sync_overhead_ms"] = statistics.median(over)
+        stream, devs = (dev, samples) if sync_mode == "device" else (samples, dev)
+        s["stream_median_ms"] = statistics.median(stream)
+        s["unsynced_work_ms"] = statistics.median(d - t - o for t, d, o in zip(stream, devs, over, strict=True))
+    return s
