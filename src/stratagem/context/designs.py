@@ -119,18 +119,36 @@ def lineage(view: DesignView) -> str:
 
 def tuned_lines(view: DesignView) -> list[str]:
     """A point of a template (the `tune` policy's, or an agent's template the loop tuned): its
-    parameters (the `params` tag) and, for an agent's, whose template it was (the `handoff`
-    tag, `search/policies/handoff.py`); empty for any other design."""
+    parameters (the `params` tag), for an agent's whose template it was (the `handoff` tag,
+    `search/policies/handoff.py`) and, on a hand-off's best point, every point of the template
+    with its verdict as a compact table (the `tuned_points` tag); empty for any other design."""
     params = view.tags.get("params")
     if not isinstance(params, dict) or not params:
         return []
-    values = ", ".join(f"{k}={v}" for k, v in params.items())
+    values = ", ".join(f"{k}={v}" for k, v in params.items())  # pyright: ignore[reportUnknownVariableType]
     handoff = view.tags.get("handoff")
     whose = ""
     if isinstance(handoff, dict):
-        whose = (f" (the template {handoff.get('author') or 'an agent'} wrote; point {handoff.get('point')} of "
-                 f"{handoff.get('of')})")
-    return [f"tuned from a template: {values}{whose}"]
+        whose = (f" (the template {handoff.get('author') or 'an agent'} wrote; point {handoff.get('point')} of "  # pyright: ignore[reportUnknownMemberType]
+                 f"{handoff.get('of')})")  # pyright: ignore[reportUnknownMemberType]
+    return [f"tuned from a template: {values}{whose}", *_points_table(view.tags.get("tuned_points"))]
+
+
+def _points_table(points: object) -> list[str]:
+    """Every tuned point of a template, one row each: parameters | verdict | ratio | design."""
+    if not isinstance(points, list) or not points:
+        return []
+    rows = []
+    for p in points:  # pyright: ignore[reportUnknownVariableType]
+        if not isinstance(p, dict):
+            continue
+        params = p.get("params") if isinstance(p.get("params"), dict) else {}  # pyright: ignore[reportUnknownMemberType]
+        speed = p.get("speedup")  # pyright: ignore[reportUnknownMemberType]
+        ratio = f"{ratio_text(float(speed))}x" if isinstance(speed, int | float) else "-"
+        rows.append(f"  | {', '.join(f'{k}={v}' for k, v in params.items())} | {p.get('status')} | {ratio} | "  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType, reportOptionalMemberAccess]
+                    f"`{short_id(str(p.get('design') or '-'))}` |")  # pyright: ignore[reportUnknownMemberType]
+    return [f"every tuned point of its template ({len(rows)}):\n  | parameters | verdict | ratio | design |\n"
+            + "\n".join(rows)] if rows else []
 
 
 def render_design(view: DesignView, *, report_chars: int | None = None, domain: str) -> str:
