@@ -100,7 +100,7 @@ def design_summary(view: DesignView, domain: str) -> str:
         ref = f" beside {reference_word(domain)} {m.reference_ms:.4g} ms" if m.reference_ms is not None else ""
         beside = f"; design {view.runtime_ms:.4g} ms{ref}"
     if m.floor_fraction is not None and m.floor_ms is not None:
-        beside += f"; {m.floor_fraction:.1%} of the roofline floor ({m.floor_ms:.4g} ms)"
+        beside += f"; {m.floor_fraction:.0%} of the roofline estimate's speed ({m.floor_ms:.4g} ms, an estimate)"
     return f"{view.status}{_performance(view, domain)}{beside}"
 
 

@@ -15,7 +15,7 @@ own words. Every function takes the problem's domain from the `ProblemBrief`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stratagem.config import SearchConfig
 from stratagem.context.curate import compress_report, truncate_source
@@ -25,6 +25,7 @@ from stratagem.context.render import (
     ProblemBrief,
     design_summary,
     fill,
+    has,
     render_budget,
     second_baseline_line,
     short_id,
@@ -61,8 +62,14 @@ def instructions(role: str, domain: str) -> str:
 
 def directions(brief: ProblemBrief) -> list[str]:
     """The generic directions (the `pike` template's) for the device: what slots of one seed are
-    told to focus on when the brainstorm's ideas run out."""
-    text = fill("pike", "directions_cpu" if brief.device.startswith("cpu") else "directions_gpu", domain=brief.domain)
+    told to focus on when the brainstorm's ideas run out. On a CPU timed on one thread (the
+    environment's `threads`), the directions of spreading work over cores (`directions_cpu_cores`,
+    where the domain has them) are left out: they cannot gain there."""
+    cpu = brief.device.startswith("cpu")
+    text = fill("pike", "directions_cpu" if cpu else "directions_gpu", domain=brief.domain)
+    threads = brief.environment.get("threads")
+    if cpu and has("pike", "directions_cpu_cores", brief.domain) and not (isinstance(threads, int) and threads <= 1):
+        text += "\n" + fill("pike", "directions_cpu_cores", domain=brief.domain)
     return [line.strip()[2:].strip() for line in text.splitlines() if line.strip().startswith("- ")]
 
 
@@ -95,10 +102,14 @@ def performance(view: DesignView | None, domain: str) -> str:
 
 
 def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str, slots: int,
-           max_fix: int, domain: str) -> str:
+           max_fix: int, domain: str, *, steps: int | None = None) -> str:
     """The budget block of a PIKE prompt: the run's limits and what is left (`render_budget`),
-    and this phase's (or batch's) share with the fix rounds each attempt keeps."""
-    run = render_budget(BudgetBrief.of(search, remaining, step, steps=None, step_name=step_name))
+    the queries of this phase's (or batch's) first queries asked at once counted as in flight
+    (each of its prompts is one of them), and this step's share with the fix rounds each attempt
+    keeps. `steps`: the run's step limit (None: none, the budgets end the run)."""
+    in_flight = min(slots, int(remaining.queries)) if remaining.queries is not None else slots
+    run = render_budget(replace(BudgetBrief.of(search, remaining, step, step_name=step_name, in_flight=in_flight),
+                                steps=steps))
     share = fill("pike", "budget_phase", domain=domain, step_name=step_name, slots=slots, max_fix=max_fix,
                  per_slot=1 + max_fix)
     return f"{run}\n{share}"

@@ -203,7 +203,8 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
         slots = plan["slots"]
         _, lost = ranked_directions((), state.designs)
         brief = replace(brief, budget=prompts.budget(self.cfg.search, session.budget_remaining(), phase + 1, "phase",
-                                                     len(slots), self.s.max_fix_attempts, brief.domain))
+                                                     len(slots), self.s.max_fix_attempts, brief.domain,
+                                                     steps=self.step_limit()))
         order = start_order([(int(sl["branch"]), sl.get("parent")) for sl in slots]) if phase else range(len(slots))
         specs = []
         for slot in (slots[i] for i in order):

@@ -117,7 +117,7 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
         _, lost = ranked_directions((), state.designs)
         brief = replace(self.brief(state), budget=prompts.budget(
             self.cfg.search, session.budget_remaining(), batch + 1, "batch", len(plan["children"]),
-            self.s.max_fix_attempts, state.problem.domain))
+            self.s.max_fix_attempts, state.problem.domain, steps=self.step_limit()))
         # A crossover's parents: the current program, then the programs it was shown.
         specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, state.designs, brief, lost),
                           tuple(dict.fromkeys(str(i) for i in [ch.get("parent"), *ch.get("top", ()),
