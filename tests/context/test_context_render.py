@@ -56,8 +56,8 @@ FAILED = DesignView("4" * 64, "class ModelNew:  # broken\n", "error", 2, "innova
 TOP = DesignView("7" * 64, "class ModelNew:  # the run's best, from another plan\n    pass\n", "valid", 3, "fix",
                  "implementor-3", ("2" * 64,), runtime_ms=0.0180, speedup=2.31, speedup_low=2.25, speedup_high=2.37,
                  created_at=5.0, measures=Measures(reference_ms=0.0416))
-RUN = (replace(WORST, created_at=1.0), replace(BEST, created_at=2.0), replace(RECENT, created_at=3.0),
-       replace(FAILED, created_at=4.0), TOP)
+RUN = (replace(WORST, created_at=1.0), replace(BEST, created_at=2.0), replace(RECENT, created_at=3.0, iteration=4),
+       replace(FAILED, created_at=4.0, iteration=4), TOP)
 """The run's designs, oldest first: the Implementor's prompt shows its best (TOP, not cited) and the
 attempts since the first design its plan builds on."""
 CURATED = Curated(best=(BEST,), worst=(WORST,), recent=(RECENT,), failed=(FAILED,), total=9,

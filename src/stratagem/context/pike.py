@@ -101,6 +101,15 @@ def performance(view: DesignView | None, domain: str) -> str:
     return design_summary(view, domain).removeprefix(f"{view.status}, ") + (f"; {second}" if second else "")
 
 
+def measured(view: DesignView | None, domain: str) -> str:
+    """`performance` of a design shown with its code, and, for a tuned point, its parameters and
+    every point of its template with its verdict (`designs.tuned_lines`)."""
+    if view is None:
+        return "the original program"
+    lines = tuned_lines(view)
+    return performance(view, domain) + "".join(f"\n- {line}" for line in lines)
+
+
 def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str, slots: int,
            max_fix: int, domain: str, *, steps: int | None = None) -> str:
     """The budget block of a PIKE prompt: the run's limits and what is left (`render_budget`),
@@ -140,7 +149,7 @@ def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None 
     return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=_focus(direction, d, steer),
                 earlier=before, run_so_far=run_so_far(designs, seed, d, shown=[seed.id] if seed else [],
                                                       skip=listed, why=why),
-                performance=performance(seed, d) if seed is not None else "the original program", **common(brief))
+                performance=measured(seed, d), **common(brief))
 
 
 EARLIER_LINES = 8
@@ -216,8 +225,7 @@ def mutate(brief: ProblemBrief, current: DesignView | None, direction: str | Non
     return fill("pike", "mutate", domain=d, current_source=source.strip(),
                 direction=_focus(direction, d, steer),
                 run_so_far=run_so_far(designs, current, d, shown=[current.id] if current else [], why=why),
-                performance=performance(current, d) if current is not None else "the original program",
-                **common(brief))
+                performance=measured(current, d), **common(brief))
 
 
 def crossover(brief: ProblemBrief, current: DesignView | None, features: str, top: Sequence[DesignView],
@@ -232,8 +240,7 @@ def crossover(brief: ProblemBrief, current: DesignView | None, features: str, to
     sources = {v.id: v.source for v in designs}
     shown = [*([current.id] if current else []), *(v.id for v in (*top, *inspirations))]
     return fill("pike", "crossover", domain=d, current_source=source.strip(),
-                performance=performance(current, d) if current is not None else "the original program",
-                features=features, artifacts=compress_report(artifacts, ARTIFACT_CHARS),
+                performance=measured(current, d), features=features, artifacts=compress_report(artifacts, ARTIFACT_CHARS),
                 top_programs=_programs(top, source_chars, d, sources) or "(none yet)",
                 inspirations=_programs(inspirations, source_chars, d, sources) or "(none yet)",
                 run_so_far=run_so_far(designs, current, d, shown=shown, why=why),
@@ -262,9 +269,8 @@ def _programs(views: Sequence[DesignView], source_chars: int, domain: str,
         if len(code) > room:
             code = truncate_source(code, room, [sources[p] for p in v.parents if p in sources])
         left -= len(code)
-        table = "\n".join(f"- {line}" for line in tuned_lines(v))
         out.append(fill("pike", "program", domain=domain, short_id=short_id(v.id),
-                        performance=performance(v, domain) + (f"\n{table}" if table else ""), source=code))
+                        performance=measured(v, domain), source=code))
     return "\n\n".join(out)
 
 

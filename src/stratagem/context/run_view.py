@@ -96,8 +96,9 @@ def run_so_far(designs: Sequence[DesignView], start: DesignView | None, domain: 
                shown: Sequence[str] = (), skip: Sequence[str] = (), why: str = "") -> str:
     """The block every writer prompt carries: why its starting design `start` was chosen (`why`,
     when the policy says), the run's best designs, the best one's code unless `shown` (the ids
-    whose code the prompt already has), and the attempts made since `start` (None: the original,
-    so every attempt) other than those in `skip` (listed elsewhere in the prompt)."""
+    whose code the prompt already has), and the newest attempts made since `start` was (in its
+    iteration or later: those asked beside it too; None: the original, so every attempt) other
+    than those in `skip` (listed elsewhere in the prompt)."""
     best = ranked(designs)[:BEST_SHOWN]
     lines = [fill("evidence", "line", domain=None, short_id=short_id(v.id), how=how_made(v),
                   outcome=outcome(v, domain)) for v in best]
@@ -112,9 +113,8 @@ def run_so_far(designs: Sequence[DesignView], start: DesignView | None, domain: 
     if why:
         not_best = fill("evidence", "not_best", domain=None) if start is not None and best and best[0].id != start.id else ""
         parent = fill("evidence", "parent", domain=None, why=why, not_best=not_best and " " + not_best) + "\n\n"
-    since_at = start.created_at if start is not None else float("-inf")
     hidden = {*skip, *(v.id for v in best), *([start.id] if start is not None else [])}
-    recent = [a for a in attempts(designs) if a.first.created_at > since_at and a.result.id not in hidden
+    recent = [a for a in attempts(designs) if _since(a.first, start) and a.result.id not in hidden
               and a.first.id not in hidden][::-1][:SINCE_SHOWN]
     since = ""
     if recent:
@@ -124,6 +124,16 @@ def run_so_far(designs: Sequence[DesignView], start: DesignView | None, domain: 
     return fill("evidence", "run_so_far", domain=None, parent=parent,
                 best="\n".join(lines) or fill("evidence", "nothing_measured", domain=None), best_code=code,
                 since=since)
+
+
+def _since(view: DesignView, start: DesignView | None) -> bool:
+    """Whether `view` was made since `start` (None: the original, so always): in `start`'s
+    iteration or a later one (the attempts asked beside it included), else after it."""
+    if start is None:
+        return True
+    if view.iteration is not None and start.iteration is not None:
+        return view.iteration >= start.iteration
+    return view.created_at > start.created_at
 
 
 @dataclass(frozen=True)
