@@ -239,10 +239,12 @@ def crossover(brief: ProblemBrief, current: DesignView | None, features: str, to
     d = brief.domain
     sources = {v.id: v.source for v in designs}
     shown = [*([current.id] if current else []), *(v.id for v in (*top, *inspirations))]
+    none = ("(none yet)" if not any(v.speedup is not None for v in designs)
+            else fill("evidence", "all_shown", domain=None))
     return fill("pike", "crossover", domain=d, current_source=source.strip(),
                 performance=measured(current, d), features=features, artifacts=compress_report(artifacts, ARTIFACT_CHARS),
-                top_programs=_programs(top, source_chars, d, sources) or "(none yet)",
-                inspirations=_programs(inspirations, source_chars, d, sources) or "(none yet)",
+                top_programs=_programs(top, source_chars, d, sources) or none,
+                inspirations=_programs(inspirations, source_chars, d, sources) or none,
                 run_so_far=run_so_far(designs, current, d, shown=shown, why=why),
                 direction=_focus(direction, d, steer), **common(brief))
 

@@ -63,6 +63,12 @@ def how_made(view: DesignView) -> str:
     return f"{label}: {clip(f, 100)}" if f else label
 
 
+def _how(first: DesignView, result: DesignView) -> str:
+    """How an attempt was made (its first design's label and focus), `then fixed` when a fix
+    round's design stands for it."""
+    return how_made(first) + (", then fixed" if result.id != first.id and result.strategy == "fix" else "")
+
+
 def outcome(view: DesignView, domain: str) -> str:
     """A design's result in one line: its numbers, or its status and first failure line."""
     if view.speedup is not None:
@@ -100,7 +106,9 @@ def run_so_far(designs: Sequence[DesignView], start: DesignView | None, domain: 
     iteration or later: those asked beside it too; None: the original, so every attempt) other
     than those in `skip` (listed elsewhere in the prompt)."""
     best = ranked(designs)[:BEST_SHOWN]
-    lines = [fill("evidence", "line", domain=None, short_id=short_id(v.id), how=how_made(v),
+    tried = attempts(designs)
+    first = {a.result.id: a.first for a in tried}
+    lines = [fill("evidence", "line", domain=None, short_id=short_id(v.id), how=_how(first.get(v.id, v), v),
                   outcome=outcome(v, domain)) for v in best]
     code = ""
     if best and best[0].id not in shown:
@@ -113,13 +121,13 @@ def run_so_far(designs: Sequence[DesignView], start: DesignView | None, domain: 
     if why:
         not_best = fill("evidence", "not_best", domain=None) if start is not None and best and best[0].id != start.id else ""
         parent = fill("evidence", "parent", domain=None, why=why, not_best=not_best and " " + not_best) + "\n\n"
-    hidden = {*skip, *(v.id for v in best), *([start.id] if start is not None else [])}
-    recent = [a for a in attempts(designs) if _since(a.first, start) and a.result.id not in hidden
+    hidden = {*skip, *shown, *(v.id for v in best), *([start.id] if start is not None else [])}
+    recent = [a for a in tried if _since(a.first, start) and a.result.id not in hidden
               and a.first.id not in hidden][::-1][:SINCE_SHOWN]
     since = ""
     if recent:
         since = "\n\n" + fill("evidence", "since", domain=None, attempts="\n".join(
-            fill("evidence", "line", domain=None, short_id=short_id(a.result.id), how=how_made(a.first),
+            fill("evidence", "line", domain=None, short_id=short_id(a.result.id), how=_how(a.first, a.result),
                  outcome=outcome(a.result, domain)) for a in recent))
     return fill("evidence", "run_so_far", domain=None, parent=parent,
                 best="\n".join(lines) or fill("evidence", "nothing_measured", domain=None), best_code=code,
