@@ -127,3 +127,30 @@ def test_each_design_s_label_says_how_it_was_made(tmp_path):
     assert later <= {"crossover", "mutation", "fix"} and "crossover" in later
     plans = [i.plan["strategy"] for i in store.iterations()]
     assert plans[0] == "2 initial" and all("crossover" in p or "mutation" in p for p in plans[1:])
+
+
+TEMPLATE = """\
+# stratagem: param MS = choice(0.5, 0.8, 1.25)
+# stratagem: param MODE = choice("ok", "invalid: wrong sum")
+class ModelNew: pass
+# runtime_ms={{MS}}
+# {{MODE}}
+_MARKS = "{{MS}} {{MODE}}"
+"""
+
+
+def test_a_tuned_template_s_points_reach_later_prompts_as_a_table(tmp_path):
+    def answer(role: str, prompt: str, n: int) -> str | None:
+        return f"```python\n{TEMPLATE}```" if n == 2 else None  # phase 0's first query answers a template
+
+    script = Script(ideas=1, answer=answer)
+    loop, _, _ = make_pike_loop(tmp_path, "pike-b", script, max_queries=8, tune_evaluations=4,
+                                settings={"num_branches": 1, "queries_per_phase": 1, "max_fix_attempts": 1})
+    asyncio.run(loop.run())
+    points = [v for v in loop.session.views() if v.strategy == "tuned point"]
+    assert len(points) == 4
+    improve = [p for r, p in script.calls if r == "optimize" and "working solution previously" in p]
+    assert improve
+    table = improve[0].split("every tuned point of its template (4):")[1]
+    assert all(f"`{short_id(v.id)}`" in table for v in points)  # every point, its verdict and its ratio
+    assert "| invalid |" in table and "| valid |" in table
