@@ -108,10 +108,11 @@ def test_a_one_thread_cpu_gets_no_spread_over_cores_direction():
 
 
 def test_the_roofline_rule_states_the_margin_its_check_admits():
+    from pathlib import Path
+
     from stratagem.config import EvaluationConfig
     from stratagem.domains.pytorch.problem import load_problem
     from stratagem.domains.pytorch.rules import agent_rules
-    from pathlib import Path
 
     problem = load_problem(Path(__file__).resolve().parents[1] / "fixtures/problem_relu.py")
     cfg = EvaluationConfig.model_validate({"device": "cpu", "domains": {"pytorch": {"roofline_margin": 0.25}}})

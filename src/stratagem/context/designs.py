@@ -125,12 +125,12 @@ def tuned_lines(view: DesignView) -> list[str]:
     params = view.tags.get("params")
     if not isinstance(params, dict) or not params:
         return []
-    values = ", ".join(f"{k}={v}" for k, v in params.items())  # pyright: ignore[reportUnknownVariableType]
+    values = ", ".join(f"{k}={v}" for k, v in params.items())
     handoff = view.tags.get("handoff")
     whose = ""
     if isinstance(handoff, dict):
-        whose = (f" (the template {handoff.get('author') or 'an agent'} wrote; point {handoff.get('point')} of "  # pyright: ignore[reportUnknownMemberType]
-                 f"{handoff.get('of')})")  # pyright: ignore[reportUnknownMemberType]
+        whose = (f" (the template {handoff.get('author') or 'an agent'} wrote; point {handoff.get('point')} of "
+                 f"{handoff.get('of')})")
     return [f"tuned from a template: {values}{whose}", *_points_table(view.tags.get("tuned_points"))]
 
 
@@ -139,14 +139,15 @@ def _points_table(points: object) -> list[str]:
     if not isinstance(points, list) or not points:
         return []
     rows = []
-    for p in points:  # pyright: ignore[reportUnknownVariableType]
+    for p in points:
         if not isinstance(p, dict):
             continue
-        params = p.get("params") if isinstance(p.get("params"), dict) else {}  # pyright: ignore[reportUnknownMemberType]
-        speed = p.get("speedup")  # pyright: ignore[reportUnknownMemberType]
+        params = p.get("params")
+        params = params if isinstance(params, dict) else {}
+        speed = p.get("speedup")
         ratio = f"{ratio_text(float(speed))}x" if isinstance(speed, int | float) else "-"
-        rows.append(f"  | {', '.join(f'{k}={v}' for k, v in params.items())} | {p.get('status')} | {ratio} | "  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType, reportOptionalMemberAccess]
-                    f"`{short_id(str(p.get('design') or '-'))}` |")  # pyright: ignore[reportUnknownMemberType]
+        rows.append(f"  | {', '.join(f'{k}={v}' for k, v in params.items())} | {p.get('status')} | {ratio} | "
+                    f"`{short_id(str(p.get('design') or '-'))}` |")
     return [f"every tuned point of its template ({len(rows)}):\n  | parameters | verdict | ratio | design |\n"
             + "\n".join(rows)] if rows else []
 

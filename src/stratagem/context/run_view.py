@@ -44,15 +44,15 @@ def slot_key(view: DesignView) -> tuple[str | None, int]:
     """The design's slot and round (`pike_slots`: `slot <key>` = {round, ...}); (None, 0) without."""
     for k, val in view.tags.items():
         if k.startswith("slot ") and isinstance(val, dict):
-            return k.removeprefix("slot "), int(val.get("round", 0) or 0)  # pyright: ignore[reportUnknownArgumentType, reportUnknownMemberType]
+            return k.removeprefix("slot "), int(val.get("round", 0) or 0)
     return None, 0
 
 
 def focus(view: DesignView) -> str | None:
     """What the design's slot was asked to focus on (an idea or a direction), if anything."""
     for k, val in view.tags.items():
-        if k.startswith("slot ") and isinstance(val, dict) and val.get("focus"):  # pyright: ignore[reportUnknownMemberType]
-            return str(val["focus"])  # pyright: ignore[reportUnknownArgumentType]
+        if k.startswith("slot ") and isinstance(val, dict) and val.get("focus"):
+            return str(val["focus"])
     return None
 
 

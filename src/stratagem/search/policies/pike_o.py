@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from stratagem.context import pike as prompts
