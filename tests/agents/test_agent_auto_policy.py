@@ -246,3 +246,37 @@ def test_over_budget_the_implementor_keeps_the_cited_best_whole_and_a_long_desig
     assert "lines as in its parent, cut to fit the context budget" in prompt
     assert base[79] in prompt and base[80] in prompt  # the unchanged lines beside it stay
     assert base[0] not in prompt and base[-1] not in prompt  # the farthest are cut first
+
+
+def test_each_implementor_sees_the_run_s_best_and_the_attempts_since_its_plan_s_design(tmp_path: Path) -> None:
+    # issue 59 item 1: the plan cites a weak design; the prompt still shows the run's best (with
+    # its code, in the context budget) and the newer attempts, whoever made them
+    def view(tag: str, speedup: float | None, at: float, iteration: int) -> DesignView:
+        source = f"class ModelNew:  # {tag}\n    pass\n"
+        status = "valid" if speedup else "invalid"
+        return DesignView(design_id(source), source, status, iteration, "refine", "implementor-1",
+                          runtime_ms=1.0 / speedup if speedup else None, speedup=speedup, created_at=at,
+                          report="" if speedup else "[correctness] wrong: max abs diff 0.5")
+
+    weak, best, newer = view("weak", 1.05, 1.0, 1), view("best", 2.0, 2.0, 1), view("newer", None, 3.0, 2)
+    firsts: list[str] = []
+
+    def plan(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        return output(i, {"strategy": "refine", "evidence": [weak.id[:12]], "rationale": "r", "instructions": "x"})
+
+    def impl(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        firsts.append(user_prompts(m)[0])
+        return implementor_fn(m, i)
+
+    cfg = full_config(max_retries=0)
+    cfg = cfg.model_copy(update={"search": cfg.search.model_copy(update={"implementors": 1})})
+    pol = AutoPolicy.from_config(cfg, problem(), tmp_path, sleep=no_sleep,
+                                 models={"strategist": FunctionModel(plan), "implementor": FunctionModel(impl)})
+    session = FakeSession(verdict=valid_if(lambda s: s == GOOD_SOURCE))
+    asyncio.run(pol.iterate(state([weak, best, newer], 3), session))
+    run = firsts[0].split("# What the whole run has found so far")[1]
+    assert f"`{best.id[:12]}` (refine): valid, 2.00x" in run
+    assert "# best" in firsts[0]  # the best's code, though the plan did not cite it
+    assert f"`{newer.id[:12]}` (refine): invalid: [correctness] wrong" in run  # made since the plan's design
+    # issue 59 item 6: the answer after a failure report is labelled a fix
+    assert [e["strategy"] for e in session.evaluations] == ["refine", "fix"]

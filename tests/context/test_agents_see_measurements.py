@@ -23,7 +23,8 @@ GPU_ENV = {"torch": "2.11.0", "device": "cuda:0", "device_name": "NVIDIA H200", 
 
 def test_the_cpu_environment_block_speaks_of_cpu_code():
     text = render.environment_text("cpu", CPU_ENV, domain="pytorch")
-    assert "Device: CPU Intel(R) Xeon(R) Gold (2 threads; instruction sets avx2 fma avx512f" in text
+    assert ("Device: CPU Intel(R) Xeon(R) Gold (timed on 2 thread(s), eager too, by design (`[pytorch] cpu_threads`), "
+            "so work spread over more cores gains nothing; instruction sets avx2 fma avx512f") in text
     assert "torch 2.13.0+cpu" in text and "torch built with GCC 13.3" in text
     assert "CUDA and Triton kernels cannot run on this device" in text
     assert "cuBLAS" not in text

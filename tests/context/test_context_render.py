@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,13 @@ RECENT = DesignView("3" * 64, "class ModelNew:  # recent\n    pass\n", "invalid"
                     report="[correctness] wrong: max abs diff 0.5 at output 0")
 FAILED = DesignView("4" * 64, "class ModelNew:  # broken\n", "error", 2, "innovate",
                     "implementor-2", report="[load] compile: nvcc failed: error: expected ';'")
+TOP = DesignView("7" * 64, "class ModelNew:  # the run's best, from another plan\n    pass\n", "valid", 3, "fix",
+                 "implementor-3", ("2" * 64,), runtime_ms=0.0180, speedup=2.31, speedup_low=2.25, speedup_high=2.37,
+                 created_at=5.0, measures=Measures(reference_ms=0.0416))
+RUN = (replace(WORST, created_at=1.0), replace(BEST, created_at=2.0), replace(RECENT, created_at=3.0, iteration=4),
+       replace(FAILED, created_at=4.0, iteration=4), TOP)
+"""The run's designs, oldest first: the Implementor's prompt shows its best (TOP, not cited) and the
+attempts since the first design its plan builds on."""
 CURATED = Curated(best=(BEST,), worst=(WORST,), recent=(RECENT,), failed=(FAILED,), total=9,
                   newest=(BEST.id, RECENT.id))
 PLAN = Plan("combine", ("1" * 64, "2" * 64), "1111 fuses, 2222 vectorizes",
@@ -75,7 +83,7 @@ def renderings() -> dict[str, Callable[[], str]]:
             "Why is 1111 faster than 2222?", [BEST, WORST, FAILED], docs="2 files (a.md, b.md)", domain="pytorch"),
         "implementor.instructions": lambda: render.instructions("implementor", domain="pytorch"),
         "implementor.prompt": lambda: render.render_implementor(
-            PROBLEM, PLAN, [BEST, WORST], worker="implementor-2", max_attempts=6),
+            PROBLEM, PLAN, [BEST, WORST], worker="implementor-2", max_attempts=6, designs=RUN),
         "implementor.static_rejection": lambda: render.fill(
             "implementor", "static_rejection", reason="candidate.py defines no `class ModelNew`", domain="pytorch"),
         "implementor_feedback.prompt": lambda: render.render_implementor_feedback(

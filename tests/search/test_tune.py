@@ -90,7 +90,7 @@ def test_a_study_through_the_loop_finds_the_best_point(tmp_path: Path) -> None:
     points = [v.tags[TAG_PARAMS] for v in views]
     assert len({key(p) for p in points}) == 14
     assert all(v.tags[TAG_TEMPLATE] == template.id for v in views)
-    assert all(v.author == "tune" and v.strategy == "tune" for v in views)
+    assert all(v.author == "tune" and v.strategy == "tuned point" for v in views)
     for v, p in zip(views, points, strict=True):
         assert template.render(p)["candidate.py"] == v.source  # the design is the rendered point
         assert v.status == ("invalid" if p["MODE"] != "ok" else "valid")

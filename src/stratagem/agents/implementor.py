@@ -4,7 +4,8 @@ it validates.
 The output is a `CandidateOutput` (the whole design as the domain's prompts ask for it, and notes). An output validator runs
 the static checks, so a malformed or cheating answer costs one output retry, not an evaluation.
 Each answer is evaluated through the Session by the shared fix loop (`fix_loop.py`); a failure
-report goes back into the same conversation. The loop stops at a valid design, after `implementor_max_attempts` evaluations,
+report goes back into the same conversation. The first answer is labelled with the plan's
+strategy, every later one `fix` (how it was made: after a failure report). The loop stops at a valid design, after `implementor_max_attempts` evaluations,
 when the conversation has used `implementor_token_limit` tokens, when a run budget is exhausted,
 or on an LLM failure; the result says which (failures are data).
 """
@@ -23,7 +24,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import UsageLimits
 
 from stratagem.agents.calls import AgentRuntime, run_agent
-from stratagem.agents.fix_loop import FixLimits, FixResult, Written, fix_until_valid
+from stratagem.agents.fix_loop import Attempt, FixLimits, FixResult, Written, fix_until_valid
 from stratagem.agents.tools import BaseDeps, Workdir, base_toolset, probe_toolset, session_probe
 from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.config import EvaluationConfig
@@ -133,6 +134,9 @@ class ImplementorTask:
     start_files: Mapping[str, str] = field(default_factory=dict[str, str])
     """The design the first turn builds on, whole (`starting_files`): a coding agent finds it in
     its work directory; empty for a new design."""
+    designs: Sequence[DesignView] = ()
+    """The run's designs when the iteration began: the prompt shows the whole run's best and
+    newest results from them (`run_view.run_so_far`)."""
 
 
 def starting_files(plan: Plan, designs: Sequence[DesignView], main: str) -> dict[str, str]:
@@ -165,6 +169,7 @@ async def run_implementor(
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,
         max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars, variant=task.variant,
+        designs=task.designs,
     )
 
     async def model_turn(req: WriteRequest) -> Written:
@@ -199,6 +204,7 @@ async def run_implementor(
         session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,
         limits=FixLimits(cfg.implementor_max_attempts, cfg.implementor_token_limit),
         strategy=task.plan.strategy, parents=lineage(task.plan), accept_restated=False,
+        describe=lambda attempt, _previous: Attempt(task.plan.strategy if attempt == 1 else "fix", lineage(task.plan)),
     )
     if res.failed_turn is not None:
         res = await _after_failure(task, session, deps, res, cfg.implementor_token_limit)

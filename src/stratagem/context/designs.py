@@ -100,7 +100,7 @@ def design_summary(view: DesignView, domain: str) -> str:
         ref = f" beside {reference_word(domain)} {m.reference_ms:.4g} ms" if m.reference_ms is not None else ""
         beside = f"; design {view.runtime_ms:.4g} ms{ref}"
     if m.floor_fraction is not None and m.floor_ms is not None:
-        beside += f"; {m.floor_fraction:.1%} of the roofline floor ({m.floor_ms:.4g} ms)"
+        beside += f"; {m.floor_fraction:.0%} of the roofline estimate's speed ({m.floor_ms:.4g} ms, an estimate)"
     return f"{view.status}{_performance(view, domain)}{beside}"
 
 
@@ -119,8 +119,9 @@ def lineage(view: DesignView) -> str:
 
 def tuned_lines(view: DesignView) -> list[str]:
     """A point of a template (the `tune` policy's, or an agent's template the loop tuned): its
-    parameters (the `params` tag) and, for an agent's, whose template it was (the `handoff`
-    tag, `search/policies/handoff.py`); empty for any other design."""
+    parameters (the `params` tag), for an agent's whose template it was (the `handoff` tag,
+    `search/policies/handoff.py`) and, on a hand-off's best point, every point of the template
+    with its verdict as a compact table (the `tuned_points` tag); empty for any other design."""
     params = view.tags.get("params")
     if not isinstance(params, dict) or not params:
         return []
@@ -130,7 +131,25 @@ def tuned_lines(view: DesignView) -> list[str]:
     if isinstance(handoff, dict):
         whose = (f" (the template {handoff.get('author') or 'an agent'} wrote; point {handoff.get('point')} of "
                  f"{handoff.get('of')})")
-    return [f"tuned from a template: {values}{whose}"]
+    return [f"tuned from a template: {values}{whose}", *_points_table(view.tags.get("tuned_points"))]
+
+
+def _points_table(points: object) -> list[str]:
+    """Every tuned point of a template, one row each: parameters | verdict | ratio | design."""
+    if not isinstance(points, list) or not points:
+        return []
+    rows = []
+    for p in points:
+        if not isinstance(p, dict):
+            continue
+        params = p.get("params")
+        params = params if isinstance(params, dict) else {}
+        speed = p.get("speedup")
+        ratio = f"{ratio_text(float(speed))}x" if isinstance(speed, int | float) else "-"
+        rows.append(f"  | {', '.join(f'{k}={v}' for k, v in params.items())} | {p.get('status')} | {ratio} | "
+                    f"`{short_id(str(p.get('design') or '-'))}` |")
+    return [f"every tuned point of its template ({len(rows)}):\n  | parameters | verdict | ratio | design |\n"
+            + "\n".join(rows)] if rows else []
 
 
 def render_design(view: DesignView, *, report_chars: int | None = None, domain: str) -> str:

@@ -14,18 +14,23 @@ own words. Every function takes the problem's domain from the `ProblemBrief`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from stratagem.config import SearchConfig
+from stratagem.context.curate import compress_report, truncate_source
+from stratagem.context.designs import tuned_lines
 from stratagem.context.render import (
     BudgetBrief,
     ProblemBrief,
     design_summary,
     fill,
+    has,
     render_budget,
     second_baseline_line,
     short_id,
 )
+from stratagem.context.run_view import attempts, focus, run_so_far
 from stratagem.core.search import DesignView, Feedback, Remaining
 from stratagem.core.text import clip
 
@@ -57,8 +62,14 @@ def instructions(role: str, domain: str) -> str:
 
 def directions(brief: ProblemBrief) -> list[str]:
     """The generic directions (the `pike` template's) for the device: what slots of one seed are
-    told to focus on when the brainstorm's ideas run out."""
-    text = fill("pike", "directions_cpu" if brief.device.startswith("cpu") else "directions_gpu", domain=brief.domain)
+    told to focus on when the brainstorm's ideas run out. On a CPU timed on one thread (the
+    environment's `threads`), the directions of spreading work over cores (`directions_cpu_cores`,
+    where the domain has them) are left out: they cannot gain there."""
+    cpu = brief.device.startswith("cpu")
+    text = fill("pike", "directions_cpu" if cpu else "directions_gpu", domain=brief.domain)
+    threads = brief.environment.get("threads")
+    if cpu and has("pike", "directions_cpu_cores", brief.domain) and not (isinstance(threads, int) and threads <= 1):
+        text += "\n" + fill("pike", "directions_cpu_cores", domain=brief.domain)
     return [line.strip()[2:].strip() for line in text.splitlines() if line.strip().startswith("- ")]
 
 
@@ -90,11 +101,24 @@ def performance(view: DesignView | None, domain: str) -> str:
     return design_summary(view, domain).removeprefix(f"{view.status}, ") + (f"; {second}" if second else "")
 
 
+def measured(view: DesignView | None, domain: str) -> str:
+    """`performance` of a design shown with its code, and, for a tuned point, its parameters and
+    every point of its template with its verdict (`designs.tuned_lines`)."""
+    if view is None:
+        return "the original program"
+    lines = tuned_lines(view)
+    return performance(view, domain) + "".join(f"\n- {line}" for line in lines)
+
+
 def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str, slots: int,
-           max_fix: int, domain: str) -> str:
+           max_fix: int, domain: str, *, steps: int | None = None) -> str:
     """The budget block of a PIKE prompt: the run's limits and what is left (`render_budget`),
-    and this phase's (or batch's) share with the fix rounds each attempt keeps."""
-    run = render_budget(BudgetBrief.of(search, remaining, step, steps=None, step_name=step_name))
+    the queries of this phase's (or batch's) first queries asked at once counted as in flight
+    (each of its prompts is one of them), and this step's share with the fix rounds each attempt
+    keeps. `steps`: the run's step limit (None: none, the budgets end the run)."""
+    in_flight = min(slots, int(remaining.queries)) if remaining.queries is not None else slots
+    run = render_budget(replace(BudgetBrief.of(search, remaining, step, step_name=step_name, in_flight=in_flight),
+                                steps=steps))
     share = fill("pike", "budget_phase", domain=domain, step_name=step_name, slots=slots, max_fix=max_fix,
                  per_slot=1 + max_fix)
     return f"{run}\n{share}"
@@ -112,15 +136,20 @@ def optimize(brief: ProblemBrief, idea: str) -> str:
 
 
 def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None,
-            designs: Sequence[DesignView] = ()) -> str:
+            designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None) -> str:
     """Improve a working solution; `None`: the original program is the seed. `direction`: what
-    this attempt focuses on, when other attempts improve the same seed. `designs`: the run's
-    designs, from which the earlier attempts on the seed and its siblings are shown (`earlier`)."""
+    this attempt focuses on, when other attempts improve the same seed (`steer`: why, and the
+    directions the run's numbers contradict). `designs`: the run's designs, from which the
+    earlier attempts on the seed and its siblings (`earlier`) and the whole run's best and
+    newest results (`run_view.run_so_far`, with `why` the seed was chosen) are shown."""
     source = seed.source if seed is not None else brief.source
     d = brief.domain
-    return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=_focus(direction, d),
-                earlier=earlier(seed, designs, d),
-                performance=performance(seed, d) if seed is not None else "the original program", **common(brief))
+    before = earlier(seed, designs, d)
+    listed = [v.id for v in designs if f"`{short_id(v.id)}`" in before]
+    return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=_focus(direction, d, steer),
+                earlier=before, run_so_far=run_so_far(designs, seed, d, shown=[seed.id] if seed else [],
+                                                      skip=listed, why=why),
+                performance=measured(seed, d), **common(brief))
 
 
 EARLIER_LINES = 8
@@ -128,11 +157,9 @@ EARLIER_LINES = 8
 
 
 def focus_of(view: DesignView) -> str:
-    """What a PIKE design was asked to try: its slot's `focus` (idea or direction), else its strategy."""
-    for k, val in view.tags.items():
-        if k.startswith("slot ") and isinstance(val, dict) and val.get("focus"):
-            return clip(str(val["focus"]), 100)
-    return view.strategy or "open prompt"
+    """What a PIKE design was asked to try: its slot's `focus` (idea or direction), else its label."""
+    f = focus(view)
+    return clip(f, 100) if f else view.strategy or "open prompt"
 
 
 def _outcome(view: DesignView, domain: str) -> str:
@@ -144,25 +171,19 @@ def _outcome(view: DesignView, domain: str) -> str:
 
 def earlier(seed: DesignView | None, designs: Sequence[DesignView], domain: str) -> str:
     """The attempts made from `seed` (None: the original program) and from its siblings (designs
-    with the seed's parent), each with what it tried and its outcome (a fix chain's last design
-    stands for its attempt); empty when there are none."""
-    children: dict[str | None, list[DesignView]] = {}
-    for v in sorted(designs, key=lambda v: v.created_at):
-        children.setdefault(v.parents[0] if v.parents else None, []).append(v)
+    with the seed's parent), each with what it tried and its outcome (an attempt's best design,
+    else its last fix, stands for it: `run_view.attempts`); empty when there are none."""
+    tried = attempts(designs)
 
-    def last_of(v: DesignView) -> DesignView:
-        fixes = [c for c in children.get(v.id, ()) if c.strategy == "fix"]
-        return last_of(fixes[-1]) if fixes else v
+    def from_(parent: str | None, relation: str) -> list[str]:
+        mine = [a for a in tried if (a.first.parents[0] if a.first.parents else None) == parent
+                and (seed is None or a.first.id != seed.id and a.result.id != seed.id)]
+        return [fill("pike", "attempt", domain=domain, short_id=short_id(a.result.id), relation=relation,
+                     how=focus_of(a.first), outcome=_outcome(a.result, domain)) for a in mine[-EARLIER_LINES:]]
 
-    def attempts(parent: str | None, relation: str, skip: str | None) -> list[str]:
-        tried = [v for v in children.get(parent, ()) if v.strategy != "fix" and v.id != skip]
-        return [fill("pike", "attempt", domain=domain, short_id=short_id(v.id), relation=relation,
-                     how=focus_of(v), outcome=_outcome(last_of(v), domain)) for v in tried[-EARLIER_LINES:]]
-
-    key = seed.id if seed is not None else None
-    lines = attempts(key, "from this one", None)
+    lines = from_(seed.id if seed is not None else None, "from this one")
     if seed is not None:
-        lines += attempts(seed.parents[0] if seed.parents else None, "a sibling", seed.id)
+        lines += from_(seed.parents[0] if seed.parents else None, "a sibling")
     return fill("pike", "earlier", domain=domain, attempts="\n".join(lines)) if lines else ""
 
 
@@ -174,40 +195,95 @@ def restated(prompt: str, twins: Sequence[DesignView | str], domain: str) -> str
     return f"{prompt}\n\n" + fill("pike", "restated", domain=domain, what=what)
 
 
-def _focus(direction: str | None, domain: str) -> str:
-    """The `direction` paragraph (empty without one)."""
+@dataclass(frozen=True)
+class Steer:
+    """What a direction is handed out with (`run_view.ranked_directions`)."""
+
+    why: str = ""
+    """Why this direction, from the run's measurements."""
+    lost: str = ""
+    """The directions the measurements contradict, in words ('' when none)."""
+
+
+def _focus(direction: str | None, domain: str, steer: Steer | None = None) -> str:
+    """The `direction` paragraph with why it was chosen and the contradicted directions (empty
+    without a direction: the contradicted ones alone, if any)."""
+    steer = steer or Steer()
+    lost = "\n" + fill("evidence", "directions_lost", domain=None, lost=steer.lost) if steer.lost else ""
     if not direction or not direction.strip():
-        return ""
-    return "\n\n" + fill("pike", "direction", domain=domain, direction=direction.strip())
+        return "\n" + lost if lost else ""
+    why = "\n" + fill("evidence", "direction_why", domain=None, why=steer.why) if steer.why else ""
+    return "\n\n" + fill("pike", "direction", domain=domain, direction=direction.strip()) + why + lost
 
 
-def mutate(brief: ProblemBrief, current: DesignView | None, direction: str | None = None) -> str:
+def mutate(brief: ProblemBrief, current: DesignView | None, direction: str | None = None,
+           designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None) -> str:
+    """PIKE-O's mutation prompt: the original and the current program, the run so far
+    (`run_view.run_so_far`) and a `direction` to focus on."""
     source = current.source if current is not None else brief.source
-    return fill("pike", "mutate", domain=brief.domain, current_source=source.strip(),
-                direction=_focus(direction, brief.domain),
-                performance=performance(current, brief.domain) if current is not None else "the original program",
-                **common(brief))
+    d = brief.domain
+    return fill("pike", "mutate", domain=d, current_source=source.strip(),
+                direction=_focus(direction, d, steer),
+                run_so_far=run_so_far(designs, current, d, shown=[current.id] if current else [], why=why),
+                performance=measured(current, d), **common(brief))
 
 
 def crossover(brief: ProblemBrief, current: DesignView | None, features: str, top: Sequence[DesignView],
-              inspirations: Sequence[DesignView], source_chars: int = 12_000, direction: str | None = None) -> str:
+              inspirations: Sequence[DesignView], source_chars: int = 12_000, direction: str | None = None,
+              designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None) -> str:
     """The crossover prompt: the current program with its fitness, features and evaluation
-    outcome, the top programs and the inspiration programs (and a `direction` to focus on)."""
+    outcome, the top programs and the inspiration programs (their code within `source_chars`,
+    the best cut last), the run so far, and a `direction` to focus on."""
     source = current.source if current is not None else brief.source
     artifacts = "the original program" if current is None else (current.report.strip() or "all validators passed")
     d = brief.domain
+    sources = {v.id: v.source for v in designs}
+    shown = [*([current.id] if current else []), *(v.id for v in (*top, *inspirations))]
+    none = ("(none yet)" if not any(v.speedup is not None for v in designs)
+            else fill("evidence", "all_shown", domain=None))
     return fill("pike", "crossover", domain=d, current_source=source.strip(),
-                performance=performance(current, d) if current is not None else "the original program",
-                features=features, artifacts=artifacts[:2_000],
-                top_programs=_programs(top, source_chars, d) or "(none yet)",
-                inspirations=_programs(inspirations, source_chars, d) or "(none yet)",
-                direction=_focus(direction, d), **common(brief))
+                performance=measured(current, d), features=features, artifacts=compress_report(artifacts, ARTIFACT_CHARS),
+                top_programs=_programs(top, source_chars, d, sources) or none,
+                inspirations=_programs(inspirations, source_chars, d, sources) or none,
+                run_so_far=run_so_far(designs, current, d, shown=shown, why=why),
+                direction=_focus(direction, d, steer), **common(brief))
 
 
-def _programs(views: Sequence[DesignView], source_chars: int, domain: str) -> str:
-    per = max(1_000, source_chars // max(1, len(views)))
-    return "\n\n".join(fill("pike", "program", domain=domain, short_id=short_id(v.id),
-                            performance=performance(v, domain), source=v.source.strip()[:per]) for v in views)
+ARTIFACT_CHARS = 2_000
+"""The current program's evaluation outcome in a crossover prompt, compressed to this size."""
+MIN_PROGRAM_CHARS = 1_000
+"""A listed program's code is never cut below this many characters."""
+
+
+def _programs(views: Sequence[DesignView], source_chars: int, domain: str,
+              sources: Mapping[str, str] | None = None) -> str:
+    """The programs in order (best first), each with its numbers and code: each gets what it
+    needs while the budget lasts and the later (weaker) ones are cut first, at least
+    `MIN_PROGRAM_CHARS` each; a cut keeps the lines the program changed from its parents
+    (`truncate_source`) and says where and how much was cut."""
+    sources = sources or {}
+    left = source_chars
+    out = []
+    for i, v in enumerate(views):
+        code = v.source.strip()
+        later = len(views) - i - 1
+        room = max(MIN_PROGRAM_CHARS, left - later * MIN_PROGRAM_CHARS)
+        if len(code) > room:
+            code = truncate_source(code, room, [sources[p] for p in v.parents if p in sources])
+        left -= len(code)
+        out.append(fill("pike", "program", domain=domain, short_id=short_id(v.id),
+                        performance=measured(v, domain), source=code))
+    return "\n\n".join(out)
+
+
+def tail_of(text: str, chars: int) -> str:
+    """The last `chars` characters of `text` from a line's start, headed by how much was cut."""
+    if len(text) <= chars:
+        return text
+    kept = text[-chars:]
+    kept = kept[kept.find("\n") + 1:] if "\n" in kept else kept
+    cut = text[: len(text) - len(kept)]
+    return f"[... {cut.count(chr(10)) + 1} lines ({len(cut)} characters) cut above ...]\n{kept}"
 
 
 def fix(brief: ProblemBrief, failed_source: str, fb: Feedback) -> str:
@@ -220,8 +296,8 @@ def fix(brief: ProblemBrief, failed_source: str, fb: Feedback) -> str:
         if fb.max_rel_err is not None:
             diff += f", max rel {fb.max_rel_err:.3g}"
         return fill("pike", "fix_correctness", domain=brief.domain, failed_source=failed_source.strip(), what=what,
-                    max_diff=f"{diff} ({fb.report.strip()[:1_000]})", **common(brief))
-    tail = (fb.error_tail or fb.report or "").strip()[-ERROR_TAIL_CHARS:]
+                    max_diff=f"{diff} ({compress_report(fb.report.strip(), 1_000)})", **common(brief))
+    tail = tail_of((fb.error_tail or fb.report or "").strip(), ERROR_TAIL_CHARS)
     c = {k: x for k, x in common(brief).items() if k not in ("example", "numbers")}
     return fill("pike", "fix_error", domain=brief.domain, failed_source=failed_source.strip(), what=what,
                 error_tail=tail or "(none)", timed_out="yes" if fb.kind == "timeout" else "no", **c)

@@ -31,6 +31,7 @@ from stratagem.context.designs import (
     standing_words,
     timing_lines,
 )
+from stratagem.context.run_view import run_so_far
 from stratagem.context.templates import (
     GENERIC,
     ROLES,
@@ -202,10 +203,21 @@ class BudgetLine:
     limit: float
     left: float
     """Net of queries reserved by phases in flight (`Remaining`)."""
+    in_flight: int = 0
+    """Queries being asked at this moment, the prompt's own among them (not yet in `left`)."""
 
     @property
     def used(self) -> float:
         return max(0.0, self.limit - self.left)
+
+    def text(self, step_name: str = "iteration") -> str:
+        """`queries: 2 of 12 used before this batch, 4 asked at once now (this one among them), 6
+        left after them`."""
+        if self.in_flight:
+            return (f"{self.name}: {self.amount(self.used)} of {self.amount(self.limit)} used before this {step_name}, "
+                    f"{self.in_flight} asked at once now (this one among them), "
+                    f"{self.amount(max(0.0, self.left - self.in_flight))} left after them")
+        return f"{self.name}: {self.amount(self.used)} of {self.amount(self.limit)} used, {self.amount(self.left)} left"
 
     def amount(self, x: float) -> str:
         if self.name == "money":
@@ -231,15 +243,16 @@ class BudgetBrief:
 
     @classmethod
     def of(cls, search: SearchConfig, remaining: Remaining, step: int, *, steps: int | None = None,
-           step_name: str = "iteration", patience: int | None = None) -> BudgetBrief:
+           step_name: str = "iteration", patience: int | None = None, in_flight: int = 0) -> BudgetBrief:
         """From the run's limits (`SearchConfig`) and `Session.budget_remaining()`; `steps`
         defaults to the configured iterations, `patience` to none (the caller knows whether its
-        loop applies it)."""
+        loop applies it); `in_flight`: the queries asked at once with this prompt's."""
         pairs = (("queries", search.max_queries, remaining.queries), ("tokens", search.max_tokens, remaining.tokens),
                  ("money", search.max_usd, remaining.usd),
                  ("evaluation time", search.max_gpu_seconds, remaining.gpu_seconds),
                  ("wall time", search.max_wall_seconds, remaining.wall_seconds))
-        lines = tuple(BudgetLine(name, float(limit), float(left if left is not None else limit))  # type: ignore[arg-type]
+        lines = tuple(BudgetLine(name, float(limit), float(left if left is not None else limit),  # type: ignore[arg-type]
+                                 in_flight if name == "queries" else 0)
                       for name, limit, left in pairs if limit is not None)
         return cls(step, search.iterations if steps is None else steps, step_name, lines, patience)
 
@@ -269,7 +282,7 @@ def render_budget(budget: BudgetBrief | None) -> str:
     lines = []
     for x in b.lines:
         rate = (f", about {x.amount(x.used / done)} per {b.step_name}" if done > 0 and x.name != "wall time" else "")
-        lines.append(f"- {x.name}: {x.amount(x.used)} of {x.amount(x.limit)} used, {x.amount(x.left)} left{rate}")
+        lines.append(f"- {x.text(b.step_name)}{rate}")
     limited = {x.name for x in b.lines}
     free = [n for n in ("queries", "tokens", "money", "evaluation time", "wall time") if n not in limited]
     if free:
@@ -374,10 +387,15 @@ def render_implementor(
     max_attempts: int,
     report_chars: int = 1_200,
     variant: str = "",
+    designs: Sequence[DesignView] = (),
 ) -> str:
     """An Implementor's first message: the plan (its shared part and this Implementor's own
-    variant), the problem and the designs it builds on."""
+    variant), the problem, the designs it builds on, and the whole run's best and newest
+    results (`run_view.run_so_far`, from `designs`: the run's, since the first design the plan
+    builds on)."""
     d = problem.domain
+    by_id = {v.id: v for v in designs}
+    start = next((by_id[i] for i in plan.evidence if i in by_id), None)
     return fill(
         "implementor",
         "prompt",
@@ -388,6 +406,7 @@ def render_implementor(
         rationale=plan.rationale.strip() or "(none given)",
         instructions=plan.instructions.strip() or "(none given)",
         evidence=render_designs(evidence, report_chars=report_chars, domain=d),
+        run_so_far=run_so_far(designs, start, d, shown=[v.id for v in evidence]),
         max_attempts=max_attempts,
         **{**problem.values(), "numbers": fill("design", "numbers", domain=d) if evidence else ""},
     )

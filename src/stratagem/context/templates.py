@@ -15,7 +15,7 @@ from stratagem.domains import get_domain
 ROLES = ("strategist", "analyst", "implementor", "implementor_feedback", "review", "summarizer")
 """One template file per role (plus `design`, the block every design is shown in, and `pike`)."""
 
-GENERIC = frozenset({"summarizer", "budget"})
+GENERIC = frozenset({"summarizer", "budget", "evidence"})
 """Templates that name no domain's concepts: this package's own (`context/prompts/`)."""
 
 SHORT_ID_CHARS = 12

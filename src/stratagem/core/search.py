@@ -84,10 +84,28 @@ class Measures:
     """The harness's roofline floor: the least time the work can take at the device's
     calibrated peaks (None: not checked)."""
     floor_fraction: float | None = None
-    """The floor over the design's time (1.0: at the floor; the headroom left is what is below 1)."""
+    """The floor over the design's time (1.0: at the floor; the headroom left is what is below 1;
+    above 1: faster than the estimate, which the margin admits)."""
+    floor_margin: float | None = None
+    """How far under the floor a time may honestly be (the floor is an estimate from calibrated
+    peaks): only a time under floor x (1 - margin) is rejected as impossible."""
     correctness_rule: str | None = None
     """Which correctness rule decided its trials, with the precision the reference ran at, in
     words (None: the domain does not say)."""
+
+    def floor_text(self) -> str:
+        """The roofline figure named for what it is: an estimate of the least time (the work at
+        the device's calibrated peaks), the design's speed as a share of the estimate's, and the
+        time under which a design is rejected ('' when not checked)."""
+        if self.floor_ms is None:
+            return ""
+        at = (f"; this design runs at {self.floor_fraction:.0%} of the estimate's speed"
+              + (" (faster than the estimate, within the margin the harness admits)" if self.floor_fraction > 1 else "")
+              if self.floor_fraction is not None else "")
+        cut = (f"; only a time under {self.floor_ms * (1 - self.floor_margin):.4g} ms (the estimate less "
+               f"{self.floor_margin:.0%}) is rejected as impossible" if self.floor_margin is not None else "")
+        return (f"roofline estimate {self.floor_ms:.4g} ms (the work at the device's calibrated peaks: an "
+                f"estimate of the least time, not a measured limit){at}{cut}")
 
     def lines(self, reference: str = "the reference") -> list[str]:
         """The measurements as short lines (what a prompt and `read_design` show); `reference`:
@@ -103,8 +121,7 @@ class Measures:
             rel = f", max rel {self.max_rel_err:.3g}" if self.max_rel_err is not None else ""
             out.append(f"error vs reference: max abs {self.max_abs_err:.3g}{rel}")
         if self.floor_ms is not None:
-            at = f": this design reaches {self.floor_fraction:.1%} of it" if self.floor_fraction is not None else ""
-            out.append(f"roofline floor {self.floor_ms:.4g} ms (the least time at the device's peaks){at}")
+            out.append(self.floor_text())
         if self.kernels:
             out.append("top kernels (device time of one call): "
                        + ", ".join(f"{n[:60]} {t:.3g} us" for n, t in self.kernels[:5]))

@@ -87,6 +87,6 @@ def _profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str
     if isinstance(total_us, int | float) and total_us > 0:
         lines.append(f"total: {total_us / 1e3:.4g} ms")
         if floor_ms:
-            lines.append(f"the roofline floor (the least time at the device's calibrated peaks): {floor_ms:.4g} ms, "
-                         f"{floor_ms / (total_us / 1e3):.1%} of this total")
+            lines.append(f"the roofline estimate (the work at the device's calibrated peaks, an estimate of the least "
+                         f"time): {floor_ms:.4g} ms, {floor_ms / (total_us / 1e3):.0%} of this total")
     return "\n".join(lines)

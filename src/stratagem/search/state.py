@@ -212,6 +212,7 @@ def measures_of(ev: EvaluationRecord, compile_stage: str | None) -> Measures:
         failures=failures, kernels=tuple(top),
         floor_ms=_num(roof.get("floor_ms")) if roof.get("checked") else None,
         floor_fraction=_num(roof.get("sol_fraction")) if roof.get("checked") else None,
+        floor_margin=_num(roof.get("margin")) if roof.get("checked") else None,
         correctness_rule=str(corr["decided_by"]) if corr.get("decided_by") else None,
     )
 

@@ -244,7 +244,7 @@ def test_a_pike_optimizers_template_is_tuned(problem_dir: Path, cpu_config: Eval
         views = st.stored_views(store)
     tuned = points(views)
     assert [v.tags[TAG_PARAMS]["BLOCK"] for v in tuned][0] == 4 and len(tuned) == 2
-    assert all(v.strategy == "optimize" for v in tuned)
+    assert all(v.strategy == "tuned point" for v in tuned)  # how each was made
     slotted = [v for v in tuned if any(k.startswith("slot ") for k in v.tags)]
     assert len(slotted) == 1  # the slot's design: the best point
 

@@ -9,6 +9,7 @@ from stratagem.config import EvaluationConfig
 from stratagem.core.problem import Problem
 from stratagem.domains.pytorch.graphs import validator_graph
 from stratagem.domains.pytorch.settings import correctness_rule, integrity_policy, tolerances
+from stratagem.domains.pytorch.settings import settings as pytorch_settings
 from stratagem.domains.pytorch.shapes import shape_variants
 from stratagem.domains.pytorch.static import agent_rules as static_agent_rules
 
@@ -71,9 +72,10 @@ STAGE_RULES: dict[str, str] = {
     "timing": "stage `timing`: the design is timed against eager in alternating blocks in one worker "
               "(the paired ratio and its 95% interval); outputs of timed calls, drawn at random, are "
               "checked too",
-    "roofline": "stage `roofline`: a time under the device's physical floor (the work at its calibrated "
-                "bandwidth and FLOP rate, for the precision the correctness rule admits) is rejected as "
-                "impossible",
+    "roofline": "stage `roofline`: the roofline estimate is the work at the device's calibrated bandwidth "
+                "and FLOP rate (for the precision the correctness rule admits), an estimate of the least "
+                "time, not a measured limit, so an honest design may run somewhat under it; a time more "
+                "than {margin} under it is rejected as impossible",
     "provenance": "stage `provenance` (strict policy): after timing, the design's own kernels must run in "
                   "every measured call and take at least half of their time (`OWN_TIME_FRACTION`); "
                   "disabling them must change the output, so a kernel on a token slice of the data, one "
@@ -131,6 +133,8 @@ def agent_rules(problem: Problem, cfg: EvaluationConfig) -> tuple[str, ...]:
                 continue
             alone = ", and each alone made a little larger" if any(len(v) > 1 for v in variants) else ""
             text = text.format(variants=f" ({shown}{alone})")
+        if name == "roofline":
+            text = text.format(margin=f"{pytorch_settings(cfg).roofline_margin:.0%}")
         stages.append(text)
     statics = static_agent_rules(policy, device) if "static_checks" in graph.names else ()
     said = DEVICE_POLICY_RULES[policy, device] if device is not None else POLICY_RULES[policy]

@@ -214,7 +214,8 @@ class AutoPolicy:
     ) -> list[ImplementorResult]:
         views = designs_by_id(state.designs)
         cited = [views[i] for i in plan.evidence if i in views]
-        evidence = fit_cited(cited, state, self.cfg.context)  # the Strategist's priorities
+        best = [state.best] if state.best is not None and state.best.id not in plan.evidence else []
+        evidence = fit_cited([*cited, *best], state, self.cfg.context)  # the run's best too, in the budget
         start = starting_files(plan, cited, self.domain.main_file(self.problem))
         tasks = [
             ImplementorTask(
@@ -222,7 +223,7 @@ class AutoPolicy:
                 evidence=evidence, precheck=self.domain.open(self.problem, self.cfg.evaluation).precheck(state.device),
                 workdir=self._dir(state.iteration, f"implementor-{k}").root,
                 report_chars=self.cfg.context.failure_report_chars, variant=variant,
-                start_files=start,
+                start_files=start, designs=state.designs,
             )
             for k, variant in enumerate(implementor_variants(plan, self.cfg.search.implementors), start=1)
         ]

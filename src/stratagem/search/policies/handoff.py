@@ -10,15 +10,16 @@ handling; the template's defaults first, the agent's own guess):
 - every point is rendered and evaluated through the Session as an ordinary design (the harness
   and its integrity checks, the run's device-seconds and wall budgets charged, each distinct
   design once), stored with the tags `params`, `template` (the study's id) and `handoff` (the
-  template's author, the point's number), as the writer's design: its author, strategy and
-  parents, so a point's parent is the template's author's parent;
+  template's author, the point's number), as the writer's design: its author and parents, so a
+  point's parent is the template's author's parent, labelled `tuned point` (`TUNED_POINT`);
 - tuning stops after the configured number of points, when the run's device-seconds or wall
   budget is spent (at least one point is evaluated, as any written design is; the query, token
   and money budgets are the writers', and tuning asks no model), or when every feasible point
   is known;
 - the writer gets back the best point's feedback, its report headed by every point's verdict,
   so the fix loop goes on as after any evaluation (a valid best ends it); the best point is a
-  design of the run like any other, and prompts show its parameters (`context/designs.py`);
+  design of the run like any other, tagged with every point of its template (`TAG_POINTS`), and
+  prompts show its parameters and that table of points and verdicts (`context/designs.py`);
 - `tune_evaluations = 0`: the template's defaults, evaluated as one design;
 - a template that cannot be tuned (it cannot be read, no point meets its constraints, its
   defaults break one with tuning off) is a failed attempt: stored
@@ -62,7 +63,9 @@ from stratagem.search.policies.registry import TuneSettings
 from stratagem.search.policies.tune import (
     TAG_HANDOFF,
     TAG_PARAMS,
+    TAG_POINTS,
     TAG_TEMPLATE,
+    TUNED_POINT,
     Trial,
     TunePolicy,
     design_text,
@@ -291,7 +294,7 @@ class HandoffSession:
         files = template.render(point)
         text, extra = design_text(files, self.main)
         fb = await self.inner.evaluate(
-            text, strategy=strategy, parents=parents, author=author, files=extra or None,
+            text, strategy=TUNED_POINT, parents=parents, author=author, files=extra or None,
             tags={TAG_PARAMS: dict(point), TAG_TEMPLATE: template.id,
                   TAG_HANDOFF: {"author": author or "unknown", "point": k, "of": of}})
         self.rendered[fb.design_id] = files_text({**text_files(text, self.main), **extra})
@@ -303,8 +306,10 @@ class HandoffSession:
         every point's verdict; the caller's `tags` go on that design."""
         ranked = [p for p in done if p.measured]
         best = max(ranked, key=lambda p: p.feedback.speedup or 0.0) if ranked else done[-1]
-        if tags:
-            self.inner.tag(best.feedback.design_id, **tags)
+        points = [{"params": dict(t.point), "status": t.status, "design": t.design_id,
+                   "speedup": t.value if t.status in MEASURED else None}
+                  for t in self._trials_of(template) if t.design_id]
+        self.inner.tag(best.feedback.design_id, **(dict(tags) if tags else {}), **{TAG_POINTS: points})
         earlier = f" ({known} points of this template were known from before)" if known else ""
         head = [f"Your answer was a template (parameters {', '.join(template.names)}), so the loop tuned it: "
                 f"{len(done)} {'point' if len(done) == 1 else 'points'} evaluated, each as a design of its own, "

@@ -145,20 +145,29 @@ class ProgramDB:
     # -- sampling ---------------------------------------------------------------------------
 
     def sample_parent(self, island: int, rng: random.Random) -> str | None:
-        """A parent for a child of `island`: with `exploration_ratio` a random member of the
-        island, with `exploitation_ratio` a random archive program (the island's own first),
-        else a random program of the whole population; None (the original program) while
-        the island has nothing."""
+        """A parent for a child of `island` (`draw_parent`, without the reason)."""
+        return self.draw_parent(island, rng)[0]
+
+    def draw_parent(self, island: int, rng: random.Random) -> tuple[str | None, str]:
+        """A parent for a child of `island` and how it was drawn: with `exploration_ratio` a
+        random member of the island, with `exploitation_ratio` a random archive program (the
+        island's own first), else a random program of the whole population; None (the original
+        program) while the island has nothing."""
         s = self.settings
         members = self.islands[island].members
         everyone = sorted({e.id for e in self.entries.values()})
         u = rng.random()
         if u < s.exploitation_ratio and self.archive:
             own = [a for a in self.archive if a in members]
-            return rng.choice(own or self.archive)
+            return rng.choice(own or self.archive), ("exploitation: a random program of the elite archive"
+                                                    + (f" (island {island}'s own)" if own else ""))
         if u < s.exploitation_ratio + s.exploration_ratio or not everyone:
-            return rng.choice(members) if members else (rng.choice(everyone) if everyone else None)
-        return rng.choice(everyone)
+            if members:
+                return rng.choice(members), f"exploration: a random program of island {island}"
+            if everyone:
+                return rng.choice(everyone), f"exploration: a random program of the run (island {island} has none)"
+            return None, "nothing is measured yet"
+        return rng.choice(everyone), "a random program of the whole population"
 
     def inspirations(self, island: int, parent: str | None, rng: random.Random) -> list[str]:
         """Up to `num_inspirations` programs of `island` besides the parent: its best, the top
@@ -215,8 +224,12 @@ class ProgramDB:
         return moves
 
     def features(self, island: int, pid: str | None) -> str:
-        e = self.entry(island, pid) if pid else None
-        if e is None:
+        """The program's grid features (its entry on `island`, else on the island it lives on:
+        a parent drawn from the archive or the whole population); only None is the original."""
+        if pid is None:
             return "the original program"
+        e = self.entry(island, pid) or next((x for x in self.entries.values() if x.id == pid), None)
+        if e is None:
+            return "not in the program database"
         return f"code size {e.size} chars, diversity {e.diversity:.2f} (cell {self.cell(e.size, e.diversity)})"
 

@@ -27,6 +27,7 @@ from dataclasses import replace
 from stratagem.agents.pike import Tickets, parse_ideas
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
+from stratagem.context.run_view import ranked_directions
 from stratagem.core.search import (
     DesignView,
     IterationResult,
@@ -93,6 +94,15 @@ def select_seeds(lib: Sequence[DesignView | None], n: int, s: PikeBSettings,
                 for _ in range(n)]
     weights = [(v.speedup or 0.0) if v is not None else 1e-9 for _, v in everyone]  # roulette: 1/runtime
     return rng.choices(everyone, weights=weights, k=n)
+
+
+def seed_reason(rank: int, library_size: int, selector: str) -> str:
+    """Why a phase's seed was drawn, in words: its rank among the previous phase's valid
+    solutions (the best of each branch first) and the selector that drew it."""
+    if rank >= library_size:
+        return "it is the original program, the fallback when no solution of the previous phase is left"
+    return (f"it ranks {rank + 1} of {library_size} among the previous phase's valid solutions (each branch's "
+            f"best first), drawn by the `{selector}` selector")
 
 
 def phase0_tasks(ideas: Sequence[str], n: int, generic: Sequence[str] | None) -> list[str]:
@@ -163,11 +173,16 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
         lib = library(state.designs, phase - 1, self.s.library)
         rng = random.Random(f"{self.cfg.search.seed}:pike-b:{phase}")
         seeds = select_seeds([*lib, None], self.s.queries_per_phase, self.s, rng)
-        pool = list(dict.fromkeys([*brainstormed, *generic])) if generic is not None else []  # False: the paper's
-        dirs = slot_directions([seed.id if seed is not None else None for _, seed in seeds], pool,
+        # False: the paper's open prompt. True: the directions the evidence favours, then the
+        # brainstorm's untried ideas, then the generic ones; never one the numbers contradict.
+        pool, _ = (ranked_directions(list(dict.fromkeys([*brainstormed, *generic])), state.designs)
+                   if generic is not None else ([], ""))
+        dirs = slot_directions([seed.id if seed is not None else None for _, seed in seeds], [d.text for d in pool],
                                asked_before(session, phase, "phase", "slots", "direction", "idea"))
+        why = {d.text: d.why for d in pool}
         return [{"slot": i, "branch": rank, "idea": None, "parent": seed.id if seed is not None else None,
-                 "direction": d}
+                 "direction": d, "direction_why": why.get(d, "") if d else "",
+                 "parent_why": seed_reason(rank, len(lib), self.s.selector)}
                 for i, ((rank, seed), d) in enumerate(zip(seeds, dirs, strict=True))]
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
@@ -186,16 +201,20 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
             session.save_state("current", {"phase": phase})
         views = {v.id: v for v in state.designs}
         slots = plan["slots"]
+        _, lost = ranked_directions((), state.designs)
         brief = replace(brief, budget=prompts.budget(self.cfg.search, session.budget_remaining(), phase + 1, "phase",
-                                                     len(slots), self.s.max_fix_attempts, brief.domain))
+                                                     len(slots), self.s.max_fix_attempts, brief.domain,
+                                                     steps=self.step_limit()))
         order = start_order([(int(sl["branch"]), sl.get("parent")) for sl in slots]) if phase else range(len(slots))
         specs = []
         for slot in (slots[i] for i in order):
             key = f"p{phase}/s{slot['slot']}"
             parent = views.get(str(slot["parent"])) if slot.get("parent") else None
             focus = str(slot["idea"]) if phase == 0 else slot.get("direction")
+            steer = prompts.Steer(str(slot.get("direction_why") or ""), lost)
             prompt = (prompts.optimize(brief, str(slot["idea"])) if phase == 0
-                      else prompts.improve(brief, parent, slot.get("direction"), state.designs))
+                      else prompts.improve(brief, parent, slot.get("direction"), state.designs,
+                                           why=str(slot.get("parent_why") or "") if parent else "", steer=steer))
             specs.append(SlotSpec(key, "optimize", prompt, (parent.id,) if parent else (),
                                   {"phase": phase, "branch": slot["branch"], "focus": focus}))
         outcome = await run_slots(handoff_session(session, self.cfg, self.problem, state.designs),
@@ -210,7 +229,7 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
         notes = [note] if note else []
         notes.append(f"phase {phase}: {outcome.text()}")
         seeds = len({sl.get("parent") for sl in slots})
-        strategy = "phase-0 ideas" if phase == 0 else f"improve top {seeds}"
+        strategy = "initial: phase-0 ideas" if phase == 0 else f"mutation: improve top {seeds}"
         more = [f"{r.key}: {clip(r.reason, 120)}" for r in results if not r.ok and not r.not_asked][:4]
         stop = unanswered(results)
         if stop:

@@ -79,6 +79,12 @@ class PikeBase(Generic[S]):
         self.workdir = Path(workdir)
         self.runtime = AgentRuntime(cfg=cfg.agents, models=models, writers=command_routes(cfg, self.workdir))
 
+    def step_limit(self) -> int | None:
+        """The run's phase (batch) limit as a prompt states it: None when the iterations are
+        unbounded (the budgets end the run; no "batch 3 of 100000")."""
+        n = self.cfg.search.iterations
+        return None if n >= self.unbounded_iterations else n
+
     def agents(self, session: Session) -> PikeAgents:
         return PikeAgents(self.runtime.recording(session.record_call), self.problem, domain=self.problem.domain)
 

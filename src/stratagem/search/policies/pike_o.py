@@ -16,17 +16,20 @@ first query, so a killed run resumes inside its batch without asking any query t
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
+from stratagem.context.run_view import Direction, ranked_directions
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.islands import ProgramDB
 from stratagem.search.policies.pike_models import PikeBase, asked_before, unanswered
 from stratagem.search.policies.pike_settings import PikeOSettings
-from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_directions
+from stratagem.search.policies.pike_slots import SlotSpec, made_by, run_slots, slot_directions
 
 
 class PikeOPolicy(PikeBase[PikeOSettings]):
@@ -54,37 +57,50 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
         return fit, (f"{fit} of {n} children (parallel_evaluations): {left} queries left fit {fit} "
                      f"with their {self.s.max_fix_attempts} fix rounds each")
 
-    def _plan(self, batch: int, db: ProgramDB, n: int, pool: list[str],
+    def _plan(self, batch: int, db: ProgramDB, n: int, pool: Sequence[Direction],
               used: set[tuple[str | None, str]]) -> list[dict[str, Any]]:
         """`n` children: each its island's parent (the original program only while the database
-        is empty), the island's top programs (the whole population's while the island has none)
-        and inspirations for a crossover, and a direction no earlier child of that parent had.
+        is empty) and how it was drawn, the top programs (the run's best first, then the island's
+        own, the whole population's while the island has none) and inspirations (the other
+        islands' elites when the island has none) for a crossover, and the first direction of
+        `pool` (ranked by the run's evidence) no earlier child of that parent had.
         A child is a crossover when it has a parent and other programs to show, else a mutation."""
         s = self.s
         children = []
         for c in range(n):
             island = (batch * s.parallel_evaluations + c) % s.num_islands
             rng = random.Random(f"{self.cfg.search.seed}:pike-o:{batch}:{c}")
-            parent = db.sample_parent(island, rng)
+            parent, how = db.draw_parent(island, rng)
             top, insp = [], []
             if s.template == "crossover" and parent is not None:
-                top = [i for i in db.top(island, s.num_top_programs + 1) or db.archive if i != parent]
-                top = top[: s.num_top_programs]
+                # The run's best first (whatever the island), then the island's own top programs.
+                own = [i for i in db.top(island, s.num_top_programs + 1) if i != parent]
+                own = own or [i for i in db.archive if i != parent]
+                top = [i for i in dict.fromkeys([*db.archive[:1], *own]) if i != parent][: s.num_top_programs]
                 insp = [i for i in db.inspirations(island, parent, rng) if i not in top]
-            [direction] = slot_directions([parent], pool, used)
-            children.append({"child": c, "island": island, "parent": parent,
+                if not insp:  # an island with nothing else: the other islands' elites
+                    insp = [i for i in db.archive if i != parent and i not in top][: s.num_inspirations]
+            [direction] = slot_directions([parent], [d.text for d in pool], used)
+            children.append({"child": c, "island": island, "parent": parent, "parent_why": how,
                              "kind": "crossover" if top or insp else "mutate", "top": top, "inspirations": insp,
-                             "features": db.features(island, parent), "direction": direction})
+                             "features": db.features(island, parent), "direction": direction,
+                             "direction_why": next((d.why for d in pool if d.text == direction), "")})
         return children
 
-    def _prompt(self, child: dict[str, Any], views: dict[str, DesignView], brief: ProblemBrief) -> str:
+    def _prompt(self, child: dict[str, Any], designs: Sequence[DesignView], brief: ProblemBrief, lost: str) -> str:
+        """A child's prompt: its parent, why it was drawn, its direction with the evidence for it
+        and the contradicted ones (`lost`), the whole run's best and newest results."""
+        views = {v.id: v for v in designs}
         parent = views.get(str(child["parent"])) if child.get("parent") else None
         direction = child.get("direction")
+        steer = prompts.Steer(str(child.get("direction_why") or ""), lost)
+        why = str(child.get("parent_why") or "") if parent is not None else ""
         if child["kind"] == "mutate":
-            return prompts.mutate(brief, parent, direction)
+            return prompts.mutate(brief, parent, direction, designs, why=why, steer=steer)
         top = [views[i] for i in child["top"] if i in views]
         insp = [views[i] for i in child["inspirations"] if i in views]
-        return prompts.crossover(brief, parent, str(child["features"]), top, insp, direction=direction)
+        return prompts.crossover(brief, parent, str(child["features"]), top, insp, direction=direction,
+                                 designs=designs, why=why, steer=steer)
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
         if (exhausted := session.budget_left()) is not None:
@@ -94,16 +110,16 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
         plan = session.load_state(f"batch/{batch}")
         if not isinstance(plan, dict):
             n, capped = self.batch_size(session)
-            pool = prompts.directions(self.brief(state))
+            pool, _ = ranked_directions(prompts.directions(self.brief(state)), state.designs)
             used = asked_before(session, batch, "batch", "children", "direction")
             plan = {"children": self._plan(batch, db, n, pool, used), "note": capped}
             session.save_state(f"batch/{batch}", plan)
-        views = {v.id: v for v in state.designs}
+        _, lost = ranked_directions((), state.designs)
         brief = replace(self.brief(state), budget=prompts.budget(
             self.cfg.search, session.budget_remaining(), batch + 1, "batch", len(plan["children"]),
-            self.s.max_fix_attempts, state.problem.domain))
+            self.s.max_fix_attempts, state.problem.domain, steps=self.step_limit()))
         # A crossover's parents: the current program, then the programs it was shown.
-        specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, views, brief),
+        specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, state.designs, brief, lost),
                           tuple(dict.fromkeys(str(i) for i in [ch.get("parent"), *ch.get("top", ()),
                                                                *ch.get("inspirations", ())] if i)),
                           {"batch": batch, "island": ch["island"], "focus": ch.get("direction")})
@@ -127,7 +143,10 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
                 f"islands {sizes}, archive {len(db.archive)}" + (f", {len(moves)} migrated" if moves else ""))
         stop = unanswered(results)
         parents = tuple(dict.fromkeys(p for s in specs for p in s.parents))
-        return IterationResult(plan=Plan(strategy=self.s.template, evidence=parents, rationale=f"PIKE-O batch {batch}"),
+        made = Counter(made_by(s.role, s.parents) for s in specs)
+        strategy = ", ".join(f"{n} {label}" for label, n in sorted(made.items(), key=lambda x: (-x[1], x[0])))
+        return IterationResult(plan=Plan(strategy=strategy or "none", evidence=parents,
+                                         rationale=f"PIKE-O batch {batch}"),
                                design_ids=tuple(r.design_id for r in results if r.design_id),
                                note=note + (f"; {stop}" if stop else ""), exhausted=bool(stop))
 

@@ -28,6 +28,18 @@ def slot_tag(key: str) -> str:
     return f"slot {key}"
 
 
+def made_by(role: str, parents: Sequence[str], fresh: bool = True) -> str:
+    """A design's label (its stored strategy): how it was made. `initial` (a first query with no
+    program to start from), `mutation` (one program rewritten), `crossover` (a program with
+    others shown), `fix` (an Error-Fixing round); a tuned point is labelled by the hand-off
+    (`tune.TUNED_POINT`)."""
+    if not fresh:
+        return "fix"
+    if not parents:
+        return "initial"
+    return "crossover" if role == "crossover" else "mutation"
+
+
 @dataclass(frozen=True)
 class SlotSpec:
     """One query and its fixes."""
@@ -180,11 +192,12 @@ async def run_slot(
         before = previous or (history[-1].id if history else None)
         fresh = r == 0 or attempt - 1 in retries
         parents = spec.parents if fresh else ((before,) if before else spec.parents)
-        return Attempt(spec.role if fresh else "fix", parents, {slot_tag(spec.key): {"round": r, **spec.tags}})
+        return Attempt(made_by(spec.role, spec.parents, fresh), parents,
+                       {slot_tag(spec.key): {"round": r, **spec.tags}})
 
     res = await fix_until_valid(
         session, worker, prompt=prompt, write=write, next_prompt=next_prompt,
-        limits=FixLimits(1 + max_fix - first_round), strategy=spec.role, parents=spec.parents,
+        limits=FixLimits(1 + max_fix - first_round), strategy=made_by(spec.role, spec.parents), parents=spec.parents,
         describe=describe, accept_restated=False,
     )
     last = res.design_ids[-1] if res.design_ids else (history[-1].id if history else None)

@@ -68,10 +68,17 @@ TAG_TEMPLATE = "template"
 TAG_HANDOFF = "handoff"
 """The tag of a point tuned from an agent's template (`search/policies/handoff.py`): `author`
 (who wrote the template), `point` (its number in that hand-off, from 1), `of` (the points given)."""
+TAG_POINTS = "tuned_points"
+"""The tag on a hand-off's best point: every point of its template the study knows, each
+`{params, status, speedup, design}`, so every prompt that shows the point shows them all
+(`context/designs.tuned_lines`)."""
 STATE_TEMPLATE = "template"
 """The policy state holding the template's files (a resumed run uses these)."""
 STATE_INFEASIBLE = "infeasible"
 """The policy state holding the points drawn that violate a constraint (never evaluated)."""
+TUNED_POINT = "tuned point"
+"""The label (stored strategy) of every point of a template, the `tune` policy's and a
+hand-off's (`handoff.py`): how the design was made."""
 STATUS_WORKER = "tune"
 
 
@@ -259,7 +266,7 @@ class TunePolicy:
                     rationale=f"point {len(trials) + 1} of the template {template.id[:10]}, chosen {proposal.how}"
                     + (f"; {len(proposal.infeasible)} drawn points violated a constraint" if proposal.infeasible else ""),
                     instructions=point_text(point))
-        fb = await session.evaluate(text, strategy="tune", author="tune", files=files or None,
+        fb = await session.evaluate(text, strategy=TUNED_POINT, author="tune", files=files or None,
                                     tags={TAG_PARAMS: dict(point), TAG_TEMPLATE: template.id})
         shown = f" {fb.speedup:.3g}x" if fb.speedup is not None else ""
         return IterationResult(plan=plan, design_ids=(fb.design_id,), note=f"{point_text(point)}: {fb.status}{shown}")
