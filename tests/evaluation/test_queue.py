@@ -296,6 +296,7 @@ def test_a_run_killed_while_responses_arrive_resumes_without_asking_again(tmp_pa
         w2.wait()
     evs = store.evaluations()
     assert len(evs) == len({e.design_id for e in evs}) == 1  # the killed run's design: once, not lost
+    assert evs[0].status == "valid"  # the earlier request's answer, read as the request it answers
     answered_by = [json.loads(f.read_text())["worker"] for f in (q / "consumed").iterdir()]
     w1_id, w2_id = f":{w1.pid}:", f":{w2.pid}:"
     assert sum(w2_id in a for a in answered_by) == 1  # the resumed run asked only for its baseline
