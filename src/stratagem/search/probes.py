@@ -101,9 +101,11 @@ def profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
     rows = [mapping(r) for r in d.get("rows") or ()]
     what = "kernels by device time" if d.get("device") == "cuda" else "operators by their own CPU time"
     total_us = _num(d.get("total_us"))
-    lines = [f"profile of one warm call of {of} ({d.get('source') or 'torch.profiler'}): the heaviest {what} "
+    source = f" ({d['source']})" if d.get("source") else ""
+    lines = [f"profile of one warm call of {of}{source}: the heaviest {what} "
              "(under the profiler: compare shares, not absolute times; bandwidth counts the bytes of each "
-             "launching operator's inputs only, so it is a lower bound; FLOPs only where torch has a formula)"]
+             "launching operator's inputs only, so it is a lower bound; FLOPs only where the profiler "
+             "estimates them)"]
     lines += [_row_line(r) for r in rows]
     rest = mapping(d.get("rest"))
     if rest.get("count"):
