@@ -207,3 +207,22 @@ def test_a_run_stopped_by_the_bound_is_resumed_and_finished_by_ferry_calls(tmp_p
     assert qd.count("requests") == 0 and qd.count("responses") == 0
     answered = [json.loads(f.read_text()) for f in (q / "consumed").iterdir()]
     assert answered and all(":cpu" in a["worker"] for a in answered)
+
+
+def test_the_cli_stops_a_run_no_worker_serves_with_exit_75_and_says_how_to_go_on(tmp_path, capsys):
+    from stratagem.cli import main
+    from stratagem.store.sqlite import RunStore
+
+    run_dir, q = tmp_path / "run", tmp_path / "fq"
+    code = main(["run", str(PROBLEM), "--device", "cpu", "--policy", "recipes", "--iterations", "1",
+                 "--queue", str(q), "--queue-wait", "0.5", "--run-dir", str(run_dir)])
+    out = capsys.readouterr().out
+    assert code == 75, out
+    assert "stopped: no queue worker touched" in " ".join(out.split()) and "evaluation.queue_wait_s = 0.5 s" in out
+    assert f"stratagem resume {run_dir}" in out
+    with RunStore.read(run_dir) as store:
+        run = store.run()
+        assert run is not None and run.status == "interrupted" and run.config["evaluation"]["queue_wait_s"] == 0.5
+    assert main(["run", str(PROBLEM), "--queue", str(q), "--queue-wait", "0"]) == 2  # named, not a traceback
+    bad = capsys.readouterr()
+    assert "--queue-wait" in bad.out + bad.err

@@ -116,7 +116,7 @@ def _drive(console: Console, as_json: bool, suite_dir: Path, jobs: int | None) -
     if stalled:  # stopped cleanly: no worker served the queue within evaluation.queue_wait_s
         console.print(f"[yellow]stopped[/]: {len(stalled)} problems wait for a queue worker ({', '.join(stalled[:5])}"
                       f"{', ...' if len(stalled) > 5 else ''}); serve the queue, then `stratagem bench --resume "
-                      f"{suite_dir}`", highlight=False)
+                      f"{suite_dir}`", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_QUEUE_STALLED)
 
 

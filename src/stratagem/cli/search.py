@@ -339,7 +339,7 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
                 if as_json:
                     print(json.dumps({"status": "waiting_for_queue", "error": str(e), "next": interrupted}))
                 else:
-                    console.print(f"[yellow]stopped[/]: {escape(str(e))}\n{interrupted}", highlight=False)
+                    console.print(f"[yellow]stopped[/]: {escape(str(e))}\n{interrupted}", highlight=False, soft_wrap=True)
                 raise typer.Exit(EXIT_QUEUE_STALLED) from None
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)

@@ -75,10 +75,14 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) else None
 
 
+def _time(us: float) -> str:
+    return f"{us:.4g} us" if us < 1e3 else f"{us / 1e3:.4g} ms"
+
+
 def _row_line(r: Mapping[str, Any]) -> str:
     """One row of a profile: its time and share, then what it achieved against the peaks."""
     share = _num(r.get("share"))
-    parts = [f"{_num(r.get('us')) or 0.0:.4g} us" + (f" ({share:.0%})" if share is not None else "")
+    parts = [_time(_num(r.get("us")) or 0.0) + (f" ({share:.0%})" if share is not None else "")
              + f", {r.get('calls')} calls"]
     gbps, flops = _num(r.get("gbps")), _num(r.get("tflops"))
     if gbps is not None:
@@ -88,7 +92,7 @@ def _row_line(r: Mapping[str, Any]) -> str:
         frac = _num(r.get("flop_fraction"))
         parts.append(f"{flops:.4g} TFLOP/s" + (f" ({frac:.0%} of the {r.get('rate_mode')} peak)" if frac is not None else ""))
     if (floor := _num(r.get("floor_us"))) is not None:
-        parts.append(f"its floor {floor:.4g} us")
+        parts.append(f"its floor {_time(floor)}")
     if gbps is None and flops is None:
         parts.append("no work recorded")
     return f"- {str(r.get('name'))[:90]}: " + "; ".join(parts)
@@ -110,7 +114,7 @@ def profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
     rest = mapping(d.get("rest"))
     if rest.get("count"):
         share = _num(rest.get("share"))
-        lines.append(f"- the other {rest['count']}: {_num(rest.get('us')) or 0.0:.4g} us"
+        lines.append(f"- the other {rest['count']}: {_time(_num(rest.get('us')) or 0.0)}"
                      + (f" ({share:.0%})" if share is not None else ""))
     if not rows:
         lines.append(f"- no profile: {d.get('note') or 'nothing was recorded'}")

@@ -37,6 +37,18 @@ DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "hal
                "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1}
 """Bytes per element of the dtype names torch's profiler records (`input_dtypes`)."""
 
+NO_DATA = frozenset({
+    "aten::as_strided", "aten::view", "aten::_unsafe_view", "aten::_reshape_alias", "aten::reshape", "aten::t",
+    "aten::transpose", "aten::permute", "aten::expand", "aten::expand_as", "aten::unsqueeze", "aten::squeeze",
+    "aten::slice", "aten::select", "aten::narrow", "aten::alias", "aten::detach", "aten::lift_fresh",
+    "aten::resolve_conj", "aten::resolve_neg", "aten::empty", "aten::empty_like", "aten::empty_strided",
+    "aten::unbind", "aten::split", "aten::chunk", "aten::flatten", "aten::unflatten", "aten::contiguous",
+    "aten::size", "aten::stride", "aten::numel", "aten::dim", "aten::is_nonzero", "aten::item",
+})
+"""Operators that move no data of their own (views, metadata, allocation; `reshape` and
+`contiguous` copy only through a `copy_` or `clone` recorded on its own): no work is counted
+for them, so their short times read as no rate rather than an impossible one."""
+
 
 def run_profile(w: StageContext) -> dict[str, Any]:
     """Profile one call of the candidate after a warm-up call, on the first seed's inputs."""
@@ -73,6 +85,8 @@ def run_profile(w: StageContext) -> dict[str, Any]:
 def work_of(evt: Any) -> tuple[int | None, int | None, str | None]:
     """(bytes of the operator's tensor inputs, its FLOPs, its first input's dtype): None where
     the profiler recorded none (no shapes; no FLOP formula)."""
+    if str(getattr(evt, "name", "")) in NO_DATA:
+        return None, None, None
     shapes: Sequence[Any] = getattr(evt, "input_shapes", None) or ()
     dtypes: Sequence[Any] = getattr(evt, "input_dtypes", None) or ()
     total, dtype = 0, None
