@@ -189,14 +189,15 @@ def instructions(role: str, *, domain: str | None, **values: object) -> str:
     the harness's `profile` tool is theirs, said in the domain's `profile_available` section
     where its template has one."""
     profile = bool(values.pop("profile", False))
-    if role in ("strategist", "analyst"):
-        values["profile_note"] = (fill(role, "profile_available", domain=domain)
-                                  if profile and domain is not None and has(role, "profile_available", domain) else "")
+    profile_note = (fill(role, "profile_available", domain=domain)
+                    if profile and domain is not None and has(role, "profile_available", domain) else "")
+    if role == "analyst":
+        values["profile_note"] = profile_note
     if role == "strategist":  # its tools in one place: the Analyst, `profile`, or none
         analyst = bool(values.pop("analyst", False))
-        note = "analyst_available" if analyst else "" if values["profile_note"] else "analyst_unavailable"
+        note = "analyst_available" if analyst else "" if profile_note else "analyst_unavailable"
         values["analyst_note"] = "\n\n".join(t for t in (fill("strategist", note, domain=domain) if note else "",
-                                                          values.pop("profile_note")) if t)
+                                                          profile_note) if t)
     if role == "summarizer":
         values.setdefault("max_words", 600)
     return fill(role, "instructions", domain=domain, **values)
