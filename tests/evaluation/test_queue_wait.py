@@ -96,6 +96,21 @@ def test_a_worker_that_renews_its_lease_keeps_the_wait_going(tmp_path):
                and "a worker last touched the queue at " in s for s in stages), stages
 
 
+def test_a_suites_queue_line_says_what_waits_and_when_a_worker_was_seen(tmp_path):
+    from stratagem.evaluation.queue_executor import queue_line
+
+    q = QueueDir(tmp_path / "q")
+    assert queue_line(q, time.time()) is None  # nothing waits: nothing said
+    for _ in range(3):
+        q.put({"id": new_id(), "owner": "suite", "key": "k", "device": "cpu", "request": {}, "settings": {}})
+    text = queue_line(q, time.time() + 300, 1800.0)
+    assert text is not None and f"queue {q.root}: 3 requests waiting (the oldest queued at " in text
+    assert "5 min ago), 0 claimed; no worker has touched it yet; runs stop after 1800 s" in text
+    q.claim("w", "cpu")
+    text = queue_line(q, time.time())
+    assert text is not None and "2 requests waiting" in text and "1 claimed; a worker last touched it at" in text
+
+
 def test_answers_of_a_queue_served_elsewhere_are_unpacked_once(tmp_path):
     from ferry_collect import collect
 

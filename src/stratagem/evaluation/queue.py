@@ -194,6 +194,10 @@ class QueueDir:
         except FileNotFoundError:
             return 0
 
+    def oldest(self, where: str) -> float | None:
+        """When the oldest of the queue's own files in `where` was written (None: none)."""
+        return next((t for _, p in self.entries(where) if (t := _mtime(p)) is not None), None)
+
     def worker_seen_at(self) -> float | None:
         """When a worker last touched the queue: a claim, a lease renewed, a progress file or
         an answer each changes the folder it lands in (`claimed/`, `progress/`, `responses/`),

@@ -120,6 +120,20 @@ class QueueWait:
             "cleanly and resuming it takes the answers that arrived meanwhile")
 
 
+def queue_line(queue: QueueDir, now: float, bound_s: float | None = None) -> str | None:
+    """Where a queue stands, for a view of many runs sharing it (a suite): its requests waiting
+    (since when) and claimed, when a worker last touched it; None when nothing waits there."""
+    waiting, claimed = queue.count("requests"), queue.count("claimed")
+    if not waiting and not claimed:
+        return None
+    oldest = queue.oldest("requests")
+    seen = queue.worker_seen_at()
+    return (f"queue {queue.root}: {waiting} requests waiting"
+            + (f" (the oldest queued at {_at(oldest, now)})" if oldest is not None else "") + f", {claimed} claimed; "
+            + (f"a worker last touched it at {_at(seen, now)}" if seen is not None else "no worker has touched it yet")
+            + (f"; runs stop after {bound_s:g} s without one (evaluation.queue_wait_s)" if bound_s is not None else ""))
+
+
 class QueueExecutor:
     """Evaluations through a queue folder served by `stratagem worker` processes."""
 
