@@ -177,16 +177,17 @@ class QueueExecutor:
             if self._stalled is not None:
                 raise self._stalled
             rid = self.queue.find(self.owner, key)
-            earlier = None
+            earlier, queued_at = None, time.time()
             if rid is not None:  # asked before (a killed or stopped run): its answer is this one's
                 entry = self.queue.read("requests", rid) or self.queue.read("claimed", rid) or {}
                 earlier = entry.get("request") if isinstance(entry.get("request"), dict) else {}
+                queued_at = float(entry.get("queued_at") or queued_at)
             if rid is None:
                 rid = new_id()
                 self.queue.put({"id": rid, "owner": self.owner, "key": key, "device": pin,
                                 "request": request.model_dump(mode="json"), "settings": self._settings(
                                     request, timeout_s, compile_timeout_s)})
-            self._mine[rid] = time.time()
+            self._mine[rid] = queued_at
             try:
                 body = await self._await(rid, on_event)
             finally:
