@@ -69,7 +69,7 @@ async def one(evaluator: Any, path: Path, designs: list[Path], compiled: bool) -
         ev = await evaluator.evaluate(problem, design, with_baseline=False, graph=graph)
         text = probes.probe_text("profile", ev.verdict, of, floor_ms)
         k = ev.verdict.result("kernels")
-        print(f"\n=== {path.stem}: {of} ({time.monotonic() - s0:.1f} s, {len(text.splitlines())} lines, "
+        print(f"\n=== {path.parent.name if path.stem == 'problem' else path.stem}: {of} ({time.monotonic() - s0:.1f} s, {len(text.splitlines())} lines, "
               f"{len(text)} chars)\n{text}", flush=True)
         out["profiles"].append({"of": of, "status": ev.verdict.status, "text": text, "wall_s": time.monotonic() - s0,
                                 "kernels": mapping(k.details) if k is not None else None,

@@ -52,7 +52,7 @@ def test_a_scripted_gpu_profile_is_set_beside_the_peaks():
     text = profile_lines(d, "the reference", floor_ms=2.9)
     lines = text.splitlines()
     assert len(lines) <= 4 + 5 and "the other 19: 9.5 us" in text
-    assert "sm90_xmma_gemm_f32: 3 ms (99%), 1 calls; >= 44.74 GB/s (1% of peak); 45.81 TFLOP/s (92% of the float32 peak); its floor 2.749 ms" in text
+    assert "sm90_xmma_gemm_f32: 3 ms (99%), 1 calls; >= 44.74 GB/s (1% of peak); 45.81 TFLOP/s (92% of the float32 matmul peak); its floor 2.749 ms" in text
     assert "triton_poi_fused_0: 10 us (0%), 1 calls; no work recorded" in text
     assert "3000 GB/s" in text and "the roofline floor of the whole problem" in text and "2.9 ms" in text
 
@@ -68,6 +68,22 @@ def test_without_peaks_the_rows_keep_their_times_and_rates():
     d = kernel_table(profile, None).details
     assert abs(d["rows"][0]["gbps"] - 1.0) < 1e-9 and "bandwidth_fraction" not in d["rows"][0] and d["peaks"] is None
     assert "calibrated peaks" not in profile_lines(d, "this code", None)
+
+
+def test_an_operator_whose_callees_record_no_work_keeps_its_own():
+    div = op("aten::div", [[1024, 1024], []], ["float", "Scalar"])
+    div.self_cpu_time_total = 900.0
+    conv = op("aten::_to_copy", [[]], ["double"], parent=div)
+    conv.self_cpu_time_total = 30.0
+    div.cpu_children = [conv]
+    relu = op("aten::relu", [[1024, 1024]], ["float"])
+    relu.self_cpu_time_total = 5.0
+    clamp = op("aten::clamp_min", [[1024, 1024], []], ["float", "Scalar"], parent=relu)
+    clamp.self_cpu_time_total = 800.0
+    relu.cpu_children = [clamp]
+    rows = {r[0]: r for r in operator_rows([div, conv, relu, clamp])}
+    assert rows["aten::div"][3] == 1024 * 1024 * 4 and rows["aten::_to_copy"][3] is None
+    assert rows["aten::relu"][3] is None and rows["aten::clamp_min"][3] == 1024 * 1024 * 4
 
 
 def test_a_cpu_profile_records_torchs_operators_with_their_work():

@@ -90,7 +90,8 @@ def _row_line(r: Mapping[str, Any]) -> str:
         parts.append(f">= {gbps:.4g} GB/s" + (f" ({frac:.0%} of peak)" if frac is not None else ""))
     if flops is not None:
         frac = _num(r.get("flop_fraction"))
-        parts.append(f"{flops:.4g} TFLOP/s" + (f" ({frac:.0%} of the {r.get('rate_mode')} peak)" if frac is not None else ""))
+        rate = f"{flops:.4g} TFLOP/s" if flops >= 1 else f"{flops * 1e3:.4g} GFLOP/s"
+        parts.append(rate + (f" ({frac:.0%} of the {r.get('rate_mode')} matmul peak)" if frac is not None else ""))
     if (floor := _num(r.get("floor_us"))) is not None:
         parts.append(f"its floor {_time(floor)}")
     if gbps is None and flops is None:

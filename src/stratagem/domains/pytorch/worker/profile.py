@@ -134,17 +134,22 @@ def kernel_rows(events: Iterable[Any]) -> list[list[Any]]:
     return list(rows.values())
 
 
+def _below_has_work(e: Any) -> bool:
+    return any(work_of(c)[0] or work_of(c)[1] or _below_has_work(c) for c in getattr(e, "cpu_children", None) or ())
+
+
 def operator_rows(events: Iterable[Any]) -> list[list[Any]]:
     """torch's operators by name: [name, own CPU us, calls, bytes, FLOPs, dtype]. The work is
-    an operator's where the profiler has its FLOPs (the matmul inside `aten::linear`) or where
-    it calls no other; an operator that only calls others (`aten::linear`) has none of its own,
-    so its short own time reads as no rate rather than an impossible one."""
+    an operator's where the profiler has its FLOPs (the matmul `aten::addmm`) or where none of
+    the operators it calls records work (`aten::div` converting a scalar); an operator whose
+    callees do the work (`aten::linear`, `aten::relu`) has none of its own, so its short own
+    time reads as no rate rather than an impossible one."""
     rows: dict[str, list[Any]] = {}
     for e in events:
         if str(getattr(e, "device_type", "")).upper().endswith("CUDA"):
             continue
         nbytes, flops, dtype = work_of(e)
-        if getattr(e, "cpu_children", None) and not flops:
+        if not flops and _below_has_work(e):
             nbytes = None
         r = rows.setdefault(str(e.key), [str(e.key), 0.0, 0, None, None, dtype])
         r[1] += float(e.self_cpu_time_total)
