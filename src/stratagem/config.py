@@ -100,8 +100,11 @@ class EvaluationConfig(BaseModel):
     queue_lease_s: float = Field(default=60.0, gt=0)
     """A claim whose worker stopped renewing it for this long goes back to the queue."""
     queue_wait_s: float | None = Field(default=None, gt=0)
-    """Give up on a request no worker answered within this long (None: wait, as a batch
-    queue may take hours to start a worker)."""
+    """How long a run waits on its queue with no sign of a worker (no claim, lease renewal,
+    progress or answer in the folder; `--queue-wait`) before it stops cleanly: marked
+    interrupted, its requests left queued, exit 75; `stratagem resume` continues it and takes
+    the answers that arrived meanwhile. None: no bound (a batch queue may take hours to start
+    a worker). Keep it above `queue_lease_s / 4`, how often a busy worker renews its lease."""
     queue_capacity: int = Field(default=8, ge=1)
     """Requests a run keeps in the queue at once."""
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)

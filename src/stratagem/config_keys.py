@@ -102,6 +102,7 @@ OPTIONS = {
     "search.max_queries": "--max-queries", "search.max_tokens": "--max-tokens", "search.max_usd": "--max-usd",
     "search.max_gpu_seconds": "--max-gpu-seconds", "search.max_wall_seconds": "--max-wall-seconds",
     "search.run_dir": "--run-dir", "agents.model": "--model", "agents.endpoints": "--endpoint",
+    "evaluation.queue_wait_s": "--queue-wait",
 }
 """Config keys set by a command-line option: errors name both."""
 

@@ -40,6 +40,12 @@ class HarnessError(StratagemError):
     """The evaluation harness itself failed (worker could not start, protocol broken)."""
 
 
+class QueueStalled(StratagemError):
+    """A run waited on its queue folder longer than `evaluation.queue_wait_s` with no sign of a
+    worker (no claim, lease, progress or answer): the run stops cleanly, marked interrupted, its
+    requests left queued, and `stratagem resume` continues it (exit code 75, "try again later")."""
+
+
 class MissingExtra(ConfigError):
     """A feature needs an optional dependency that is not installed (exit code 2): the message
     names the extra and the pip command that installs it."""

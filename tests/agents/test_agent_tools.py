@@ -20,7 +20,7 @@ from agent_fakes import (
     scripted,
     state,
 )
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo
 
 from stratagem.agents.implementor import ImplementorTask, run_implementor
@@ -84,11 +84,17 @@ def test_a_tool_the_domain_does_not_offer_is_not_a_tool(tmp_path: Path) -> None:
     assert not {"check", "profile"} & set(offered[1])
 
 
+def instructions_of(m: list[ModelMessage]) -> str:
+    return next(str(x.instructions) for x in m if isinstance(x, ModelRequest) and x.instructions)
+
+
 def test_the_strategist_may_profile_and_not_check(tmp_path: Path) -> None:
     offered: list[list[str]] = []
+    told: list[str] = []
 
     def plan(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
         offered.append(sorted(t.name for t in i.function_tools))
+        told.append(instructions_of(m))
         if not returns(m):
             return call_tool("profile", {})
         return output(i, {"strategy": "innovate", "evidence": [], "rationale": "the profile says relu",
@@ -103,3 +109,32 @@ def test_the_strategist_may_profile_and_not_check(tmp_path: Path) -> None:
     assert res.plan is not None
     assert "profile" in offered[0] and "check" not in offered[0]
     assert session.probed == [("profile", "reference", "strategist")]
+    # its instructions say what the tool reports, and no longer that it has no tools
+    assert "`profile(target)`" in told[0] and "achieved against the device's" in told[0]
+    assert "You have no tools" not in told[0]
+
+
+def test_the_analyst_is_told_of_profile_and_may_call_it(tmp_path: Path) -> None:
+    from stratagem.agents.analyst import AnalystDeps, ask_analyst
+
+    offered: list[list[str]] = []
+    told: list[str] = []
+
+    def answer(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        offered.append(sorted(t.name for t in i.function_tools))
+        told.append(instructions_of(m))
+        if not returns(m):
+            return call_tool("profile", {"target": "reference"})
+        return ModelResponse(parts=[TextPart("the reference's time is in one kernel")])
+
+    session = FakeSession(offered=("check", "profile"))
+    deps = AnalystDeps(workdir=Workdir(tmp_path), probe=session_probe(session, "analyst"), probes=session.probes(),
+                       domain="pytorch")
+    out = asyncio.run(ask_analyst("where does the time go?", deps, runtime({"analyst": scripted(answer)})))
+    assert out == "the reference's time is in one kernel"
+    assert "profile" in offered[0] and "check" not in offered[0]
+    assert "`profile(target)`" in told[0] and session.probed == [("profile", "reference", "analyst")]
+    none = AnalystDeps(workdir=Workdir(tmp_path), domain="pytorch")  # a domain without the tool: not told of it
+    asyncio.run(ask_analyst("why?", none, runtime({"analyst": scripted(
+        lambda m, i: (told.append(instructions_of(m)), ModelResponse(parts=[TextPart("x")]))[1])})))
+    assert "profile(" not in told[-1]

@@ -78,7 +78,10 @@ def renderings() -> dict[str, Callable[[], str]]:
                                                                     iteration=1),
         "strategist.fallback_refine": lambda: "\n---\n".join(
             render.fallback_plan_text("refine", "server: 503", domain="pytorch")),
+        "strategist.instructions_profile": lambda: render.instructions("strategist", analyst=False, profile=True,
+                                                                       domain="pytorch"),
         "analyst.instructions": lambda: render.instructions("analyst", domain="pytorch"),
+        "analyst.instructions_profile": lambda: render.instructions("analyst", profile=True, domain="pytorch"),
         "analyst.prompt": lambda: render.render_analyst(
             "Why is 1111 faster than 2222?", [BEST, WORST, FAILED], docs="2 files (a.md, b.md)", domain="pytorch"),
         "implementor.instructions": lambda: render.instructions("implementor", domain="pytorch"),

@@ -1,5 +1,6 @@
 """A search run evaluating through the queue executor, as its own process, so a test can
-SIGKILL it while its requests are being answered. Usage: python queue_run.py RUN_DIR QUEUE_DIR"""
+SIGKILL it while its requests are being answered (no confirmation round: the resumed run asks
+only for its baseline). Usage: python queue_run.py RUN_DIR QUEUE_DIR"""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ FAST = {"device": "cpu", "baselines": ["eager"], "correctness_trials": 2,
 def make(run_dir: Path, queue: Path):
     cfg = load_config(None, {"evaluation": {**FAST, "executor": "queue", "queue_dir": str(queue), "queue_poll_s": 0.1,
                                             "queue_capacity": 4},
-                             "search": {"iterations": 1, "patience": 5}})
+                             "search": {"iterations": 1, "patience": 5, "confirm_top": 0}})
     problem = load_problem(PROBLEM)
     store = RunStore.open(run_dir)
     store.add_problem(problem)

@@ -309,3 +309,19 @@ def test_summaries_of_nothing_are_empty_not_errors() -> None:
     s = summary([_row("p", None, state="pending")])
     assert s["counted"] == 0 and s["geomean_measured"] is None and s["geomean_clamped"] is None
     assert s["fast_1"] == 0.0 and s["usd_per_problem"] is None and s["evaluations_per_gpu_hour"] is None
+
+
+def test_a_suite_no_queue_worker_serves_stops_its_problems_as_interrupted_exit_75(tiny_suite, fast_toml, tmp_path,
+                                                                                    capsys):
+    """With the queue executor and `--queue-wait`, a suite no worker serves says where its queue
+    stands, marks its problems `interrupted` (so `bench --resume` continues them), and exits 75
+    with the command that does."""
+    out_dir, q = tmp_path / "suite", tmp_path / "fq"
+    code = main(["bench", str(tiny_suite), "--config", str(fast_toml), "--jobs", "2", "--run-dir", str(out_dir),
+                 "--queue", str(q), "--queue-wait", "0.5"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 75, out
+    states = {p.key: (p.state, p.stop_reason or "") for p in read_manifest(out_dir).problems}
+    assert {s for s, _ in states.values()} == {"interrupted"}, states
+    assert all(r.startswith(suite_mod.QUEUE_STALLED) for _, r in states.values())
+    assert "2 problems wait for a queue worker" in out and f"stratagem bench --resume {out_dir}" in out

@@ -57,6 +57,9 @@ def test_check_and_profile_run_in_the_harness_and_count_in_the_spend(tmp_path: P
     assert "check of this code failed" in wrong and "[correctness]" in wrong
     assert "check of this code passed" in good and "Not a verdict" in good
     assert "profile of one warm call of the reference" in profile and "aten::" in profile
+    # each operator beside the device's calibrated peaks (the `kernels` stage), bounded
+    assert "GB/s (" in profile and "of peak)" in profile and "the device's calibrated peaks:" in profile
+    assert len(profile.splitlines()) <= 12 + 5
     assert s.spend.probes == 3 and s.spend.gpu_seconds > 0 and s.spend.evaluations == 0
     assert s.store.designs(s.problem.id) == [] and s.store.evaluations() == []  # not designs
     again = session(tmp_path)  # a resumed run's spend keeps them, and its budgets limit them

@@ -193,7 +193,7 @@ def build_analyst(*, output_retries: int = 2, model: Model | None = None,
     harness's `profile` when it is among `tools`."""
     return Agent(
         model, output_type=str, deps_type=AnalystDeps, name="analyst",
-        instructions=render.instructions("analyst", domain=domain),
+        instructions=render.instructions("analyst", domain=domain, profile="profile" in tools),
         toolsets=[analyst_toolset(), probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )

@@ -107,7 +107,7 @@ def build_strategist(
     tool, and the harness's `profile` when it is among `tools` (and no other)."""
     agent: Agent[StrategistDeps, PlanOutput] = Agent(
         model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
-        instructions=render.instructions("strategist", domain=domain, analyst=analyst),
+        instructions=render.instructions("strategist", domain=domain, analyst=analyst, profile="profile" in tools),
         toolsets=[probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )

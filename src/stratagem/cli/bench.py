@@ -12,7 +12,15 @@ import typer
 from rich.console import Console
 
 from stratagem.cli import common as opt
-from stratagem.cli.common import agents_over, app, exit_codes, fail, harness_over, wide_console
+from stratagem.cli.common import (
+    EXIT_QUEUE_STALLED,
+    agents_over,
+    app,
+    exit_codes,
+    fail,
+    harness_over,
+    wide_console,
+)
 from stratagem.config import load_config
 from stratagem.errors import ConfigError
 
@@ -40,6 +48,7 @@ def bench_cmd(
     correctness: opt.CorrectnessOpt = None,
     executor: opt.ExecutorOpt = None,
     queue: opt.QueueOpt = None,
+    queue_wait: opt.QueueWaitOpt = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", metavar="DIR", help="The suite directory (default runs/suite-NAME-TIMESTAMP): suite.json and runs/KEY/ per problem.")] = None,
     as_json: opt.JsonOpt = False,
     config: opt.ConfigOpt = None,
@@ -65,7 +74,7 @@ def bench_cmd(
     if suite_path is None:
         fail(console, ConfigError("bench: give SUITE_PATH (or --resume SUITE_DIR)"), as_json, 2)
     overrides = {
-        **harness_over(suite_path, device, integrity, correctness, executor, queue),
+        **harness_over(suite_path, device, integrity, correctness, executor, queue, queue_wait=queue_wait),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "max_queries": max_queries, "max_tokens": max_tokens,
                    "max_usd": max_usd, "max_gpu_seconds": max_gpu_seconds,
@@ -99,6 +108,16 @@ def _drive(console: Console, as_json: bool, suite_dir: Path, jobs: int | None) -
     with stopping_cleanly(console, as_json, kept), SuiteLiveView(console, suite_dir) as view:
         asyncio.run(run_suite(suite_dir, jobs=jobs, on_change=view.changed))  # a table on a terminal, lines elsewhere
     print_results(console, as_json, suite_dir)
+    from stratagem.search.suite import QUEUE_STALLED
+    from stratagem.search.suite_manifest import read_manifest
+
+    stalled = [p.key for p in read_manifest(suite_dir).problems
+               if p.state == "interrupted" and (p.stop_reason or "").startswith(QUEUE_STALLED)]
+    if stalled:  # stopped cleanly: no worker served the queue within evaluation.queue_wait_s
+        console.print(f"[yellow]stopped[/]: {len(stalled)} problems wait for a queue worker ({', '.join(stalled[:5])}"
+                      f"{', ...' if len(stalled) > 5 else ''}); serve the queue, then `stratagem bench --resume "
+                      f"{suite_dir}`", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_QUEUE_STALLED)
 
 
 def print_results(console: Console, as_json: bool, suite_dir: Path) -> None:

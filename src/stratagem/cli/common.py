@@ -60,9 +60,18 @@ ExecutorOpt = Annotated[str | None, typer.Option("--executor", metavar="EXECUTOR
 QueueOpt = Annotated[Path | None, typer.Option("--queue", metavar="DIR", help="The queue folder of --executor queue (implies it).")]
 
 
-def executor_over(executor: str | None, queue: Path | None) -> dict[str, object]:
-    """The evaluation overrides of --executor and --queue (--queue alone means the queue)."""
-    return {"executor": executor or ("queue" if queue is not None else None), "queue_dir": queue}
+QueueWaitOpt = Annotated[float | None, typer.Option("--queue-wait", metavar="S", min=0.001, help="With the queue executor: stop the run cleanly (exit 75) once no worker has touched the queue for S seconds while it waits; `stratagem resume` continues it ([evaluation] queue_wait_s; default: no bound).")]
+
+EXIT_QUEUE_STALLED = 75
+"""The exit code of a run stopped because no worker served its queue (`QueueStalled`):
+EX_TEMPFAIL, try again (`stratagem resume`) once a worker serves it."""
+
+
+def executor_over(executor: str | None, queue: Path | None, queue_wait: float | None = None) -> dict[str, object]:
+    """The evaluation overrides of --executor, --queue (--queue alone means the queue) and
+    --queue-wait."""
+    return {"executor": executor or ("queue" if queue is not None else None), "queue_dir": queue,
+            "queue_wait_s": queue_wait}
 
 
 def domain_over(integrity: str | None, correctness: str | None, problem: Path) -> dict[str, object]:
@@ -95,12 +104,15 @@ def _domains_of(path: Path) -> list[str]:
 def harness_over(
     problem: Path | None, device: str | None, integrity: str | None = None, correctness: str | None = None,
     executor: str | None = None, queue: Path | None = None, timeout: float | None = None,
+    queue_wait: float | None = None,
 ) -> dict[str, object]:
     """The overrides of the options that set up the harness, as every command that evaluates
-    gives them: `[evaluation]`'s (--device, --timeout, --executor, --queue) and --integrity and
-    --correctness in `problem`'s domain's section (`domain_over`; none without a problem)."""
+    gives them: `[evaluation]`'s (--device, --timeout, --executor, --queue, --queue-wait) and
+    --integrity and --correctness in `problem`'s domain's section (`domain_over`; none without a
+    problem)."""
     domain = domain_over(integrity, correctness, problem) if problem is not None else {}
-    return {"evaluation": {"device": device, "timeout_s": timeout, **executor_over(executor, queue)}, **domain}
+    return {"evaluation": {"device": device, "timeout_s": timeout, **executor_over(executor, queue, queue_wait)},
+            **domain}
 
 
 def config_for(

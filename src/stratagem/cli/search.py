@@ -10,12 +10,21 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from stratagem.cli import common as opt
-from stratagem.cli.common import agents_over, app, exit_codes, fail, harness_over, wide_console
+from stratagem.cli.common import (
+    EXIT_QUEUE_STALLED,
+    agents_over,
+    app,
+    exit_codes,
+    fail,
+    harness_over,
+    wide_console,
+)
 from stratagem.config import load_config
-from stratagem.errors import ConfigError, ProblemError
+from stratagem.errors import ConfigError, ProblemError, QueueStalled
 
 
 @app.command("run")
@@ -42,6 +51,7 @@ def run_cmd(
     run_dir: opt.RunDirOpt = None,
     executor: opt.ExecutorOpt = None,
     queue: opt.QueueOpt = None,
+    queue_wait: opt.QueueWaitOpt = None,
     serve: Annotated[bool, typer.Option("--serve", help="Serve the live report on http://127.0.0.1:PORT while the run goes on.")] = False,
     port: Annotated[int, typer.Option("--port", metavar="PORT", help="The port of --serve.")] = 8765,
     as_json: opt.JsonOpt = False,
@@ -51,7 +61,7 @@ def run_cmd(
     editable files): iterations of a policy, every design proven by the harness and kept in the
     run directory's database. Ctrl-C stops cleanly; `stratagem resume RUN_DIR` continues."""
     overrides = {
-        **harness_over(problem, device, integrity, correctness, executor, queue),
+        **harness_over(problem, device, integrity, correctness, executor, queue, queue_wait=queue_wait),
         "search": {"policy": policy, "iterations": iterations, "patience": patience,
                    "implementors": implementors, "tune_evaluations": tune_evaluations,
                    "max_queries": max_queries, "max_tokens": max_tokens,
@@ -103,13 +113,15 @@ def run_cmd(
 def resume_cmd(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="A run directory from `stratagem run`.")],
     iterations: Annotated[int | None, typer.Option("--iterations", metavar="ITERATIONS", help="Raise the iteration limit.")] = None,
+    queue_wait: opt.QueueWaitOpt = None,
     as_json: opt.JsonOpt = False,
 ) -> None:
-    """Continue a stopped or killed run from its database, with the settings it started with."""
+    """Continue a stopped or killed run from its database, with the settings it started with
+    (--iterations and --queue-wait change theirs)."""
     from stratagem.search.api import resume_run, stored_domain
 
     console = wide_console(stderr=as_json)
-    over = {"search": {"iterations": iterations}}
+    over = {"search": {"iterations": iterations}, "evaluation": {"queue_wait_s": queue_wait}}
     _drive(console, as_json, lambda view: resume_run(run_dir, view, over), run_dir, stored_domain(run_dir))
 
 
@@ -308,8 +320,10 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
 @contextmanager
 def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Iterator[None]:
     """Ctrl-C, and SIGTERM (`kill`, `timeout`) the same way, stop the work inside cleanly: a
-    line saying `interrupted` and what is kept, exit 130; stratagem's errors exit 2 (the
-    configuration or the problem) or 1."""
+    line saying `interrupted` and what is kept, exit 130; a queue no worker served within
+    `queue_wait_s` (`QueueStalled`) the same way, with its message, exit 75 (EX_TEMPFAIL: try
+    again once a worker serves it); stratagem's errors exit 2 (the configuration or the
+    problem) or 1."""
     import os
     import signal
 
@@ -319,7 +333,14 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         with exit_codes(console, as_json, (ConfigError, ProblemError)):
-            yield
+            try:
+                yield
+            except QueueStalled as e:
+                if as_json:
+                    print(json.dumps({"status": "waiting_for_queue", "error": str(e), "next": interrupted}))
+                else:
+                    console.print(f"[yellow]stopped[/]: {escape(str(e))}\n{interrupted}", highlight=False, soft_wrap=True)
+                raise typer.Exit(EXIT_QUEUE_STALLED) from None
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)
         raise typer.Exit(130) from None

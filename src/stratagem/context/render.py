@@ -186,10 +186,19 @@ def _tolerances(tol: Mapping[str, Mapping[str, float]], mode: str = "fixed") -> 
 
 def instructions(role: str, *, domain: str | None, **values: object) -> str:
     """The system prompt of a role (`strategist` needs `analyst=True/False`; the domain-free
-    `summarizer` takes `domain=None`)."""
-    if role == "strategist":
-        note = "analyst_available" if values.pop("analyst", False) else "analyst_unavailable"
-        values["analyst_note"] = fill("strategist", note, domain=domain)
+    `summarizer` takes `domain=None`). `profile=True` (the Strategist's and the Analyst's):
+    the harness's `profile` tool is theirs, said in the domain's `profile_available` section
+    where its template has one."""
+    profile = bool(values.pop("profile", False))
+    profile_note = (fill(role, "profile_available", domain=domain)
+                    if profile and domain is not None and has(role, "profile_available", domain) else "")
+    if role == "analyst":
+        values["profile_note"] = profile_note
+    if role == "strategist":  # its tools in one place: the Analyst, `profile`, or none
+        analyst = bool(values.pop("analyst", False))
+        note = "analyst_available" if analyst else "" if profile_note else "analyst_unavailable"
+        values["analyst_note"] = "\n\n".join(t for t in (fill("strategist", note, domain=domain) if note else "",
+                                                          profile_note) if t)
     if role == "summarizer":
         values.setdefault("max_words", 600)
     return fill(role, "instructions", domain=domain, **values)

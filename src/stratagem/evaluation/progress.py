@@ -30,7 +30,8 @@ def waiting_on(holder: Mapping[str, Any] | None) -> str:
 def stage_events(stage: Callable[[str], None]) -> Callable[[dict[str, Any]], None]:
     """A worker's progress events as stage names: each stage as it starts, its compiles as
     compiling, a wait for the timing lock as waiting (on whom) until the worker goes on, and
-    the judge once the worker is done. A name is said once, when it changes."""
+    the judge once the worker is done; before a queue worker starts it, where the wait in the
+    queue stands (the queue executor's `queue` events). A name is said once, when it changes."""
     current, shown = ["starting"], ["starting"]
 
     def say(text: str) -> None:
@@ -40,7 +41,9 @@ def stage_events(stage: Callable[[str], None]) -> Callable[[dict[str, Any]], Non
 
     def on_event(ev: dict[str, Any]) -> None:
         kind, phase = ev.get("event"), ev.get("phase")
-        if kind == "start" and isinstance(ev.get("stage"), str):
+        if kind == "queue" and isinstance(ev.get("text"), str):  # the executor's: no worker has started it
+            say(ev["text"])
+        elif kind == "start" and isinstance(ev.get("stage"), str):
             current[0] = ev["stage"]
             say(current[0])
         elif kind == "phase" and phase == "wait" and "holder" in ev:

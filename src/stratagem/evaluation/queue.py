@@ -146,6 +146,21 @@ class QueueDir:
         for p in (self.path("claimed", rid), self.path("claimed", rid, ".lease")):
             p.unlink(missing_ok=True)
 
+    def accept(self, body: dict[str, Any]) -> bool:
+        """An answer written by a worker that served a copy of this queue elsewhere (the ferry:
+        a GPU reached only by batch calls, docs/usage.md): kept as the request's response
+        unless it already has one (first wins), and its request, waiting here still, removed
+        so that nothing serves it twice. Whether it was kept."""
+        rid = str(body.get("id") or "")
+        if body.get("version") != VERSION or not _NAME.match(f"{rid}.json"):
+            return False
+        kept = not self.path("responses", rid).exists() and not self.path("consumed", rid).exists()
+        if kept:
+            self.write_atomic(self.path("responses", rid), body)
+        for p in (self.path("requests", rid), self.path("claimed", rid), self.path("claimed", rid, ".lease")):
+            p.unlink(missing_ok=True)
+        return kept
+
     # -- both sides ----------------------------------------------------------------------
 
     def requeue_expired(self, now: float | None = None) -> list[str]:
@@ -171,6 +186,28 @@ class QueueDir:
     def pending(self) -> int:
         """Requests waiting or claimed."""
         return sum(1 for _ in self.entries("requests")) + sum(1 for _ in self.entries("claimed"))
+
+    def count(self, where: str) -> int:
+        """The queue's own files in `where` (names only: no file is read)."""
+        try:
+            return sum(1 for p in (self.root / where).iterdir() if _NAME.match(p.name))
+        except FileNotFoundError:
+            return 0
+
+    def oldest(self, where: str) -> float | None:
+        """When the oldest of the queue's own files in `where` was written (None: none)."""
+        return next((t for _, p in self.entries(where) if (t := _mtime(p)) is not None), None)
+
+    def worker_seen_at(self) -> float | None:
+        """When a worker last touched the queue: a claim, a lease renewed, a progress file or
+        an answer each changes the folder it lands in (`claimed/`, `progress/`, `responses/`),
+        so the newest of their folders' own times says it without reading a file. None while
+        none changed since the queue's folders were made (the root's own time: when its last
+        folder was made)."""
+        seen = max((t for d in ("claimed", "progress", "responses") if (t := _mtime(self.root / d)) is not None),
+                   default=None)
+        made = _mtime(self.root)
+        return seen if seen is not None and (made is None or seen > made + 1e-3) else None
 
     # -- the run's side ------------------------------------------------------------------
 

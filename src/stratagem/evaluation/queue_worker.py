@@ -107,7 +107,7 @@ def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None
                 body = {"owner": entry.get("owner"), "key": entry.get("key"), "error": f"{type(e).__name__}: {e}"}
             finally:
                 stop.set()
-            queue.respond(rid, {**body, "worker": me})
+            queue.respond(rid, {**body, "worker": me, "request": entry.get("request")})  # what it answers
             with count:
                 answered[0] += 1
 

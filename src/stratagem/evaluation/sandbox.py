@@ -131,6 +131,10 @@ class SandboxResult:
     lost: str | None = None
     """Why the executor lost the worker with its host (a Ray runner that died at every
     attempt): not the candidate's doing. None: the worker ran."""
+    answered: dict[str, Any] | None = None
+    """The request the worker answered, where the executor took the answer to an earlier
+    request asking the same (a resumed run's request found in the queue: its id and seeds,
+    not the new request's, are the ones the results carry). None: the request given."""
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@ and any other run on the machine): at KernelBench's sizes (6.4 GB an input) one 
 out of memory that others hold. A request whose results say it ran out of memory (failure kind
 `oom`, the reference's calls included) runs again *alone* (`EvalRequest.alone`: every hold of
 the device lock exclusive, so no other worker works on the device beside it), once; that run
-stands, and the first one's seconds are kept for the budgets (`WorkerRun.earlier_s`).
+stands, and the first one's seconds are kept for the budgets (`WorkerRun.earlier_s`). Where the
+executor took the answer to an earlier request asking the same (`SandboxResult.answered`: a
+resumed run's request found in a queue), that request is the one read and kept.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ async def submitted(executor: Executor, req: EvalRequest, specs: Sequence[Valida
     read its results; one that ran out of memory runs again alone, once `beside` (work of the
     caller's own that shares the device: the baselines timed beside a design) has ended."""
     slot, sr = await executor.submit(req, limit, compile_limit, on_event, device=device)
+    if sr.answered is not None:  # an earlier request asking the same was answered: its results are these
+        req = EvalRequest.model_validate(sr.answered)
     out = interpret(specs, sr, req.request_id, limit, compile_limit, req.compile_stage)
     if req.alone or not any(r.kind == "oom" for r in out.results):
         return WorkerRun(req, slot, sr, out)

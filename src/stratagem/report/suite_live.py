@@ -1,10 +1,13 @@
 """Owns the live terminal view of a suite (`stratagem bench` on a terminal): the counts by
 state, every running problem (its device, how long it has run, its best design so far), the
 latest finished problems with their best speedup, and how many are left. On a non-terminal it
-prints a line per change of state instead."""
+prints a line per change of state instead. With the queue executor, where the suite's queue
+stands (`queue_line`: requests waiting since when, claimed, a worker last seen) under the
+table, or as a line every `HEARTBEAT_S` while requests wait."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -14,9 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stratagem.report.live import LiveDisplay
+from stratagem.evaluation.queue import QueueDir
+from stratagem.evaluation.queue_executor import queue_line
+from stratagem.report.live import HEARTBEAT_S, LiveDisplay
 from stratagem.report.suite import ProblemRow, row_of
-from stratagem.search.suite_manifest import ProblemEntry, SuiteManifest
+from stratagem.search.suite_manifest import ProblemEntry, SuiteManifest, read_manifest
 from stratagem.store.sqlite import RunStore
 
 ENDED = ("done", "failed", "skipped")
@@ -33,13 +38,35 @@ class SuiteLiveView(LiveDisplay):
         """How often a problem's best so far is read again from its run database."""
         self.manifest: SuiteManifest | None = None
         self._rows: dict[str, tuple[float, ProblemRow | None]] = {}
+        self._queue: tuple[QueueDir, float | None] | None = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
 
     def __enter__(self) -> SuiteLiveView:
+        self._queue = _suite_queue(self.suite_dir)
         if self.console.is_terminal:
             self._live = Live(console=self.console, refresh_per_second=2, transient=False,
                               get_renderable=self.render)
             self._live.start()
+        elif self._queue is not None:
+            self._ticker = threading.Thread(target=self._tick, name="stratagem-suite-queue", daemon=True)
+            self._ticker.start()
         return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+        super().__exit__(*exc)
+
+    def queue_text(self) -> str | None:
+        """Where the suite's queue stands (None: no queue, or nothing waits there)."""
+        return queue_line(self._queue[0], time.time(), self._queue[1]) if self._queue is not None else None
+
+    def _tick(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            if (text := self.queue_text()) is not None:
+                self.console.print(f"  {text}", highlight=False, soft_wrap=True)
 
     def changed(self, entry: ProblemEntry, manifest: SuiteManifest) -> None:
         self.manifest = manifest
@@ -70,7 +97,8 @@ class SuiteLiveView(LiveDisplay):
         pending = sum(1 for e in m.problems if e.state == "pending")
         if pending:
             t.add_row(f"... {pending} pending", "", "", "", "", "")
-        return Group(head, t)
+        queued = self.queue_text()
+        return Group(head, t, Text(queued, style="yellow")) if queued else Group(head, t)
 
     def _row(self, e: ProblemEntry, now: float) -> ProblemRow | None:
         """The problem's row, read again every `reread_s` while it runs (None: no run yet)."""
@@ -86,6 +114,18 @@ class SuiteLiveView(LiveDisplay):
                 row = None
         self._rows[e.key] = (now, row)
         return row
+
+
+def _suite_queue(suite_dir: Path) -> tuple[QueueDir, float | None] | None:
+    """The suite's queue folder and wait bound, when its runs evaluate through a queue."""
+    try:
+        ev = read_manifest(suite_dir).config.get("evaluation") or {}
+    except Exception:  # noqa: BLE001 - no manifest yet: no queue line
+        return None
+    if ev.get("executor") != "queue" or not ev.get("queue_dir"):
+        return None
+    bound = ev.get("queue_wait_s")
+    return QueueDir(ev["queue_dir"]), float(bound) if isinstance(bound, int | float) else None
 
 
 def title(m: SuiteManifest | None, suite_dir: Path) -> str:

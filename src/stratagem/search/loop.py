@@ -1,7 +1,8 @@
 """Owns the run loop: iterations of a policy over one problem, stop rules (iterations,
-patience, budgets, an exhausted policy), recovery of a killed run, the confirmation round and
-Ctrl-C. The Session the policy works through (storing designs and verdicts, reviews, budgets,
-the live view's progress) is `search/session.py`.
+patience, budgets, an exhausted policy), recovery of a killed run, the confirmation round,
+Ctrl-C and a queue no worker serves (`QueueStalled`: stopped as Ctrl-C stops it). The Session
+the policy works through (storing designs and verdicts, reviews, budgets, the live view's
+progress) is `search/session.py`.
 
 Every write goes to the store as it happens (designs before they are evaluated, verdicts as
 they come back, agent calls when they end), so a run killed at any point, even with SIGKILL,
@@ -21,7 +22,7 @@ from pathlib import Path
 from stratagem.core.design import Design, text_files
 from stratagem.core.search import DesignView
 from stratagem.domains import get_domain
-from stratagem.errors import HarnessError, ProblemError
+from stratagem.errors import HarnessError, ProblemError, QueueStalled
 from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
@@ -140,6 +141,13 @@ class SearchLoop:
             self._close_iteration("interrupted", "interrupted by the user")
             self.store.set_run_status("interrupted", "interrupted by the user")
             raise
+        except QueueStalled as e:  # no worker serves the queue: stopped cleanly, `resume` continues
+            self.session.progress.event("stopped: no queue worker came within evaluation.queue_wait_s")
+            self.session.refresh()
+            self._close_iteration("interrupted", "stopped waiting for a queue worker; designs it had not evaluated "
+                                  "stay pending for `stratagem resume`")
+            self.store.set_run_status("interrupted", f"waiting for a queue worker: {e}")
+            raise
         except BaseException as e:
             self._close_iteration("interrupted", f"stopped by an error: {e}")
             self.store.set_run_status("interrupted", f"{type(e).__name__}: {e}")
@@ -235,6 +243,8 @@ class SearchLoop:
             await confirm_run(self.store, self.problem, self.session.evaluator, top=top,
                               blocks=self.cfg.search.confirm_blocks, on_progress=said)
             self.session.progress.event("confirmed: the best designs re-timed together (`stratagem show` heads with them)")
+        except QueueStalled:
+            raise  # the run stops here; `resume` runs the round
         except StratagemError as e:
             self.session.progress.event(f"the confirmation round failed ({e}); the search-time figures stand")
         finally:

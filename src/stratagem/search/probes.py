@@ -67,26 +67,67 @@ def probe_text(mode: ProbeMode, verdict: Verdict, of: str, floor_ms: float | Non
         stages = ", ".join(r.name for r in verdict.results)
         return (f"check of {of} passed ({stages}): it builds and its outputs match the reference's on the hidden "
                 "inputs. Not a verdict: the evaluation of your answer also runs every other check and times it.")
-    result = verdict.result("profile")
-    return _profile_lines(mapping(result.details) if result is not None else {}, of, floor_ms)
+    table = verdict.result("kernels")
+    return profile_lines(mapping(table.details) if table is not None else {}, of, floor_ms)
 
 
-def _profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
-    rows: list[Any] = list(d.get("kernels") or d.get("operators") or [])
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) else None
+
+
+def _time(us: float) -> str:
+    return f"{us:.4g} us" if us < 1e3 else f"{us / 1e3:.4g} ms"
+
+
+def _row_line(r: Mapping[str, Any]) -> str:
+    """One row of a profile: its time and share, then what it achieved against the peaks."""
+    share = _num(r.get("share"))
+    parts = [_time(_num(r.get("us")) or 0.0) + (f" ({share:.0%})" if share is not None else "")
+             + f", {r.get('calls')} calls"]
+    gbps, flops = _num(r.get("gbps")), _num(r.get("tflops"))
+    if gbps is not None:
+        frac = _num(r.get("bandwidth_fraction"))
+        parts.append(f">= {gbps:.4g} GB/s" + (f" ({frac:.0%} of peak)" if frac is not None else ""))
+    if flops is not None:
+        frac = _num(r.get("flop_fraction"))
+        rate = f"{flops:.4g} TFLOP/s" if flops >= 1 else f"{flops * 1e3:.4g} GFLOP/s"
+        parts.append(rate + (f" ({frac:.0%} of the {r.get('rate_mode')} matmul peak)" if frac is not None else ""))
+    if (floor := _num(r.get("floor_us"))) is not None:
+        parts.append(f"its floor {_time(floor)}")
+    if gbps is None and flops is None:
+        parts.append("no work recorded")
+    return f"- {str(r.get('name'))[:90]}: " + "; ".join(parts)
+
+
+def profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
+    """The `profile` tool's answer: the heaviest rows of the `kernels` stage (`kernel_roofline.py`)
+    with what each achieved against the device's calibrated peaks, the rest summed, the total
+    beside the roofline floor; bounded (at most the worker's `TOP` rows and five more lines)."""
+    rows = [mapping(r) for r in d.get("rows") or ()]
     what = "kernels by device time" if d.get("device") == "cuda" else "operators by their own CPU time"
-    total_us = d.get("total_us")
-    lines = [f"profile of one warm call of {of}: the heaviest {what} (untimed, under the profiler: "
-             "compare shares, not absolute times)"]
-    for row in rows:
-        name, us = str(row[0]), float(row[1])
-        calls = f", {row[2]} calls" if len(row) > 2 else ""
-        share = f" ({us / total_us:.0%})" if isinstance(total_us, int | float) and total_us > 0 else ""
-        lines.append(f"- {name[:100]}: {us:.4g} us{share}{calls}")
+    total_us = _num(d.get("total_us"))
+    source = f" ({d['source']})" if d.get("source") else ""
+    lines = [f"profile of one warm call of {of}{source}: the heaviest {what} "
+             "(under the profiler: compare shares, not absolute times; bandwidth counts the bytes of each "
+             "launching operator's inputs only, so it is a lower bound; FLOPs only where the profiler "
+             "estimates them)"]
+    lines += [_row_line(r) for r in rows]
+    rest = mapping(d.get("rest"))
+    if rest.get("count"):
+        share = _num(rest.get("share"))
+        lines.append(f"- the other {rest['count']}: {_time(_num(rest.get('us')) or 0.0)}"
+                     + (f" ({share:.0%})" if share is not None else ""))
     if not rows:
         lines.append(f"- no profile: {d.get('note') or 'nothing was recorded'}")
-    if isinstance(total_us, int | float) and total_us > 0:
+    peaks = mapping(d.get("peaks"))
+    if peaks:
+        rates = ", ".join(f"{m} {v:.4g}" for m, v in mapping(peaks.get("matmul_tflops")).items()
+                          if isinstance(v, int | float))
+        lines.append(f"the device's calibrated peaks: {_num(peaks.get('bandwidth_gbps')) or 0.0:.4g} GB/s; "
+                     f"matmul TFLOP/s {rates or 'unknown'}")
+    if total_us is not None and total_us > 0:
         lines.append(f"total: {total_us / 1e3:.4g} ms")
         if floor_ms:
-            lines.append(f"the roofline estimate (the work at the device's calibrated peaks, an estimate of the least "
-                         f"time): {floor_ms:.4g} ms, {floor_ms / (total_us / 1e3):.0%} of this total")
+            lines.append(f"the roofline estimate of the whole problem (its work at the device's calibrated peaks, an "
+                         f"estimate of the least time): {floor_ms:.4g} ms, {floor_ms / (total_us / 1e3):.1%} of this total")
     return "\n".join(lines)

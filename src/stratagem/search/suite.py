@@ -30,7 +30,7 @@ from pathlib import Path
 
 from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.domains import load_problem
-from stratagem.errors import ConfigError, StratagemError
+from stratagem.errors import ConfigError, QueueStalled, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.executors import Executor, PinnedExecutor, gpu_slots
 from stratagem.evaluation.service import Evaluator
@@ -101,6 +101,10 @@ def suite_config(manifest: SuiteManifest) -> StratagemConfig:
     except Exception as e:  # noqa: BLE001 - a config written by another version
         raise ConfigError(f"the suite's stored configuration is not valid here: {e}") from e
 
+
+QUEUE_STALLED = "waiting for a queue worker"
+"""How a problem's stop reason begins when no worker served the queue within
+`evaluation.queue_wait_s` (its state `interrupted`: `bench --resume` continues it)."""
 
 async def run_suite(suite_dir: Path, *, jobs: int | None = None, on_change: OnChange | None = None,
                     evaluator: Evaluator | None = None) -> SuiteManifest:
@@ -210,6 +214,9 @@ async def _one_on(state: _State, key: str, cfg: StratagemConfig, evaluator: Eval
         raise
     except _Skip as e:
         state.set(key, state="skipped", stop_reason=str(e), finished_at=time.time())
+        return
+    except QueueStalled as e:  # stopped cleanly: `bench --resume` continues it
+        state.set(key, state="interrupted", stop_reason=f"{QUEUE_STALLED}: {e}", finished_at=time.time())
         return
     except StratagemError as e:
         state.set(key, state="failed", stop_reason=f"{type(e).__name__}: {e}", finished_at=time.time())

@@ -46,6 +46,7 @@ from stratagem.domains.pytorch.graphs import (
     breach_graph,
     validator_graph,
 )
+from stratagem.domains.pytorch.kernel_roofline import kernel_table
 from stratagem.domains.pytorch.rules import POLICY_RULES, STAGE_RULES, agent_rules
 from stratagem.domains.pytorch.settings import (
     PyTorchSettings,
@@ -114,6 +115,9 @@ def run_parent_validator(
             tol = admitted_tolerance(correct.details)
         flushed = bool(runtime.get("l2_flush_bytes"))
         return roofline_result(runtime.get("median_ms"), work, peaks, tol, settings(cfg).roofline_margin, flushed)
+    if name == "kernels":
+        profiled = earlier.get("profile")
+        return kernel_table(profiled.details if profiled is not None else {}, peaks)
     raise KeyError(f"no parent validator {name!r}")
 
 

@@ -194,7 +194,7 @@ class PyTorchPeaks:
         return parse_problem(CALIBRATION_SOURCE, name="calibration")
 
     def reads_peaks(self, name: str) -> bool:
-        return name == "roofline"
+        return name in ("roofline", "kernels")
 
     def reference_beats_floor(self, earlier: Mapping[str, ValidatorResult], result: ValidatorResult) -> str | None:
         return reference_beats_floor(earlier, result)

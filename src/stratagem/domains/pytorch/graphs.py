@@ -56,12 +56,14 @@ PROBE_GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {
         ValidatorSpec("static_checks", (), "parent"),
         ValidatorSpec("load", ("static_checks",), "worker"),
         ValidatorSpec("profile", ("load",), "worker"),
+        ValidatorSpec("kernels", ("profile",), "parent"),
     ),
 }
 """The writers' tools (`agents/tools.py`), run by the evaluator as any graph: `check` builds the
 design and compares it with the reference (the correctness trials, the odd and aligned sizes),
 with no integrity stage and no timing; `profile` loads it and profiles one warm call (GPU: its
-kernels; CPU: torch's operators). Neither is a verdict."""
+kernels; CPU: torch's operators), each row then set beside the device's peaks in the parent
+(`kernels`: `kernel_roofline.py`). Neither is a verdict."""
 
 
 BREACH_GRAPH: tuple[ValidatorSpec, ...] = (
