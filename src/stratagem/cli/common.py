@@ -129,8 +129,10 @@ def config_for(
     return cfg
 
 
-CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="reference (the default: KernelBench's tolerances against eager, and where they "
-                                       "fail, as close to a float64 run as the reference is: TF32 references), fixed "
+CorrectnessOpt = Annotated[str | None, typer.Option("--correctness", metavar="CORRECTNESS", help="reference (the default: precision judged by what ran, a design below the "
+                                       "reference's precision failing whatever its error; then KernelBench's tolerances "
+                                       "against eager, and where they fail, close to a float64 run as the reference's "
+                                       "precision predicts: TF32 references), fixed "
                                        "(KernelBench's tolerances only) or calibrated (within a factor of eager's own error "
                                        "against a float64 run of the reference, no tolerance)."),
 ]

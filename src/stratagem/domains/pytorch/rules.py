@@ -106,10 +106,15 @@ def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
                 + "): lower precision passes only where it is measured to be accurate enough")
     tol = "; ".join(f"{dtype} atol={t['atol']:g}, rtol={t['rtol']:g}" for dtype, t in sorted(tolerances(problem, cfg).items()))
     if rule["mode"] == "reference":
-        return ("correctness rule `reference`: every output element within atol + rtol x |reference| of the "
-                f"reference's ({tol}); where the reference itself rounds ({_rounds(cfg.device)}), an output at least as close to a float64 run of the reference as the "
-                f"reference is passes too (within {float(rule['factor']):g} times the reference's own error plus "
-                "the tolerance): lower precision than the reference's fails")
+        return ("correctness rule `reference`: compute at the precision the reference ran at or higher: a "
+                "design seen computing below it (fp16 or bf16 autocast or casts where the reference ran float32 or "
+                "TF32, a Triton `tl.dot` in TF32 (its default on float32; pass input_precision=\"ieee\") where the "
+                "reference's matmuls ran exact float32) is a precision downgrade and fails whatever its error. Then "
+                f"every output element within atol + rtol x |reference| of the reference's ({tol}); where the "
+                f"reference itself rounds ({_rounds(cfg.device)}), an output close enough to a float64 run of the "
+                f"reference passes too: within {float(rule['same_precision_factor']):g} times the reference's own "
+                "error when your design was seen computing at its precision (torch operators, torch.compile, "
+                f"Triton kernels), {float(rule['factor']):g} times when it could not be (your own CUDA code)")
     return ("correctness rule `fixed`: every output element within atol + rtol x |reference| of the "
             f"reference's ({tol})")
 
