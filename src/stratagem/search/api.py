@@ -14,7 +14,7 @@ from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
-from stratagem.domains import DEFAULT, get_domain, load_problem, parse_problem
+from stratagem.domains import get_domain, load_problem, parse_problem
 from stratagem.errors import ConfigError, StoreError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
@@ -235,17 +235,23 @@ def show_run(run_dir: str | Path) -> RunSummary:
 def read_run(store: RunStore, run_dir: Path, designs: list[DesignRecord] | None = None,
              evaluations: list[EvaluationRecord] | None = None) -> RunSummary:
     """A stored run's record, as every view builds on it (`show`, the MCP server, the HTML
-    report's `RunData`); `designs` and `evaluations` when the caller has read them already."""
+    report's `RunData`); `designs` and `evaluations` when the caller has read them already.
+
+    Raises:
+        StoreError: the run holds no problem (it never started), so no domain to read it by.
+    """
     problems = store.problems()
+    if not problems:
+        raise StoreError(f"{run_dir}: the run holds no problem (it never started): nothing to show")
+    domain = problems[0].domain
     run = store.run()
     evaluations = store.evaluations() if evaluations is None else evaluations
     views = st.stored_views(store, designs, evaluations)
-    domain = problems[0].domain if problems else DEFAULT
     ref = st.reference_from(evaluations, get_domain(domain).names.key)
     env = evaluations[-1].environment if evaluations else {}
     device = str(env.get("device_name") or env.get("device") or "") or None
-    main = _main_file(store, problems[0] if problems else None)
-    return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
+    main = _main_file(store, problems[0])
+    return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name,
                       views=views, iterations=store.iterations(),
                       spend=Spend.from_store(store, evaluations), reference_ms=ref,
                       device=device, domain=domain,
