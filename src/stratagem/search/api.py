@@ -4,6 +4,7 @@ the run directory, choose the policy, build the evaluator, run the loop.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -118,14 +119,11 @@ def _parsed(store: RunStore, rec: ProblemRecord) -> Problem:
     return parse_problem(store.get_artifact(rec.source_hash), name=rec.name, path=rec.path, domain=rec.domain)
 
 
-def _main_file(store: RunStore, rec: ProblemRecord | None) -> str:
+def _main_file(store: RunStore, rec: ProblemRecord) -> str:
     """The stored problem's main file (`Domain.main_file`); for a problem this version cannot
     read, the first file of the run's first design (a design keeps its own names)."""
-    if rec is not None:
-        try:
-            return get_domain(rec.domain).main_file(_parsed(store, rec))
-        except StratagemError:
-            pass
+    with contextlib.suppress(StratagemError):
+        return get_domain(rec.domain).main_file(_parsed(store, rec))
     first = store.designs()[:1]
     return min(first[0].files) if first and first[0].files else ""
 
