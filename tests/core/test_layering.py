@@ -383,19 +383,22 @@ def _stub(fn: ast.FunctionDef) -> bool:
 
 
 def test_built_in_domains_write_no_stubs():
-    """A built-in domain writes what it has: no method of its class answers with nothing
-    (an absent capability is the base class's None), and no optional capability is set to
-    an empty stand-in."""
+    """A built-in domain writes what it has: no method of its class or of its `Task` answers
+    with nothing (an absent capability is the base class's None, an optional member of `Task`
+    the base class's default), and no optional capability is set to an empty stand-in."""
     from stratagem.domains import BUILTIN, get_domain
+    from stratagem.domains.base import Task
 
-    optional = ("baselines", "peaks", "reference_facts", "prebuild", "export", "graphs")
+    optional = ("baselines", "peaks", "reference_facts", "prebuild", "export", "written_reference", "graphs")
     bad: list[str] = []
     for name in BUILTIN:
         cls = type(get_domain(name))
-        path = Path(sys.modules[cls.__module__].__file__ or "")
-        node = next(n for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-                    if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-        bad += [f"{name}: {f.name}" for f in node.body if isinstance(f, ast.FunctionDef) and _stub(f)]
+        module = sys.modules[cls.__module__]
+        tree = ast.parse(Path(module.__file__ or "").read_text(encoding="utf-8"))
+        tasks = {c.__name__ for c in vars(module).values() if isinstance(c, type) and issubclass(c, Task) and c is not Task}
+        assert tasks, f"{name}: no Task subclass found in {module.__name__}"
+        for node in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name in {cls.__name__, *tasks}):
+            bad += [f"{name}: {node.name}.{f.name}" for f in node.body if isinstance(f, ast.FunctionDef) and _stub(f)]
         bad += [f"{name}: {k} = {v!r}" for k, v in vars(cls).items() if k in optional and not v]
     assert not bad, "stubs in a built-in domain (leave the capability absent):\n" + "\n".join(bad)
     sample = ast.parse("def f(self, req):\n    'doc'\n    return req\n").body[0]

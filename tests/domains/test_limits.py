@@ -120,3 +120,23 @@ def test_the_compile_limit_stands_apart_only_when_no_run_limit_was_set_alone(tmp
     assert compile_timeout_s(problem, run_only) is None
     both = load_config(None, {"evaluation": {"timeout_s": 90, "compile_timeout_s": 400}}).evaluation
     assert compile_timeout_s(problem, both, 60.0) == 400.0  # the user gave builds their own
+
+
+def test_a_problem_s_pytorch_settings_are_validated_once_for_all_its_requests(monkeypatch) -> None:
+    from stratagem.domains import get_domain
+    from stratagem.domains.pytorch import settings as pytorch_settings
+    from stratagem.domains.pytorch.settings import PyTorchSettings
+
+    validated: list[object] = []
+    real = PyTorchSettings.model_validate
+    monkeypatch.setattr(PyTorchSettings, "model_validate", lambda raw: validated.append(raw) or real(raw))
+    pytorch_settings._validated.cache_clear()
+    problem = load_problem(ROOT / "examples/01_elementwise/problem.py")
+    cfg = load_config(None, {"pytorch": {"correctness_trials": 4, "roofline_margin": 0.4}}).evaluation
+    task = get_domain("pytorch").open(problem, cfg)
+    for _ in range(3):  # the graph, the limits, the request, the agents' facts: one validation in all
+        task.build_request(candidate_design(problem.source), task.validator_graph().specs)
+        task.timeout_s(reference_ms=2.0), task.compile_timeout_s(), task.agent_facts()
+    assert len(validated) == 1
+    other = load_config(None, {"pytorch": {"correctness_trials": 5}}).evaluation
+    assert pytorch_settings.settings(other).correctness_trials == 5 and len(validated) == 2  # another section: its own

@@ -253,7 +253,7 @@ def test_a_command_problem_is_skipped_without_a_model(tmp_path, fast_toml, capsy
 def _row(key: str, speedup: float | None, compile_: float | None = None, *, correct: bool | None = None,
          state: str = "done", usd: float = 0.0, device_s: float = 0.0, queries: int = 0) -> ProblemRow:
     return ProblemRow(None, key, "recipes", speedup, None, None, "-", bool(speedup and speedup > 1), queries, usd,
-                      key=key, state=state, second=compile_,
+                      key=key, state=state, second=compile_, domain="pytorch",
                       correct=speedup is not None if correct is None else correct, device_s=device_s)
 
 

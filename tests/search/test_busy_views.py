@@ -25,7 +25,7 @@ def _views():
                          speedups={"eager": {"ratio": 1.4, "low": 1.35, "high": 1.45}},
                          stability={"verdict": "stable", "reasons": [], "notes": []}),
     ]
-    return design_views(designs, evs, [], lambda d: "class ModelNew: pass\n")
+    return design_views(designs, evs, [], lambda d: "class ModelNew: pass\n", domain="pytorch")
 
 
 def test_a_busy_design_is_valid_but_has_no_ratio_and_is_not_ranked() -> None:

@@ -6,6 +6,7 @@ from rich.console import Console
 
 from stratagem.core.search import DesignView
 from stratagem.report.leaderboard import leaderboard
+from stratagem.search.state import names_of
 
 
 def _text(table) -> str:
@@ -20,7 +21,7 @@ def test_unreviewed_designs_are_named_but_not_ranked() -> None:
         DesignView(id="b" * 16, source="", status="unreviewed", runtime_ms=0.01, speedup=100.0),
         DesignView(id="c" * 16, source="", status="flagged"),
     ]
-    out = _text(leaderboard(views, {"eager": 1.0, "compile": 0.8}))
+    out = _text(leaderboard(views, {"eager": 1.0, "compile": 0.8}, names=names_of("pytorch")))
     rows = [line for line in out.splitlines() if line.startswith("│")]
     assert len(rows) == 1 and "aaaaaaaaaa" in rows[0]
     assert "bbbbbbbbbb 100x" in out and "awaiting review" in out

@@ -24,7 +24,7 @@ def progress() -> Progress:
 def test_terminal_panel_shows_the_search_state():
     buf = io.StringIO()
     console = Console(file=buf, width=120, force_terminal=True, color_system=None)
-    console.print(LiveView(console).render(progress()))
+    console.print(LiveView(console, "eager").render(progress()))
     out = buf.getvalue()
     for text in ("19_ReLU", "policy auto", "iteration 2/10", "strategy refine",
                  "7 designs: 3 valid (1 with unstable timing, not ranked), 4 did not pass",
@@ -35,7 +35,7 @@ def test_terminal_panel_shows_the_search_state():
 
 def test_non_terminal_prints_each_event_once():
     buf = io.StringIO()
-    view = LiveView(Console(file=buf, width=120))
+    view = LiveView(Console(file=buf, width=120), "eager")
     p = progress()
     with view:
         view.update(p)

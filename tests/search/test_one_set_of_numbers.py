@@ -63,7 +63,7 @@ def test_counts_agree_between_the_live_view_show_and_json(tmp_path, capsys):
     # the live view: the loop's own counts, rendered
     assert loop.session.progress.counts == c
     buf = io.StringIO()
-    Console(file=buf, width=80).print(LiveView(Console(file=io.StringIO())).render(loop.session.progress))
+    Console(file=buf, width=80).print(LiveView(Console(file=io.StringIO()), PT.reference).render(loop.session.progress))
     assert said in buf.getvalue()
     # show: the same sentence, and the unstable design is not among those that did not pass
     assert main(["show", str(store.run_dir)]) == 0
@@ -102,7 +102,7 @@ def test_every_ratio_against_compile_carries_its_interval_or_is_marked_chained(t
     j = json.loads(capsys.readouterr().out)["best"]
     assert j["speedup_compile_ci"] == [best.compared_low, best.compared_high] and j["compile_chained"] is True
     # the table and the report
-    board = _render(leaderboard([best], {}), 120)
+    board = _render(leaderboard([best], {}, names=PT), 120)
     assert text in board and "chained via eager" in board
     assert text in build_report(store.run_dir, analyses=False)
 
@@ -110,7 +110,7 @@ def test_every_ratio_against_compile_carries_its_interval_or_is_marked_chained(t
 def test_the_issues_on_par_design_is_said_to_be_on_par_with_its_interval(tmp_path) -> None:
     v = DesignView(id="e" * 64, source="", status="valid", runtime_ms=1.0, speedup=4.12, speedup_low=3.9,
                    speedup_high=4.3, speedup_compared=1.02, compared_low=0.97, compared_high=1.07)
-    header = "\n".join(provenance_lines(v, "06_fused_block", tmp_path, "cpu")) + "\n"
+    header = "\n".join(provenance_lines(v, "06_fused_block", tmp_path, "cpu", names=PT)) + "\n"
     assert "on par with torch.compile: 1.02x [0.97, 1.07], chained via eager, an interval that holds 1.00x" in header
     assert "vs torch.compile: 1.02x\n" not in header
     bare = DesignView(id="f" * 64, source="", status="valid", speedup=2.0, speedup_compared=1.02)
@@ -207,8 +207,8 @@ def test_tables_stay_readable_in_80_columns() -> None:
            IterationRecord(n=2, status="done", design_ids=[views[3].id], plan={"strategy": "recipes"}, started_at=1.0,
                            note="every recipe tried; two helped alone (compile 3.50x, compile-max-autotune 4.12x), "
                                 "but they are alternatives")]
-    for table in (leaderboard(views, {"eager": 1.2, "compile": 0.3}), failures_table(views),
-                  iterations_table(its, views)):
+    for table in (leaderboard(views, {"eager": 1.2, "compile": 0.3}, names=PT), failures_table(views),
+                  iterations_table(its, views, names=PT)):
         out = _render(table, 80)
         lines = out.splitlines()
         assert_fits(out, 80)
@@ -221,7 +221,7 @@ def test_tables_stay_readable_in_80_columns() -> None:
         for word in WORDS:  # every word the wide table shows, the narrow one shows whole
             if word in wide:
                 assert word in text, (word, out)
-    board = " ".join(_render(leaderboard(views, {}), 80).split())
+    board = " ".join(_render(leaderboard(views, {}, names=PT), 80).split())
     assert "recipe: compile-max-autotune" in board  # who made each ranked design, at 80 columns too
 
 

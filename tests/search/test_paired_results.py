@@ -42,7 +42,8 @@ def test_one_number_per_design_everywhere(tmp_path, capsys):
     shown = json.loads(capsys.readouterr().out)
     assert shown["best"]["speedup"] == rec.speedup and shown["best"]["speedup_ci"] == [stored["low"], stored["high"]]
     assert shown["best"]["speedup_compile"] == rec.speedups["compile"]["ratio"]
-    assert text in _text(leaderboard(show_run(store.run_dir).views, {}))
+    run = show_run(store.run_dir)
+    assert text in _text(leaderboard(run.views, {}, names=run.names))
     assert text in render_design(best, domain="pytorch")
     assert any(text in e for e in events)
     fb_view = loop.session.view_of(best.id)

@@ -40,7 +40,7 @@ def test_an_evaluation_in_flight_shows_its_stage_elapsed_time_and_estimate() -> 
 
 def test_the_view_on_a_pipe_prints_each_stage_change_once() -> None:
     out = io.StringIO()
-    view = LiveView(Console(file=out, width=120, force_terminal=False))
+    view = LiveView(Console(file=out, width=120, force_terminal=False), "eager")
     p = Progress(problem="p", policy="recipes")
     p.inflight["abc"] = InFlight("abc (recipe:compile)", "load", started=0.0)
     view.update(p)

@@ -71,7 +71,7 @@ TIGHT = {"float32": {"atol": 1e-5, "rtol": 1e-5}}
 
 
 def problem(src: str = MINGPT):
-    return parse_problem(src, name="mingpt")
+    return parse_problem(src, name="mingpt", domain="pytorch")
 
 
 def sdpa_applies(src: str) -> bool:

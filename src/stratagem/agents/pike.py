@@ -27,15 +27,16 @@ from stratagem.context import pike as prompts
 from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import Reservation
-from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains import get_domain
 
 ROLES = ("brainstorm", "optimize", "fix", "mutate", "crossover", "attack")
 CODE_LANGUAGES = frozenset({"", "python", "py", "python3", "cpp", "c++", "c", "h", "cu", "cuda", "text", "txt",
                             "plain", "fortran", "f90", "rust", "make", "makefile", "cmake", "toml"})
 """The labels of a code block an answer's design is taken from (unlabelled included)."""
 _BLOCK = re.compile(r"```([a-zA-Z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
-_NO_PROBLEM = Problem(name="", domain=DEFAULT, source="")
-"""The problem of a model turn's request when none was given (a model turn does not read it)."""
+_NO_PROBLEM = Problem(name="", domain="", source="")
+"""The problem of a model turn's request when none was given (a model turn does not read it;
+of no domain: asking the registry for its domain is an error)."""
 _BULLET = re.compile(r"^\s*(?:[-*+\u2022]|\d+[.)])\s+(.+?)\s*$")
 
 

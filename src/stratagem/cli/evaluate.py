@@ -86,13 +86,12 @@ def calibrate_cmd(
     """Measure the device's peaks again (memory bandwidth, matmul rates per math mode) for the
     roofline check, replacing the cached ones (kept in $STRATAGEM_CACHE_DIR/peaks/). Run it on
     an idle machine."""
-    from stratagem.domains import DEFAULT
-    from stratagem.evaluation.api import calibrate_device
+    from stratagem.evaluation.api import calibrate_device, peaks_domain
 
     console = Console(stderr=as_json)
-    with exit_codes(console, as_json):
+    with exit_codes(console, as_json, (ConfigError, ProblemError)):
         cfg = config_for(config, device)
-        peaks, path = calibrate_device(cfg.evaluation, DEFAULT)  # the default domain's peaks, as before
+        peaks, path = calibrate_device(cfg.evaluation, peaks_domain())
     if as_json:
         print(json.dumps({"status": "valid" if peaks else "error", "peaks": peaks, "path": str(path)}, default=str))
     elif peaks:

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 BUILTIN = {"pytorch": "stratagem.domains.pytorch.domain", "command": "stratagem.domains.command.domain"}
 """Domain name -> the module whose `DOMAIN` implements it."""
-DEFAULT = "pytorch"
 
 _registered: dict[str, Domain] = {}
 
@@ -86,7 +85,7 @@ def load_problem(path: str | Path) -> Problem:
                        "with problem.toml (docs/command.md)")
 
 
-def parse_problem(source: str, *, name: str, path: str | None = None, domain: str = DEFAULT) -> Problem:
+def parse_problem(source: str, *, name: str, path: str | None = None, domain: str) -> Problem:
     """Check a problem's source with the domain that stored it."""
     return get_domain(domain).parse_problem(source, name=name, path=path)
 

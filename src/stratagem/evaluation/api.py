@@ -15,7 +15,7 @@ from stratagem.config import EvaluationConfig, cache_dir, environment
 from stratagem.core.design import Design
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
-from stratagem.domains import check_sections, get_domain, load_problem
+from stratagem.domains import check_sections, get_domain, load_problem, names
 from stratagem.errors import CandidateError, ProblemError, read_text
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.results import Baseline, Evaluation
@@ -92,6 +92,19 @@ def record(run_dir: str | Path, evaluation: Evaluation) -> int:
         store.add_problem(evaluation.problem)
         store.add_design(evaluation.problem.id, evaluation.design)
         return store.add_evaluation(evaluation.to_record())
+
+
+def peaks_domain() -> str:
+    """The domain whose problem calibrates the device's peaks: the one that reads them
+    (`Domain.peaks`).
+
+    Raises:
+        ProblemError: no domain or several read them.
+    """
+    found = [n for n in names() if get_domain(n).peaks is not None]
+    if len(found) != 1:
+        raise ProblemError(f"{len(found)} domains read device peaks ({', '.join(found) or 'none'}): calibrate needs one")
+    return found[0]
 
 
 def calibrate_device(cfg: EvaluationConfig, domain: str) -> tuple[dict[str, Any] | None, Path]:

@@ -23,7 +23,6 @@ from stratagem.search import numbers
 from stratagem.search.budget import Spend
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import board_marks, clip, counts, did_not_pass, not_ranked_because
-from stratagem.search.state import names_of
 from stratagem.store.records import IterationRecord
 
 RUNTIME = Objective("runtime", "ms", "minimize")
@@ -144,13 +143,13 @@ def who(v: DesignView) -> str:
 
 def leaderboard(
     views: Sequence[DesignView], reference_ms: Mapping[str, float | None], top: int = 10,
-    objective: Objective = RUNTIME, names: BaselineNames | None = None,
+    objective: Objective = RUNTIME, *, names: BaselineNames,
 ) -> FittedTable:
     """Ranked designs by paired speedup (the improvement over the reference in the domain's
     `objective`), each ratio with its interval, against the reference and (chained) against
-    the baseline the domain sets beside it (`names`; None: the default domain's): the same
-    numbers the store, `show --json` and the agents' context hold."""
-    n = names or names_of(None)
+    the baseline the domain sets beside it (`names`): the same numbers the store, `show --json`
+    and the agents' context hold."""
+    n = names
     board = ranked(views)[:top]
     rows = []
     for mark, v in zip(board_marks(board), board, strict=True):  # ratios it is ranked by (confirmed first)
@@ -268,7 +267,7 @@ def best_after(iterations: Sequence[IterationRecord], views: Sequence[DesignView
 
 
 def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[DesignView],
-                     last: int = 20, names: BaselineNames | None = None) -> FittedTable:
+                     last: int = 20, *, names: BaselineNames) -> FittedTable:
     """Each iteration: status, strategy, designs made, valid ones (as every view counts them), the
     best speedup after it,
     and its note (why it ended as it did: failed agent calls, a stop, a review)."""
@@ -277,7 +276,7 @@ def iterations_table(iterations: Sequence[IterationRecord], views: Sequence[Desi
         strategy = str((it.plan or {}).get("strategy") or "-")
         rows.append((str(it.n), it.status, strategy, str(len(made)), str(counts(made).valid),
                      "-" if best is None else best.speedup_text(), clip(it.note or "", 300)))
-    best_h = "best after: " + ratio_header((names or names_of(None)).reference)
+    best_h = "best after: " + ratio_header(names.reference)
     cols = (Col("#"), Col("status", "left"), Col("strategy", "left"), Col("made"), Col("valid"),
             Col(best_h, stack=True), Col("note", flex=True))
     layouts = (Layout(("#", "status", "strategy", "made", "valid", best_h, "note")),

@@ -21,7 +21,6 @@ from rich.text import Text
 
 from stratagem.report.leaderboard import spend_line
 from stratagem.search.progress import InFlight
-from stratagem.search.state import names_of
 
 if TYPE_CHECKING:  # `eval` draws its stages here: it loads no search loop
     from stratagem.search.loop import Progress
@@ -113,10 +112,10 @@ class LiveDisplay:
 class LiveView(LiveDisplay):
     """A `RunView` that redraws a small panel; on a non-terminal it prints events as lines."""
 
-    def __init__(self, console: Console, reference: str | None = None) -> None:
+    def __init__(self, console: Console, reference: str) -> None:
         self.console = console
         self.reference = reference
-        """The reference as the run's domain names it (None: the default domain's)."""
+        """The reference as the run's domain names it (`BaselineNames.reference`)."""
         self._last: list[str] = []
         self._inflight: Mapping[str, InFlight] = {}
         self._lines = None if console.is_terminal else StageLines(console, lambda: self._inflight)
@@ -147,7 +146,7 @@ class LiveView(LiveDisplay):
             self._lines.poll()
 
     def render(self, p: Progress) -> Group:
-        ref = self.reference or names_of(None).reference
+        ref = self.reference
         best = f"{p.best_text} vs {ref} ({(p.best_id or '')[:10]})" if p.best_id else "-"
         it = f"iteration {p.iteration}" + (f"/{p.iterations}" if p.iterations else "")
         head = Text.from_markup(  # one fact a line, so an 80-column terminal folds none of them

@@ -269,7 +269,8 @@ def fast_p(rows: Sequence[ProblemRow], p: float, over: str | None = None) -> flo
 
 
 def suite_names(rows: Sequence[ProblemRow]) -> BaselineNames:
-    """The words of the rows' domain (the default domain's when they have none or several)."""
+    """The words of the rows' domain (the domain-free ones when they have none or several:
+    `names_of`)."""
     domains = {r.domain for r in rows if r.domain}
     return names_of(domains.pop() if len(domains) == 1 else None)
 
@@ -354,11 +355,10 @@ def _with_ci(x: float | None, lo: float | None, hi: float | None) -> str:
     return f"{x:.2f}x" + (f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else "")
 
 
-def summary_lines(s: dict[str, float | None], names: BaselineNames | None = None) -> list[tuple[str, str]]:
+def summary_lines(s: dict[str, float | None], names: BaselineNames) -> list[tuple[str, str]]:
     """The summaries as (label, value) pairs, in the order the page and the console give them
-    (`names`: the words of `s`'s keys; None: the default domain's, and the compared baseline's
-    lines only where `s` has them)."""
-    n = names or names_of(None)
+    (`names`: the words of `s`'s keys; the compared baseline's lines only where `s` has them)."""
+    n = names
     lab, c = labels(n), n.compared if n.compared and f"fast_1_{n.compared}" in s else None
     out = [(lab[f"fast_{p:g}"].split(": ", 1)[0] + f" (correct and > {p:g}x {n.reference})", _pct(s[f"fast_{p:g}"]))
            for p in FAST_P]

@@ -4,6 +4,7 @@ the run directory, choose the policy, build the evaluator, run the loop.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from stratagem.config import StratagemConfig, apply_overrides
 from stratagem.core.objective import Objective
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Policy
-from stratagem.domains import DEFAULT, get_domain, load_problem, parse_problem
+from stratagem.domains import get_domain, load_problem, parse_problem
 from stratagem.errors import ConfigError, StoreError, StratagemError
 from stratagem.evaluation.api import make_evaluator
 from stratagem.evaluation.service import Evaluator
@@ -118,14 +119,11 @@ def _parsed(store: RunStore, rec: ProblemRecord) -> Problem:
     return parse_problem(store.get_artifact(rec.source_hash), name=rec.name, path=rec.path, domain=rec.domain)
 
 
-def _main_file(store: RunStore, rec: ProblemRecord | None) -> str:
+def _main_file(store: RunStore, rec: ProblemRecord) -> str:
     """The stored problem's main file (`Domain.main_file`); for a problem this version cannot
     read, the first file of the run's first design (a design keeps its own names)."""
-    if rec is not None:
-        try:
-            return get_domain(rec.domain).main_file(_parsed(store, rec))
-        except StratagemError:
-            pass
+    with contextlib.suppress(StratagemError):
+        return get_domain(rec.domain).main_file(_parsed(store, rec))
     first = store.designs()[:1]
     return min(first[0].files) if first and first[0].files else ""
 
@@ -235,17 +233,23 @@ def show_run(run_dir: str | Path) -> RunSummary:
 def read_run(store: RunStore, run_dir: Path, designs: list[DesignRecord] | None = None,
              evaluations: list[EvaluationRecord] | None = None) -> RunSummary:
     """A stored run's record, as every view builds on it (`show`, the MCP server, the HTML
-    report's `RunData`); `designs` and `evaluations` when the caller has read them already."""
+    report's `RunData`); `designs` and `evaluations` when the caller has read them already.
+
+    Raises:
+        StoreError: the run holds no problem (it never started), so no domain to read it by.
+    """
     problems = store.problems()
+    if not problems:
+        raise StoreError(f"{run_dir}: the run holds no problem (it never started): nothing to show")
+    domain = problems[0].domain
     run = store.run()
     evaluations = store.evaluations() if evaluations is None else evaluations
     views = st.stored_views(store, designs, evaluations)
-    domain = problems[0].domain if problems else DEFAULT
     ref = st.reference_from(evaluations, get_domain(domain).names.key)
     env = evaluations[-1].environment if evaluations else {}
     device = str(env.get("device_name") or env.get("device") or "") or None
-    main = _main_file(store, problems[0] if problems else None)
-    return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name if problems else "?",
+    main = _main_file(store, problems[0])
+    return RunSummary(run_dir=run_dir, run=run, problem=problems[0].name,
                       views=views, iterations=store.iterations(),
                       spend=Spend.from_store(store, evaluations), reference_ms=ref,
                       device=device, domain=domain,

@@ -26,7 +26,7 @@ from pathlib import Path
 import stratagem
 from stratagem.core.design import files_text, text_files, with_header
 from stratagem.core.search import DesignView
-from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains import get_domain
 from stratagem.domains.base import BaselineNames
 from stratagem.errors import StoreError
 from stratagem.search.headline import ratios_of
@@ -38,10 +38,10 @@ PROVENANCE_FILE = "PROVENANCE.txt"
 
 def provenance_lines(view: DesignView, problem: str, run_dir: Path, device: str | None,
                      reference_ms: dict[str, float | None] | None = None, footer_note: str = "",
-                     names: BaselineNames | None = None) -> list[str]:
-    """The lines an exported design is headed by (`names`: the problem's domain's words; None:
-    the default domain's): its ratios as every view says them (`search/headline.py`)."""
-    n = names or get_domain(DEFAULT).names
+                     *, names: BaselineNames) -> list[str]:
+    """The lines an exported design is headed by (`names`: the problem's domain's words): its
+    ratios as every view says them (`search/headline.py`)."""
+    n = names
     r = ratios_of(view, n)
     lines = [
         f"stratagem {stratagem.__version__}: design {view.id} of problem {problem}",
@@ -97,7 +97,7 @@ def exported_files(view: DesignView, problem: str, run_dir: Path, device: str | 
     if d.export is not None and main in files:
         files[main] = files[main].rstrip("\n") + "\n" + d.export.footer
     return headed_files(files, main, provenance_lines(view, problem, run_dir, device, reference_ms,
-                                                      d.export.note if d.export is not None else "", d.names))
+                                                      d.export.note if d.export is not None else "", names=d.names))
 
 
 def exported_source(view: DesignView, problem: str, run_dir: Path, device: str | None,

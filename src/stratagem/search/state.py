@@ -15,7 +15,7 @@ from stratagem.core.design import files_text
 from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, PASSED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.domains import DEFAULT, get_domain
+from stratagem.domains import get_domain
 from stratagem.domains.base import BaselineNames
 from stratagem.search.headline import Headline, headline_of
 from stratagem.search.numbers import clip
@@ -64,16 +64,16 @@ def design_views(
     reviews: Sequence[ReviewRecord],
     source_of: Callable[[DesignRecord], str],
     tags: Mapping[str, Mapping[str, Any]] | None = None,
-    domain: str | None = None,
+    *,
+    domain: str,
 ) -> list[DesignView]:
     """One view per evaluated design, oldest first; the latest evaluation decides its status,
     a review that found cheating turns a valid design into `flagged`, and one whose latest
     review failed (no verdict) into `unreviewed` (its runtime kept, so it can be retried).
 
     The second ratio of each view is the one over the baseline the problem's `domain` sets
-    beside the reference (`BaselineNames.compared`; None: the default domain's, which a record
-    of another domain does not have)."""
-    dom = get_domain(domain or DEFAULT)
+    beside the reference (`BaselineNames.compared`)."""
+    dom = get_domain(domain)
     names, compile_stage = dom.names, dom.worker.compile_stage
     compared = names.compared
     latest: dict[str, EvaluationRecord] = {}
@@ -124,10 +124,10 @@ def design_views(
 
 
 def names_of(domain: str | None) -> BaselineNames:
-    """How the views name the baselines of a run of `domain` (`BaselineNames`); None: the
-    default domain's (a caller that does not say which domain, as views did before runs of
-    other domains existed)."""
-    return get_domain(domain or DEFAULT).names
+    """How the views name the baselines of a run of `domain` (`BaselineNames`); None, where no
+    one domain is known (a suite of several, a run not started): the domain-free words, no
+    compared baseline, never another domain's."""
+    return BaselineNames() if domain is None else get_domain(domain).names
 
 
 def design_text(store: RunStore, d: DesignRecord) -> str:
@@ -143,10 +143,12 @@ def stored_views(
     """`design_views` of a whole run store (`show`, reports, `compare`); `designs` and
     `evaluations` when the caller has read them already."""
     problems = store.problems()
-    domain = problems[0].domain if problems else None
+    if not problems:  # a run not started: no design yet
+        return []
+    domain = problems[0].domain
     views = design_views(store.designs() if designs is None else designs,
                          store.evaluations() if evaluations is None else evaluations, store.reviews(),
-                         lambda d: design_text(store, d), store.tags(), domain)
+                         lambda d: design_text(store, d), store.tags(), domain=domain)
     return with_confirmation(views, store.confirmations(), names_of(domain))
 
 

@@ -281,12 +281,6 @@ def with_work(results: Sequence[ValidatorResult], work: Mapping[str, Any]) -> li
     return out
 
 
-def with_reference_expectation(req: EvalRequest, ms: float | None) -> EvalRequest:
-    """The request with the reference-drift check's expectation set (validated again)."""
-    payload = Payload.model_validate({**req.payload, "reference_expect_ms": ms})
-    return req.model_copy(update={"payload": payload.model_dump()})
-
-
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _GLOBAL_FN = re.compile(r"__global__\s+(?:[\w:<>,\s*&]+?\s+)?(\w+)\s*\(")
 
@@ -356,7 +350,9 @@ class PyTorchTask(Task):
         return build_request(self.problem, design, stages, self.cfg, baselines, seeds, confirm, confirm_order)
 
     def with_reference_expectation(self, req: EvalRequest, value: float | None) -> EvalRequest:
-        return with_reference_expectation(req, value)
+        """The request with the reference-drift check's expectation set (validated again)."""
+        payload = Payload.model_validate({**req.payload, "reference_expect_ms": value})
+        return req.model_copy(update={"payload": payload.model_dump()})
 
     def request_seeds(self, req: EvalRequest) -> tuple[int, ...]:
         return tuple(int(s) for s in req.payload.get("seeds", ()))

@@ -12,6 +12,8 @@ file), so none is lost.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -200,14 +202,19 @@ class PyTorchSettings(BaseModel):
 
 
 def settings(cfg: EvaluationConfig) -> PyTorchSettings:
-    """The `[pytorch]` section of `cfg`, validated.
+    """The `[pytorch]` section of `cfg`, validated once per distinct section (one request asks
+    for it a dozen times: the graph, the limits, the payload, the parent validators).
 
     Raises:
         ConfigError: a key the section does not have, or an invalid value (naming `pytorch.KEY`).
     """
-    raw = cfg.domains.get(SECTION) or {}
+    return _validated(json.dumps(cfg.domains.get(SECTION) or {}, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=64)
+def _validated(section: str) -> PyTorchSettings:
     try:
-        return PyTorchSettings.model_validate(raw)
+        return PyTorchSettings.model_validate(json.loads(section))
     except ValidationError as e:
         raise ConfigError(describe_errors(e, prefix=SECTION)) from e
 

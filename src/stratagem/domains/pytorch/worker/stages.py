@@ -244,10 +244,14 @@ STAGES: Mapping[str, str] = MappingProxyType({
 """Stage name -> `module:function` in this package, the function that runs it on the Worker."""
 
 
+def _module(name: str) -> Any:
+    return importlib.import_module(f"{__name__.rpartition('.')[0]}.{name}")
+
+
 def stage(name: str) -> Callable[[Worker], dict[str, Any]]:
     """The function of stage `name` (`STAGES`), its module imported on first use."""
     module, _, path = STAGES[name].partition(":")
-    found: Any = importlib.import_module(f"{__name__.rpartition('.')[0]}.{module}")
+    found: Any = _module(module)
     for attr in path.split("."):
         found = getattr(found, attr)
     return found
@@ -325,13 +329,9 @@ def _stage_context(worker: Worker, name: str) -> Iterator[None]:
             yield
     elif name in SELF_LOCKING:
         yield
-    elif any(s.get("name") == "provenance" for s in worker.req.get("stages") or ()):
-        # under strict, own-code calls are counted in the untimed stages (provenance.watching)
-        with worker.hold("shared"), importlib.import_module(f"{__name__.rpartition('.')[0]}.provenance").watching(
-                worker, name):
-            yield
-    else:
-        with worker.hold("shared"):
+    else:  # under strict (a request that runs `provenance`), own-code calls are counted (provenance.watching)
+        strict = any(s.get("name") == "provenance" for s in worker.req.get("stages") or ())
+        with worker.hold("shared"), _module("provenance").watching(worker, name) if strict else contextlib.nullcontext():
             yield
 
 
