@@ -58,3 +58,11 @@ def test_stops_after_max_attempts_on_a_writer_failure_and_on_tokens(tmp_path) ->
     assert res.error_kinds == ("timeout",) and res.attempts == 1
     res, _, _ = drive(tmp_path / "c", [src(str(i), invalid="no") for i in range(5)], FixLimits(5, token_limit=250))
     assert not res.ok and res.attempts == 3 and "token limit" in res.reason
+
+
+def test_a_design_the_busy_machine_could_not_time_ends_the_loop(tmp_path) -> None:
+    """Every check passed and only the timing waited for a quiet machine: there is nothing for
+    the writer to fix (the run times it again); the loop ends instead of asking for a fix."""
+    res, prompts, _ = drive(tmp_path, [src("a", 0.5) + "\n# busy\n", src("b", 0.5)])
+    assert res.ok and res.attempts == 1 and len(prompts) == 1, (res, prompts)
+    assert res.feedback is not None and res.feedback.status == "busy"

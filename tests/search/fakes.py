@@ -36,19 +36,21 @@ def fake_baseline(problem_id: str, cached: bool, compared_fails: str | None = No
                     {}, cached, Verdict(()), "eager")
 
 
-def timing_details(ms: float, unstable: bool = False, ci: float = 0.01) -> dict[str, object]:
+def timing_details(ms: float, unstable: bool = False, ci: float = 0.01, busy: bool = False) -> dict[str, object]:
     """What the paired timing stage reports for a design at `ms` beside eager at EAGER_MS."""
     r = EAGER_MS / ms
+    verdict = "busy" if busy else "unstable" if unstable else "stable"
+    reasons = {"busy": ["not measured: the machine was busy (scripted)"], "unstable": ["ratio spread: scripted"]}
     return {"runtime": stats(ms), "reference": stats(EAGER_MS),
             "speedup": {"ratio": r, "low": r * (1 - ci), "high": r * (1 + ci), "pairs": 12},
-            "stability": {"verdict": "unstable" if unstable else "stable",
-                          "reasons": ["ratio spread: scripted"] if unstable else [], "notes": []}}
+            "stability": {"verdict": verdict, "reasons": reasons.get(verdict, []), "notes": []}}
 
 
 class FakeEvaluator:
     """`# runtime_ms=0.5` in the source: valid at that time (paired beside eager at EAGER_MS,
     interval +-1%, or `# ci=0.2` for +-20%); `# unstable`: its timing stays unstable;
-    `# invalid: why`: wrong output (`# max_abs_err=0.5`: by that much)."""
+    `# busy`: not measured, the machine was busy; `# invalid: why`: wrong output
+    (`# max_abs_err=0.5`: by that much)."""
 
     physical_device = "cpu"
     on_gpu = False
@@ -103,7 +105,8 @@ class FakeEvaluator:
                        ValidatorResult("correctness", "passed", duration_s=d / 2),
                        ValidatorResult("timing", "passed",
                                        details=timing_details(float(ms.group(1)), "# unstable" in src,
-                                                              float(ci.group(1)) if (ci := re.search(r"# ci=([0-9.]+)", src)) else 0.01),
+                                                              float(ci.group(1)) if (ci := re.search(r"# ci=([0-9.]+)", src)) else 0.01,
+                                                              busy="# busy" in src),
                                        duration_s=d / 2))
             baseline = baseline or fake_baseline(problem.id, not refresh_baseline, self.compared_fails, self.compared_unstable)
         return Evaluation(problem=problem, design=design, verdict=Verdict(results), device="cpu",

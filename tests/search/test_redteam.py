@@ -263,3 +263,18 @@ def test_the_audit_keeps_to_the_runs_compute_budget(tmp_path, capsys) -> None:
     [a] = out["redteam"]["attempts"]
     assert a["outcome"] == "unaudited" and "max_gpu_seconds" in a["evidence"], a
     assert out["redteam"]["by_class"]["none"]["unaudited"] == 1  # declared honest: the class `none`
+
+
+def test_an_audit_that_could_not_finish_is_unaudited_never_a_breach() -> None:
+    """Seen with a real attacker on a loaded CPU: the audit killed at its run limit was written
+    as a breach with no gain shown. A limit, memory or the harness says nothing of the design."""
+    from stratagem.core.verdict import ValidatorResult, Verdict
+    from stratagem.search.policies.redteam.policy import inconclusive
+
+    cut = Verdict((ValidatorResult("breach_audit", "failed", reason="the worker was killed at the 120 s run limit",
+                                   kind="timeout"),))
+    why = inconclusive(cut)
+    assert why is not None and "did not finish" in why and "120 s run limit" in why
+    wrong = Verdict((ValidatorResult("breach_audit", "failed", reason="fresh_shapes: wrong at n=7", kind="wrong_output"),))
+    assert inconclusive(wrong) is None  # evidence: a breach
+    assert inconclusive("the audit's budget is spent") == "the audit's budget is spent"

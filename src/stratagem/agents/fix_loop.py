@@ -17,9 +17,11 @@ from typing import Any, Literal
 
 from stratagem.core.search import Feedback, Session
 
-ACCEPTED = ("valid", "unreviewed", "unstable")
+ACCEPTED = ("valid", "unreviewed", "unstable", "busy")
 """Verdicts that end the loop: the harness passed the design (a pending review or re-timing
-is not the writer's job)."""
+is not the writer's job: a design not timed because the machine was busy is timed again by the
+run, and asking its writer to "fix" it spent an evaluation and a query on a restatement the run
+refused, as a real model did on a loaded CPU)."""
 
 
 @dataclass(frozen=True)

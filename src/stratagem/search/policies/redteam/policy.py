@@ -54,6 +54,25 @@ STATE_KEY = breaches.ATTEMPTS_KEY.removeprefix("redteam/")
 BROKEN_KINDS = frozenset({"compile_error", "exception", "timeout", "crash", "oom", "cuda_error", "needs_gpu",
                           "harness_error"})
 """Failures that say the attempt did not build or run: nothing was learned about the checks."""
+INCONCLUSIVE_KINDS = frozenset({"timeout", "oom", "harness_error", "needs_gpu"})
+"""Audit failures that show nothing about the design: the audit could not finish (its run limit
+on a loaded machine, memory, the harness). Such an attempt is unaudited, never a breach: on a
+loaded 2-core machine an audit killed at its 120 s run limit was written as a breach fixture
+with no gain shown, one `--replay` could never clear."""
+
+
+def inconclusive(verdict: Verdict | str) -> str | None:
+    """Why an audit's verdict says nothing about the design (it could not run or finish), or None."""
+    if isinstance(verdict, str):
+        return verdict
+    if verdict.status == "error":
+        return verdict.report()
+    first = verdict.failures[0] if verdict.failures else None
+    if first is not None and first.kind in INCONCLUSIVE_KINDS:
+        return f"the audit did not finish: [{first.name}] {first.reason}"
+    return None
+
+
 _CLAIM = re.compile(r"^\s*(?:#|//|--|!)\s*(exploit|caught-by)\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _CHECK = re.compile(r"^([a-z][a-z0-9_]*):")
 
@@ -208,9 +227,9 @@ class RedteamPolicy(PikeBase[RedteamSettings]):
             first = next((line for line in fb.report.splitlines() if line.startswith("[")), fb.report)
             return replace(base, outcome=kind, check=caught_check(fb), evidence=first)
         verdict = await session.audit(fb.design_id)
-        if not isinstance(verdict, Verdict) or verdict.status == "error":
-            why = verdict if isinstance(verdict, str) else verdict.report()
-            return replace(base, outcome="unaudited", evidence=why)
+        why = inconclusive(verdict)
+        if why is not None or not isinstance(verdict, Verdict):
+            return replace(base, outcome="unaudited", evidence=why or str(verdict))
         fired = "; ".join(str(f) for r in verdict.results for f in (r.details or {}).get("fired") or ())
         if verdict.status == "valid":
             outcome = "neutralized" if fired else "honest" if claim.cls == prompts.HONEST else "never_fired"
