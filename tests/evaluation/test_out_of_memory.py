@@ -197,7 +197,7 @@ def test_the_run_alone_waits_for_the_callers_own_work_beside_it(monkeypatch) -> 
     class Executor:
         async def submit(self, request: Any, *a: Any, **kw: Any) -> Any:
             order.append("alone" if request.alone else "first")
-            return types.SimpleNamespace(physical="cuda:0"), types.SimpleNamespace(duration_s=4.0, alone=request.alone)
+            return types.SimpleNamespace(physical="cuda:0"), types.SimpleNamespace(duration_s=4.0, alone=request.alone, answered=None)
 
     def interpret(specs: Any, sr: Any, *a: Any) -> BatchOutcome:
         kind = None if sr.alone else "oom"

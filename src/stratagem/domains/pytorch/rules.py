@@ -95,6 +95,18 @@ def _rounds(device: str) -> str:
     return _ROUNDS["cuda" if device.startswith("cuda") else "auto" if device == "auto" else "cpu"]
 
 
+_DOWNGRADES = {"cpu": "fp16 or bf16 autocast or casts where the reference ran float32",
+               "cuda": "fp16 or bf16 autocast or casts where the reference ran float32 or TF32, a Triton `tl.dot` "
+                       "in TF32 (its default on float32; pass input_precision=\"ieee\") where the reference's "
+                       "matmuls ran exact float32"}
+_DOWNGRADES["auto"] = _DOWNGRADES["cuda"] + " (on a GPU)"
+"""What a precision downgrade looks like, in a device's words (`correctness_rule_text`)."""
+
+
+def _downgrades(device: str) -> str:
+    return _DOWNGRADES["cuda" if device.startswith("cuda") else "auto" if device == "auto" else "cpu"]
+
+
 def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
     """The correctness rule in force, as the agents are told it."""
     rule = correctness_rule(problem, cfg)
@@ -107,9 +119,8 @@ def correctness_rule_text(problem: Problem, cfg: EvaluationConfig) -> str:
     tol = "; ".join(f"{dtype} atol={t['atol']:g}, rtol={t['rtol']:g}" for dtype, t in sorted(tolerances(problem, cfg).items()))
     if rule["mode"] == "reference":
         return ("correctness rule `reference`: compute at the precision the reference ran at or higher: a "
-                "design seen computing below it (fp16 or bf16 autocast or casts where the reference ran float32 or "
-                "TF32, a Triton `tl.dot` in TF32 (its default on float32; pass input_precision=\"ieee\") where the "
-                "reference's matmuls ran exact float32) is a precision downgrade and fails whatever its error. Then "
+                f"design seen computing below it ({_downgrades(cfg.device)}) is a precision downgrade and fails "
+                "whatever its error. Then "
                 f"every output element within atol + rtol x |reference| of the reference's ({tol}); where the "
                 f"reference itself rounds ({_rounds(cfg.device)}), an output close enough to a float64 run of the "
                 f"reference passes too: within {float(rule['same_precision_factor']):g} times the reference's own "

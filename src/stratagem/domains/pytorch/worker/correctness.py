@@ -27,17 +27,15 @@ def watch_design(w: Worker, p: runtime.Programs, seed: int) -> None:
     trial's inputs before the trials, compiled code run eagerly (its own operators, at the
     precision the compiled code runs them), its Triton launches and own native extensions
     noted. The call is the design's first: Triton's compiles count against the compile limit,
-    and torch.compile's first compile still happens in the first trial."""
+    torch.compile's first compile still happens in the first trial, and a failure here is the
+    design's (raised as a trial's would be)."""
     inputs = w.make_inputs(p, seed)
     assert p.candidate is not None
-    try:  # not `call_candidate`: the watch is a torch-function mode its tamper look would see
+    try:  # no tamper look: the watch is a torch-function mode of the harness's own
         with torch.no_grad(), w.compiling(), precision.watching(w.device, design=True) as seen:
-            out = p.candidate(*inputs)
-            runtime.synchronize(w.device)
+            out = w.call_candidate(p.candidate, inputs, look=False)
         del out
-    except (Exception, SystemExit):  # the trials will say what is wrong with it; the precision stays unseen
-        return
-    finally:
+    finally:  # a failure is the design's, as in a trial (out of memory beside others: run again alone)
         del inputs
         runtime.free_memory()
     seen.opaque = sorted(m.__name__ for m in provenance.own_extensions(p.candidate_module, p.candidate))

@@ -38,6 +38,8 @@ from typing import Any, Literal
 
 import torch
 
+from stratagem.domains.pytorch.worker import native_calls
+
 _TORCH_FUNCS = (
     "allclose", "isclose", "equal", "where", "isnan", "isinf", "isfinite", "abs", "max", "min",
     "sum", "empty", "empty_like", "zeros", "zeros_like", "full", "rand", "randn", "randint",
@@ -231,7 +233,10 @@ def _hooks(trace: bool) -> dict[str, Any]:
     out["the torch-function mode stack"] = torch._C._len_torch_function_stack()
     out["the dispatch mode stack"] = torch._C._len_torch_dispatch_stack()
     if trace:
-        out.update({"sys.settrace": sys.gettrace(), "sys.setprofile": sys.getprofile(),
+        profile = sys.getprofile()
+        if isinstance(profile, native_calls.Meter):  # the harness's own (the strict policy's provenance watch)
+            profile = None
+        out.update({"sys.settrace": sys.gettrace(), "sys.setprofile": profile,
                     "threading.settrace": threading.gettrace(), "threading.setprofile": threading.getprofile()})
     return out
 

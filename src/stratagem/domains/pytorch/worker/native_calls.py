@@ -119,7 +119,7 @@ def _native_name(fn: Any) -> str:
     return name
 
 
-class _Meter:
+class Meter:
     """A profile hook (`sys.setprofile`) that times the calls of the candidate's own native
     functions, by identity, and the outermost other native calls (`library`, by name: which
     of them did work is `split_work`'s to say), and counts its events."""
@@ -169,7 +169,7 @@ class _Meter:
 
 
 @contextlib.contextmanager
-def _hooked(meter: _Meter) -> Iterator[None]:
+def _hooked(meter: Meter) -> Iterator[None]:
     previous = sys.getprofile()
     sys.setprofile(meter)
     try:
@@ -192,7 +192,7 @@ def _hook_cost(n: int = 2000, rounds: int = 3) -> tuple[float, float]:
         for _ in range(n):
             abs(1)
 
-    meter = _Meter({})
+    meter = Meter({})
     costs = []
     for loop in (py_loop, c_loop):
         plain = hooked = float("inf")

@@ -51,11 +51,11 @@ import torch
 
 from stratagem.domains.pytorch.worker import builds, compare, integrity, record, runtime
 from stratagem.domains.pytorch.worker.native_calls import (
+    Meter,
     Tally,
     _hook_cost,
     _hooked,
     _installation,
-    _Meter,
     _so_file,
     _under,
     clock,
@@ -183,7 +183,7 @@ def watching(w: StageContext, stage: str) -> Iterator[None]:
     if not funcs:
         yield
         return
-    meter = _Meter(funcs, _GHOST_CODE)
+    meter = Meter(funcs, _GHOST_CODE)
     try:
         with _hooked(meter):
             yield
@@ -224,7 +224,7 @@ def _cpu_share(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -
     any size while a library call doing the rest still fails."""
     assert p.candidate is not None
     cost_py, cost_native = _hook_cost()
-    meter = _Meter(funcs, _GHOST_CODE)
+    meter = Meter(funcs, _GHOST_CODE)
     measured: list[tuple[float, float, int, float, dict[str, Tally]]] = []  # cpu, own, own calls, instr, library
     tallies: dict[str, Tally] = {}
     with torch.no_grad():
@@ -367,7 +367,7 @@ def _replay(w: StageContext, p: runtime.Programs, funcs: Mapping[int, str]) -> d
     inputs = w.make_inputs(p, _seed(w, "replay"))
     with torch.no_grad():
         ref = w.call_reference(p.reference, runtime.clone_inputs(inputs))
-    meter = _Meter(funcs, _GHOST_CODE)
+    meter = Meter(funcs, _GHOST_CODE)
     with _ghosted(p.candidate_module, p.candidate, funcs) as ghost:
         integrity.poison_allocator(w.device, runtime.inputs_nbytes(inputs), w.req.get("gpu_memory_fraction"))
         with torch.no_grad(), _hooked(meter):

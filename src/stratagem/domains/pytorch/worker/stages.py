@@ -197,12 +197,14 @@ class Worker(Referee):
             want = memory.timing_sets(want, nbytes, runtime.free_bytes(self.device, self.req.get("gpu_memory_fraction")))
         return [first] + [self.make_inputs(p, record.warm_seed(seed, i)) for i in range(1, want)]
 
-    def call_candidate(self, model: torch.nn.Module, inputs: list[Any]) -> Any:
+    def call_candidate(self, model: torch.nn.Module, inputs: list[Any], look: bool = True) -> Any:
         """One guarded call: its failure the candidate's; what it left on the harness's inputs
         or in process-wide hooks rejects it (`harness_tampering`), looked at after every call
         but those measured under a profile hook (the provenance stage's own: the look would be
-        measured with the call; a profile hook the candidate set is the stage-end snapshot's)."""
-        sealed = guard.Inputs.of(inputs) if sys.getprofile() is None else None
+        measured with the call; a profile hook the candidate set is the stage-end snapshot's)
+        and those the harness watches with a mode of its own (`look=False`: the precision watch,
+        `correctness.watch_design`; the next call's look sees what the candidate left)."""
+        sealed = guard.Inputs.of(inputs) if look and sys.getprofile() is None else None
         try:
             out = model(*inputs)
             runtime.synchronize(self.device)
