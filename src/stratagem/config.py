@@ -133,6 +133,11 @@ class EvaluationConfig(BaseModel):
     """Concurrent workers when evaluating on the CPU."""
     workers_per_gpu: int = Field(default=2, ge=1)
     """Concurrent workers per GPU: compiles overlap, timing holds a per-GPU lock."""
+    spare_workers: bool = True
+    """Start each slot's next worker ahead (`evaluation/spares.py`): while a request runs, a
+    spare process imports the worker's modules (and, on a GPU, makes its CUDA context), and the
+    slot's next request of the same kind runs in it. One spare per slot at most; one-shot
+    commands (`eval`, `baseline`, `audit`, `calibrate`) start none."""
     prebuild: Literal["when_busy", "always", "never"] = "when_busy"
     """When a design that builds an extension is built first on a CPU build worker
     (`LocalExecutor.prebuild`): `when_busy`, when no slot of its GPU is free at that moment (it

@@ -70,6 +70,12 @@ def make_evaluator(cfg: EvaluationConfig) -> Evaluator:
     return Evaluator(cfg, make_executor(cfg, environment()))
 
 
+def one_shot(cfg: EvaluationConfig) -> EvaluationConfig:
+    """`cfg` for a command that runs its requests once (`eval`, `baseline`, `audit`,
+    `calibrate`): no worker is started ahead, since no request of the same kind follows."""
+    return cfg.model_copy(update={"spare_workers": False})
+
+
 def evaluate_files(
     problem_path: str | Path,
     candidate_path: str | Path,
@@ -81,7 +87,7 @@ def evaluate_files(
 ) -> Evaluation:
     problem = load_problem(problem_path)
     design = read_design(candidate_path, problem)
-    evaluation = asyncio.run(make_evaluator(cfg).evaluate(problem, design, timeout_s=timeout_s, on_stage=on_stage))
+    evaluation = asyncio.run(make_evaluator(one_shot(cfg)).evaluate(problem, design, timeout_s=timeout_s, on_stage=on_stage))
     if run_dir is not None:
         record(run_dir, evaluation)
     return evaluation
@@ -120,7 +126,7 @@ def calibrate_device(cfg: EvaluationConfig, domain: str) -> tuple[dict[str, Any]
     if peaks_of is None:
         raise ProblemError(f"the {domain} domain reads no device peaks: there is nothing to calibrate")
     problem = peaks_of.calibration_problem()
-    evaluator = make_evaluator(cfg)
+    evaluator = make_evaluator(one_shot(cfg))
 
     async def go() -> dict[str, Any] | None:
         return await evaluator.peaks.get(problem, peaks_of, refresh=True)
@@ -138,7 +144,7 @@ def audit_file(
 ) -> tuple[Problem, Verdict, dict[str, Any]]:
     """Run the domain's null-model audit of a problem file (PyTorch: `domains/pytorch/worker/audit.py`)."""
     problem = load_problem(problem_path)
-    evaluator = make_evaluator(cfg)
+    evaluator = make_evaluator(one_shot(cfg))
 
     async def go() -> tuple[Verdict, dict[str, Any]]:
         return await evaluator.audit(problem, timeout_s=timeout_s)
@@ -152,7 +158,7 @@ def baseline_file(
     on_stage: Callable[[str], None] | None = None,
 ) -> tuple[Problem, Baseline]:
     problem = load_problem(problem_path)
-    evaluator = make_evaluator(cfg)
+    evaluator = make_evaluator(one_shot(cfg))
 
     async def go() -> Baseline:
         return await evaluator.baseline(problem, refresh=refresh, timeout_s=timeout_s, on_stage=on_stage)

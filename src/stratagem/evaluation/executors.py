@@ -7,11 +7,14 @@ CPU) has one shared/exclusive lock file per machine (`worker_api/device_lock.py`
 hold it shared while they use the device and exclusive while they time, across every
 stratagem process on the machine. On a GPU machine with at least 4 cores, one core per GPU is
 reserved for that GPU's timing: workers run off the reserved cores except while they time.
+With `spare_workers`, each slot's next worker is started ahead while its request runs
+(`spares.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import platform
 import shutil
@@ -25,6 +28,7 @@ from stratagem.config import EvaluationConfig, build_cache_setting, cache_dir
 from stratagem.errors import ConfigError
 from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_worker
 from stratagem.evaluation.slots import TIMING_CORES_MIN, Slot, make_slots, reserve_timing_cores
+from stratagem.evaluation.spares import Spares
 from stratagem.worker_api.protocol import EvalRequest
 
 __all__ = ["TIMING_CORES_MIN", "Executor", "LocalExecutor", "PinnedExecutor", "Slot", "gpu_slots", "make_executor",
@@ -162,6 +166,10 @@ class LocalExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._builds: asyncio.Semaphore | None = None
         """Prebuilds at once (`prebuild`): the cores / 2, as the workers' build slots."""
+        self.spares = Spares()
+        """The slots' workers started ahead (`[evaluation] spare_workers`)."""
+        self._alone: dict[str, int] = {}
+        """Requests running alone on each physical device (no spare there meanwhile)."""
 
     @classmethod
     def for_devices(cls, devices: list[str], cfg: EvaluationConfig, base_env: Mapping[str, str]) -> LocalExecutor:
@@ -211,6 +219,10 @@ class LocalExecutor:
         `compile_timeout_s` for its `load` stage, if it has one, then `timeout_s` for the rest;
         `on_event` sees the worker's progress events."""
         slot = await self._take(device)
+        alone = bool(request.alone)
+        if alone:  # nothing of this executor's beside it: the device's spares go first
+            self._alone[slot.physical] = self._alone.get(slot.physical, 0) + 1
+            await self._close_spares(lambda i: self.slots[i].physical == slot.physical)
         try:
             req = request.model_copy(update=slot.prepare())
             settings = SandboxSettings(
@@ -229,10 +241,26 @@ class LocalExecutor:
                 lock_wait_timeout_s=self._cfg.lock_wait_timeout_s,
                 on_event=on_event,
             )
-            result = await run_worker(req.model_dump_json(), settings)
+            req_json = req.model_dump_json()
+            ahead = None
+            if self._cfg.spare_workers and not self._alone.get(slot.physical):
+                ahead = self.spares.take(slot.index, req_json, settings)
+                # the slot's next worker starts now, while this one runs
+                self.spares.start(slot.index, req_json, settings, slot.device,
+                                  str(slot.lock_path) if slot.lock_path else None, slot.reserved_cores)
+            result = await (run_worker(req_json, settings, ahead) if ahead is not None
+                            else run_worker(req_json, settings))
             return slot, result
         finally:
+            if alone:
+                self._alone[slot.physical] -= 1
             await self._give(slot)
+
+    async def _close_spares(self, which: Callable[[int], bool]) -> None:
+        killed = self.spares.kill(which)
+        with contextlib.suppress(TimeoutError):  # their memory is free once they have ended
+            async with asyncio.timeout(10):
+                await asyncio.gather(*(a.proc.wait() for a in killed), return_exceptions=True)
 
     async def prebuild(self, request: EvalRequest, timeout_s: float, device: str | None = None) -> SandboxResult | None:
         """Run `request` (a domain's `prebuild_request`) in a CPU build worker for the GPU
@@ -279,6 +307,8 @@ class LocalExecutor:
                 shutil.rmtree(folder, ignore_errors=True)
 
     async def aclose(self) -> None:
+        """Kill the spare workers (none is left running) and forget the slots' pool."""
+        await self.spares.close()
         self._free, self._ready = None, None
 
 

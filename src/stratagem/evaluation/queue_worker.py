@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import platform
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 from stratagem.evaluation.queue import QueueDir
 from stratagem.evaluation.sandbox import SandboxSettings, run_worker
 from stratagem.evaluation.slots import Slot, make_slots
+from stratagem.evaluation.spares import Spares
 
 SETTINGS = ("timeout_s", "network", "memory_limit_bytes", "max_response_bytes", "compile_stage",
             "compile_timeout_s", "lock_wait_timeout_s")
@@ -48,13 +50,39 @@ def worker_slots(device: str, n: int) -> list[Slot]:
     return make_slots([dev], cache_root(), {dev: n}, platform.node() or "host")
 
 
-def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) -> dict[str, Any]:
+class Crew:
+    """The spare workers of every slot thread of this worker (one event loop each): a request
+    that runs alone kills them all and none starts until it has ended."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._members: list[tuple[asyncio.AbstractEventLoop, Spares]] = []
+        self.alone = 0
+
+    def join(self, spares: Spares) -> None:
+        with self._lock:
+            self._members.append((asyncio.get_running_loop(), spares))
+
+    def begin_alone(self) -> None:
+        with self._lock:
+            self.alone += 1
+            for loop, spares in self._members:
+                loop.call_soon_threadsafe(spares.kill_all)
+
+    def end_alone(self) -> None:
+        with self._lock:
+            self.alone -= 1
+
+
+async def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None,
+                   spares: Spares | None = None, crew: Crew | None = None) -> dict[str, Any]:
     """Run one request in this worker's slot: the response body (the slot and the sandbox's
     result); the worker's stage events are appended to `progress` as they come (the run's
-    live view reads them)."""
+    live view reads them). With `spares`, the slot's spare worker runs it when it fits (made
+    for a request of the same kind), and the slot's next spare starts meanwhile (not for a
+    request that runs alone: the device's spares are killed first)."""
     req = {**entry["request"], **slot.prepare()}
     given = dict(entry.get("settings") or {})
-    import json
 
     def on_event(ev: dict[str, Any]) -> None:
         if progress is not None:
@@ -63,8 +91,22 @@ def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) ->
 
     settings = SandboxSettings(base_env=dict(os.environ), slot_env=slot.env, cache_dir=slot.caches, on_event=on_event,
                                **{k: given[k] for k in SETTINGS if k in given and given[k] is not None})
-
-    result = asyncio.run(run_worker(json.dumps(req), settings))
+    req_json = json.dumps(req)
+    ahead = None
+    alone = bool(req.get("alone")) and crew is not None
+    if alone and crew is not None:
+        crew.begin_alone()
+        if spares is not None:
+            await spares.close()
+    elif spares is not None and not (crew is not None and crew.alone):
+        ahead = spares.take(slot.index, req_json, settings)
+        spares.start(slot.index, req_json, settings, slot.device, str(slot.lock_path) if slot.lock_path else None,
+                     slot.reserved_cores)
+    try:
+        result = await run_worker(req_json, settings, ahead)
+    finally:
+        if alone and crew is not None:
+            crew.end_alone()
     return {"owner": entry.get("owner"), "key": entry.get("key"),
             "slot": {"index": slot.index, "device": slot.device, "physical": slot.physical, "host": slot.host,
                      "env": dict(slot.env), "lock_path": str(slot.lock_path) if slot.lock_path else None,
@@ -73,45 +115,55 @@ def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = None) ->
 
 
 def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None, poll_s: float,
-          name: str | None = None, log: Any = print, slots: int = 1) -> int:
+          name: str | None = None, log: Any = print, slots: int = 1, spare_workers: bool = True) -> int:
     """Claim, evaluate and answer until the queue is empty (`once`) or `max_seconds` passed,
-    `slots` requests at once (each in a slot of its own on the device, sharing its timing lock).
+    `slots` requests at once (each in a slot of its own on the device, sharing its timing lock;
+    with `spare_workers`, each slot's next worker started ahead, `evaluation/spares.py`).
     Returns how many requests it answered."""
     t0 = time.monotonic()
     answered = [0]
     count = threading.Lock()
+    crew = Crew()
 
-    def loop(slot: Slot) -> None:
+    async def loop(slot: Slot) -> None:
         me = name or f"{platform.node()}:{os.getpid()}:{slot.physical}"
         me = me if slots == 1 else f"{me}/w{slot.index}"
-        while max_seconds is None or time.monotonic() - t0 < max_seconds:
-            queue.requeue_expired()
-            got = queue.claim(me, slot.physical)
-            if got is None:
-                if once and queue.pending() == 0:
-                    break
-                time.sleep(poll_s)
-                continue
-            rid, entry = got
-            log(f"stratagem worker {me}: evaluating {rid[:12]}")
-            stop = threading.Event()
+        spares = Spares() if spare_workers else None
+        if spares is not None:
+            crew.join(spares)
+        try:
+            while max_seconds is None or time.monotonic() - t0 < max_seconds:
+                queue.requeue_expired()
+                got = queue.claim(me, slot.physical)
+                if got is None:
+                    if once and queue.pending() == 0:
+                        break
+                    await asyncio.sleep(poll_s)
+                    continue
+                rid, entry = got
+                log(f"stratagem worker {me}: evaluating {rid[:12]}")
+                stop = threading.Event()
 
-            def beat(rid: str = rid, stop: threading.Event = stop) -> None:
-                while not stop.wait(max(0.5, queue.lease_s / 4)):
-                    queue.renew(rid, me)
+                def beat(rid: str = rid, stop: threading.Event = stop) -> None:
+                    while not stop.wait(max(0.5, queue.lease_s / 4)):
+                        queue.renew(rid, me)
 
-            threading.Thread(target=beat, daemon=True).start()
-            try:
-                body = evaluate(entry, slot, queue.path("progress", rid, ".jsonl"))
-            except Exception as e:  # noqa: BLE001 - the run gets a harness failure, the worker goes on
-                body = {"owner": entry.get("owner"), "key": entry.get("key"), "error": f"{type(e).__name__}: {e}"}
-            finally:
-                stop.set()
-            queue.respond(rid, {**body, "worker": me, "request": entry.get("request")})  # what it answers
-            with count:
-                answered[0] += 1
+                threading.Thread(target=beat, daemon=True).start()
+                try:
+                    body = await evaluate(entry, slot, queue.path("progress", rid, ".jsonl"), spares, crew)
+                except Exception as e:  # noqa: BLE001 - the run gets a harness failure, the worker goes on
+                    body = {"owner": entry.get("owner"), "key": entry.get("key"), "error": f"{type(e).__name__}: {e}"}
+                finally:
+                    stop.set()
+                queue.respond(rid, {**body, "worker": me, "request": entry.get("request")})  # what it answers
+                with count:
+                    answered[0] += 1
+        finally:
+            if spares is not None:
+                await spares.close()
 
-    threads = [threading.Thread(target=loop, args=(slot,), daemon=True) for slot in worker_slots(device, slots)]
+    threads = [threading.Thread(target=asyncio.run, args=(loop(slot),), daemon=True)
+               for slot in worker_slots(device, slots)]
     for t in threads:
         t.start()
     for t in threads:
@@ -127,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None, help="exit after this long (a started request is finished)")
     ap.add_argument("--poll-s", type=float, default=0.5, help="seconds between looks at an empty queue")
     ap.add_argument("--lease-s", type=float, default=60.0, help="a claim not renewed for this long is redone elsewhere")
+    ap.add_argument("--no-spares", action="store_true",
+                    help="start no worker ahead of its request (each request starts its own process then)")
     ap.add_argument("--slots", type=int, default=None,
                     help="requests evaluated at once on the device, sharing its timing lock, so one compiles while "
                          "another times (default 2 on a GPU, as workers_per_gpu; 1 on the CPU)")
@@ -139,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     slots = args.slots if args.slots is not None else (1 if args.device == "cpu" else 2)
     n = serve(QueueDir(args.queue, lease_s=args.lease_s), args.device, once=args.once,
-              max_seconds=args.max_seconds, poll_s=args.poll_s, slots=slots)
+              max_seconds=args.max_seconds, poll_s=args.poll_s, slots=slots,
+              spare_workers=not args.no_spares)
     print(f"stratagem worker: {n} requests answered", file=sys.stderr)
     return 0
 

@@ -63,8 +63,8 @@ from stratagem.evaluation.isolation import (
 from stratagem.evaluation.leftovers import TAIL_CHARS, _read_progress, _read_response, _tail
 
 __all__ = [  # MARKER_VAR, TAIL_CHARS, build_env and scrub_environment re-exported: tests read them here
-    "JUDGE_START", "MARKER_VAR", "TAIL_CHARS", "JudgeRun", "PhaseClock", "SandboxResult",
-    "SandboxSettings", "build_env", "reap", "run_worker", "scrub_environment",
+    "JUDGE_START", "MARKER_VAR", "TAIL_CHARS", "Ahead", "JudgeRun", "PhaseClock", "SandboxResult",
+    "SandboxSettings", "ahead_key", "build_env", "reap", "run_worker", "scrub_environment", "start_ahead",
 ]
 
 
@@ -135,6 +135,9 @@ class SandboxResult:
     """The request the worker answered, where the executor took the answer to an earlier
     request asking the same (a resumed run's request found in the queue: its id and seeds,
     not the new request's, are the ones the results carry). None: the request given."""
+    ahead: bool = False
+    """The worker was started ahead of the request (`start_ahead`): its start, imports and
+    warm-up were not on this run's clock."""
 
 
 @dataclass(frozen=True)
@@ -156,21 +159,31 @@ class JudgeRun:
     """Seconds from the go file to the judge's end: what the judge adds to an evaluation."""
 
 
-async def run_worker(request_json: str, settings: SandboxSettings) -> SandboxResult:
-    """Run one worker on `request_json` under `settings`; when the request asks for a judge,
-    the judge runs beside it, and is told to judge (a go file with a fresh nonce) only after
-    the worker and its strays are gone and its response says every stage passed; never
-    raises for candidate failures."""
-    marker = uuid.uuid4().hex
+async def run_worker(request_json: str, settings: SandboxSettings, ahead: Ahead | None = None) -> SandboxResult:
+    """Run one worker on `request_json` under `settings` (in `ahead`, a worker started ahead
+    for a request of its key, when given and still alive; else in a process started now);
+    when the request asks for a judge, the judge runs beside it, and is told to judge (a go
+    file with a fresh nonce) only after the worker and its strays are gone and its response
+    says every stage passed; never raises for candidate failures."""
     settings = for_request(settings, request_json)
-    workdir = Path(tempfile.mkdtemp(prefix="stratagem-", dir=settings.tmp_root))
+    if ahead is not None:
+        try:
+            given = ahead.key == ahead_key(request_json, settings) and await _hand_over(ahead, request_json)
+        except BaseException:
+            ahead.kill()
+            raise
+        if not given:  # another kind of request, or it ended while it waited: a fresh process instead
+            ahead.kill()
+            ahead = None
+    marker = ahead.marker if ahead is not None else uuid.uuid4().hex
+    workdir = ahead.workdir if ahead is not None else Path(tempfile.mkdtemp(prefix="stratagem-", dir=settings.tmp_root))
     judge: asyncio.Task[JudgeRun] | None = None
     jdir: Path | None = None
     try:
         if _asks_judge(request_json):
             jdir = Path(tempfile.mkdtemp(prefix="stratagem-judge-", dir=settings.tmp_root))
             judge = asyncio.create_task(_judge(request_json, workdir / ".stratagem" / "record", jdir, settings))
-        result = await _run(request_json, settings, workdir, marker)
+        result = await _run(request_json, settings, workdir, marker, ahead)
         if judge is not None and jdir is not None:
             if _all_passed(result):
                 nonce = uuid.uuid4().hex
@@ -271,51 +284,147 @@ class _Exec:
     clock: PhaseClock
 
 
-async def _exec(args: list[str], settings: SandboxSettings, workdir: Path, marker: str) -> _Exec:
-    """Run `python ARGS... PROGRESS` in `workdir` under `settings` (its stdout and stderr in
-    `workdir/.stratagem/`), killing its group at the first limit it runs past."""
+async def _spawn(args: list[str], settings: SandboxSettings, workdir: Path, marker: str,
+                 ahead: tuple[int, ...] | None = None) -> tuple[asyncio.subprocess.Process, bool]:
+    """Start `python ARGS... PROGRESS` in `workdir` under `settings` (its stdout and stderr in
+    `workdir/.stratagem/`); whether it has a network namespace of its own. `ahead` (a worker
+    started ahead, `start_ahead`): its stdin is a pipe it waits on, and it keeps off those cores."""
     io_dir = workdir / ".stratagem"
-    prog = io_dir / "progress.jsonl"
-    cmd: list[str] = [sys.executable, *args, str(prog)]
+    cmd: list[str] = [sys.executable, *args, str(io_dir / "progress.jsonl")]
     prefix = _unshare_prefix() if settings.network == "deny" else None
     if prefix:
         cmd = [*prefix, *cmd]
     env = build_env(settings, workdir, marker)
-    t0 = time.monotonic()
-    timed_out = False
     with open(io_dir / "stdout.txt", "wb") as out, open(io_dir / "stderr.txt", "wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            *cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-            start_new_session=True,
-            preexec_fn=functools.partial(_preexec, settings.memory_limit_bytes),
+            *cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL if ahead is None else subprocess.PIPE,
+            stdout=out, stderr=err, start_new_session=True,
+            preexec_fn=functools.partial(_preexec, settings.memory_limit_bytes, ahead or ()),
         )
-        clock = PhaseClock(settings, prog, session=proc.pid)
-        try:
-            timed_out = await _wait(proc, clock)
-            clock.poll()  # the events written just before it ended (`done`)
-            if timed_out:
-                _kill_group(proc.pid)
-                await proc.wait()
-        except asyncio.CancelledError:
+    return proc, prefix is not None
+
+
+async def _exec(args: list[str], settings: SandboxSettings, workdir: Path, marker: str) -> _Exec:
+    """Run `python ARGS... PROGRESS` in `workdir` under `settings` (`_spawn`, `_supervise`)."""
+    t0 = time.monotonic()
+    proc, isolated = await _spawn(args, settings, workdir, marker)
+    return await _supervise(proc, settings, workdir, marker, isolated, t0)
+
+
+async def _supervise(proc: asyncio.subprocess.Process, settings: SandboxSettings, workdir: Path, marker: str,
+                     isolated: bool, t0: float) -> _Exec:
+    """Wait for a started process, killing its group at the first limit it runs past (its
+    phases charged from now on), then its strays."""
+    clock = PhaseClock(settings, workdir / ".stratagem" / "progress.jsonl", session=proc.pid)
+    timed_out = False
+    try:
+        timed_out = await _wait(proc, clock)
+        clock.poll()  # the events written just before it ended (`done`)
+        if timed_out:
             _kill_group(proc.pid)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(proc.wait())
-            raise
-        finally:
-            _kill_group(proc.pid)  # leftovers in the group
+            await proc.wait()
+    except asyncio.CancelledError:
+        _kill_group(proc.pid)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        raise
+    finally:
+        _kill_group(proc.pid)  # leftovers in the group
     duration = time.monotonic() - t0
     strays = _kill_marked(marker)
     rc = proc.returncode
     sig = _signal_name(-rc) if rc is not None and rc < 0 else None
-    return _Exec(rc, sig, timed_out, duration, prefix is not None, strays, clock)
+    return _Exec(rc, sig, timed_out, duration, isolated, strays, clock)
 
 
-async def _run(request_json: str, settings: SandboxSettings, workdir: Path, marker: str) -> SandboxResult:
+@dataclass
+class Ahead:
+    """A worker started ahead of its request (`start_ahead`): its process has imported its
+    domain's worker module (and warmed it: on a GPU, the CUDA context) and waits on its stdin
+    for the word to read the request in its folder. It serves one request, then exits."""
+
+    key: str
+    """What its environment was made from (`ahead_key`): only a request with the same key may take it."""
+    proc: asyncio.subprocess.Process
+    workdir: Path
+    marker: str
+    isolated: bool
+    started_at: float = field(default_factory=time.monotonic)
+
+    def kill(self) -> None:
+        """End it (its group and every process carrying its marker) and remove its folder."""
+        if self.proc.stdin is not None:
+            with contextlib.suppress(RuntimeError):  # its event loop has closed: the pipe went with it
+                self.proc.stdin.close()
+        _kill_group(self.proc.pid)
+        _kill_marked(self.marker)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def ahead_key(request_json: str, settings: SandboxSettings) -> str:
+    """What a worker's process is made from before its request is read: the request's worker
+    module and the environment, limits and namespace `settings` give a request like it. A
+    worker started ahead serves a request of the same key only."""
+    try:
+        module = str(json.loads(request_json).get("worker_module") or "")
+    except (ValueError, AttributeError):
+        module = ""
+    s = for_request(settings, request_json)
+    return json.dumps([module, sorted(s.slot_env.items()), sorted(s.keep_env), s.network, s.memory_limit_bytes,
+                       str(s.tmp_root or ""), sorted(s.base_env.items())])
+
+
+async def start_ahead(request_json: str, settings: SandboxSettings, device: str, lock_path: str | None,
+                      avoid_cores: tuple[int, ...] = ()) -> Ahead:
+    """Start a worker for a request like `request_json` before it comes (`Ahead`): it imports
+    the request's worker module and warms it on `device` (the module's `start_ahead`, where it
+    has one), on the CPU under `lock_path`'s shared hold (never beside a timed section), off
+    `avoid_cores` (the machine's timing cores)."""
+    module = str(json.loads(request_json).get("worker_module") or "")
+    key = ahead_key(request_json, settings)
+    settings = for_request(settings, request_json)
+    marker = uuid.uuid4().hex
+    workdir = Path(tempfile.mkdtemp(prefix="stratagem-", dir=settings.tmp_root))
     io_dir = workdir / ".stratagem"
     io_dir.mkdir()
+    try:
+        proc, isolated = await _spawn(
+            ["-m", "stratagem.evaluation.worker", "--ahead", module, device, lock_path or "-",
+             str(io_dir / "request.json"), str(io_dir / "response.json")],
+            settings, workdir, marker, ahead=avoid_cores)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return Ahead(key, proc, workdir, marker, isolated)
+
+
+async def _hand_over(ahead: Ahead, request_json: str) -> bool:
+    """Give `ahead` its request: written to its folder, then the word on its stdin. False
+    (nothing given) when it has ended."""
+    stdin = ahead.proc.stdin
+    if ahead.proc.returncode is not None or stdin is None:
+        return False
+    (ahead.workdir / ".stratagem" / "request.json").write_text(request_json, encoding="utf-8")
+    try:
+        stdin.write(b"go\n")
+        await stdin.drain()
+        stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
+
+
+async def _run(request_json: str, settings: SandboxSettings, workdir: Path, marker: str,
+               ahead: Ahead | None = None) -> SandboxResult:
+    io_dir = workdir / ".stratagem"
     req, resp, prog = io_dir / "request.json", io_dir / "response.json", io_dir / "progress.jsonl"
-    req.write_text(request_json, encoding="utf-8")
-    run = await _exec(["-m", "stratagem.evaluation.worker", str(req), str(resp)], settings, workdir, marker)
+    if ahead is not None:  # started ahead: its phases and limits count from now on
+        t0 = time.monotonic()
+        run = await _supervise(ahead.proc, settings, workdir, marker, ahead.isolated, t0)
+    else:
+        io_dir.mkdir()
+        req.write_text(request_json, encoding="utf-8")
+        run = await _exec(["-m", "stratagem.evaluation.worker", str(req), str(resp)], settings, workdir, marker)
     text, problem = _read_response(resp, settings.max_response_bytes)
     return SandboxResult(
         response_text=text,
@@ -331,6 +440,7 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
         strays_killed=run.strays_killed,
         limit_hit=run.clock.limit_hit,
         phase_s=run.clock.totals(),
+        ahead=ahead is not None,
     )
 
 

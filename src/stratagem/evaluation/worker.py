@@ -1,4 +1,9 @@
-"""Owns the worker entry point: `python -m stratagem.evaluation.worker REQUEST RESPONSE PROGRESS`.
+"""Owns the worker entry point: `python -m stratagem.evaluation.worker REQUEST RESPONSE PROGRESS`,
+or, started ahead of its request (`evaluation/spares.py`), `... --ahead MODULE DEVICE LOCK
+REQUEST RESPONSE PROGRESS`: it imports MODULE and calls its `start_ahead(device)` where it has
+one (PyTorch: the CUDA context), on the CPU holding the device's LOCK shared meanwhile (so it
+never imports beside a timed section; `-`: no lock), then waits for `go` on its stdin before it
+reads REQUEST. Either way the process serves one request and ends.
 
 Runs in the sandbox, in a fresh process. Reads one request (plain JSON), runs the domain's
 worker stages, appends one JSON line per stage event to PROGRESS (so a crash mid-way still
@@ -63,9 +68,37 @@ def serve(module: str, run: Callable[[Any, Callable[[str, dict[str, Any]], None]
     os._exit(0)
 
 
+def wait_for_request(module: str, device: str, lock: str) -> bool:
+    """Started ahead: import `module` and warm it for `device` (its `start_ahead`, if any; on
+    the CPU under `lock` held shared), then wait for the word on stdin. False: the parent
+    closed it without one (the worker is not needed)."""
+    from contextlib import nullcontext
+
+    held: Any = nullcontext()
+    if device == "cpu" and lock != "-":
+        from stratagem.worker_api.device_lock import DeviceLock
+
+        held = DeviceLock(lock).hold("shared", owner={"started_ahead": os.getpid()})
+    with held:
+        warm = getattr(importlib.import_module(module), "start_ahead", None)
+        if warm is not None:
+            warm(device)
+    word = sys.stdin.readline().strip()
+    devnull = os.open(os.devnull, os.O_RDONLY)  # the design reads no pipe of the harness's
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return word == "go"
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--ahead"] and len(argv) == 7:
+        module, device, lock = argv[1:4]
+        if not wait_for_request(module, device, lock):
+            os._exit(0)  # no teardown of what it imported: nothing ran
+        argv = argv[4:]
     if len(argv) != 3:
-        print("usage: python -m stratagem.evaluation.worker REQUEST RESPONSE PROGRESS", file=sys.stderr)
+        print("usage: python -m stratagem.evaluation.worker [--ahead MODULE DEVICE LOCK] REQUEST RESPONSE PROGRESS",
+              file=sys.stderr)
         return 2
     request_path, response_path, progress_path = (Path(a) for a in argv)
     request = json.loads(request_path.read_text(encoding="utf-8"))

@@ -293,6 +293,16 @@ def prepare_device(request: Mapping[str, Any]) -> Mapping[str, Any]:
     return request
 
 
+def start_ahead(device: str) -> None:
+    """A worker started before its design comes (`evaluation/worker.py --ahead`): with torch
+    imported, make the CUDA context on a GPU (its memory is the context's alone: nothing is
+    kept allocated)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:
     """Run the requested stages; return the response body (results and environment)."""
     request = prepare_device(request)
