@@ -347,12 +347,12 @@ def test_a_worker_with_two_slots_evaluates_two_requests_at_once_in_slots_of_thei
         busy, peak, seen = [0], [0], []
         lock = threading.Lock()
 
-        def fake(entry, slot, progress=None, busy=busy, peak=peak, seen=seen, lock=lock):
+        async def fake(entry, slot, progress=None, spares=None, crew=None, busy=busy, peak=peak, seen=seen, lock=lock):
             with lock:
                 busy[0] += 1
                 peak[0] = max(peak[0], busy[0])
                 seen.append((slot.index, str(slot.caches), str(slot.lock_path)))
-            time.sleep(0.5)
+            await asyncio.sleep(0.5)
             with lock:
                 busy[0] -= 1
             return {"owner": entry["owner"], "key": entry["key"], "slot": {}, "result": {}}
