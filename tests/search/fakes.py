@@ -70,6 +70,8 @@ class FakeEvaluator:
         self.seconds_per_eval = seconds_per_eval
         self.confirm_blocks: list[list[str]] = []
         """The order of each confirmation block asked for."""
+        self.confirm_target = 0.0
+        """The timing's `target_halfwidth` its blocks report (0: a round never stops early)."""
 
     async def baseline(self, problem: Problem, *, refresh: bool = False, **_: object) -> Baseline:
         self.baselines.append(refresh)
@@ -142,7 +144,8 @@ class FakeEvaluator:
             cond = {"speedup": {"ratio": r, "low": r, "high": r}, "pair_ratios": ratios, "pairs": 12,
                     "median_ms": ms, "reference_ms": EAGER_MS}
             programs[name] = {"fresh": cond, "warm": cond}
-        return {"order": list(order), "programs": programs, "environment": {}}
+        return {"order": list(order), "programs": programs, "environment": {},
+                "target_halfwidth": self.confirm_target}
 
 
 @dataclass

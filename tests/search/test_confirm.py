@@ -229,8 +229,9 @@ def test_a_run_whose_designs_all_stayed_unstable_is_ranked_on_its_round(tmp_path
 
 def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_all_ended(tmp_path) -> None:
     """Each block is a worker process of its own whose loading and compiling overlap another's
-    timing (the executor queues what its slots cannot hold); a block that fails fails the round
-    (nothing kept), once every block has ended."""
+    timing (the executor queues what its slots cannot hold): the blocks of each look run at once
+    (two, then the rest); a block that fails fails the round (nothing kept), once every block of
+    its look has ended."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -271,12 +272,38 @@ def test_a_rounds_blocks_run_at_once_and_one_that_fails_fails_the_round_after_al
             views = stored_views(store)
             if not fail:
                 body = asyncio.run(confirm_run(store, problem, ev, blocks=3, designs=views))  # type: ignore[arg-type]
-                assert body is not None and len(body["block_costs"]) == 3 and ev.most == 3
+                assert body is not None and len(body["block_costs"]) == 3 and ev.most == 2
                 assert len({tuple(o) for o in ev.confirm_blocks}) == 3  # each block its own order
             else:
                 with pytest.raises(HarnessError, match="did not finish"):
                     asyncio.run(confirm_run(store, problem, ev, blocks=3, designs=views))  # type: ignore[arg-type]
-                assert ev.ended == 3 and store.confirmations() == []
+                assert ev.ended == 2 and store.confirmations() == []  # the first look's two: no third is started
+
+
+@pytest.mark.parametrize(("ci", "blocks"), [(0.01, 2), (0.3, 4)])
+def test_a_round_stops_once_its_intervals_are_as_tight_as_the_timings_target(tmp_path, ci, blocks) -> None:
+    """Sized like a timing: two blocks, then doubling up to `blocks`; it stops at a look once
+    every design's confirmed interval is within the timing's `target_halfwidth` (2%). Designs
+    timed to +-0.5% agree after two blocks; designs whose pairs spread +-30% run every block."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fakes import FakeEvaluator, src
+
+    ev = FakeEvaluator()
+    ev.confirm_target = 0.02
+    problem = load_problem(PAIRED / "problem.py")
+    with RunStore.open(tmp_path / "run") as store:
+        store.add_problem(problem)
+        store.start_run(problem.id, "recipes", {})
+        for name, ms in (("a", 0.5), ("b", 0.6)):
+            design = candidate_design(src(name, ms) + f"# ci={ci}\n")
+            store.add_design(problem.id, design)
+            store.add_evaluation(asyncio.run(ev.evaluate(problem, design)).to_record())
+        body = asyncio.run(confirm_run(store, problem, ev, blocks=4, designs=stored_views(store)))  # type: ignore[arg-type]
+    assert body is not None and body["blocks"] == blocks == len(ev.confirm_blocks) and body["planned_blocks"] == 4
+    assert body["stop"] == ("settled" if blocks < 4 else "planned")
+    assert all(d["blocks"] == blocks and d["vs_eager"] is not None for d in body["designs"])
 
 
 def test_confirm_on_a_run_that_skipped_its_round_re_times_the_default_top(tmp_path, monkeypatch) -> None:
@@ -340,8 +367,11 @@ def _crowded_round(tmp_path: Path, fail_again: bool) -> tuple[list[list[str]], d
     from stratagem.errors import HarnessError
 
     class Crowded(FakeEvaluator):
+        asked = 0
+
         async def confirm_block(self, problem, designs, order, reference_ms=None, on_stage=None):  # type: ignore[no-untyped-def]
-            if fail_again and len(self.confirm_blocks) == 3:  # the run again
+            self.asked += 1
+            if fail_again and self.asked == 3:  # the run again, after the first look's two blocks
                 raise HarnessError("the worker did not finish the block")
             out = await super().confirm_block(problem, designs, order, reference_ms, on_stage)
             if len(self.confirm_blocks) == 2:  # the second block, beside the first

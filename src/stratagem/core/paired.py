@@ -340,12 +340,13 @@ def paired_stability(
 # -- sequential stopping ------------------------------------------------------------------
 
 
-def looks(first: int, most: int) -> list[int]:
-    """The pair counts at which a timing may stop early: `first`, then doubling, below `most`
-    (reaching `most` ends it anyway). Few looks, spaced geometrically, keep what looking
-    repeatedly does to the interval small (each look is one more chance to stop on a
-    narrow-looking interval)."""
-    out, n = [], max(first, MIN_JUDGED)
+def looks(first: int, most: int, least: int = MIN_JUDGED) -> list[int]:
+    """The pair counts at which a timing may stop early: `first` (at least `least`), then
+    doubling, below `most` (reaching `most` ends it anyway). Few looks, spaced geometrically,
+    keep what looking repeatedly does to the interval small (each look is one more chance to
+    stop on a narrow-looking interval). A confirmation round looks at its block counts the same
+    way (`least` 2: an interval between processes needs two)."""
+    out, n = [], max(first, least)
     while n < most:
         out.append(n)
         n *= 2

@@ -13,6 +13,10 @@ recipe (`BaselineNames.compared_authors`) is that program, timed once. The block
 each in a slot of the device (the executor queues what does not fit): their loading and
 compiling overlap, their timing never does (it holds the device's lock exclusively), but
 their memory is shared: a block that ran out of it is run again alone once the others ended.
+
+The round is sized like a timing (`core.paired.looks`, docs/timing.md "Stopping early"): it
+runs two blocks, then doubles, up to `blocks`, and stops at a look once every design's
+confirmed interval is within the timing's `target_halfwidth` of its ratio (`settled`).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from stratagem.core.confirmed import (
     per_block,
     ranked,
 )
-from stratagem.core.paired import Ratio, busy_reason
+from stratagem.core.paired import Ratio, busy_reason, looks
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView
 from stratagem.core.search import ranked as ranked_views
@@ -93,35 +97,45 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
     reference_ms = next((v.measures.reference_ms for v in picked if v.measures.reference_ms), None)
     t0 = time.monotonic()
     same = "".join(f"; {k[:10]} is the {words.compared_text} baseline's own recipe, timed as it" for k in itself)
-    say(f"confirming: {blocks} blocks at once where the device has slots for them ({len(sources)} designs, "
-        f"{words.reference}{f', {words.compared_text}' if second else ''}{same})")
+    plan = [*looks(2, blocks, least=2), blocks]
+    say(f"confirming: up to {blocks} blocks, {plan[0]} at once first where the device has slots for them "
+        f"({len(sources)} designs, {words.reference}{f', {words.compared_text}' if second else ''}{same})")
 
     async def block(b: int) -> tuple[dict[str, Any], dict[str, Any]]:
         tb = time.monotonic()
         result = await evaluator.confirm_block(problem, sources, rotated(names, b), reference_ms,
-                                               on_stage=lambda stage: say(f"block {b + 1} of {blocks}: {stage}"))
-        say(f"block {b + 1} of {blocks}: done in {time.monotonic() - tb:.0f} s")
+                                               on_stage=lambda stage: say(f"block {b + 1}: {stage}"))
+        say(f"block {b + 1}: done in {time.monotonic() - tb:.0f} s")
         return result, block_cost(result, time.monotonic() - tb)
 
-    # Each block is its own worker process; most of a block is loading and compiling its
-    # programs (two thirds, measured on the H200), which overlaps another block's timing, and
-    # the timing itself holds the device exclusively, so blocks never time over each other.
-    done = await asyncio.gather(*(block(b) for b in range(blocks)), return_exceptions=True)
-    failed = next((d for d in done if isinstance(d, BaseException)), None)
-    if failed is not None:
-        raise failed
-    results = [d[0] for d in done if not isinstance(d, BaseException)]
-    costs = [d[1] for d in done if not isinstance(d, BaseException)]
-    # a block that ran out of memory beside the others (KernelBench's largest inputs on an 80 GB
-    # GPU) is run again once, alone: the memory was theirs, not its programs' need
-    for b in [b for b, r in enumerate(results) if blocks > 1 and _out_of_memory(r)]:
-        say(f"block {b + 1} of {blocks} ran out of memory beside the others: running it again alone")
-        try:
-            results[b], costs[b] = await block(b)
-        except HarnessError as e:  # the block as it first ran stands
-            say(f"block {b + 1} of {blocks} failed again ({e}): its first run stands")
+    results: list[dict[str, Any]] = []
+    costs: list[dict[str, Any]] = []
+    stop = "planned"
+    for n in plan:
+        # Each block is its own worker process; most of a block is loading and compiling its
+        # programs (two thirds, measured on the H200), which overlaps another block's timing, and
+        # the timing itself holds the device exclusively, so blocks never time over each other.
+        first = len(results)
+        done = await asyncio.gather(*(block(b) for b in range(first, n)), return_exceptions=True)
+        failed = next((d for d in done if isinstance(d, BaseException)), None)
+        if failed is not None:
+            raise failed
+        results += [d[0] for d in done if not isinstance(d, BaseException)]
+        costs += [d[1] for d in done if not isinstance(d, BaseException)]
+        # a block that ran out of memory beside the others (KernelBench's largest inputs on an 80 GB
+        # GPU) is run again once, alone: the memory was theirs, not its programs' need
+        for b in [b for b in range(first, n) if n - first > 1 and _out_of_memory(results[b])]:
+            say(f"block {b + 1} ran out of memory beside the others: running it again alone")
+            try:
+                results[b], costs[b] = await block(b)
+            except HarnessError as e:  # the block as it first ran stands
+                say(f"block {b + 1} failed again ({e}): its first run stands")
+        if n < blocks and settled(combine(results, picked, second, itself), results, itself):
+            stop = "settled"
+            say(f"confirmed after {n} of up to {blocks} blocks: every interval within the timing's target")
+            break
     confirmed = combine(results, picked, second, itself)
-    body = {"blocks": blocks, "top": top, "order": names,
+    body = {"blocks": len(results), "planned_blocks": blocks, "stop": stop, "top": top, "order": names,
             "designs": [d.to_json(words.key, words.compared) for d in confirmed],
             **({words.compared: _compared_json(results, second, words.key)} if words.compared else {}),
             f"{words.key}_ms": _reference_ms(results),
@@ -129,6 +143,27 @@ async def confirm_run(store: RunStore, problem: Problem, evaluator: Evaluator, *
             "environment": results[-1].get("environment", {}) if results else {}}
     store.add_confirmation(body)
     return body
+
+
+def settled(confirmed: Sequence[ConfirmedDesign], results: Sequence[dict[str, Any]],
+            itself: Mapping[str, str] | None = None) -> bool:
+    """The stop rule of a round (`core.paired.settled`'s, applied across blocks): every design
+    that agrees with the reference has a confirmed ratio whose interval's half-width is at most
+    the timing's `target_halfwidth` (the blocks say which) of the ratio. A target of 0 never
+    stops early; a design some block could not time (busy) waits for more blocks, one that
+    failed in a block (it no longer agrees, it tampered) does not: more blocks change nothing."""
+    target = min((float(r.get("target_halfwidth") or 0.0) for r in results), default=0.0)
+    if target <= 0:
+        return False
+    for d in confirmed:
+        if d.vs_reference is None:
+            name = (itself or {}).get(d.design_id, d.design_id)
+            if any(((r.get("programs") or {}).get(name) or {}).get("error") for r in results):
+                continue
+            return False
+        if d.vs_reference.rel_halfwidth > target:
+            return False
+    return True
 
 
 def block_cost(result: dict[str, Any], wall_s: float) -> dict[str, Any]:

@@ -57,7 +57,8 @@ def run_confirm(w: StageContext) -> dict[str, Any]:
     cfg = dict(w.req["timing"])
     designs = {str(d["id"]): str(d["source"]) for d in w.req.get("confirm") or ()}
     order = [str(n) for n in w.req.get("confirm_order") or [*designs]]
-    out: dict[str, Any] = {"order": order, "programs": {}}
+    # the stop rule's target, which the parent applies to the round's blocks too (search/confirm.py)
+    out: dict[str, Any] = {"order": order, "programs": {}, "target_halfwidth": float(cfg.get("target_halfwidth", 0.0))}
     t0 = time.perf_counter()
     with torch.no_grad():
         sets = w.timing_inputs(p)
