@@ -29,6 +29,7 @@ from stratagem.config_keys import (
 )
 from stratagem.config_keys import OPTIONS as OPTIONS
 from stratagem.errors import ConfigError
+from stratagem.worker_api.places import cache_root
 
 DEFAULT_TIMEOUT_S = 120.0
 """Wall-clock limit of one evaluation worker after its candidate is loaded and compiled."""
@@ -391,14 +392,8 @@ def load_config(
 
 
 def cache_dir(cfg: EvaluationConfig) -> Path:
-    """Where compile caches, baselines and locks live."""
-    if cfg.cache_dir is not None:
-        return Path(cfg.cache_dir).expanduser()
-    env = os.environ.get("STRATAGEM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "stratagem"
+    """Where compile caches, baselines and locks live (`worker_api.places.cache_root`)."""
+    return cache_root(os.environ, cfg.cache_dir)
 
 
 def build_cache_setting(cfg: EvaluationConfig) -> str:

@@ -29,25 +29,18 @@ from stratagem.evaluation.queue import QueueDir
 from stratagem.evaluation.sandbox import SandboxSettings, run_worker
 from stratagem.evaluation.slots import Slot, make_slots
 from stratagem.evaluation.spares import Spares
+from stratagem.worker_api.places import cache_root
 
 SETTINGS = ("timeout_s", "network", "memory_limit_bytes", "max_response_bytes", "compile_stage",
             "compile_timeout_s", "lock_wait_timeout_s")
 """The sandbox settings a request carries (the run's configuration, applied here)."""
 
 
-def cache_root() -> Path:
-    env = os.environ.get("STRATAGEM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "stratagem"
-
-
 def worker_slots(device: str, n: int) -> list[Slot]:
     """`n` slots on `device`, each with caches of its own and the device's one timing lock (as
     the local executor's `workers_per_gpu`): while one compiles outside the lock, another times."""
     dev = "cuda:0" if device == "cuda" else device
-    return make_slots([dev], cache_root(), {dev: n}, platform.node() or "host")
+    return make_slots([dev], cache_root(os.environ), {dev: n}, platform.node() or "host")
 
 
 class Crew:

@@ -1,6 +1,6 @@
 """Owns workers started ahead: at most one spare worker per slot, started while the slot's
 current request runs, so the next request of the same kind finds a process that has already
-started, imported its domain's worker module (torch) and, on a GPU, made its CUDA context
+started, imported its domain's worker module and warmed it (on a GPU, its device context)
 (`sandbox.start_ahead`). Every design still runs in a fresh sandboxed process: a spare serves
 one request, then ends, and the slot's next spare is already starting.
 
