@@ -18,8 +18,9 @@ The command for one device call on an H100 (about 8 minutes; KernelBench as ship
   python benchmarks/throughput.py --device cuda --kernelbench /path/to/KernelBench --max-seconds 450 \
       --json-out $OUT/throughput.json
 
-On the CPU (tiny bundled problems: examples/01_elementwise, examples/command/window_sums):
-  python benchmarks/throughput.py --device cpu --max-seconds 600
+On the CPU (tiny bundled problems: examples/01_elementwise, examples/command/window_sums; a
+config with short timings keeps it to minutes):
+  python benchmarks/throughput.py --device cpu --max-seconds 600 --config FAST.toml --designs 8 --stream-compare
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ TARGETS = {"relu_warm_s": "<= 4", "relu_cold_s": "<= 15", "inline_first_s": "<= 
            "recipes_wall_s": "<= 90 (level 1)", "robertson_s": "<= 25", "dgemm_s": "<= 25"}
 NEEDS = {"relu": 60.0, "stream": 60.0, "inline": 60.0, "commands": 60.0, "recipes": 90.0}
 """Seconds a part needs at least to be worth starting."""
+CONFIG: list[str] = []
+"""`--config FILE`, given to every command and the stream."""
 
 
 def honest(source: str) -> str:
@@ -64,6 +67,8 @@ def cli(args: list[str], cache: Path, timeout_s: float) -> dict[str, Any]:
     """`stratagem ARGS --json` in a fresh process under cache folder `cache`: its JSON body
     with `_wall_s` (outside wall) and `_exit`; `_error` when it printed none or ran out of time."""
     t = time.perf_counter()
+    if CONFIG:
+        args = [*args, "--config", CONFIG[0]]
     try:
         run = subprocess.run([sys.executable, "-m", "stratagem", *args, "--json"], env=_env(cache),
                              capture_output=True, text=True, timeout=max(1.0, timeout_s))
@@ -107,7 +112,7 @@ async def _stream(a: argparse.Namespace, cache: Path, spares: bool, left: float)
     from stratagem.evaluation.executors import LocalExecutor
 
     os.environ["STRATAGEM_CACHE_DIR"] = str(cache)
-    cfg = load_config(None, {"evaluation": {"device": a.device, "spare_workers": spares}}).evaluation
+    cfg = load_config(a.config, {"evaluation": {"device": a.device, "spare_workers": spares}}).evaluation
     ev = make_evaluator(cfg)
     problem = load_problem(a.problem_path)
     source = a.candidate_path.read_text()
@@ -203,8 +208,10 @@ def main() -> int:
     ap.add_argument("--stream-compare", action="store_true", help="run the stream without spare workers first")
     ap.add_argument("--robertson-design", default="tuned")
     ap.add_argument("--dgemm-design", default="tiled")
+    ap.add_argument("--config", type=str, default=None, help="a TOML config for every part (a CPU check: short timings)")
     ap.add_argument("--json-out", type=Path)
     a = ap.parse_args()
+    CONFIG[:] = [a.config] if a.config else []
     t_start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="throughput_"))
     if a.kernelbench is not None:

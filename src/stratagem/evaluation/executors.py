@@ -220,10 +220,11 @@ class LocalExecutor:
         `on_event` sees the worker's progress events."""
         slot = await self._take(device)
         alone = bool(request.alone)
-        if alone:  # nothing of this executor's beside it: the device's spares go first
+        if alone:
             self._alone[slot.physical] = self._alone.get(slot.physical, 0) + 1
-            await self._close_spares(lambda i: self.slots[i].physical == slot.physical)
         try:
+            if alone:  # nothing of this executor's beside it: the device's spares go first
+                await self._close_spares(lambda i: self.slots[i].physical == slot.physical)
             req = request.model_copy(update=slot.prepare())
             settings = SandboxSettings(
                 timeout_s=timeout_s,
