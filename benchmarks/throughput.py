@@ -112,7 +112,7 @@ async def _stream(a: argparse.Namespace, cache: Path, spares: bool, left: float)
     from stratagem.evaluation.executors import LocalExecutor
 
     os.environ["STRATAGEM_CACHE_DIR"] = str(cache)
-    cfg = load_config(a.config, {"evaluation": {"device": a.device, "spare_workers": spares}}).evaluation
+    cfg = load_config(a.config, {"evaluation": {"device": a.device, "spare_workers": "always" if spares else "never"}}).evaluation
     ev = make_evaluator(cfg)
     problem = load_problem(a.problem_path)
     source = a.candidate_path.read_text()

@@ -44,7 +44,7 @@ def cpu_config():
         {
             "evaluation": {
                 "device": "cpu",
-                "spare_workers": False,  # a spare imports torch beside each test's evaluation (tests/evaluation/test_spares.py)
+                "spare_workers": "never",  # a spare imports torch beside each test's evaluation (tests/evaluation/test_spares.py)
                 "timeout_s": 60,
                 "compile_timeout_s": 300,  # set too: 60 s then bounds the run, not the builds as well
                 "baselines": ["eager"],

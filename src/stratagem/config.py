@@ -134,10 +134,12 @@ class EvaluationConfig(BaseModel):
     """Concurrent workers when evaluating on the CPU."""
     workers_per_gpu: int = Field(default=2, ge=1)
     """Concurrent workers per GPU: compiles overlap, timing holds a per-GPU lock."""
-    spare_workers: bool = True
-    """Start each slot's next worker ahead (`evaluation/spares.py`): while a request runs, a
-    spare process imports the worker's modules (and, on a GPU, makes its CUDA context), and the
-    slot's next request of the same kind runs in it. One spare per slot at most; one-shot
+    spare_workers: Literal["gpu", "always", "never"] = "gpu"
+    """Where each slot's next worker is started ahead (`evaluation/spares.py`): while a request
+    runs, a spare process imports the worker's modules (and, on a GPU, makes its CUDA context),
+    and the slot's next request of the same kind runs in it. `gpu` (the default): GPU slots
+    only (on a CPU machine the spare's import competes with the evaluation for the same cores:
+    no gain measured on 2 cores); `always`; `never`. One spare per slot at most; one-shot
     commands (`eval`, `baseline`, `audit`, `calibrate`) start none."""
     prebuild: Literal["when_busy", "always", "never"] = "when_busy"
     """When a design that builds an extension is built first on a CPU build worker

@@ -52,7 +52,7 @@ def test_a_stream_runs_in_spares_with_the_same_verdicts(cpu_config, linear_probl
         return result
 
     monkeypatch.setattr(executors, "run_worker", recording)
-    cfg = cpu_config.model_copy(update={"spare_workers": True})
+    cfg = cpu_config.model_copy(update={"spare_workers": "always"})
     ex = LocalExecutor.for_devices(["cpu"], cfg, environment())
     evaluator = Evaluator(cfg, ex, "cpu")
     good = candidate_design((fixtures / "candidates" / "good_addmm.py").read_text())
@@ -111,7 +111,7 @@ def test_a_request_alone_has_no_spare_beside_it(cpu_config, linear_problem, monk
         return SandboxResult(None, "fake", [], 0, None, False, 0.01, "", "", False, 0, ahead=ahead is not None)
 
     monkeypatch.setattr(executors, "run_worker", fake_run)
-    cfg = cpu_config.model_copy(update={"spare_workers": True, "cpu_slots": 2})
+    cfg = cpu_config.model_copy(update={"spare_workers": "always", "cpu_slots": 2})
     ex = LocalExecutor.for_devices(["cpu"], cfg, {"PATH": "/usr/bin"})
     pids: list[int] = []
 
@@ -140,7 +140,7 @@ def test_a_request_alone_has_no_spare_beside_it(cpu_config, linear_problem, monk
 def test_a_spare_serves_only_requests_of_its_kind(cpu_config, linear_problem, monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(spares, "start_ahead", _FakeStarts(tmp_path))
     pool = spares.Spares()
-    cfg = cpu_config.model_copy(update={"spare_workers": True})
+    cfg = cpu_config.model_copy(update={"spare_workers": "always"})
     req = _request(linear_problem, cfg).model_dump_json()
     base = SandboxSettings(timeout_s=5, base_env={"PATH": "/usr/bin"}, cache_dir=tmp_path / "caches")
     other = SandboxSettings(timeout_s=5, base_env={"PATH": "/usr/bin"}, cache_dir=tmp_path / "caches",

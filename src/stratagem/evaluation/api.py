@@ -73,7 +73,7 @@ def make_evaluator(cfg: EvaluationConfig) -> Evaluator:
 def one_shot(cfg: EvaluationConfig) -> EvaluationConfig:
     """`cfg` for a command that runs its requests once (`eval`, `baseline`, `audit`,
     `calibrate`): no worker is started ahead, since no request of the same kind follows."""
-    return cfg.model_copy(update={"spare_workers": False})
+    return cfg.model_copy(update={"spare_workers": "never"})
 
 
 def evaluate_files(

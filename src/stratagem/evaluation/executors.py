@@ -7,8 +7,8 @@ CPU) has one shared/exclusive lock file per machine (`worker_api/device_lock.py`
 hold it shared while they use the device and exclusive while they time, across every
 stratagem process on the machine. On a GPU machine with at least 4 cores, one core per GPU is
 reserved for that GPU's timing: workers run off the reserved cores except while they time.
-With `spare_workers`, each slot's next worker is started ahead while its request runs
-(`spares.py`).
+Where `spare_workers` says (GPU slots by default), each slot's next worker is started ahead
+while its request runs (`spares.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from stratagem.config import EvaluationConfig, build_cache_setting, cache_dir
 from stratagem.errors import ConfigError
 from stratagem.evaluation.sandbox import SandboxResult, SandboxSettings, run_worker
 from stratagem.evaluation.slots import TIMING_CORES_MIN, Slot, make_slots, reserve_timing_cores
-from stratagem.evaluation.spares import Spares
+from stratagem.evaluation.spares import Spares, wanted
 from stratagem.worker_api.protocol import EvalRequest
 
 __all__ = ["TIMING_CORES_MIN", "Executor", "LocalExecutor", "PinnedExecutor", "Slot", "gpu_slots", "make_executor",
@@ -244,7 +244,7 @@ class LocalExecutor:
             )
             req_json = req.model_dump_json()
             ahead = None
-            if self._cfg.spare_workers and not self._alone.get(slot.physical):
+            if wanted(self._cfg.spare_workers, slot.physical) and not self._alone.get(slot.physical):
                 ahead = self.spares.take(slot.index, req_json, settings)
                 # the slot's next worker starts now, while this one runs
                 self.spares.start(slot.index, req_json, settings, slot.device,

@@ -28,7 +28,7 @@ from typing import Any
 from stratagem.evaluation.queue import QueueDir
 from stratagem.evaluation.sandbox import SandboxSettings, run_worker
 from stratagem.evaluation.slots import Slot, make_slots
-from stratagem.evaluation.spares import Spares
+from stratagem.evaluation.spares import SPARE_MODES, Spares, wanted
 from stratagem.worker_api.places import cache_root
 
 SETTINGS = ("timeout_s", "network", "memory_limit_bytes", "max_response_bytes", "compile_stage",
@@ -108,10 +108,10 @@ async def evaluate(entry: dict[str, Any], slot: Slot, progress: Path | None = No
 
 
 def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None, poll_s: float,
-          name: str | None = None, log: Any = print, slots: int = 1, spare_workers: bool = True) -> int:
+          name: str | None = None, log: Any = print, slots: int = 1, spare_workers: str = "gpu") -> int:
     """Claim, evaluate and answer until the queue is empty (`once`) or `max_seconds` passed,
     `slots` requests at once (each in a slot of its own on the device, sharing its timing lock;
-    with `spare_workers`, each slot's next worker started ahead, `evaluation/spares.py`).
+    each slot's next worker started ahead where `spare_workers` says, `evaluation/spares.py`).
     Returns how many requests it answered."""
     t0 = time.monotonic()
     answered = [0]
@@ -121,7 +121,7 @@ def serve(queue: QueueDir, device: str, *, once: bool, max_seconds: float | None
     async def loop(slot: Slot) -> None:
         me = name or f"{platform.node()}:{os.getpid()}:{slot.physical}"
         me = me if slots == 1 else f"{me}/w{slot.index}"
-        spares = Spares() if spare_workers else None
+        spares = Spares() if wanted(spare_workers, slot.physical) else None
         if spares is not None:
             crew.join(spares)
         try:
@@ -172,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=None, help="exit after this long (a started request is finished)")
     ap.add_argument("--poll-s", type=float, default=0.5, help="seconds between looks at an empty queue")
     ap.add_argument("--lease-s", type=float, default=60.0, help="a claim not renewed for this long is redone elsewhere")
-    ap.add_argument("--no-spares", action="store_true",
-                    help="start no worker ahead of its request (each request starts its own process then)")
+    ap.add_argument("--spares", choices=SPARE_MODES, default="gpu",
+                    help="where each slot's next worker is started ahead of its request (default gpu: GPU slots only)")
     ap.add_argument("--slots", type=int, default=None,
                     help="requests evaluated at once on the device, sharing its timing lock, so one compiles while "
                          "another times (default 2 on a GPU, as workers_per_gpu; 1 on the CPU)")
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     slots = args.slots if args.slots is not None else (1 if args.device == "cpu" else 2)
     n = serve(QueueDir(args.queue, lease_s=args.lease_s), args.device, once=args.once,
               max_seconds=args.max_seconds, poll_s=args.poll_s, slots=slots,
-              spare_workers=not args.no_spares)
+              spare_workers=args.spares)
     print(f"stratagem worker: {n} requests answered", file=sys.stderr)
     return 0
 

@@ -19,6 +19,14 @@ from collections.abc import Callable
 
 from stratagem.evaluation.sandbox import Ahead, SandboxSettings, ahead_key, start_ahead
 
+SPARE_MODES = ("gpu", "always", "never")
+"""`[evaluation] spare_workers`: where slots get spares."""
+
+
+def wanted(mode: str, physical: str) -> bool:
+    """Whether a slot on `physical` (`cpu`, `cuda:N`) gets spares under `mode`."""
+    return mode == "always" or (mode == "gpu" and physical.startswith("cuda"))
+
 
 class Spares:
     """The spare workers of one executor's slots, in one event loop."""
