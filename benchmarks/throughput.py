@@ -127,13 +127,13 @@ async def _stream(a: argparse.Namespace, cache: Path, spares: bool, left: float)
     try:
         async with asyncio.timeout(left):
             t0 = time.monotonic()
-            await ev.baseline(problem)  # once per problem, before its designs, as a search does
+            baseline = await ev.baseline(problem)  # once per problem, before its designs, as a search does
             baseline_s = time.monotonic() - t0
             t1 = time.monotonic()
 
             async def writer(k: int) -> None:
                 for i in range(k, len(designs), a.writers):
-                    verdicts.append((await ev.evaluate(problem, designs[i])).verdict.status)
+                    verdicts.append((await ev.evaluate(problem, designs[i], baseline=baseline)).verdict.status)
 
             await asyncio.gather(*(writer(k) for k in range(a.writers)))
             wall = time.monotonic() - t1
@@ -200,6 +200,9 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--kernelbench", type=Path, help="KernelBench's folder (holding level1/...)")
     ap.add_argument("--problem", default="level1/19_ReLU", help="the problem under --kernelbench (relu, stream, inline)")
+    ap.add_argument("--problem-file", type=Path, help="without --kernelbench: the problem file (default the bundled "
+                    "examples/01_elementwise)")
+    ap.add_argument("--candidate", type=Path, help="with --problem-file: its honest design")
     ap.add_argument("--recipes-problem", default=None, help="the problem under --kernelbench for recipes (default --problem)")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {', '.join(PARTS)}")
     ap.add_argument("--max-seconds", type=float, default=450.0, help="the whole budget; parts that do not fit are skipped")
@@ -224,8 +227,8 @@ def main() -> int:
         a.candidate_path = tmp / "honest.py"
         a.candidate_path.write_text(honest(a.problem_path.read_text()))
     else:
-        a.problem_path = a.recipes_path = ROOT / "examples/01_elementwise/problem.py"
-        a.candidate_path = ROOT / "examples/01_elementwise/candidates/torch_rewrite.py"
+        a.problem_path = a.recipes_path = a.problem_file or ROOT / "examples/01_elementwise/problem.py"
+        a.candidate_path = a.candidate or ROOT / "examples/01_elementwise/candidates/torch_rewrite.py"
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
     if skip - set(PARTS):
         raise SystemExit(f"--skip: unknown parts {sorted(skip - set(PARTS))} (parts: {', '.join(PARTS)})")
