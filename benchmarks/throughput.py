@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 PARTS = ("relu", "stream", "inline", "commands", "recipes")
 TARGETS = {"relu_warm_s": "<= 4", "relu_cold_s": "<= 15", "inline_first_s": "<= 45", "stream_per_min": ">= 15",
-           "recipes_wall_s": "<= 90 (level 1)", "robertson_s": "<= 25", "dgemm_s": "<= 25"}
+           "recipes_wall_s": "<= 90 (level 1)", "robertson_s": "<= 25", "dgemm_s": "<= 25",
+           "window_sums_s": "(the CPU check's command problem)"}
 NEEDS = {"relu": 60.0, "stream": 60.0, "inline": 60.0, "commands": 60.0, "recipes": 90.0}
 """Seconds a part needs at least to be worth starting."""
 CONFIG: list[str] = []
@@ -169,7 +170,7 @@ def part_commands(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, An
         body = cli(["eval", str(problem), str(problem / "designs" / design), "--device", a.device], tmp / "cache-cmd",
                    left - (time.monotonic() - t0))
         out[key] = round(body["_wall_s"], 2)
-        out[key.replace("_s", "_status")] = _status(body)
+        out[key[:-2] + "_status"] = _status(body)
     return out
 
 
