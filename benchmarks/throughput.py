@@ -178,7 +178,8 @@ def part_recipes(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, Any
     problem = a.recipes_path
     body = cli(["run", str(problem), "--policy", "recipes", "--device", a.device, "--run-dir", str(tmp / "run-recipes")],
                tmp / "cache-recipes", left)
-    conf = body.get("confirmation") or {}
+    shown = cli(["show", str(tmp / "run-recipes")], tmp / "cache-recipes", 60.0)  # the run's round
+    conf = shown.get("confirmation") or {}
     return {"recipes_wall_s": round(body["_wall_s"], 2), "status": _status(body) if "_error" in body else "done",
             "confirm_blocks": conf.get("blocks"), "confirm_stop": conf.get("stop"),
             "confirm_wall_s": conf.get("wall_s"), "exit": body.get("_exit")}
