@@ -16,8 +16,8 @@ from stratagem.context import pike, render
 from stratagem.core.search import DesignView, Feedback, Plan, SearchState
 from stratagem.domains import get_domain
 from stratagem.domains.pytorch import domain as pt
-from stratagem.domains.pytorch import static
 from stratagem.domains.pytorch.problem import parse_problem
+from stratagem.domains.pytorch.static import checks as static
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVENANCE = ROOT / "src/stratagem/domains/pytorch/worker/provenance.py"

@@ -57,7 +57,7 @@ from stratagem.domains.pytorch.settings import (
     tolerances,
 )
 from stratagem.domains.pytorch.shapes import shape_variants
-from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
+from stratagem.domains.pytorch.static.checks import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
 from stratagem.worker_api.protocol import EvalRequest, SourceFile
 

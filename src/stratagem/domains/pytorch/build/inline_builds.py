@@ -53,15 +53,14 @@ from typing import Any
 
 import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where needed)
 
-from stratagem.domains.pytorch import header_diet, kernel_split
-from stratagem.domains.pytorch.build_cache import (
+from stratagem.domains.pytorch.build import builds, header_diet, kernel_split
+from stratagem.domains.pytorch.build.build_cache import (
     BuildCache,
     BuildEvent,
     build_slot,
     concurrent_builds,
     key_of,
 )
-from stratagem.domains.pytorch.worker import builds
 from stratagem.worker_api.machine_load import usable_cores
 
 PCH_VAR = "STRATAGEM_BUILD_PCH"
