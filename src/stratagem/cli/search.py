@@ -146,9 +146,9 @@ def show_cmd(
         failures_table,
         iterations_table,
         leaderboard,
-        spend_line,
         strategy_table,
     )
+    from stratagem.report.live import spend_line
     from stratagem.report.run_json import run_json
     from stratagem.search.api import show_run
     from stratagem.search.numbers import counts
@@ -257,14 +257,14 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     words the live view speaks (None: the default domain's)."""
     import asyncio
 
-    from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
-    from stratagem.report.live import LiveView
+    from stratagem.domains import names_of
+    from stratagem.report.leaderboard import failures_table, leaderboard, strategy_table
+    from stratagem.report.live import LiveView, spend_line
     from stratagem.report.run_json import design_json
     from stratagem.search.api import show_run
     from stratagem.search.headline import headline_of
     from stratagem.search.numbers import counts, passed
     from stratagem.search.policies.redteam import views as redteam
-    from stratagem.search.state import names_of
 
     with stopping_cleanly(console, as_json, f"everything so far is saved; continue with `stratagem resume {run_dir}`"):
         with LiveView(console, reference=names_of(domain).reference) as view:

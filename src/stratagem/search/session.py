@@ -33,15 +33,16 @@ from stratagem.core.search import (
     SearchState,
 )
 from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict
-from stratagem.domains import get_domain
+from stratagem.domains import get_domain, names_of
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.results import Baseline
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import probes
 from stratagem.search import state as st
 from stratagem.search.budget import PROBES_KEY, Budgets, Spend, evaluation_seconds
+from stratagem.search.inflight import InFlight
 from stratagem.search.numbers import counts as counts_of
-from stratagem.search.progress import InFlight, Progress, RunView
+from stratagem.search.progress import Progress, RunView
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
@@ -156,7 +157,7 @@ class RunSession:
         p.counts = counts_of(views)
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
-        slower = f" (slower than {st.names_of(self.problem.domain).reference})"
+        slower = f" (slower than {names_of(self.problem.domain).reference})"
         noise = {"within noise": " (within noise)", "slower": slower}.get(best.vs_reference() or "", "") if best else ""
         p.best_text = best.speedup_text() + noise if best else "-"
         if self.view is not None:

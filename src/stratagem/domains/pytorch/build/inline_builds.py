@@ -53,7 +53,7 @@ from typing import Any
 
 import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where needed)
 
-from stratagem.domains.pytorch.build import builds, header_diet, kernel_split
+from stratagem.domains.pytorch.build import builds
 from stratagem.domains.pytorch.build.build_cache import (
     BuildCache,
     BuildEvent,
@@ -216,7 +216,10 @@ def _with(note: str | None, not_split: str | None) -> str | None:
 def _attempts(a: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], str | None, dict[str, Any]]], str | None]:
     """The builds to try in the module docstring's order, each (call, note, cache-key inputs;
     the last one's note says why the lighter ones were not tried, or None), and why the sources
-    were not split (None: they were, or the split was not tried)."""
+    were not split (None: they were, or the split was not tried). The header tools load here,
+    on a design's first build: a design that builds nothing loads none of them."""
+    from stratagem.domains.pytorch.build import header_diet, kernel_split
+
     light, diet_note = _lightened(a)
     leaned, lean_note = _leaned(a)
     cut, split_note = _split(a)
@@ -236,6 +239,8 @@ def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     sources = _texts(a.get("cuda_sources"))
     if not sources or not _diet_on():
         return None, None
+    from stratagem.domains.pytorch.build import header_diet
+
     diet = header_diet.lighten(sources)
     if diet.sources is None:
         return None, f"skipped: {diet.skipped}" if diet.skipped else None
@@ -249,6 +254,8 @@ def _split(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     sources = _headerless(a, _split_on())
     if not sources:
         return None, None
+    from stratagem.domains.pytorch.build import kernel_split
+
     got = kernel_split.split(sources, _texts(a.get("cpp_sources")), _texts(a.get("extra_cuda_cflags")),
                              _texts(a.get("extra_cflags")))
     if got.cuda_sources is None:
@@ -274,6 +281,8 @@ def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     sources = _headerless(a, _diet_on())
     if not sources:
         return None, None
+    from stratagem.domains.pytorch.build import header_diet
+
     ops = _operator_folder()
     got = header_diet.lean(sources, _texts(a.get("cpp_sources")),
                            lambda n: ops is not None and (ops / f"{n}.h").is_file())
