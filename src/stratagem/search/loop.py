@@ -82,6 +82,8 @@ class SearchLoop:
             self.session.refresh()
 
         self.session.refresh()
+        if self.cfg.agents.model is not None:
+            self.session.prefetch("profile")  # the agents' first look, asked beside the baselines
         try:
             base = await self.session.evaluator.baseline(self.problem, refresh=True, on_stage=staged)
         finally:

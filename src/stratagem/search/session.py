@@ -88,6 +88,10 @@ class RunSession:
         self.iteration_ids: list[str] = []
         """The designs the iteration in progress evaluated (or linked), in order."""
         self._inflight: dict[str, asyncio.Future[Feedback]] = {}
+        self._probed: dict[tuple[str, str], asyncio.Future[Verdict | str]] = {}
+        """Probe answers by (mode, design id): the same probe of the same code runs once per
+        invocation (an agent's second `profile` of the reference is its first answer), and one
+        asked before anyone needs it (`prefetch`) is shared with whoever asks next."""
         self._views: dict[str, DesignView] | None = None
         self._norms: dict[str, str] | None = None
         self._harness_failures = 0
@@ -380,11 +384,26 @@ class RunSession:
         if graph is None:
             return f"`{mode}` is not offered for this problem"
         design, of = probes.target(self.problem, target, self.views())
-        verdict = await self._run_graph(graph, design, f"{author or 'an agent'}: {mode} of {of}")
+        key = (mode, design.id)
+        task = self._probed.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            what = f"{author or 'an agent'}: {mode} of {of}"
+            task = self._probed[key] = asyncio.ensure_future(self._run_graph(graph, design, what))
+        verdict = await asyncio.shield(task)
+        if isinstance(verdict, str) or verdict.status not in ("valid", "invalid"):
+            self._probed.pop(key, None)  # a budget, a busy or broken harness: asked again, it runs again
         if isinstance(verdict, str):
             return f"`{mode}` {verdict}" if verdict.startswith("not run") else f"`{mode}` of {of} {verdict}"
         floor = next((v.measures.floor_ms for v in reversed(self.views()) if v.measures.floor_ms), None)
         return probes.probe_text(mode, verdict, of, floor)
+
+    def prefetch(self, mode: ProbeMode, target: str = "reference") -> None:
+        """Start `mode` of `target` now, its verdict kept for the first agent that asks (on a
+        queue of batch calls to a GPU host, it rides with the work already queued instead of
+        costing a round trip of its own); nothing when the problem does not offer it."""
+        if mode in self.probes():
+            task = asyncio.ensure_future(self.probe(mode, target, author="the run"))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # never an unretrieved error
 
     async def audit(self, design_id: str) -> Verdict | str:
         graph = probes.graph_of(self.problem, "breach")
