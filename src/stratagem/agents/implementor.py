@@ -29,6 +29,7 @@ from stratagem.agents.tools import BaseDeps, Workdir, base_toolset, probe_toolse
 from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.config import EvaluationConfig
 from stratagem.context import render
+from stratagem.context.run_view import InFlight
 from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, ProbeMode, Session
@@ -137,6 +138,13 @@ class ImplementorTask:
     designs: Sequence[DesignView] = ()
     """The run's designs when the iteration began: the prompt shows the whole run's best and
     newest results from them (`run_view.run_so_far`)."""
+    in_flight: Sequence[InFlight] = ()
+    """The other Implementors of the iteration, asked at once with this one."""
+
+    def flying(self) -> InFlight:
+        """How the other Implementors see this one: its plan's strategy, start and variant."""
+        parents = lineage(self.plan)
+        return InFlight(self.worker, self.plan.strategy, parents[0] if parents else None, self.variant)
 
 
 def starting_files(plan: Plan, designs: Sequence[DesignView], main: str) -> dict[str, str]:
@@ -169,7 +177,7 @@ async def run_implementor(
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,
         max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars, variant=task.variant,
-        designs=task.designs,
+        designs=task.designs, in_flight=task.in_flight,
     )
 
     async def model_turn(req: WriteRequest) -> Written:
