@@ -280,3 +280,21 @@ def test_each_implementor_sees_the_run_s_best_and_the_attempts_since_its_plan_s_
     assert f"`{newer.id[:12]}` (refine): invalid: [correctness] wrong" in run  # made since the plan's design
     # issue 59 item 6: the answer after a failure report is labelled a fix
     assert [e["strategy"] for e in session.evaluations] == ["refine", "fix"]
+
+
+def test_each_implementor_sees_what_the_others_asked_with_it_attempt(tmp_path: Path) -> None:
+    # issue 59: Implementors asked at once see each other's variants, in flight
+    firsts: dict[str, str] = {}
+
+    def impl(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        first = user_prompts(m)[0]
+        firsts[first.split("\n")[0]] = first
+        return output(i, {"source": GOOD_SOURCE, "notes": "n"})
+
+    pol = policy(tmp_path, {"strategist": FunctionModel(plan_fn), "implementor": FunctionModel(impl)})
+    asyncio.run(pol.iterate(state(), FakeSession(verdict=valid_if(lambda s: True))))
+    one, two = firsts["# Task for implementor-1"], firsts["# Task for implementor-2"]
+    flying = "Attempts asked beside yours, in flight (not measured yet)"
+    assert "- two kernels, the second in place: implementor-2 (innovate)" in one.split(flying)[1]
+    assert "- one fused kernel: implementor-1 (innovate)" in two.split(flying)[1]
+    assert "implementor-1 (innovate)" not in one.split(flying)[1]

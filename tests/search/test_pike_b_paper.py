@@ -99,7 +99,7 @@ def test_a_phase_draws_on_the_library_with_the_original_program(tmp_path):
     assert sum(any(f"```python\n{store.design_source(i).strip()}\n```" in p for i in seeded) for p in improve) == 2
 
 
-def test_slots_of_one_seed_get_distinct_directions(tmp_path):
+def test_the_slots_of_a_phase_get_distinct_directions_the_best_gain_first(tmp_path):
     script = Script(ideas=3)
     loop, store, _ = make_pike_loop(tmp_path, "pike-b", script, max_queries=26,
                                     settings={"num_branches": 4})
@@ -109,19 +109,17 @@ def test_slots_of_one_seed_get_distinct_directions(tmp_path):
     for s in plan:
         by_seed.setdefault(s["parent"], []).append(s["direction"])
     assert sorted(len(d) for d in by_seed.values()) == [2, 2, 3, 3]
-    for dirs in by_seed.values():
-        assert all(dirs) and len(set(dirs)) == len(dirs)  # no two slots of a seed alike
+    dirs = [s["direction"] for s in plan if s["direction"]]
+    assert len(set(dirs)) == len(dirs)  # no two slots of the phase alike: parallel attempts differ
     # every phase-0 direction gained (each query's candidate is faster), so the directions are
-    # handed out by gain: each seed's first slot gets the one that gained most
+    # handed out by gain: the best seed's first slot gets the one that gained most
     phase0 = [v for v in loop.session.views() if any(k.startswith("slot p0/") for k in v.tags)]
     top = max(phase0, key=lambda v: v.speedup or 0.0)
-    firsts = {}
-    for s in plan:
-        firsts.setdefault(s["parent"], s["direction"])
-    assert set(firsts.values()) == {next(t["focus"] for k, t in top.tags.items() if k.startswith("slot p0/"))}
-    assert all(s["direction_why"].startswith("it produced gains in this run") for s in plan)
+    assert plan[0]["direction"] == next(t["focus"] for k, t in top.tags.items() if k.startswith("slot p0/"))
+    assert plan[0]["direction_why"].startswith("it produced gains in this run")
+    assert all(s["direction_why"] for s in plan if s["direction"])
     improve = _phase_calls(script)[4:14]
-    assert len(improve) == 10 and len(set(improve)) == 10 and all(FOCUS in p for p in improve)
+    assert len(improve) == 10 and len(set(improve)) == 10
 
 
 def test_the_paper_s_identical_prompts_on_request(tmp_path):
@@ -150,8 +148,9 @@ def test_phase_zero_fills_missing_ideas_with_distinct_directions():
         return [d.text if d else None for d in ds]
 
     dirs = texts(slot_directions([s for _, s in seeds], pool, used))
-    assert dirs[:3] == ["x", "y", "z"] and dirs[3:5] == ["y", "z"] and dirs[5] == "y"
-    assert texts(slot_directions(["a", "a"], pool, used)) == ["w", None]  # a's pool is spent
+    assert dirs == ["x", "y", "z", "w", None, None]  # one direction per slot of a step; then spent
+    assert texts(slot_directions(["b", "b"], pool, used)) == ["y", "z"]  # a later step: b was asked x and w
+    assert texts(slot_directions(["b"], pool, used)) == [None]  # b's pool is spent
     assert slot_directions(["a"], [], set()) == [None]
     # a direction tried without a clear gain is not recycled: the seed's directions are spent
     assert slot_directions(["c"], [Direction("v", "", "even")], set()) == [None]

@@ -127,31 +127,32 @@ class PikeBase(Generic[S]):
         (every known direction gained on, tried or contradicted for their seeds) and `fresh`,
         one brainstorm query asks for new directions, told what the run's directions measured,
         if the queries left hold it beside `per_slot` for each slot (its first query and a
-        fix); it is asked once per step (state `fresh`, so a resumed run does not ask again)."""
+        fix); it is asked once per step at most (state `fresh`: a resumed run does not ask again),
+        and never twice with the same request (the same evidence)."""
         saved = session.load_state("fresh")
         ideas = fresh_ideas(saved)
         pool, _ = ranked_directions(list(dict.fromkeys([*known, *ideas])), designs)
         chosen = slot_directions(seeds, pool, set(used))
         short = chosen.count(None)
         asked = saved.get("steps", []) if isinstance(saved, dict) else []
+        told = prompts.brainstorm(brief, min(short, FRESH_IDEAS_MAX), designs)
         left = session.budget_remaining().queries
         note = ""
-        if fresh and short >= 2 and step not in asked and (left is None or left >= 1 + per_slot * len(seeds)):
-            new, note = await self._fresh_brainstorm(brief, session, min(short, FRESH_IDEAS_MAX), designs,
-                                                     [*known, *ideas])
+        if (fresh and short >= 2 and step not in asked and (left is None or left >= 1 + per_slot * len(seeds))
+                and told != (saved.get("last") if isinstance(saved, dict) else None)):  # never the same ask twice
+            new, note = await self._fresh_brainstorm(session, told, min(short, FRESH_IDEAS_MAX), [*known, *ideas])
             ideas += new
-            session.save_state("fresh", {"ideas": ideas, "steps": [*asked, step]})
+            session.save_state("fresh", {"ideas": ideas, "steps": [*asked, step], "last": told})
             pool, _ = ranked_directions(list(dict.fromkeys([*known, *ideas])), designs)
         return Directions(slot_directions(seeds, pool, used), note)
 
-    async def _fresh_brainstorm(self, brief: ProblemBrief, session: Session, n: int,
-                                designs: Sequence[DesignView], known: Sequence[str]) -> tuple[list[str], str]:
-        """Up to `n` new directions from one brainstorm query (none the run knows already), and
-        the note saying what it gave."""
+    async def _fresh_brainstorm(self, session: Session, prompt: str, n: int,
+                                known: Sequence[str]) -> tuple[list[str], str]:
+        """Up to `n` new directions from one brainstorm query `prompt` (none the run knows
+        already), and the note saying what it gave."""
         session.set_status("brainstorm", "proposing new directions")
         with session.reserve(1) as r:
-            answer = await self.agents(session).ask("brainstorm", prompts.brainstorm(brief, n, designs),
-                                                    Tickets.of(r))
+            answer = await self.agents(session).ask("brainstorm", prompt, Tickets.of(r))
         seen = {k.strip().lower() for k in known}
         new = [i for i in dict.fromkeys(parse_ideas(answer.source or "", n)) if i.strip().lower() not in seen]
         session.set_status("brainstorm", f"{len(new)} new directions")

@@ -239,17 +239,21 @@ async def run_slot(
 
 def slot_directions(seeds: Sequence[str | None], pool: Sequence[Direction],
                     used: set[tuple[str | None, str]]) -> list[Direction | None]:
-    """A direction for each slot (its seed's id, None: the original program), so that no
-    (seed, direction) pair repeats in the run: `used` holds the pairs earlier phases asked (and
-    is extended with these). Each seed takes the first direction of `pool` (ranked by the run's
-    evidence: `run_view.ranked_directions`) it has not been asked with, one that gained or is
-    untried; None once none is left (the known directions are spent for that seed: a direction
-    tried without a clear gain is not recycled), or with no pool."""
+    """A direction for each slot of one step (its seed's id, None: the original program): the
+    first direction of `pool` (ranked by the run's evidence: `run_view.ranked_directions`) that
+    gained or is untried, that no other slot of the step takes (parallel attempts do not
+    re-derive one idea) and that the seed was never asked with (`used` holds the (seed,
+    direction) pairs earlier steps asked, and is extended with these). None once none is left:
+    the known directions are spent for that slot (a direction tried without a clear gain is
+    not recycled either), or with no pool."""
     out: list[Direction | None] = []
+    taken: set[str] = set()
     for seed in seeds:
-        fresh = next((d for d in pool if d.standing != "even" and (seed, d.text) not in used), None)
+        fresh = next((d for d in pool if d.standing != "even" and d.text not in taken
+                      and (seed, d.text) not in used), None)
         if fresh is not None:
             used.add((seed, fresh.text))
+            taken.add(fresh.text)
         out.append(fresh)
     return out
 
