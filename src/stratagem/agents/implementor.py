@@ -4,7 +4,7 @@ it validates.
 The output is a `CandidateOutput` (the whole design as the domain's prompts ask for it, and notes). An output validator runs
 the static checks, so a malformed or cheating answer costs one output retry, not an evaluation.
 Each answer is evaluated through the Session by the shared fix loop (`fix_loop.py`); a failure
-report goes back into the same conversation. The first answer is labelled with the plan's
+report goes back into the same conversation, with what the other writers measured since it began. The first answer is labelled with the plan's
 strategy, every later one `fix` (how it was made: after a failure report). The loop stops at a valid design, after `implementor_max_attempts` evaluations,
 when the conversation has used `implementor_token_limit` tokens, when a run budget is exhausted,
 or on an LLM failure; the result says which (failures are data).
@@ -29,7 +29,7 @@ from stratagem.agents.tools import BaseDeps, Workdir, base_toolset, probe_toolse
 from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.config import EvaluationConfig
 from stratagem.context import render
-from stratagem.context.run_view import InFlight
+from stratagem.context.run_view import InFlight, news
 from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, ProbeMode, Session
@@ -204,9 +204,15 @@ async def run_implementor(
             current = text_files(w.source, main)
         return w
 
+    told = [v.id for v in task.designs]
+    """The designs the conversation has been shown as results (the run's, then each turn's news)."""
+
     def next_prompt(fb: Feedback, attempts: int) -> str:
+        now = session.views()
+        new = news(now, told, task.worker, task.brief.domain)
+        told.extend(v.id for v in now)
         return render.render_implementor_feedback(fb, attempt=attempts, max_attempts=cfg.implementor_max_attempts,
-                                                  domain=task.brief.domain)
+                                                  domain=task.brief.domain, news=new)
 
     res = await fix_until_valid(
         session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,

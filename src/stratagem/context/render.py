@@ -423,9 +423,19 @@ def render_implementor(
 
 
 def render_implementor_feedback(
-    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str
+    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str,
+    news: str = "",
 ) -> str:
-    """The message that sends an evaluation's failures back into an Implementor's conversation."""
+    """The message that sends an evaluation's failures back into an Implementor's conversation,
+    with `news` (`run_view.news`: what the other writers measured since it began) after it."""
+    text = _implementor_feedback(feedback, attempt=attempt, max_attempts=max_attempts, report_chars=report_chars,
+                                 domain=domain)
+    return f"{text}\n\n{news}" if news else text
+
+
+def _implementor_feedback(
+    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int, domain: str
+) -> str:
     left = max_attempts - attempt
     remaining = (
         f"You have {left} evaluation{'s' if left != 1 else ''} left."

@@ -189,6 +189,21 @@ def _since(view: DesignView, start: DesignView | None) -> bool:
     return view.created_at > start.created_at
 
 
+def news(designs: Sequence[DesignView], known: Sequence[str], author: str, domain: str) -> str:
+    """The results a conversation's later turn is told (an Implementor's feedback): the designs
+    other writers had measured since it began (those not in `known`, by anyone but `author`),
+    best first, at most `COMPACT_SINCE_SHOWN`; '' when none."""
+    seen = set(known)
+    new = [v for v in designs if v.id not in seen and v.author != author]
+    if not new:
+        return ""
+    best = ranked(new)
+    rest = [v for v in reversed(new) if v not in best]
+    lines = [fill("evidence", "line", domain=None, short_id=short_id(v.id), how=how_made(v), outcome=outcome(v, domain))
+             for v in [*best, *rest][:COMPACT_SINCE_SHOWN]]
+    return fill("evidence", "news", domain=None, attempts="\n".join(lines))
+
+
 @dataclass(frozen=True)
 class Case:
     """One attempt that took a direction: its result's ratio against its starting design's."""
