@@ -7,8 +7,9 @@ generic directions when the ideas are fewer than the branches), each the start o
 Every later phase takes the previous phase's valid solutions (the best of each branch first,
 then the rest, fastest first, with the original program last as a fallback), draws `top_k`
 seeds and splits `queries_per_phase` improvement queries over them (`np.array_split`: 10 over
-4 is 3/3/2/2); each asks for a full rewrite, and the slots of one seed each get a distinct
-direction. Slots start one per seed first, so a short budget still reaches every seed. Every
+4 is 3/3/2/2); each asks for a full rewrite, and the slots of a phase each get a distinct
+direction (new ones from a fresh brainstorm when the known ones are spent). Slots start one
+per seed first, so a short budget still reaches every seed. Every
 failing candidate gets up to `max_fix_attempts` Error-Fixing rounds inside its phase. Every
 query (brainstorm, optimize, fix) is charged to the run's query budget; a phase reserves what
 it may use and a slot starts only when its whole allowance (1 + fixes) is free, so the budget
