@@ -331,6 +331,12 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
         os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    # a job a shell started in the background (`&`, nohup, a batch script) inherits SIGINT
+    # ignored, and asyncio only turns a SIGINT into a cancel where Python's own handler is set:
+    # without it, the SIGTERM above would become a Ctrl-C that nothing hears
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with exit_codes(console, as_json, (ConfigError, ProblemError)):
             try:
@@ -346,6 +352,8 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def next_steps(run_dir: Path, has_best: bool) -> str:
