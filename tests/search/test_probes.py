@@ -18,6 +18,7 @@ from stratagem.cli import main
 from stratagem.config import environment, load_config
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import load_problem
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 from stratagem.report.html import build_report
@@ -139,3 +140,22 @@ def test_show_and_the_report_count_the_tool_runs(tmp_path: Path, capsys: pytest.
     line = " ".join(capsys.readouterr().out.split())
     assert "evaluations 1 · tool runs 2 (check, profile) · device 3.0 s" in line
     assert "1 and 2 tool runs (check, profile) (3 s of worker time)" in build_report(run_dir, analyses=False)
+
+
+def test_an_audit_that_could_not_finish_judges_nothing(tmp_path: Path) -> None:
+    """A red-team audit killed at its run limit (a loaded machine) says nothing of the design:
+    no review calls it cheating; an audit that found a wrong output does."""
+    s = session(tmp_path)
+    rec = s.store.add_design(s.problem.id, candidate_design(GOOD))
+    verdicts = [Verdict((ValidatorResult("breach_audit", "failed", reason="killed at the 120 s run limit", kind="timeout"),)),
+                Verdict((ValidatorResult("breach_audit", "failed", reason="distributions: wrong", kind="wrong_output"),))]
+
+    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False) -> Verdict | str:
+        return verdicts.pop(0)
+
+    s._run_graph = fake_graph  # type: ignore[method-assign]
+    asyncio.run(s.audit(rec.id))
+    assert s.store.reviews() == []
+    asyncio.run(s.audit(rec.id))
+    [review] = s.store.reviews()
+    assert review.cheating and "distributions: wrong" in review.reason

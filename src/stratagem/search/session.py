@@ -32,7 +32,7 @@ from stratagem.core.search import (
     Reservation,
     SearchState,
 )
-from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict
+from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict, inconclusive
 from stratagem.domains import get_domain, names_of
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.results import Baseline
@@ -413,7 +413,7 @@ class RunSession:
         if design is None:
             return f"not run: no design {design_id[:12]} in this run"
         verdict = await self._run_graph(graph, design, f"red-team audit of {design_id[:10]}", compute_only=True)
-        if isinstance(verdict, Verdict) and verdict.status in ("valid", "invalid"):
+        if isinstance(verdict, Verdict) and verdict.status in ("valid", "invalid") and inconclusive(verdict) is None:
             first = verdict.failures[0] if verdict.failures else None
             reason = (f"red-team audit: {first.name}: {first.reason}" if first is not None
                       else "red-team audit passed: " + ", ".join(r.name for r in verdict.results))
