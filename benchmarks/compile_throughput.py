@@ -1,6 +1,6 @@
 """Benchmark (issue 28): how long a `load_inline` candidate's evaluation takes cold, again
 unchanged, and after a one-line change, with the shared build cache
-(`domains/pytorch/build_cache.py`, `worker/inline_builds.py`).
+(`domains/pytorch/build/build_cache.py`, `worker/inline_builds.py`).
 
 On `--device cuda`: a KernelBench-style CUDA ReLU (`#include <torch/extension.h>` in the .cu,
 as generated candidates write it) over `tests/fixtures/problem_relu.py`. On `--device cpu`
@@ -251,8 +251,8 @@ def nvcc_only(arch: str, repeat: int) -> list[dict[str, Any]]:
     lightened and lean one."""
     import torch.utils.cpp_extension as ext
 
-    from stratagem.domains.pytorch.header_diet import lean, lighten
-    from stratagem.domains.pytorch.kernel_split import split
+    from stratagem.domains.pytorch.build.header_diet import lean, lighten
+    from stratagem.domains.pytorch.build.kernel_split import split
 
     prefix = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # load_inline's
     written = _cuda_source()

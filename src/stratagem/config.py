@@ -116,7 +116,7 @@ class EvaluationConfig(BaseModel):
     build_cache: bool = True
     """Keep built `load_inline` extensions in a cache shared by every evaluation and run of
     this user, keyed by source, flags and toolchain, verified by hash when loaded
-    (`domains/pytorch/build_cache.py`; docs/timing.md, "Build cache")."""
+    (`domains/pytorch/build/build_cache.py`; docs/timing.md, "Build cache")."""
     build_cache_dir: Path | None = None
     """Where the build cache lives; None: `builds/` under the cache directory (`cache_dir`)."""
     lock_wait_timeout_s: float = Field(default=3600.0, gt=0)

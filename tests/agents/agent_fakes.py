@@ -62,9 +62,18 @@ class FakeSession:
             {"source": source, "strategy": strategy, "parents": tuple(parents), "author": author}
         )
         await asyncio.sleep(0)
-        if self.verdict is not None:
-            return self.verdict(source)
-        return Feedback(design_id(source), "valid", "All validators passed.", 1.0, 2.0)
+        fb = (self.verdict(source) if self.verdict is not None
+              else Feedback(design_id(source), "valid", "All validators passed.", 1.0, 2.0))
+        self.measured.append(DesignView(fb.design_id, source, fb.status, None, strategy, author, tuple(parents),
+                                        fb.runtime_ms, fb.speedup, report=fb.report,
+                                        created_at=float(len(self.measured) + 1)))
+        return fb
+
+    measured: list[DesignView] = field(default_factory=list)
+    """Every design evaluated, as `views` shows it."""
+
+    def views(self) -> list[DesignView]:
+        return list(self.measured)
 
     def record_call(self, call: AgentCall) -> None:
         self.calls.append(call)

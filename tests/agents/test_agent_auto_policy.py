@@ -280,3 +280,45 @@ def test_each_implementor_sees_the_run_s_best_and_the_attempts_since_its_plan_s_
     assert f"`{newer.id[:12]}` (refine): invalid: [correctness] wrong" in run  # made since the plan's design
     # issue 59 item 6: the answer after a failure report is labelled a fix
     assert [e["strategy"] for e in session.evaluations] == ["refine", "fix"]
+
+
+def test_each_implementor_sees_what_the_others_asked_with_it_attempt(tmp_path: Path) -> None:
+    # issue 59: Implementors asked at once see each other's variants, in flight
+    firsts: dict[str, str] = {}
+
+    def impl(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        first = user_prompts(m)[0]
+        firsts[first.split("\n")[0]] = first
+        return output(i, {"source": GOOD_SOURCE, "notes": "n"})
+
+    pol = policy(tmp_path, {"strategist": FunctionModel(plan_fn), "implementor": FunctionModel(impl)})
+    asyncio.run(pol.iterate(state(), FakeSession(verdict=valid_if(lambda s: True))))
+    one, two = firsts["# Task for implementor-1"], firsts["# Task for implementor-2"]
+    flying = "Attempts asked beside yours, in flight (not measured yet)"
+    assert "- two kernels, the second in place: implementor-2 (innovate)" in one.split(flying)[1]
+    assert "- one fused kernel: implementor-1 (innovate)" in two.split(flying)[1]
+    assert "implementor-1 (innovate)" not in one.split(flying)[1]
+
+
+def test_an_implementor_s_fix_round_is_told_what_the_others_measured_since(tmp_path: Path) -> None:
+    # issue 59: a later turn of a conversation learns the other Implementors' results
+    later: list[str] = []
+
+    async def impl(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        prompts = user_prompts(m)
+        if "# Task for implementor-2" in prompts[0]:
+            return output(i, {"source": GOOD_SOURCE, "notes": "n"})
+        if len(prompts) == 1:
+            await asyncio.sleep(0.05)  # implementor-2 is measured first
+            return output(i, {"source": WRONG_SOURCE, "notes": "n"})
+        later.append(prompts[-1])
+        return output(i, {"source": GOOD_SOURCE + "\n_FIXED = 1\n", "notes": "n"})
+
+    pol = policy(tmp_path, {"strategist": FunctionModel(plan_fn), "implementor": FunctionModel(impl)})
+    session = FakeSession(verdict=valid_if(lambda s: s != WRONG_SOURCE))
+    asyncio.run(pol.iterate(state(), session))
+    [feedback] = later
+    assert "did not pass. The validators reported" in feedback
+    news = feedback.split("Measured by the other writers since your task began")[1]
+    assert f"`{design_id(GOOD_SOURCE)[:12]}` (innovate): valid, 3.00x" in news
+    assert design_id(WRONG_SOURCE)[:12] not in news  # its own design is the report above

@@ -16,8 +16,9 @@ from stratagem.context import pike, render
 from stratagem.core.search import DesignView, Feedback, Plan, SearchState
 from stratagem.domains import get_domain
 from stratagem.domains.pytorch import domain as pt
-from stratagem.domains.pytorch import static
+from stratagem.domains.pytorch import rules as pr
 from stratagem.domains.pytorch.problem import parse_problem
+from stratagem.domains.pytorch.static import checks as static
 
 ROOT = Path(__file__).resolve().parents[2]
 PROVENANCE = ROOT / "src/stratagem/domains/pytorch/worker/provenance.py"
@@ -52,7 +53,7 @@ def brief(rules: tuple[str, ...], device: str = "cuda:0") -> render.ProblemBrief
 
 
 def rules(settings: str = "", **cfg: object) -> tuple[str, ...]:
-    return pt.agent_rules(problem(settings), EvaluationConfig(**cfg))  # type: ignore[arg-type]
+    return pr.agent_rules(problem(settings), EvaluationConfig(**cfg))  # type: ignore[arg-type]
 
 
 # -- the tables -------------------------------------------------------------------------------
@@ -67,8 +68,8 @@ def test_every_static_check_has_prompt_text(check: static.StaticCheck) -> None:
 
 def test_every_validator_and_policy_has_prompt_text() -> None:
     stages = {s.name for s in (*pt.DEFAULT_GRAPH, pt.STRICT_EXTRA)}
-    assert stages <= set(pt.STAGE_RULES), f"validators without prompt text: {stages - set(pt.STAGE_RULES)}"
-    assert set(get_args(static.IntegrityPolicy)) <= set(pt.POLICY_RULES)
+    assert stages <= set(pr.STAGE_RULES), f"validators without prompt text: {stages - set(pr.STAGE_RULES)}"
+    assert set(get_args(static.IntegrityPolicy)) <= set(pr.POLICY_RULES)
 
 
 def test_the_strict_share_stated_is_the_one_the_worker_enforces() -> None:
@@ -77,7 +78,7 @@ def test_the_strict_share_stated_is_the_one_the_worker_enforces() -> None:
                  and any(isinstance(t, ast.Name) and t.id == "OWN_TIME_FRACTION" for t in n.targets)
                  and isinstance(n.value, ast.Constant))
     assert value == 0.5, "the prompts say 'at least half': update STAGE_RULES and POLICY_RULES"
-    assert "at least half" in pt.STAGE_RULES["provenance"] and "at least half" in pt.POLICY_RULES["strict"]
+    assert "at least half" in pr.STAGE_RULES["provenance"] and "at least half" in pr.POLICY_RULES["strict"]
 
 
 def test_the_rules_follow_the_policy_the_correctness_rule_and_the_graph() -> None:
@@ -170,6 +171,6 @@ def test_the_first_strategist_prompt_of_a_run_has_the_rules_and_the_budget(tmp_p
     from stratagem.domains.pytorch.problem import load_problem
 
     prompt = first_prompt_of_a_run(tmp_path)
-    every_rule_in(prompt, pt.agent_rules(load_problem(PROBLEM), EvaluationConfig(device="cpu")))  # the run's device
+    every_rule_in(prompt, pr.agent_rules(load_problem(PROBLEM), EvaluationConfig(device="cpu")))  # the run's device
     assert "## Budget\n\nThis is iteration 1 of 1." in prompt
     assert "This is the last iteration (the run ends after iteration 1)" in prompt

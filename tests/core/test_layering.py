@@ -24,8 +24,8 @@ PKG = Path(stratagem.__file__).resolve().parent  # the package the other tests i
 SRC = PKG.parent
 
 WORKER_TORCH_MODULES = frozenset(
-    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "builds", "memory", "environment", "confirm", "device_use", "inline_builds", "context", "prebuild", "precision", "profile", "correctness", "redteam.audit", "redteam.timing", "redteam.fired", "referee")
-)
+    f"stratagem.domains.pytorch.worker.{m}" for m in ("runtime", "compare", "timing", "stages", "guard", "integrity", "audit", "roofline", "provenance", "anchor", "params", "timed", "record", "judge", "ipc", "memory", "environment", "confirm", "device_use", "context", "prebuild", "precision", "profile", "correctness", "redteam.audit", "redteam.timing", "redteam.fired", "referee")
+) | {"stratagem.domains.pytorch.build.builds", "stratagem.domains.pytorch.build.inline_builds"}
 """The only modules allowed to import torch (or triton): they run inside the sandboxed worker."""
 
 ENV_READERS = frozenset({"stratagem.config", "stratagem.evaluation.queue_worker"})
@@ -41,10 +41,10 @@ ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     "stratagem.domains.pytorch.worker.environment": frozenset({"CUDA_VISIBLE_DEVICES"}),
     # The build root torch itself uses for extensions: the slot's TORCH_EXTENSIONS_DIR, read
     # the way torch reads it, so the worker claims the directory its builds really use.
-    "stratagem.domains.pytorch.worker.builds": frozenset({"TORCH_EXTENSIONS_DIR"}),
+    "stratagem.domains.pytorch.build.builds": frozenset({"TORCH_EXTENSIONS_DIR"}),
     # The build cache the slot names, the header switch, the architecture a prebuild worker
     # builds for (no GPU to ask), and the toolchain a build's key records.
-    "stratagem.domains.pytorch.worker.inline_builds": frozenset({
+    "stratagem.domains.pytorch.build.inline_builds": frozenset({
         "STRATAGEM_BUILD_CACHE", "STRATAGEM_BUILD_PCH", "STRATAGEM_BUILD_HEADER_DIET", "STRATAGEM_BUILD_ARCH", "CXX",
         "CC", "CUDAHOSTCXX", "CUDA_HOME", "TORCH_CUDA_ARCH_LIST"}),
 }

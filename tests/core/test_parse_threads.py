@@ -19,7 +19,7 @@ import pytest
 
 from stratagem.core import pysyntax
 
-SOURCE = (Path(pysyntax.__file__).parents[1] / "domains/pytorch/static.py").read_text()
+SOURCE = (Path(pysyntax.__file__).parents[1] / "domains/pytorch/static/checks.py").read_text()
 
 
 class _Cycle:

@@ -15,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.domains.pytorch import build_cache
-from stratagem.domains.pytorch.build_cache import BuildCache, build_slot, concurrent_builds, key_of
-from stratagem.domains.pytorch.worker import inline_builds
+from stratagem.domains.pytorch.build import build_cache, inline_builds
+from stratagem.domains.pytorch.build.build_cache import (
+    BuildCache,
+    build_slot,
+    concurrent_builds,
+    key_of,
+)
 from stratagem.domains.pytorch.worker.device_use import DeviceUse
 
 ROOT = Path(__file__).resolve().parents[2]

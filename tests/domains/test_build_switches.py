@@ -11,8 +11,8 @@ import pytest
 
 from stratagem.config import load_config
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.build import inline_builds
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.worker import inline_builds
 from stratagem.errors import ConfigError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from stratagem.domains.pytorch import build_cache, header_diet, kernel_split
-from stratagem.domains.pytorch.build_cache import BuildCache, key_of
-from stratagem.domains.pytorch.header_diet import lighten
-from stratagem.domains.pytorch.worker import inline_builds
+from stratagem.domains.pytorch.build import build_cache, header_diet, inline_builds, kernel_split
+from stratagem.domains.pytorch.build.build_cache import BuildCache, key_of
+from stratagem.domains.pytorch.build.header_diet import lighten
 
 KERNELBENCH_RELU = r"""
 #include <torch/extension.h>

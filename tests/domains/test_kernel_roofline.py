@@ -12,7 +12,13 @@ from types import SimpleNamespace
 import torch
 
 from stratagem.domains.pytorch.kernel_roofline import kernel_table
-from stratagem.domains.pytorch.worker.profile import kernel_rows, operator_rows, table
+from stratagem.domains.pytorch.worker.profile import (
+    kernel_rows,
+    operator_rows,
+    table,
+    with_dtypes,
+    work_of,
+)
 from stratagem.search.probes import profile_lines
 
 PEAKS = {"bandwidth_gbps": 3000.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0, "bfloat16": 800.0}}
@@ -61,6 +67,29 @@ def test_a_kernel_split_over_an_operators_launches_shares_its_work_by_time():
     mm = op("aten::addmm", [[1024], [64, 1024], [1024, 1024]], ["float", "float", "float"], flops=1000)
     rows = {r[0]: r for r in kernel_rows([launch(mm, ("gemm", 30.0)), launch(mm, ("splitk_reduce", 10.0))])}
     assert rows["gemm"][4] == 750 and rows["splitk_reduce"][4] == 250
+
+
+def test_a_launch_listed_under_an_operator_and_its_callee_counts_once():
+    """torch 2.11 lists one softmax launch under `aten::softmax` and again under the
+    `aten::_softmax` it calls: one launch, its time once, its operator's bytes once; two real
+    launches of one kernel under two operators stay two."""
+    outer = op("aten::softmax", [[4096, 1024], [], []], ["float", "Scalar", "Scalar"])
+    inner = op("aten::_softmax", [[4096, 1024], [], []], ["float", "Scalar", "Scalar"], parent=outer)
+    outer.kernels = inner.kernels = [SimpleNamespace(name="cunn_SoftMaxForward", duration=8450.0)]
+    again = op("aten::_softmax", [[4096, 1024], [], []], ["float", "Scalar", "Scalar"])
+    again.kernels = [SimpleNamespace(name="cunn_SoftMaxForward", duration=8450.0)]
+    rows = {r[0]: r for r in kernel_rows([outer, inner])}
+    assert rows["cunn_SoftMaxForward"][1:4] == [8450.0, 1, 4096 * 1024 * 4]
+    rows = {r[0]: r for r in kernel_rows([outer, inner, again])}
+    assert rows["cunn_SoftMaxForward"][1:4] == [16900.0, 2, 2 * 4096 * 1024 * 4]
+
+
+def test_dtypes_come_from_the_profilers_own_results_where_events_lack_them():
+    bare = SimpleNamespace(id=7, name="aten::relu", input_shapes=[[1024]])
+    kin = SimpleNamespace(correlation_id=lambda: 7, dtypes=lambda: ["float"])
+    prof = SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: [kin]))
+    with_dtypes([bare], prof)
+    assert bare.input_dtypes == ["float"] and work_of(bare) == (4096, None, "float")
 
 
 def test_without_peaks_the_rows_keep_their_times_and_rates():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.domains.pytorch.kernel_split import MARK, STUB_PREFIX, split
+from stratagem.domains.pytorch.build.kernel_split import MARK, STUB_PREFIX, split
 
 RELU = r"""
 #include <torch/extension.h>

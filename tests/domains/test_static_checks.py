@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stratagem.domains.pytorch.problem import load_problem, parse_problem
-from stratagem.domains.pytorch.static import (
+from stratagem.domains.pytorch.static.checks import (
     DEFAULT_CHECKS,
     REGISTRY,
     Finding,

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.domains.pytorch import ast_scan
-from stratagem.domains.pytorch.ast_scan import Aliases
-from stratagem.domains.pytorch.native_scan import clean, namespace_state, static_variables
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.static import (
+from stratagem.domains.pytorch.static import ast_scan
+from stratagem.domains.pytorch.static.ast_scan import Aliases
+from stratagem.domains.pytorch.static.checks import (
     DEFAULT_CHECKS,
     REGISTRY,
     checks_for_policy,
     run_static_checks,
 )
+from stratagem.domains.pytorch.static.native_scan import clean, namespace_state, static_variables
 from stratagem.errors import ConfigError
 
 

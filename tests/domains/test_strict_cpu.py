@@ -9,7 +9,7 @@ import pytest
 
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
+from stratagem.domains.pytorch.static.checks import checks_for_policy, run_static_checks
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -21,7 +21,7 @@ from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
+from stratagem.domains.pytorch.static.checks import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.worker import provenance, runtime
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator

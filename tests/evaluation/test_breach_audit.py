@@ -123,8 +123,15 @@ def test_a_shortcut_the_harness_neutralized_passes_and_says_what_fired(name: str
 @pytest.mark.parametrize("case", sorted(CHEATS))
 def test_the_audit_catches_what_the_harness_accepted(case: str, cpu_config: EvaluationConfig) -> None:
     problem, candidate, check = CHEATS[case]
-    ev = _evaluate(cpu_config, problem, candidate, breach_graph("lenient"))
-    audit = ev.verdict.result("breach_audit")
+    for _ in range(3):  # a timing check on a loaded machine is inconclusive (busy), never a catch: measure again
+        ev = _evaluate(cpu_config, problem, candidate, breach_graph("lenient"))
+        audit = ev.verdict.result("breach_audit")
+        busy = audit is not None and audit.outcome == "passed" and str(
+            _checks(ev).get(check, {}).get("evidence", "")).startswith("inconclusive: the machine was busy")
+        if not busy:
+            break
+    else:
+        pytest.skip(f"{check} stayed inconclusive: the machine was busy in three audits")
     assert ev.verdict.status == "invalid" and audit is not None and audit.outcome == "failed", ev.verdict.report()
     checks = _checks(ev)
     failed = [c for c in checks.values() if c["ok"] is False]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.pytorch import domain
+from stratagem.domains.pytorch.build import builds
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.domains.pytorch.worker import builds
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 
@@ -63,7 +63,7 @@ def test_a_live_claim_is_waited_for_and_a_dead_one_is_not(tmp_path) -> None:
 
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-        "from stratagem.domains.pytorch.worker import builds; builds.claim(Path(sys.argv[2])); "
+        "from stratagem.domains.pytorch.build import builds; builds.claim(Path(sys.argv[2])); "
         "print('held', flush=True); time.sleep(600)"), str(ROOT / "src"), str(tmp_path)],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -71,7 +71,7 @@ def test_a_live_claim_is_waited_for_and_a_dead_one_is_not(tmp_path) -> None:
     (tmp_path / "ext" / "lock").touch()  # a live build's baton: left alone while the claim is held
     waiter = subprocess.Popen([sys.executable, "-c", (
         "import sys; sys.path.insert(0, sys.argv[1]); from pathlib import Path; "
-        "from stratagem.domains.pytorch.worker import builds; print(builds.claim(Path(sys.argv[2])), flush=True)"),
+        "from stratagem.domains.pytorch.build import builds; print(builds.claim(Path(sys.argv[2])), flush=True)"),
         str(ROOT / "src"), str(tmp_path)], stdout=subprocess.PIPE, text=True)
     time.sleep(1.0)
     assert waiter.poll() is None and (tmp_path / "ext" / "lock").exists()  # waiting: the holder is alive

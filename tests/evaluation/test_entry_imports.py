@@ -61,3 +61,16 @@ def test_the_eval_parent_loads_no_search_or_agents() -> None:
     assert len(loaded) <= PARENT_LIMIT, f"{len(loaded)} stratagem modules: {loaded}"
     assert not [m for m in loaded if m.startswith(("stratagem.search.loop", "stratagem.search.session",
                                                    "stratagem.agents", "stratagem.context"))], loaded
+
+
+def test_each_command_is_registered_by_the_module_the_cli_imports_for_it() -> None:
+    """`stratagem CMD` imports only `COMMANDS[CMD]`'s module: every command `app` has must be
+    registered there (a command missing from the map still runs: every module is imported)."""
+    from stratagem.cli import COMMANDS, register
+    from stratagem.cli.common import app
+
+    register([])
+    found = {(c.name or ""): c.callback.__module__ for c in app.registered_commands if c.callback}
+    found |= {(g.name or ""): c.callback.__module__ for g in app.registered_groups if g.typer_instance
+              for c in g.typer_instance.registered_commands if c.callback}  # `analyze`
+    assert found == {name: f"stratagem.cli.{module}" for name, module in COMMANDS.items()}

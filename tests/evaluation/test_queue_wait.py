@@ -241,3 +241,17 @@ def test_the_cli_stops_a_run_no_worker_serves_with_exit_75_and_says_how_to_go_on
     assert main(["run", str(PROBLEM), "--queue", str(q), "--queue-wait", "0"]) == 2  # named, not a traceback
     bad = capsys.readouterr()
     assert "--queue-wait" in bad.out + bad.err
+
+
+def test_redteam_evaluates_through_a_queue_too(tmp_path, capsys):
+    """A red-team run on a GPU that only batch calls reach goes through the ferry like a search:
+    its evaluations are queue requests, and with no worker it stops cleanly (exit 75)."""
+    from stratagem.cli import main
+
+    run_dir, q = tmp_path / "run", tmp_path / "fq"
+    code = main(["redteam", str(PROBLEM), "--device", "cpu", "--model", "test", "--max-queries", "1",
+                 "--queue", str(q), "--queue-wait", "0.5", "--run-dir", str(run_dir)])
+    out = capsys.readouterr().out
+    assert code == 75, out
+    assert f"stratagem resume {run_dir}" in out
+    assert list((q / "requests").iterdir())  # the baselines' request waits for a worker

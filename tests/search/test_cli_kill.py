@@ -40,16 +40,19 @@ def rows(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-def start(tmp_path: Path, config_extra: str = "", **extra_env: str) -> tuple[subprocess.Popen, Path]:
+def start(tmp_path: Path, config_extra: str = "", background: bool = False,
+          **extra_env: str) -> tuple[subprocess.Popen, Path]:
     """`stratagem run` started, and left running once its first design is recorded (its worker
-    is running then); `config_extra` is added to the `[evaluation]` section."""
+    is running then); `config_extra` is added to the `[evaluation]` section; `background`: as a
+    shell starts a job with `&` (SIGINT ignored)."""
     cfg = tmp_path / "run.toml"
     cfg.write_text(CONFIG.replace("[evaluation]\n", "[evaluation]\n" + config_extra, 1))
     run_dir = tmp_path / "run"
     env = {**os.environ, "STRATAGEM_CACHE_DIR": str(tmp_path / "cache"), **extra_env}
     proc = subprocess.Popen([sys.executable, "-m", "stratagem", "run", str(PROBLEM), "--run-dir", str(run_dir),
                              "--config", str(cfg), "--json"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if background else None)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not rows(run_dir / "run.db", "SELECT id FROM designs"):
         time.sleep(0.05)
@@ -96,13 +99,16 @@ def test_sigkill_mid_evaluation_then_resume(tmp_path):
     assert rows(db, "SELECT status FROM run") == [("finished",)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_or_sigterm_stops_cleanly_and_resume_finishes(tmp_path, sig):
+@pytest.mark.parametrize(("sig", "background"), [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGTERM, True)],
+                         ids=["ctrl-c", "sigterm", "sigterm-background-job"])
+def test_ctrl_c_or_sigterm_stops_cleanly_and_resume_finishes(tmp_path, sig, background):
     """Ctrl-C, and SIGTERM (`kill`, `timeout`) the same way: exit 130 with the resume command
-    for the real directory, the run marked interrupted, no worker directories left behind."""
+    for the real directory, the run marked interrupted, no worker directories left behind; a
+    run a shell started in the background (SIGINT ignored: a nohup'd search, a batch script)
+    stops on SIGTERM too."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    proc, run_dir = start(tmp_path, TMPDIR=str(tmp))
+    proc, run_dir = start(tmp_path, background=background, TMPDIR=str(tmp))
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -14,6 +14,7 @@ from stratagem.cli import main
 from stratagem.core.confirmed import ConfirmedDesign, between_blocks, per_block, ranked
 from stratagem.core.paired import Ratio
 from stratagem.core.search import ranked as ranked_views
+from stratagem.domains import names_of
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
@@ -22,7 +23,7 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search.confirm import confirm_run, rotated
 from stratagem.search.export import exported_source
 from stratagem.search.headline import headline_of
-from stratagem.search.state import names_of, stored_views
+from stratagem.search.state import stored_views
 from stratagem.store.sqlite import RunStore
 
 PAIRED = Path(__file__).resolve().parents[1] / "fixtures" / "paired"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from stratagem.core.search import DesignView
+from stratagem.domains import names_of
 from stratagem.report.leaderboard import leaderboard
-from stratagem.search.state import names_of
 
 
 def _text(table) -> str:

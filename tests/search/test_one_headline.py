@@ -18,6 +18,7 @@ from test_report_html import fake_run
 from stratagem.cli import main
 from stratagem.core.design import files_text
 from stratagem.core.search import DesignView
+from stratagem.domains import names_of
 from stratagem.mcp.harness import run_entry
 from stratagem.report.compare import compare_runs, table
 from stratagem.report.html import build_report
@@ -25,7 +26,6 @@ from stratagem.report.suite import ProblemRow, fast_p, rows_of
 from stratagem.search.api import show_run
 from stratagem.search.export import exported_files, provenance_lines, write_files
 from stratagem.search.headline import ratios_of
-from stratagem.search.state import names_of
 from stratagem.store.records import OLD_REFERENCE_KEY
 
 PT = names_of("pytorch")

@@ -20,6 +20,7 @@ from test_loop import make_loop
 
 from stratagem.cli import main
 from stratagem.core.search import DesignView
+from stratagem.domains import names_of
 from stratagem.report import figures
 from stratagem.report.html import build_report
 from stratagem.report.leaderboard import failures_table, iterations_table, leaderboard
@@ -28,7 +29,6 @@ from stratagem.search.api import show_run
 from stratagem.search.export import provenance_lines
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import counts
-from stratagem.search.state import names_of
 from stratagem.store.records import IterationRecord
 
 PT = names_of("pytorch")

@@ -57,7 +57,8 @@ def test_phase_zero_asks_one_query_per_brainstormed_idea(tmp_path):
     loop, store, _ = make_pike_loop(tmp_path, "pike-b", script, max_queries=11)
     asyncio.run(loop.run())
     first = [p for r, p in script.calls if r == "optimize"][:10]
-    focus = [p.split("Focus specifically on the following optimization task:")[1].strip() for p in first]
+    focus = [p.split("Focus specifically on the following optimization task:")[1].strip().splitlines()[0]
+             for p in first]
     assert len(set(focus)) == 10 and focus[:3] == ["idea number 0", "idea number 1", "idea number 2"]
     assert store.policy_state("pike-b/ideas")["ideas"][:4] == ["idea number 0", "idea number 1",
                                                                 "idea number 2", "idea number 0"]

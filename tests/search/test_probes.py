@@ -16,7 +16,9 @@ from fakes import FakeEvaluator, src
 
 from stratagem.cli import main
 from stratagem.config import environment, load_config
+from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import load_problem
+from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
 from stratagem.report.html import build_report
@@ -70,6 +72,40 @@ def test_check_and_profile_run_in_the_harness_and_count_in_the_spend(tmp_path: P
     assert again.spend.probes == 3
 
 
+def test_a_probe_of_the_same_code_runs_once_and_a_prefetched_one_is_shared(tmp_path: Path) -> None:
+    """On a queue of batch calls to a GPU host every probe is a round trip of minutes: the
+    reference's profile asked beside the baselines (`prefetch`) answers the agent that asks for
+    it, the same probe asked twice (or at once by two agents) runs once, and one that did not
+    run (a budget used up) runs again when asked again."""
+    s = session(tmp_path)
+    runs: list[str] = []
+    refuse = [True]
+
+    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False) -> Verdict | str:
+        runs.append(what)
+        await asyncio.sleep(0.01)
+        if refuse[0]:
+            return "not run: max_gpu_seconds used up"
+        return Verdict((ValidatorResult("load", "passed"), ValidatorResult("kernels", "passed", details={"rows": []})))
+
+    s._run_graph = fake_graph  # type: ignore[method-assign]
+
+    async def go() -> list[str]:
+        first = await s.probe("profile", "reference", author="strategist")
+        refuse[0] = False
+        s.prefetch("profile")
+        return [first, *await asyncio.gather(s.probe("profile", "reference", author="strategist"),
+                                             s.probe("profile", "reference", author="analyst")),
+                await s.probe("check", GOOD), await s.probe("check", GOOD), await s.probe("check", WRONG)]
+
+    refused, *answers = asyncio.run(go())
+    assert refused.startswith("`profile` not run")
+    assert runs == ["strategist: profile of the reference", "the run: profile of the reference",
+                    "an agent: check of this code", "an agent: check of this code"]
+    assert answers[0] == answers[1] and "profile of one warm call of the reference" in answers[0]
+    assert answers[2] == answers[3]
+
+
 def test_the_command_domain_offers_check_alone() -> None:
     problem = load_problem(ROOT / "examples" / "command" / "window_sums")
     assert probes.offered(problem) == ("check",)
@@ -104,3 +140,22 @@ def test_show_and_the_report_count_the_tool_runs(tmp_path: Path, capsys: pytest.
     line = " ".join(capsys.readouterr().out.split())
     assert "evaluations 1 · tool runs 2 (check, profile) · device 3.0 s" in line
     assert "1 and 2 tool runs (check, profile) (3 s of worker time)" in build_report(run_dir, analyses=False)
+
+
+def test_an_audit_that_could_not_finish_judges_nothing(tmp_path: Path) -> None:
+    """A red-team audit killed at its run limit (a loaded machine) says nothing of the design:
+    no review calls it cheating; an audit that found a wrong output does."""
+    s = session(tmp_path)
+    rec = s.store.add_design(s.problem.id, candidate_design(GOOD))
+    verdicts = [Verdict((ValidatorResult("breach_audit", "failed", reason="killed at the 120 s run limit", kind="timeout"),)),
+                Verdict((ValidatorResult("breach_audit", "failed", reason="distributions: wrong", kind="wrong_output"),))]
+
+    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False) -> Verdict | str:
+        return verdicts.pop(0)
+
+    s._run_graph = fake_graph  # type: ignore[method-assign]
+    asyncio.run(s.audit(rec.id))
+    assert s.store.reviews() == []
+    asyncio.run(s.audit(rec.id))
+    [review] = s.store.reviews()
+    assert review.cheating and "distributions: wrong" in review.reason

@@ -10,7 +10,7 @@ from test_recipes import assert_same_outputs
 
 from stratagem.domains import parse_problem
 from stratagem.domains.pytorch.recipes import catalog as rc
-from stratagem.domains.pytorch.static import run_static_checks
+from stratagem.domains.pytorch.static.checks import run_static_checks
 
 MINGPT = '''\
 import math

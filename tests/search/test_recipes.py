@@ -21,7 +21,7 @@ from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem, parse_problem
 from stratagem.domains.pytorch.recipes import catalog as rc
 from stratagem.domains.pytorch.recipes.policy import RecipesPolicy
-from stratagem.domains.pytorch.static import run_static_checks
+from stratagem.domains.pytorch.static.checks import run_static_checks
 from stratagem.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

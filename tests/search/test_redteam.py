@@ -268,8 +268,7 @@ def test_the_audit_keeps_to_the_runs_compute_budget(tmp_path, capsys) -> None:
 def test_an_audit_that_could_not_finish_is_unaudited_never_a_breach() -> None:
     """Seen with a real attacker on a loaded CPU: the audit killed at its run limit was written
     as a breach with no gain shown. A limit, memory or the harness says nothing of the design."""
-    from stratagem.core.verdict import ValidatorResult, Verdict
-    from stratagem.search.policies.redteam.policy import inconclusive
+    from stratagem.core.verdict import ValidatorResult, Verdict, inconclusive
 
     cut = Verdict((ValidatorResult("breach_audit", "failed", reason="the worker was killed at the 120 s run limit",
                                    kind="timeout"),))

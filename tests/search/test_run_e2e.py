@@ -68,7 +68,7 @@ def test_auto_run_with_scripted_agents_on_the_real_harness(tmp_path):
             return _answer(info, {"source": HONEST, "notes": "fixed"})
         # the first answer follows the variant in the prompt, not the order the two calls
         # arrive in: "with a view of fixed shape" cheats, "in place after addmm" is wrong
-        cheats = any("with a view of fixed shape" in p for p in _prompts(messages))
+        cheats = any("keep to yours): with a view of fixed shape" in p for p in _prompts(messages))
         return _answer(info, {"source": CHEAT if cheats else WRONG, "notes": "first try"})
 
     cfg = load_config(None, {"evaluation": FAST_EVAL, "pytorch": FAST_PYTORCH, "agents": {"model": "test", "max_retries": 0},

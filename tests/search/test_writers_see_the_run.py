@@ -13,7 +13,7 @@ from fakes import src
 from pike_fakes import Script, make_pike_loop
 
 from stratagem.context.templates import short_id
-from stratagem.core.search import ranked
+from stratagem.core.search import DesignView, ranked
 
 STEP = re.compile(r"This is (?:batch|phase) (\d+)")
 
@@ -26,6 +26,14 @@ def code_prompts(script: Script) -> list[tuple[int, str]]:
         if role in ("mutate", "crossover", "optimize") and m and int(m.group(1)) > 1:
             out.append((int(m.group(1)), prompt))
     return out
+
+
+def best_shown(prompt: str, views) -> DesignView:
+    """The design a prompt names first among the run's best."""
+    run = prompt.split("# What the whole run has found so far")[1]
+    first = re.search(r"ranked by their paired ratio\):\n- `([0-9a-f]+)`", run)
+    assert first, "the prompt shows no best design"
+    return next(v for v in views if v.id.startswith(first.group(1)))
 
 
 def test_every_pike_o_prompt_shows_the_run_s_best_and_the_attempts_since_its_parent(tmp_path):
@@ -64,8 +72,9 @@ def test_pike_b_improve_prompts_show_the_best_of_other_branches(tmp_path):
     assert later
     for step, prompt in later:
         best = ranked([v for v in views if v.iteration is not None and v.iteration < step])[0]
-        assert f"`{short_id(best.id)}`" in prompt
-        if f"previously ({best.speedup_text()}" not in prompt:  # a weaker seed says why it was drawn
+        shown = best_shown(prompt, views)  # the run's best when the prompt was written: this one or newer
+        assert shown.speedup is not None and best.speedup is not None and shown.speedup >= best.speedup
+        if f"previously ({shown.speedup_text()}" not in prompt:  # a weaker seed says why it was drawn
             assert "Why your starting design was chosen: it ranks" in prompt and "It is not the run's best" in prompt
 
 
@@ -154,3 +163,23 @@ def test_a_tuned_template_s_points_reach_later_prompts_as_a_table(tmp_path):
     table = improve[0].split("every tuned point of its template (4):")[1]
     assert all(f"`{short_id(v.id)}`" in table for v in points)  # every point, its verdict and its ratio
     assert "| invalid |" in table and "| valid |" in table
+
+
+def test_every_writer_prompt_fixes_included_shows_the_run_s_best_once_it_exists(tmp_path):
+    """Item 1 on whole scripted runs of both policies, with failing candidates: every code and
+    fix prompt of a later step names the run's best so far (or a newer, better one) first."""
+    for policy, settings in (("pike-o", {"parallel_evaluations": 3, "num_islands": 3, "max_fix_attempts": 1}),
+                             ("pike-b", {"num_branches": 3, "queries_per_phase": 3, "top_k": 2,
+                                         "max_fix_attempts": 1})):
+        script = Script(ideas=3, bad=lambda n: n % 3 == 0)
+        loop, _, _ = make_pike_loop(tmp_path / policy, policy, script, max_queries=24, settings=settings)
+        asyncio.run(loop.run())
+        views = loop.session.views()
+        later = [(int(m.group(1)), p) for r, p in script.calls if r != "brainstorm"
+                 and (m := STEP.search(p)) and int(m.group(1)) > 1]
+        assert sum(STEP.search(p) is not None and "Fix the correctness issue" in p for _, p in later) >= 2
+        for step, prompt in later:
+            best = ranked([v for v in views if v.iteration is not None and v.iteration < step])[0]
+            shown = best_shown(prompt, views)
+            assert shown.speedup is not None and best.speedup is not None and shown.speedup >= best.speedup
+        assert not any(" of 100000" in p or "1 threads" in p for _, p in script.calls)

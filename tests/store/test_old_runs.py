@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from stratagem.config import StratagemConfig
+from stratagem.domains import names_of
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.domains.pytorch.settings import settings
@@ -20,7 +21,7 @@ from stratagem.report.html import build_report, load_run
 from stratagem.report.leaderboard import leaderboard
 from stratagem.report.suite import row_of, suite_json
 from stratagem.search.headline import ratios_of
-from stratagem.search.state import names_of, stored_views
+from stratagem.search.state import stored_views
 from stratagem.store.records import EvaluationRecord
 from stratagem.store.sqlite import RunStore
 

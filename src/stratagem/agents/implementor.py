@@ -4,7 +4,7 @@ it validates.
 The output is a `CandidateOutput` (the whole design as the domain's prompts ask for it, and notes). An output validator runs
 the static checks, so a malformed or cheating answer costs one output retry, not an evaluation.
 Each answer is evaluated through the Session by the shared fix loop (`fix_loop.py`); a failure
-report goes back into the same conversation. The first answer is labelled with the plan's
+report goes back into the same conversation, with what the other writers measured since it began. The first answer is labelled with the plan's
 strategy, every later one `fix` (how it was made: after a failure report). The loop stops at a valid design, after `implementor_max_attempts` evaluations,
 when the conversation has used `implementor_token_limit` tokens, when a run budget is exhausted,
 or on an LLM failure; the result says which (failures are data).
@@ -29,6 +29,7 @@ from stratagem.agents.tools import BaseDeps, Workdir, base_toolset, probe_toolse
 from stratagem.agents.writers import ModelWriter, WriteRequest, writer_for
 from stratagem.config import EvaluationConfig
 from stratagem.context import render
+from stratagem.context.run_view import InFlight, news
 from stratagem.core.design import text_files
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView, Feedback, Plan, ProbeMode, Session
@@ -137,6 +138,13 @@ class ImplementorTask:
     designs: Sequence[DesignView] = ()
     """The run's designs when the iteration began: the prompt shows the whole run's best and
     newest results from them (`run_view.run_so_far`)."""
+    in_flight: Sequence[InFlight] = ()
+    """The other Implementors of the iteration, asked at once with this one."""
+
+    def flying(self) -> InFlight:
+        """How the other Implementors see this one: its plan's strategy, start and variant."""
+        parents = lineage(self.plan)
+        return InFlight(self.worker, self.plan.strategy, parents[0] if parents else None, self.variant)
 
 
 def starting_files(plan: Plan, designs: Sequence[DesignView], main: str) -> dict[str, str]:
@@ -169,7 +177,7 @@ async def run_implementor(
     prompt = render.render_implementor(
         task.brief, task.plan, task.evidence, worker=task.worker,
         max_attempts=cfg.implementor_max_attempts, report_chars=task.report_chars, variant=task.variant,
-        designs=task.designs,
+        designs=task.designs, in_flight=task.in_flight,
     )
 
     async def model_turn(req: WriteRequest) -> Written:
@@ -196,9 +204,15 @@ async def run_implementor(
             current = text_files(w.source, main)
         return w
 
+    told = [v.id for v in task.designs]
+    """The designs the conversation has been shown as results (the run's, then each turn's news)."""
+
     def next_prompt(fb: Feedback, attempts: int) -> str:
+        now = session.views()
+        new = news(now, told, task.worker, task.brief.domain)
+        told.extend(v.id for v in now)
         return render.render_implementor_feedback(fb, attempt=attempts, max_attempts=cfg.implementor_max_attempts,
-                                                  domain=task.brief.domain)
+                                                  domain=task.brief.domain, news=new)
 
     res = await fix_until_valid(
         session, task.worker, prompt=prompt, write=write, next_prompt=next_prompt,

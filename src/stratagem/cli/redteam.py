@@ -33,6 +33,9 @@ def redteam_cmd(
     device: opt.DeviceOpt = None,
     integrity: opt.IntegrityOpt = None,
     correctness: opt.CorrectnessOpt = None,
+    executor: opt.ExecutorOpt = None,
+    queue: opt.QueueOpt = None,
+    queue_wait: opt.QueueWaitOpt = None,
     run_dir: opt.RunDirOpt = None,
     as_json: opt.JsonOpt = False,
     config: opt.ConfigOpt = None,
@@ -49,7 +52,7 @@ def redteam_cmd(
     if problem is None:
         fail(console, ConfigError("PROBLEM is missing: give the problem to attack, or --replay CORPUS"), as_json, 2)
     overrides = {
-        **harness_over(problem, device, integrity, correctness),
+        **harness_over(problem, device, integrity, correctness, executor, queue, queue_wait=queue_wait),
         "search": {"policy": "redteam", "max_queries": max_queries, "max_usd": max_usd,
                    "max_gpu_seconds": max_gpu_seconds, "max_wall_seconds": max_wall_seconds, "run_dir": run_dir},
         "agents": agents_over(model, endpoint, agent_cmd, agent_timeout),

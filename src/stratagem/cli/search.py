@@ -146,9 +146,9 @@ def show_cmd(
         failures_table,
         iterations_table,
         leaderboard,
-        spend_line,
         strategy_table,
     )
+    from stratagem.report.live import spend_line
     from stratagem.report.run_json import run_json
     from stratagem.search.api import show_run
     from stratagem.search.numbers import counts
@@ -257,14 +257,14 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
     words the live view speaks (None: the default domain's)."""
     import asyncio
 
-    from stratagem.report.leaderboard import failures_table, leaderboard, spend_line, strategy_table
-    from stratagem.report.live import LiveView
+    from stratagem.domains import names_of
+    from stratagem.report.leaderboard import failures_table, leaderboard, strategy_table
+    from stratagem.report.live import LiveView, spend_line
     from stratagem.report.run_json import design_json
     from stratagem.search.api import show_run
     from stratagem.search.headline import headline_of
     from stratagem.search.numbers import counts, passed
     from stratagem.search.policies.redteam import views as redteam
-    from stratagem.search.state import names_of
 
     with stopping_cleanly(console, as_json, f"everything so far is saved; continue with `stratagem resume {run_dir}`"):
         with LiveView(console, reference=names_of(domain).reference) as view:
@@ -331,6 +331,12 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
         os.kill(os.getpid(), signal.SIGINT)
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    # a job a shell started in the background (`&`, nohup, a batch script) inherits SIGINT
+    # ignored, and asyncio only turns a SIGINT into a cancel where Python's own handler is set:
+    # without it, the SIGTERM above would become a Ctrl-C that nothing hears
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with exit_codes(console, as_json, (ConfigError, ProblemError)):
             try:
@@ -346,6 +352,8 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def next_steps(run_dir: Path, has_best: bool) -> str:

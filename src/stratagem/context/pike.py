@@ -30,7 +30,7 @@ from stratagem.context.render import (
     second_baseline_line,
     short_id,
 )
-from stratagem.context.run_view import attempts, focus, run_so_far
+from stratagem.context.run_view import InFlight, attempts, focus, fresh_brainstorm_text, run_so_far
 from stratagem.core.search import DesignView, Feedback, Remaining
 from stratagem.core.text import clip
 
@@ -124,31 +124,42 @@ def budget(search: SearchConfig, remaining: Remaining, step: int, step_name: str
     return f"{run}\n{share}"
 
 
-def brainstorm(brief: ProblemBrief, n_ideas: int) -> str:
+def brainstorm(brief: ProblemBrief, n_ideas: int, designs: Sequence[DesignView] | None = None) -> str:
+    """The Initial Brainstorming Agent's request; with `designs` (a fresh brainstorm, asked when
+    the directions the run knows are spent), told the directions the run took and what their
+    attempts measured, and asked for new ones only."""
     c = common(brief)
     side = "cpu" if brief.device.startswith("cpu") else "gpu"
     examples = fill("pike", f"brainstorm_examples_{side}", domain=brief.domain)
-    return fill("pike", "brainstorm", domain=brief.domain, n_ideas=n_ideas, examples=examples, **c)
+    text = fill("pike", "brainstorm", domain=brief.domain, n_ideas=n_ideas, examples=examples, **c)
+    return text if designs is None else f"{text}\n\n{fresh_brainstorm_text(designs)}"
 
 
-def optimize(brief: ProblemBrief, idea: str) -> str:
-    return fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster", **common(brief))
+def optimize(brief: ProblemBrief, idea: str, designs: Sequence[DesignView] = (),
+             in_flight: Sequence[InFlight] = ()) -> str:
+    """A first query with an idea (PIKE-B's phase 0), followed by the run so far: the attempts
+    asked beside it (`in_flight`), and what is measured when a resumed phase has anything."""
+    text = fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster", **common(brief))
+    run = run_so_far(designs, None, brief.domain, in_flight=in_flight)
+    return f"{text}\n\n{run}" if run else text
 
 
 def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None,
-            designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None) -> str:
+            designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None,
+            in_flight: Sequence[InFlight] = ()) -> str:
     """Improve a working solution; `None`: the original program is the seed. `direction`: what
     this attempt focuses on, when other attempts improve the same seed (`steer`: why, and the
     directions the run's numbers contradict). `designs`: the run's designs, from which the
     earlier attempts on the seed and its siblings (`earlier`) and the whole run's best and
-    newest results (`run_view.run_so_far`, with `why` the seed was chosen) are shown."""
+    newest results (`run_view.run_so_far`, with `why` the seed was chosen and the attempts
+    `in_flight` beside this one) are shown."""
     source = seed.source if seed is not None else brief.source
     d = brief.domain
     before = earlier(seed, designs, d)
     listed = [v.id for v in designs if f"`{short_id(v.id)}`" in before]
     return fill("pike", "improve", domain=d, seed_source=source.strip(), direction=_focus(direction, d, steer),
                 earlier=before, run_so_far=run_so_far(designs, seed, d, shown=[seed.id] if seed else [],
-                                                      skip=listed, why=why),
+                                                      skip=listed, why=why, in_flight=in_flight),
                 performance=measured(seed, d), **common(brief))
 
 
@@ -203,12 +214,18 @@ class Steer:
     """Why this direction, from the run's measurements."""
     lost: str = ""
     """The directions the measurements contradict, in words ('' when none)."""
+    spent: str = ""
+    """Given no direction because every one the run knows is spent: the request to brainstorm a
+    new one (`run_view.spent_text`); '' otherwise."""
 
 
 def _focus(direction: str | None, domain: str, steer: Steer | None = None) -> str:
-    """The `direction` paragraph with why it was chosen and the contradicted directions (empty
-    without a direction: the contradicted ones alone, if any)."""
+    """The `direction` paragraph with why it was chosen and the contradicted directions (without
+    a direction: the request for a new one when the known ones are spent, else the contradicted
+    ones alone, if any)."""
     steer = steer or Steer()
+    if (not direction or not direction.strip()) and steer.spent:
+        return "\n\n" + steer.spent
     lost = "\n" + fill("evidence", "directions_lost", domain=None, lost=steer.lost) if steer.lost else ""
     if not direction or not direction.strip():
         return "\n" + lost if lost else ""
@@ -217,23 +234,27 @@ def _focus(direction: str | None, domain: str, steer: Steer | None = None) -> st
 
 
 def mutate(brief: ProblemBrief, current: DesignView | None, direction: str | None = None,
-           designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None) -> str:
+           designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None,
+           in_flight: Sequence[InFlight] = ()) -> str:
     """PIKE-O's mutation prompt: the original and the current program, the run so far
-    (`run_view.run_so_far`) and a `direction` to focus on."""
+    (`run_view.run_so_far`, with the attempts `in_flight` beside it) and a `direction` to focus on."""
     source = current.source if current is not None else brief.source
     d = brief.domain
     return fill("pike", "mutate", domain=d, current_source=source.strip(),
                 direction=_focus(direction, d, steer),
-                run_so_far=run_so_far(designs, current, d, shown=[current.id] if current else [], why=why),
+                run_so_far=run_so_far(designs, current, d, shown=[current.id] if current else [], why=why,
+                                      in_flight=in_flight),
                 performance=measured(current, d), **common(brief))
 
 
 def crossover(brief: ProblemBrief, current: DesignView | None, features: str, top: Sequence[DesignView],
               inspirations: Sequence[DesignView], source_chars: int = 12_000, direction: str | None = None,
-              designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None) -> str:
+              designs: Sequence[DesignView] = (), *, why: str = "", steer: Steer | None = None,
+              in_flight: Sequence[InFlight] = ()) -> str:
     """The crossover prompt: the current program with its fitness, features and evaluation
     outcome, the top programs and the inspiration programs (their code within `source_chars`,
-    the best cut last), the run so far, and a `direction` to focus on."""
+    the best cut last), the run so far (with the attempts `in_flight` beside it), and a
+    `direction` to focus on."""
     source = current.source if current is not None else brief.source
     artifacts = "the original program" if current is None else (current.report.strip() or "all validators passed")
     d = brief.domain
@@ -245,7 +266,7 @@ def crossover(brief: ProblemBrief, current: DesignView | None, features: str, to
                 performance=measured(current, d), features=features, artifacts=compress_report(artifacts, ARTIFACT_CHARS),
                 top_programs=_programs(top, source_chars, d, sources) or none,
                 inspirations=_programs(inspirations, source_chars, d, sources) or none,
-                run_so_far=run_so_far(designs, current, d, shown=shown, why=why),
+                run_so_far=run_so_far(designs, current, d, shown=shown, why=why, in_flight=in_flight),
                 direction=_focus(direction, d, steer), **common(brief))
 
 
@@ -286,18 +307,26 @@ def tail_of(text: str, chars: int) -> str:
     return f"[... {cut.count(chr(10)) + 1} lines ({len(cut)} characters) cut above ...]\n{kept}"
 
 
-def fix(brief: ProblemBrief, failed_source: str, fb: Feedback) -> str:
+def fix(brief: ProblemBrief, failed_source: str, fb: Feedback, designs: Sequence[DesignView] = (),
+        start: DesignView | None = None, in_flight: Sequence[InFlight] = ()) -> str:
     """The Error-Fixing Agent's prompt for one failed candidate: wrong results get the max
     difference, every other failure (compile, runtime, timeout, a rejected static check) the
-    tail of its output."""
+    tail of its output; then the run so far as every writer sees it, compact (the run's best
+    with their numbers, the attempts since `start`, the design the failed one was built on,
+    and those `in_flight` beside it; no code: the prompt carries two programs already), so the
+    fix keeps to what the run has learned."""
     what = f"{fb.validator or 'harness'}: {fb.kind or fb.status}"
+    d = brief.domain
     if fb.kind in WRONG_KINDS:
         diff = ("max abs " + f"{fb.max_abs_err:.3g}" if fb.max_abs_err is not None else "unknown")
         if fb.max_rel_err is not None:
             diff += f", max rel {fb.max_rel_err:.3g}"
-        return fill("pike", "fix_correctness", domain=brief.domain, failed_source=failed_source.strip(), what=what,
+        text = fill("pike", "fix_correctness", domain=d, failed_source=failed_source.strip(), what=what,
                     max_diff=f"{diff} ({compress_report(fb.report.strip(), 1_000)})", **common(brief))
-    tail = tail_of((fb.error_tail or fb.report or "").strip(), ERROR_TAIL_CHARS)
-    c = {k: x for k, x in common(brief).items() if k not in ("example", "numbers")}
-    return fill("pike", "fix_error", domain=brief.domain, failed_source=failed_source.strip(), what=what,
-                error_tail=tail or "(none)", timed_out="yes" if fb.kind == "timeout" else "no", **c)
+    else:
+        tail = tail_of((fb.error_tail or fb.report or "").strip(), ERROR_TAIL_CHARS)
+        c = {k: x for k, x in common(brief).items() if k not in ("example", "numbers")}
+        text = fill("pike", "fix_error", domain=d, failed_source=failed_source.strip(), what=what,
+                    error_tail=tail or "(none)", timed_out="yes" if fb.kind == "timeout" else "no", **c)
+    run = run_so_far(designs, start, d, skip=[fb.design_id], in_flight=in_flight, compact=True)
+    return f"{text}\n\n{run}\n\n" + fill("evidence", "fix_task", domain=None) if run else text

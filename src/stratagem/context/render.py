@@ -31,7 +31,7 @@ from stratagem.context.designs import (
     standing_words,
     timing_lines,
 )
-from stratagem.context.run_view import run_so_far
+from stratagem.context.run_view import InFlight, run_so_far
 from stratagem.context.templates import (
     GENERIC,
     ROLES,
@@ -397,11 +397,12 @@ def render_implementor(
     report_chars: int = 1_200,
     variant: str = "",
     designs: Sequence[DesignView] = (),
+    in_flight: Sequence[InFlight] = (),
 ) -> str:
     """An Implementor's first message: the plan (its shared part and this Implementor's own
     variant), the problem, the designs it builds on, and the whole run's best and newest
     results (`run_view.run_so_far`, from `designs`: the run's, since the first design the plan
-    builds on)."""
+    builds on), with the other Implementors of the iteration in flight (`in_flight`)."""
     d = problem.domain
     by_id = {v.id: v for v in designs}
     start = next((by_id[i] for i in plan.evidence if i in by_id), None)
@@ -415,16 +416,26 @@ def render_implementor(
         rationale=plan.rationale.strip() or "(none given)",
         instructions=plan.instructions.strip() or "(none given)",
         evidence=render_designs(evidence, report_chars=report_chars, domain=d),
-        run_so_far=run_so_far(designs, start, d, shown=[v.id for v in evidence]),
+        run_so_far=run_so_far(designs, start, d, shown=[v.id for v in evidence], in_flight=in_flight),
         max_attempts=max_attempts,
         **{**problem.values(), "numbers": fill("design", "numbers", domain=d) if evidence else ""},
     )
 
 
 def render_implementor_feedback(
-    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str
+    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int = 4_000, domain: str,
+    news: str = "",
 ) -> str:
-    """The message that sends an evaluation's failures back into an Implementor's conversation."""
+    """The message that sends an evaluation's failures back into an Implementor's conversation,
+    with `news` (`run_view.news`: what the other writers measured since it began) after it."""
+    text = _implementor_feedback(feedback, attempt=attempt, max_attempts=max_attempts, report_chars=report_chars,
+                                 domain=domain)
+    return f"{text}\n\n{news}" if news else text
+
+
+def _implementor_feedback(
+    feedback: Feedback, *, attempt: int, max_attempts: int, report_chars: int, domain: str
+) -> str:
     left = max_attempts - attempt
     remaining = (
         f"You have {left} evaluation{'s' if left != 1 else ''} left."

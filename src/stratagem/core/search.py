@@ -470,6 +470,11 @@ class Session(Protocol):
         `evaluate` returned it: a resumed policy rebuilds a fix prompt from it."""
         ...
 
+    def views(self) -> list[DesignView]:
+        """Every evaluated design of the run, oldest first, as its verdict arrived: a prompt
+        written during an iteration shows what finished since the iteration began."""
+        ...
+
     def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
         """`with session.reserve(n) as r:` sets aside up to n queries for a phase; issuing at
         most `r.granted` queries inside it (in parallel or not) never overshoots `max_queries`."""

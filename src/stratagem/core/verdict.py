@@ -103,3 +103,22 @@ class Verdict:
         if skipped:
             lines.append("Skipped: " + "; ".join(f"{r.name} ({r.reason})" for r in skipped))
         return "\n".join(lines)
+
+
+INCONCLUSIVE_KINDS = frozenset({"timeout", "oom", "harness_error", "needs_gpu"})
+"""Audit failures that show nothing about the design: the audit could not finish (its run limit
+on a loaded machine, memory, the harness). Such a design is unaudited, never judged cheating:
+on a loaded 2-core machine an audit killed at its 120 s run limit was recorded as "judged
+cheating" and once written as a breach fixture with no gain shown."""
+
+
+def inconclusive(verdict: Verdict | str) -> str | None:
+    """Why an audit's verdict says nothing about the design (it could not run or finish), or None."""
+    if isinstance(verdict, str):
+        return verdict
+    if verdict.status == "error":
+        return verdict.report()
+    first = verdict.failures[0] if verdict.failures else None
+    if first is not None and first.kind in INCONCLUSIVE_KINDS:
+        return f"the audit did not finish: [{first.name}] {first.reason}"
+    return None

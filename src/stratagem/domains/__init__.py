@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from stratagem.config import EvaluationConfig
     from stratagem.core.problem import Problem
-    from stratagem.domains.base import Domain
+    from stratagem.domains.base import BaselineNames, Domain
 
 BUILTIN = {"pytorch": "stratagem.domains.pytorch.domain", "command": "stratagem.domains.command.domain"}
 """Domain name -> the module whose `DOMAIN` implements it."""
@@ -51,6 +51,17 @@ def get_domain(name: str) -> Domain:
         return _registered[name]
     except KeyError:
         raise ProblemError(f"no domain is called {name!r}; known: {', '.join(names())}") from None
+
+
+def names_of(domain: str | None) -> BaselineNames:
+    """How the views name the baselines of a run of `domain` (`BaselineNames`); None, where no
+    one domain is known (a suite of several, a run not started): the domain-free words, no
+    compared baseline, never another domain's."""
+    if domain is not None:
+        return get_domain(domain).names
+    from stratagem.domains.base import BaselineNames  # pydantic: parent side only
+
+    return BaselineNames()
 
 
 def names() -> list[str]:

@@ -32,6 +32,7 @@ from typing import Any
 from rich.table import Table
 
 from stratagem.core.search import DesignView, ranked, ratio_text
+from stratagem.domains import names_of
 from stratagem.errors import ConfigError
 from stratagem.search import state as st
 from stratagem.search.headline import headline_of, ratios_of
@@ -178,7 +179,7 @@ class Comparison:
     @property
     def reference(self) -> str:
         """The reference as the runs' domain names it (`BaselineNames.reference`)."""
-        return st.names_of(self.curves[0].domain if self.curves else None).reference
+        return names_of(self.curves[0].domain if self.curves else None).reference
 
     def money_note(self) -> str:
         """Why money is not compared ('' when it is)."""
@@ -203,7 +204,7 @@ class Comparison:
                           "best_speedup": c.best.speedup if c.best else None,
                           "best_low": c.best.speedup_low if c.best else None,
                           "best_high": c.best.speedup_high if c.best else None,
-                          "headline": headline_of([c.best] if c.best else [], st.names_of(c.domain)).to_json(),
+                          "headline": headline_of([c.best] if c.best else [], names_of(c.domain)).to_json(),
                           "area_queries": self.area(c, "queries"), "area_usd": self.area(c, "usd"),
                           "curve": [{"queries": p.queries, "usd": p.usd, "best_speedup": p.best} for p in c.curve()],
                           "designs": [{"design_id": p.design_id, "queries": p.queries, "usd": p.usd,
@@ -248,7 +249,7 @@ def _best_text(c: RunCurve) -> str:
     (`search/headline.py`); the curves are search-time figures, as the search saw them."""
     if c.best is None:
         return "-"
-    return ratios_of(c.best, st.names_of(c.domain)).reference.cell()
+    return ratios_of(c.best, names_of(c.domain)).reference.cell()
 
 
 def tuning_table(cmp: Comparison) -> Table | None:

@@ -11,10 +11,9 @@ from rich.table import Table
 
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
-from stratagem.domains import get_domain
+from stratagem.domains import get_domain, names_of
 from stratagem.evaluation.results import Baseline
 from stratagem.report.cases import print_cases
-from stratagem.search.state import names_of
 
 
 def baseline_json(prob: Problem, base: Baseline) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from stratagem.core.objective import Objective
 from stratagem.core.search import DesignView, ranked
 from stratagem.domains.base import BaselineNames
 from stratagem.search import numbers
-from stratagem.search.budget import Spend
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import board_marks, clip, counts, did_not_pass, not_ranked_because
 from stratagem.store.records import IterationRecord
@@ -241,16 +240,6 @@ def strategy_table(counts_by: Mapping[str, Mapping[str, int]]) -> Table:
     for name, c in sorted(counts_by.items()):
         t.add_row(name, str(c["designs"]), str(c["valid"]))
     return t
-
-
-def spend_line(spend: Spend) -> str:
-    usd = f"${spend.usd:.4f}" + (f" ({spend.unpriced_calls} of {spend.calls} agent calls unpriced)"
-                                 if spend.unpriced_calls else "")
-    failed = f" · [red]{spend.failed_calls} failed agent calls[/]" if spend.failed_calls else ""
-    calls = f" in {spend.calls} agent calls" if spend.calls else ""
-    tools = f" · tool runs {spend.probes} (check, profile)" if spend.probes else ""
-    return (f"LLM queries {spend.queries}{calls} · {spend.tokens_text()} · {usd} · retries {spend.retries}"
-            f"{failed} · evaluations {spend.evaluations}{tools} · device {spend.gpu_seconds:.1f} s")
 
 
 def best_after(iterations: Sequence[IterationRecord], views: Sequence[DesignView]

@@ -19,14 +19,25 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stratagem.report.leaderboard import spend_line
-from stratagem.search.progress import InFlight
+from stratagem.search.inflight import InFlight
 
 if TYPE_CHECKING:  # `eval` draws its stages here: it loads no search loop
-    from stratagem.search.loop import Progress
+    from stratagem.search.budget import Spend
+    from stratagem.search.progress import Progress
 
 HEARTBEAT_S = 30.0
 """Where nothing redraws, how often a stage still in progress is said again (with its time)."""
+
+
+def spend_line(spend: Spend) -> str:
+    """A run's spend in one line: the live view's, and `run`'s and `show`'s last lines."""
+    usd = f"${spend.usd:.4f}" + (f" ({spend.unpriced_calls} of {spend.calls} agent calls unpriced)"
+                                 if spend.unpriced_calls else "")
+    failed = f" · [red]{spend.failed_calls} failed agent calls[/]" if spend.failed_calls else ""
+    calls = f" in {spend.calls} agent calls" if spend.calls else ""
+    tools = f" · tool runs {spend.probes} (check, profile)" if spend.probes else ""
+    return (f"LLM queries {spend.queries}{calls} · {spend.tokens_text()} · {usd} · retries {spend.retries}"
+            f"{failed} · evaluations {spend.evaluations}{tools} · device {spend.gpu_seconds:.1f} s")
 
 
 class StageLines:

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.core.jsonish import mapping
+from stratagem.domains import names_of
 from stratagem.domains.base import BaselineNames
 from stratagem.report.html import CSS, _table, load_run
 from stratagem.search.headline import headline_of
 from stratagem.search.numbers import passed
-from stratagem.search.state import names_of
 from stratagem.search.suite_manifest import is_suite_dir, read_manifest
 from stratagem.store.sqlite import RunStore
 

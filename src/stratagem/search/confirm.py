@@ -37,10 +37,10 @@ from stratagem.core.paired import Ratio, busy_reason, looks
 from stratagem.core.problem import Problem
 from stratagem.core.search import DesignView
 from stratagem.core.search import ranked as ranked_views
-from stratagem.domains import get_domain
+from stratagem.domains import get_domain, names_of
 from stratagem.errors import HarnessError
 from stratagem.evaluation.service import Evaluator
-from stratagem.search.state import names_of, stored_views
+from stratagem.search.state import stored_views
 from stratagem.store.sqlite import RunStore
 
 

@@ -21,14 +21,15 @@ from pathlib import Path
 
 from stratagem.core.design import Design, text_files
 from stratagem.core.search import DesignView
-from stratagem.domains import get_domain
+from stratagem.domains import get_domain, names_of
 from stratagem.errors import HarnessError, ProblemError, QueueStalled
 from stratagem.evaluation.sandbox import reraise_lost_cancel
 from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.export import exported_files, write_files
 from stratagem.search.headline import Headline, headline_of
-from stratagem.search.progress import InFlight, Progress, RunView
+from stratagem.search.inflight import InFlight
+from stratagem.search.progress import Progress, RunView
 from stratagem.search.session import HARNESS_FAILURES_MAX, RETIMES_MAX, RunSession
 
 __all__ = ["EXHAUSTED", "HARNESS_FAILURES_MAX", "RETIMES_MAX", "InFlight", "Progress", "RunOutcome", "RunView",
@@ -81,6 +82,8 @@ class SearchLoop:
             self.session.refresh()
 
         self.session.refresh()
+        if self.cfg.agents.model is not None:
+            self.session.prefetch("profile")  # the agents' first look, asked beside the baselines
         try:
             base = await self.session.evaluator.baseline(self.problem, refresh=True, on_stage=staged)
         finally:
@@ -256,7 +259,7 @@ class SearchLoop:
         by where they came from, `search/export.py`) only when it beats the reference by more
         than its measurement's interval; otherwise it holds the reference itself, and `best` is
         None with `no_gain` saying why."""
-        names = st.names_of(self.problem.domain)
+        names = names_of(self.problem.domain)
         head = headline_of(st.with_confirmation(self.session.views(), self.store.confirmations(), names), names)
         top, best = head.top, head.best
         domain = get_domain(self.problem.domain)

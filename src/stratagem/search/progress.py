@@ -1,7 +1,7 @@
-"""Owns what a run shows while it goes on: the live view's protocol (`RunView`), the snapshot it
-draws (`Progress`: the iteration, the designs by the one count every view uses, the best so far,
-the spend, the last events) and each evaluation in flight with its stage and expected time
-(`InFlight`). The Session fills them; `report/live.py` draws them."""
+"""Owns what a run shows while it goes on: the live view's protocol (`RunView`) and the snapshot
+it draws (`Progress`: the iteration, the designs by the one count every view uses, the best so
+far, the spend, the last events, the evaluations in flight: `search/inflight.py`). The Session
+fills them; `report/live.py` draws them."""
 
 from __future__ import annotations
 
@@ -10,40 +10,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from stratagem.search.budget import Spend
+from stratagem.search.inflight import InFlight
 from stratagem.search.numbers import Counts
 from stratagem.search.numbers import counts as counts_of
 
-__all__ = ["InFlight", "Progress", "RunView"]
+__all__ = ["Progress", "RunView"]
 
 
 class RunView(Protocol):
     """Where the loop reports progress (the rich live view, or nothing)."""
 
     def update(self, snapshot: Progress) -> None: ...
-
-
-@dataclass
-class InFlight:
-    """An evaluation (or baseline measurement) in progress, as the live view shows it."""
-
-    label: str
-    stage: str
-    started: float
-    """time.time() at its start."""
-    expect_s: float | None = None
-    """How long one takes here (the median of this invocation's finished ones), when known."""
-    stage_since: float | None = None
-    """time.time() when `stage` began."""
-
-    def line(self, now: float) -> str:
-        elapsed = now - self.started
-        eta = ""
-        if "waiting for the timing lock" in self.stage:  # a wait is not a slow load: said as such
-            eta = f", waiting for {now - (self.stage_since or self.started):.0f} s"
-        elif self.expect_s is not None:
-            left = self.expect_s - elapsed
-            eta = f", about {left:.0f} s left" if left > 0 else ", longer than usual"
-        return f"{self.label}: {self.stage} ({elapsed:.0f} s{eta})"
 
 
 @dataclass

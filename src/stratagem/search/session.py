@@ -32,16 +32,17 @@ from stratagem.core.search import (
     Reservation,
     SearchState,
 )
-from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict
-from stratagem.domains import get_domain
+from stratagem.core.verdict import FailureKind, ValidatorResult, Verdict, inconclusive
+from stratagem.domains import get_domain, names_of
 from stratagem.errors import HarnessError, ProblemError
 from stratagem.evaluation.results import Baseline
 from stratagem.evaluation.service import Evaluator
 from stratagem.search import probes
 from stratagem.search import state as st
 from stratagem.search.budget import PROBES_KEY, Budgets, Spend, evaluation_seconds
+from stratagem.search.inflight import InFlight
 from stratagem.search.numbers import counts as counts_of
-from stratagem.search.progress import InFlight, Progress, RunView
+from stratagem.search.progress import Progress, RunView
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord
 from stratagem.store.sqlite import RunStore
 
@@ -87,6 +88,10 @@ class RunSession:
         self.iteration_ids: list[str] = []
         """The designs the iteration in progress evaluated (or linked), in order."""
         self._inflight: dict[str, asyncio.Future[Feedback]] = {}
+        self._probed: dict[tuple[str, str], asyncio.Future[Verdict | str]] = {}
+        """Probe answers by (mode, design id): the same probe of the same code runs once per
+        invocation (an agent's second `profile` of the reference is its first answer), and one
+        asked before anyone needs it (`prefetch`) is shared with whoever asks next."""
         self._views: dict[str, DesignView] | None = None
         self._norms: dict[str, str] | None = None
         self._harness_failures = 0
@@ -156,7 +161,7 @@ class RunSession:
         p.counts = counts_of(views)
         best = st.best_of(views)
         p.best_speedup, p.best_id = (best.speedup, best.id) if best else (None, None)
-        slower = f" (slower than {st.names_of(self.problem.domain).reference})"
+        slower = f" (slower than {names_of(self.problem.domain).reference})"
         noise = {"within noise": " (within noise)", "slower": slower}.get(best.vs_reference() or "", "") if best else ""
         p.best_text = best.speedup_text() + noise if best else "-"
         if self.view is not None:
@@ -379,11 +384,26 @@ class RunSession:
         if graph is None:
             return f"`{mode}` is not offered for this problem"
         design, of = probes.target(self.problem, target, self.views())
-        verdict = await self._run_graph(graph, design, f"{author or 'an agent'}: {mode} of {of}")
+        key = (mode, design.id)
+        task = self._probed.get(key)
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            what = f"{author or 'an agent'}: {mode} of {of}"
+            task = self._probed[key] = asyncio.ensure_future(self._run_graph(graph, design, what))
+        verdict = await asyncio.shield(task)
+        if isinstance(verdict, str) or verdict.status not in ("valid", "invalid"):
+            self._probed.pop(key, None)  # a budget, a busy or broken harness: asked again, it runs again
         if isinstance(verdict, str):
             return f"`{mode}` {verdict}" if verdict.startswith("not run") else f"`{mode}` of {of} {verdict}"
         floor = next((v.measures.floor_ms for v in reversed(self.views()) if v.measures.floor_ms), None)
         return probes.probe_text(mode, verdict, of, floor)
+
+    def prefetch(self, mode: ProbeMode, target: str = "reference") -> None:
+        """Start `mode` of `target` now, its verdict kept for the first agent that asks (on a
+        queue of batch calls to a GPU host, it rides with the work already queued instead of
+        costing a round trip of its own); nothing when the problem does not offer it."""
+        if mode in self.probes():
+            task = asyncio.ensure_future(self.probe(mode, target, author="the run"))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # never an unretrieved error
 
     async def audit(self, design_id: str) -> Verdict | str:
         graph = probes.graph_of(self.problem, "breach")
@@ -393,7 +413,7 @@ class RunSession:
         if design is None:
             return f"not run: no design {design_id[:12]} in this run"
         verdict = await self._run_graph(graph, design, f"red-team audit of {design_id[:10]}", compute_only=True)
-        if isinstance(verdict, Verdict) and verdict.status in ("valid", "invalid"):
+        if isinstance(verdict, Verdict) and verdict.status in ("valid", "invalid") and inconclusive(verdict) is None:
             first = verdict.failures[0] if verdict.failures else None
             reason = (f"red-team audit: {first.name}: {first.reason}" if first is not None
                       else "red-team audit passed: " + ", ".join(r.name for r in verdict.results))

@@ -15,7 +15,7 @@ from stratagem.core.design import files_text
 from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, PASSED, DesignView, Measures, ranked
 from stratagem.core.verdict import ValidatorResult, Verdict
-from stratagem.domains import get_domain
+from stratagem.domains import get_domain, names_of
 from stratagem.domains.base import BaselineNames
 from stratagem.search.headline import Headline, headline_of
 from stratagem.search.numbers import clip
@@ -121,13 +121,6 @@ def design_views(
             timing_notes=timing_notes_of(ev),
         ))
     return out
-
-
-def names_of(domain: str | None) -> BaselineNames:
-    """How the views name the baselines of a run of `domain` (`BaselineNames`); None, where no
-    one domain is known (a suite of several, a run not started): the domain-free words, no
-    compared baseline, never another domain's."""
-    return BaselineNames() if domain is None else get_domain(domain).names
 
 
 def design_text(store: RunStore, d: DesignRecord) -> str:

@@ -10,7 +10,9 @@ every worker shares (`worker_api/stages.py`). Standard library only."""
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -138,10 +140,25 @@ def _run_stage(ctx: Context, name: str) -> ValidatorResult:
 
 
 def describe(device: str) -> dict[str, Any]:
-    """Where the worker ran: its device (`cpu`, or `cuda` pinned by the slot), host, the CPU's
-    model name, the machine."""
-    return {"device": device, "device_name": stages.cpu_name(), "host_name": platform.node(),
+    """Where the worker ran: its device (`cpu`, or `cuda` pinned by the slot) and that device's
+    name (on a GPU the GPU's, as `nvidia-smi` names the one the slot pinned; the CPU's model
+    too), host, the machine."""
+    cpu = stages.cpu_name()
+    gpu = gpu_name() if device.startswith("cuda") else None
+    return {"device": device, "device_name": gpu or cpu, "cpu_name": cpu, "host_name": platform.node(),
             "machine": platform.machine(), "python": platform.python_version()}
+
+
+def gpu_name() -> str | None:
+    """The name of the first GPU this process may use (CUDA_VISIBLE_DEVICES' first entry, else
+    GPU 0), from `nvidia-smi`; None where it cannot say."""
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", first],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0].strip() if out.strip() else None
 
 
 def run_request(request: Mapping[str, Any], workdir: Path, emit: Emit, record_dir: Path | None = None) -> dict[str, Any]:

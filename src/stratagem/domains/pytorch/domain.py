@@ -46,8 +46,6 @@ from stratagem.domains.pytorch.graphs import (
     breach_graph,
     validator_graph,
 )
-from stratagem.domains.pytorch.kernel_roofline import kernel_table
-from stratagem.domains.pytorch.rules import POLICY_RULES, STAGE_RULES, agent_rules
 from stratagem.domains.pytorch.settings import (
     PyTorchSettings,
     correctness_rule,
@@ -57,7 +55,7 @@ from stratagem.domains.pytorch.settings import (
     tolerances,
 )
 from stratagem.domains.pytorch.shapes import shape_variants
-from stratagem.domains.pytorch.static import checks_for_policy, run_static_checks
+from stratagem.domains.pytorch.static.checks import checks_for_policy, run_static_checks
 from stratagem.domains.pytorch.weights import EXPORT_NOTE, LOAD_HELPER
 from stratagem.worker_api.protocol import EvalRequest, SourceFile
 
@@ -80,8 +78,8 @@ GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"confirm": CONFIRM_GRAPH, "audit
 """The named graphs the domain offers (`Domain.graphs`)."""
 __all__ = [  # re-exported: the evaluator checks the version of cached peaks; tests read the rest here
     "AUDIT_GRAPH", "BASELINE_GRAPH", "CALIBRATE_GRAPH", "CONFIRM_GRAPH", "DEFAULT_GRAPH", "PEAKS_VERSION",
-    "POLICY_RULES", "STAGE_RULES", "STRICT_EXTRA", "agent_rules", "correctness_rule", "correctness_trials",
-    "integrity_policy", "shape_variants", "tolerances", "validator_graph",
+    "STRICT_EXTRA", "correctness_rule", "correctness_trials", "integrity_policy", "shape_variants", "tolerances",
+    "validator_graph",
 ]
 
 
@@ -115,7 +113,9 @@ def run_parent_validator(
             tol = admitted_tolerance(correct.details)
         flushed = bool(runtime.get("l2_flush_bytes"))
         return roofline_result(runtime.get("median_ms"), work, peaks, tol, settings(cfg).roofline_margin, flushed)
-    if name == "kernels":
+    if name == "kernels":  # the `profile` tool's table
+        from stratagem.domains.pytorch.kernel_roofline import kernel_table
+
         profiled = earlier.get("profile")
         return kernel_table(profiled.details if profiled is not None else {}, peaks)
     raise KeyError(f"no parent validator {name!r}")
@@ -368,6 +368,10 @@ class PyTorchTask(Task):
         return lambda source: run_static_checks(self.problem, source, checks=checks)
 
     def agent_facts(self) -> dict[str, Any]:
+        from stratagem.domains.pytorch.rules import (
+            agent_rules,  # the writers' words: not an evaluation's
+        )
+
         problem, cfg = self.problem, self.cfg
         return {"tolerances": tolerances(problem, cfg),
                 "correctness_mode": str(correctness_rule(problem, cfg)["mode"]),

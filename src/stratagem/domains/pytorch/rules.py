@@ -11,7 +11,7 @@ from stratagem.domains.pytorch.graphs import validator_graph
 from stratagem.domains.pytorch.settings import correctness_rule, integrity_policy, tolerances
 from stratagem.domains.pytorch.settings import settings as pytorch_settings
 from stratagem.domains.pytorch.shapes import shape_variants
-from stratagem.domains.pytorch.static import agent_rules as static_agent_rules
+from stratagem.domains.pytorch.static.checks import agent_rules as static_agent_rules
 
 FILES_RULE = (
     "files: a design is one Python file, `candidate.py`, that defines `class ModelNew(nn.Module)`, a "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stratagem.agents.agent_command import command_routes
@@ -227,6 +227,8 @@ class AutoPolicy:
             )
             for k, variant in enumerate(implementor_variants(plan, self.cfg.search.implementors), start=1)
         ]
+        # each is told what the others, asked at once, are attempting
+        tasks = [replace(t, in_flight=tuple(o.flying() for o in tasks if o is not t)) for t in tasks]
         writers = handoff_session(session, self.cfg, self.problem, state.designs)  # a template is tuned
         return await _all_or_raise([run_implementor(t, writers, runtime) for t in tasks])
 

@@ -192,6 +192,9 @@ class HandoffSession:
     def feedback(self, design_id: str) -> Feedback | None:
         return self.inner.feedback(design_id)
 
+    def views(self) -> list[DesignView]:
+        return self.inner.views()
+
     def reserve(self, queries: int) -> AbstractContextManager[Reservation]:
         return self.inner.reserve(queries)
 

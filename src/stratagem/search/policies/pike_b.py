@@ -7,8 +7,9 @@ generic directions when the ideas are fewer than the branches), each the start o
 Every later phase takes the previous phase's valid solutions (the best of each branch first,
 then the rest, fastest first, with the original program last as a fallback), draws `top_k`
 seeds and splits `queries_per_phase` improvement queries over them (`np.array_split`: 10 over
-4 is 3/3/2/2); each asks for a full rewrite, and the slots of one seed each get a distinct
-direction. Slots start one per seed first, so a short budget still reaches every seed. Every
+4 is 3/3/2/2); each asks for a full rewrite, and the slots of a phase each get a distinct
+direction (new ones from a fresh brainstorm when the known ones are spent). Slots start one
+per seed first, so a short budget still reaches every seed. Every
 failing candidate gets up to `max_fix_attempts` Error-Fixing rounds inside its phase. Every
 query (brainstorm, optimize, fix) is charged to the run's query budget; a phase reserves what
 it may use and a slot starts only when its whole allowance (1 + fixes) is free, so the budget
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from stratagem.agents.pike import Tickets, parse_ideas
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
-from stratagem.context.run_view import ranked_directions
+from stratagem.context.run_view import Direction, InFlight, ranked_directions, spent_text
 from stratagem.core.search import (
     DesignView,
     IterationResult,
@@ -39,9 +40,9 @@ from stratagem.core.search import (
 )
 from stratagem.core.text import clip
 from stratagem.search.policies.handoff import handoff_session
-from stratagem.search.policies.pike_models import PikeBase, asked_before, unanswered
+from stratagem.search.policies.pike_models import PikeBase, asked_before, fresh_ideas, unanswered
 from stratagem.search.policies.pike_settings import PikeBSettings
-from stratagem.search.policies.pike_slots import SlotSpec, run_slots, slot_directions
+from stratagem.search.policies.pike_slots import Ask, SlotSpec, run_slots
 
 GENERIC_IDEA = "optimize the whole architecture for speed on this device"
 
@@ -160,8 +161,9 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
         session.save_state("ideas", {"ideas": ideas, "note": note})
         return ideas, note
 
-    def _plan_phase(self, phase: int, state: SearchState, ideas: Sequence[str],
-                    brief: ProblemBrief, session: Session) -> list[dict[str, object]]:
+    async def _plan_phase(self, phase: int, state: SearchState, ideas: Sequence[str],
+                          brief: ProblemBrief, session: Session) -> tuple[list[dict[str, object]], str]:
+        """The phase's slots (and a note on a fresh brainstorm, '' when none was asked)."""
         generic = prompts.directions(brief) if self.s.distinct_directions else None
         brainstormed = [i for i in ideas if i != GENERIC_IDEA]
         if phase == 0:
@@ -169,21 +171,24 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
                 tasks = [GENERIC_IDEA] * self.s.num_branches
             else:
                 tasks = phase0_tasks(brainstormed, self.s.num_branches, generic) or [GENERIC_IDEA] * self.s.num_branches
-            return [{"slot": i, "branch": i, "idea": task, "parent": None} for i, task in enumerate(tasks)]
+            return [{"slot": i, "branch": i, "idea": task, "parent": None} for i, task in enumerate(tasks)], ""
         lib = library(state.designs, phase - 1, self.s.library)
         rng = random.Random(f"{self.cfg.search.seed}:pike-b:{phase}")
         seeds = select_seeds([*lib, None], self.s.queries_per_phase, self.s, rng)
-        # False: the paper's open prompt. True: the directions the evidence favours, then the
-        # brainstorm's untried ideas, then the generic ones; never one the numbers contradict.
-        pool, _ = (ranked_directions(list(dict.fromkeys([*brainstormed, *generic])), state.designs)
-                   if generic is not None else ([], ""))
-        dirs = slot_directions([seed.id if seed is not None else None for _, seed in seeds], [d.text for d in pool],
-                               asked_before(session, phase, "phase", "slots", "direction", "idea"))
-        why = {d.text: d.why for d in pool}
+        ids = [seed.id if seed is not None else None for _, seed in seeds]
+        if generic is None:  # the paper's open prompt
+            chosen: list[Direction | None] = [None] * len(seeds)
+            note = ""
+        else:  # the directions the evidence favours, the untried ones, new ones when they are spent
+            d = await self.directions(phase, ids, [*brainstormed, *generic], state.designs, brief, session,
+                                      asked_before(session, phase, "phase", "slots", "direction", "idea"),
+                                      fresh=self.s.brainstorm, per_slot=min(2, 1 + self.s.max_fix_attempts))
+            chosen, note = d.chosen, d.note
         return [{"slot": i, "branch": rank, "idea": None, "parent": seed.id if seed is not None else None,
-                 "direction": d, "direction_why": why.get(d, "") if d else "",
+                 "direction": c.text if c else None, "direction_why": c.why if c else "",
+                 "spent": c is None and generic is not None,
                  "parent_why": seed_reason(rank, len(lib), self.s.selector)}
-                for i, ((rank, seed), d) in enumerate(zip(seeds, dirs, strict=True))]
+                for i, ((rank, seed), c) in enumerate(zip(seeds, chosen, strict=True))], note
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
         if (exhausted := session.budget_left()) is not None:
@@ -196,12 +201,16 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
         if isinstance(plan, dict) and plan.get("done"):
             phase, plan = phase + 1, None
         if not isinstance(plan, dict):
-            plan = {"slots": self._plan_phase(phase, state, ideas, brief, session), "done": False}
+            slots, fresh = await self._plan_phase(phase, state, ideas, brief, session)
+            plan = {"slots": slots, "done": False, "note": fresh}
             session.save_state(f"phase/{phase}", plan)
             session.save_state("current", {"phase": phase})
         views = {v.id: v for v in state.designs}
         slots = plan["slots"]
-        _, lost = ranked_directions((), state.designs)
+        brainstormed = [i for i in ideas if i != GENERIC_IDEA]
+        known = [*brainstormed, *prompts.directions(brief), *fresh_ideas(session.load_state("fresh"))]
+        pool, lost = ranked_directions(list(dict.fromkeys(known)), state.designs)
+        spent = spent_text(state.designs)
         brief = replace(brief, budget=prompts.budget(self.cfg.search, session.budget_remaining(), phase + 1, "phase",
                                                      len(slots), self.s.max_fix_attempts, brief.domain,
                                                      steps=self.step_limit()))
@@ -211,11 +220,9 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
             key = f"p{phase}/s{slot['slot']}"
             parent = views.get(str(slot["parent"])) if slot.get("parent") else None
             focus = str(slot["idea"]) if phase == 0 else slot.get("direction")
-            steer = prompts.Steer(str(slot.get("direction_why") or ""), lost)
-            prompt = (prompts.optimize(brief, str(slot["idea"])) if phase == 0
-                      else prompts.improve(brief, parent, slot.get("direction"), state.designs,
-                                           why=str(slot.get("parent_why") or "") if parent else "", steer=steer))
-            specs.append(SlotSpec(key, "optimize", prompt, (parent.id,) if parent else (),
+            steer = prompts.Steer(str(slot.get("direction_why") or ""), lost, spent if slot.get("spent") else "")
+            specs.append(SlotSpec(key, "optimize", self._ask(brief, phase, slot, parent, steer, state.designs),
+                                  (parent.id,) if parent else (),
                                   {"phase": phase, "branch": slot["branch"], "focus": focus}))
         outcome = await run_slots(handoff_session(session, self.cfg, self.problem, state.designs),
                                   self.agents(session), brief, specs, max_fix=self.s.max_fix_attempts,
@@ -226,7 +233,7 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
         session.save_state(f"phase/{phase}", {**plan, "done": True})
         parents = tuple(dict.fromkeys(p for s in specs for p in s.parents))
         ids = tuple(dict.fromkeys(i for r in results if r.design_id for i in [r.design_id]))
-        notes = [note] if note else []
+        notes = [n for n in (note, str(plan.get("note") or "")) if n]
         notes.append(f"phase {phase}: {outcome.text()}")
         seeds = len({sl.get("parent") for sl in slots})
         strategy = "initial: phase-0 ideas" if phase == 0 else f"mutation: improve top {seeds}"
@@ -236,6 +243,27 @@ class PikeBPolicy(PikeBase[PikeBSettings]):
             notes.append(stop)
         return IterationResult(plan=Plan(strategy=strategy, evidence=parents, rationale=f"PIKE-B phase {phase}"),
                                design_ids=ids, note="; ".join(notes + more), exhausted=bool(stop))
+
+    def _ask(self, brief: ProblemBrief, phase: int, slot: Mapping[str, object], parent: DesignView | None,
+             steer: prompts.Steer, before: Sequence[DesignView]) -> Ask:
+        """The slot's first query, written when it starts: phase 0's idea, else an improvement
+        of its seed in its direction, with the run as it is then and its siblings in flight.
+        With `distinct_directions = false` (the paper's identical prompts) the run as it was
+        when the phase began (`before`) and no siblings: one prompt per seed."""
+        def run(designs: Sequence[DesignView], flying: Sequence[InFlight]) -> tuple[Sequence[DesignView],
+                                                                                       Sequence[InFlight]]:
+            return (designs, flying) if self.s.distinct_directions else (before, ())
+
+        if phase == 0:
+            return lambda designs, flying: prompts.optimize(brief, str(slot["idea"]), *run(designs, flying))
+        direction = str(slot["direction"]) if slot.get("direction") else None
+        why = str(slot.get("parent_why") or "") if parent else ""
+
+        def improve(designs: Sequence[DesignView], flying: Sequence[InFlight]) -> str:
+            now, siblings = run(designs, flying)
+            return prompts.improve(brief, parent, direction, now, why=why, steer=steer, in_flight=siblings)
+
+        return improve
 
     async def review(self, design: DesignView, state: SearchState, session: Session) -> Review | None:
         return None

@@ -17,19 +17,19 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
-from stratagem.context.run_view import Direction, ranked_directions
+from stratagem.context.run_view import ranked_directions, spent_text
 from stratagem.core.search import DesignView, IterationResult, Plan, Review, SearchState, Session
 from stratagem.search.policies.handoff import handoff_session
 from stratagem.search.policies.islands import ProgramDB
-from stratagem.search.policies.pike_models import PikeBase, asked_before, unanswered
+from stratagem.search.policies.pike_models import PikeBase, asked_before, fresh_ideas, unanswered
 from stratagem.search.policies.pike_settings import PikeOSettings
-from stratagem.search.policies.pike_slots import SlotSpec, made_by, run_slots, slot_directions
+from stratagem.search.policies.pike_slots import Ask, SlotSpec, made_by, run_slots
 
 
 class PikeOPolicy(PikeBase[PikeOSettings]):
@@ -57,14 +57,13 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
         return fit, (f"{fit} of {n} children (parallel_evaluations): {left} queries left fit {fit} "
                      f"with their {self.s.max_fix_attempts} fix rounds each")
 
-    def _plan(self, batch: int, db: ProgramDB, n: int, pool: Sequence[Direction],
-              used: set[tuple[str | None, str]]) -> list[dict[str, Any]]:
+    def _plan(self, batch: int, db: ProgramDB, n: int) -> list[dict[str, Any]]:
         """`n` children: each its island's parent (the original program only while the database
         is empty) and how it was drawn, the top programs (the run's best first, then the island's
         own, the whole population's while the island has none) and inspirations (the other
-        islands' elites when the island has none) for a crossover, and the first direction of
-        `pool` (ranked by the run's evidence) no earlier child of that parent had.
-        A child is a crossover when it has a parent and other programs to show, else a mutation."""
+        islands' elites when the island has none) for a crossover (`iterate` gives each its
+        direction). A child is a crossover when it has a parent and other programs to show, else
+        a mutation."""
         s = self.s
         children = []
         for c in range(n):
@@ -80,27 +79,28 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
                 insp = [i for i in db.inspirations(island, parent, rng) if i not in top]
                 if not insp:  # an island with nothing else: the other islands' elites
                     insp = [i for i in db.archive if i != parent and i not in top][: s.num_inspirations]
-            [direction] = slot_directions([parent], [d.text for d in pool], used)
             children.append({"child": c, "island": island, "parent": parent, "parent_why": how,
                              "kind": "crossover" if top or insp else "mutate", "top": top, "inspirations": insp,
-                             "features": db.features(island, parent), "direction": direction,
-                             "direction_why": next((d.why for d in pool if d.text == direction), "")})
+                             "features": db.features(island, parent)})
         return children
 
-    def _prompt(self, child: dict[str, Any], designs: Sequence[DesignView], brief: ProblemBrief, lost: str) -> str:
-        """A child's prompt: its parent, why it was drawn, its direction with the evidence for it
-        and the contradicted ones (`lost`), the whole run's best and newest results."""
-        views = {v.id: v for v in designs}
+    @staticmethod
+    def _ask(child: Mapping[str, Any], views: Mapping[str, DesignView], brief: ProblemBrief,
+             steer: prompts.Steer) -> Ask:
+        """A child's first query, written when it starts: its parent, why it was drawn, its
+        direction with the evidence for it (`steer`), the whole run's best and newest results as
+        they are then, and its siblings in flight."""
         parent = views.get(str(child["parent"])) if child.get("parent") else None
         direction = child.get("direction")
-        steer = prompts.Steer(str(child.get("direction_why") or ""), lost)
         why = str(child.get("parent_why") or "") if parent is not None else ""
         if child["kind"] == "mutate":
-            return prompts.mutate(brief, parent, direction, designs, why=why, steer=steer)
+            return lambda designs, flying: prompts.mutate(brief, parent, direction, designs, why=why, steer=steer,
+                                                          in_flight=flying)
         top = [views[i] for i in child["top"] if i in views]
         insp = [views[i] for i in child["inspirations"] if i in views]
-        return prompts.crossover(brief, parent, str(child["features"]), top, insp, direction=direction,
-                                 designs=designs, why=why, steer=steer)
+        return lambda designs, flying: prompts.crossover(
+            brief, parent, str(child["features"]), top, insp, direction=direction, designs=designs, why=why,
+            steer=steer, in_flight=flying)
 
     async def iterate(self, state: SearchState, session: Session) -> IterationResult:
         if (exhausted := session.budget_left()) is not None:
@@ -108,18 +108,29 @@ class PikeOPolicy(PikeBase[PikeOSettings]):
         db, done = self.load_db(state, session)
         batch = done
         plan = session.load_state(f"batch/{batch}")
+        generic = prompts.directions(self.brief(state))
         if not isinstance(plan, dict):
             n, capped = self.batch_size(session)
-            pool, _ = ranked_directions(prompts.directions(self.brief(state)), state.designs)
-            used = asked_before(session, batch, "batch", "children", "direction")
-            plan = {"children": self._plan(batch, db, n, pool, used), "note": capped}
+            children = self._plan(batch, db, n)
+            d = await self.directions(batch, [ch["parent"] for ch in children], generic, state.designs,
+                                      self.brief(state), session, asked_before(session, batch, "batch", "children",
+                                                                              "direction"),
+                                      fresh=True, per_slot=min(2, 1 + self.s.max_fix_attempts))
+            for ch, c in zip(children, d.chosen, strict=True):
+                ch.update(direction=c.text if c else None, direction_why=c.why if c else "", spent=c is None)
+            plan = {"children": children, "note": "; ".join(x for x in (capped, d.note) if x)}
             session.save_state(f"batch/{batch}", plan)
-        _, lost = ranked_directions((), state.designs)
+        pool, lost = ranked_directions(list(dict.fromkeys([*generic, *fresh_ideas(session.load_state("fresh"))])),
+                                       state.designs)
+        spent = spent_text(state.designs)
         brief = replace(self.brief(state), budget=prompts.budget(
             self.cfg.search, session.budget_remaining(), batch + 1, "batch", len(plan["children"]),
             self.s.max_fix_attempts, state.problem.domain, steps=self.step_limit()))
+        views = {v.id: v for v in state.designs}
         # A crossover's parents: the current program, then the programs it was shown.
-        specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]), self._prompt(ch, state.designs, brief, lost),
+        specs = [SlotSpec(f"b{batch}/c{ch['child']}", str(ch["kind"]),
+                          self._ask(ch, views, brief, prompts.Steer(str(ch.get("direction_why") or ""), lost,
+                                                                    spent if ch.get("spent") else "")),
                           tuple(dict.fromkeys(str(i) for i in [ch.get("parent"), *ch.get("top", ()),
                                                                *ch.get("inspirations", ())] if i)),
                           {"batch": batch, "island": ch["island"], "focus": ch.get("direction")})

@@ -8,12 +8,17 @@ design that two slots wrote alike keeps both tags. On resume a slot continues fr
 stored: a slot whose last design passed is done; one that used its rounds is done; otherwise
 the Error-Fixing Agent resumes from its last design's stored feedback, with the rounds left.
 So no query is asked twice and no design is lost (docs/pike.md, "Resume").
+
+A slot's prompts are written when they are asked, from the run as it is then (`Session.views`):
+its first query when the slot starts, each fix when it is asked. Each shows the slots of its
+phase or batch that have not ended as in flight (`run_view.InFlight`: what they build on and
+the direction they take), and the designs its siblings finished before it as results.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +26,7 @@ from stratagem.agents.fix_loop import ACCEPTED, Attempt, FixLimits, Written, fix
 from stratagem.agents.pike import PikeAgents, Tickets
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
+from stratagem.context.run_view import Direction, InFlight
 from stratagem.core.search import DesignView, Feedback, Session
 
 
@@ -40,6 +46,10 @@ def made_by(role: str, parents: Sequence[str], fresh: bool = True) -> str:
     return "crossover" if role == "crossover" else "mutation"
 
 
+Ask = Callable[[Sequence[DesignView], Sequence[InFlight]], str]
+"""(the run's designs when the slot starts, the attempts in flight beside it) -> its first query."""
+
+
 @dataclass(frozen=True)
 class SlotSpec:
     """One query and its fixes."""
@@ -48,10 +58,21 @@ class SlotSpec:
     """`p3/s7` (PIKE-B phase 3, slot 7), `b12/c0` (PIKE-O batch 12, child 0)."""
     role: str
     """The first query's role: `optimize`, `mutate` or `crossover`."""
-    prompt: str
+    prompt: Ask
+    """Writes the first query when the slot starts."""
     parents: tuple[str, ...] = ()
     tags: Mapping[str, Any] = field(default_factory=dict)
-    """Stored in the slot's tag beside the round (branch, island, ...)."""
+    """Stored in the slot's tag beside the round (branch, island, ...); its `focus` (the idea or
+    direction it takes) is what its siblings are told it attempts."""
+
+    def in_flight(self) -> InFlight:
+        """How the slot's siblings see it while it runs."""
+        return InFlight(self.key, made_by(self.role, self.parents), self.parents[0] if self.parents else None,
+                        str(self.tags.get("focus") or ""))
+
+
+Now = Callable[[], tuple[Sequence[DesignView], Sequence[InFlight]]]
+"""The run's designs at this moment and the attempts in flight beside a slot."""
 
 
 @dataclass(frozen=True)
@@ -143,23 +164,32 @@ def _ended_before(spec: SlotSpec, history: Sequence[DesignView], max_fix: int) -
 
 async def run_slot(
     session: Session, agents: PikeAgents, brief: ProblemBrief, spec: SlotSpec, *, max_fix: int,
-    tickets: Tickets, history: Sequence[DesignView] = (), worker: str | None = None, start: str = "",
+    tickets: Tickets, now: Now, history: Sequence[DesignView] = (), worker: str | None = None, start: str = "",
 ) -> SlotResult:
     """Ask the slot's query and fix its candidate up to `max_fix` rounds (continuing from
-    `history`, the slot's stored designs); every query takes one of the phase's `tickets`.
-    `start` is the design the first query builds on (its parent's source; a coding agent finds
-    it in its work directory)."""
+    `history`, the slot's stored designs); every query takes one of the phase's `tickets` and
+    is written from the run as `now()` says it is. `start` is the design the first query builds
+    on (its parent's source; a coding agent finds it in its work directory)."""
     worker = worker or spec.key
     if (ended := _ended_before(spec, history, max_fix)) is not None:
         return ended
     first_round = len(history)
     last_source = history[-1].source if history else ""
-    prompt = spec.prompt
+
+    def fix_prompt(fb: Feedback) -> str:
+        designs, flying = now()
+        parent = next((v for v in designs if spec.parents and v.id == spec.parents[0]), None)
+        return prompts.fix(brief, last_source, fb, designs, parent, flying)
+
     if history:
         fb = session.feedback(history[-1].id)
         if fb is None:  # stored but never evaluated: the loop's recovery evaluates it first
             fb = Feedback(history[-1].id, history[-1].status, history[-1].report)
-        prompt = prompts.fix(brief, last_source, fb)
+        prompt = fix_prompt(fb)
+    else:
+        prompt = spec.prompt(*now())
+    own = prompt
+    """The slot's own query as this invocation first asked it (a restatement is sent it again)."""
     asked = 0
     turns = 0
     twins: list[str] = []
@@ -184,8 +214,8 @@ async def run_slot(
             twins.append(fb.duplicate_of)
             retries.add(turns)
             session.set_status(worker, f"restated {fb.duplicate_of[:10]}: asked again")
-            return prompts.restated(spec.prompt if not history else prompt, twins, brief.domain)
-        return prompts.fix(brief, last_source, fb)
+            return prompts.restated(own, twins, brief.domain)
+        return fix_prompt(fb)
 
     def describe(attempt: int, previous: str | None) -> Attempt:
         r = first_round + attempt - 1
@@ -207,18 +237,23 @@ async def run_slot(
                       len(twins))
 
 
-def slot_directions(seeds: Sequence[str | None], pool: Sequence[str],
-                    used: set[tuple[str | None, str]]) -> list[str | None]:
-    """A direction for each slot (its seed's id, None: the original program), so that no
-    (seed, direction) pair repeats in the run: `used` holds the pairs earlier phases asked (and
-    is extended with these). Each seed takes the first entry of `pool` (the brainstorm's ideas,
-    then the generic directions) it has not been asked with; None (the paper's open prompt) once
-    a seed has been asked every direction of the pool, or with no pool."""
-    out: list[str | None] = []
+def slot_directions(seeds: Sequence[str | None], pool: Sequence[Direction],
+                    used: set[tuple[str | None, str]]) -> list[Direction | None]:
+    """A direction for each slot of one step (its seed's id, None: the original program): the
+    first direction of `pool` (ranked by the run's evidence: `run_view.ranked_directions`) that
+    gained or is untried, that no other slot of the step takes (parallel attempts do not
+    re-derive one idea) and that the seed was never asked with (`used` holds the (seed,
+    direction) pairs earlier steps asked, and is extended with these). None once none is left:
+    the known directions are spent for that slot (a direction tried without a clear gain is
+    not recycled either), or with no pool."""
+    out: list[Direction | None] = []
+    taken: set[str] = set()
     for seed in seeds:
-        fresh = next((d for d in pool if (seed, d) not in used), None)
+        fresh = next((d for d in pool if d.standing != "even" and d.text not in taken
+                      and (seed, d.text) not in used), None)
         if fresh is not None:
-            used.add((seed, fresh))
+            used.add((seed, fresh.text))
+            taken.add(fresh.text)
         out.append(fresh)
     return out
 
@@ -269,6 +304,11 @@ async def run_slots(
     by_id = {v.id: v for v in designs}
     starts = [by_id[s.parents[0]].source if s.parents and s.parents[0] in by_id else "" for s in specs]
     needs = [0 if (h and h[-1].status in ACCEPTED) else max(0, 1 + max_fix - len(h)) for s, h in todo]
+    ended = {s.key for (s, _), n in zip(todo, needs, strict=True) if n == 0}
+
+    def now_for(key: str) -> Now:
+        return lambda: (session.views(), [s.in_flight() for s in specs if s.key != key and s.key not in ended])
+
     with session.reserve(sum(needs)) as r:
         pool = TicketPool(r.granted)
         order = [i for i, n in enumerate(needs) if n > 0]
@@ -277,17 +317,20 @@ async def run_slots(
         async def one(i: int) -> SlotResult:
             s, h = todo[i]
             if needs[i] == 0:
-                return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=Tickets(0), history=h,
-                                      worker=f"{worker_prefix}{s.key}", start=starts[i])
+                return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=Tickets(0),
+                                      now=now_for(s.key), history=h, worker=f"{worker_prefix}{s.key}",
+                                      start=starts[i])
             tickets = await pool.claim(position[i], needs[i])
-            if not tickets.granted:
-                return SlotResult(s.key, h[-1].id if h else None, False, 0, max(0, len(h) - 1),
-                                  "not asked: the phase's queries were used", ("budget",), True,
-                                  h[-1].source if h else "")
             try:
-                return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=tickets, history=h,
-                                      worker=f"{worker_prefix}{s.key}", start=starts[i])
+                if not tickets.granted:
+                    return SlotResult(s.key, h[-1].id if h else None, False, 0, max(0, len(h) - 1),
+                                      "not asked: the phase's queries were used", ("budget",), True,
+                                      h[-1].source if h else "")
+                return await run_slot(session, agents, brief, s, max_fix=max_fix, tickets=tickets,
+                                      now=now_for(s.key), history=h, worker=f"{worker_prefix}{s.key}",
+                                      start=starts[i])
             finally:
+                ended.add(s.key)
                 await pool.release(tickets)
 
         try:

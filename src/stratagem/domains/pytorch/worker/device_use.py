@@ -7,7 +7,7 @@ A program's first calls (torch.compile and Triton compiling and autotuning) run 
 shared lock, never the exclusive one; on a GPU, torch.compile's compiles themselves (dynamo's
 compile-start to compile-end callbacks: tracing, lowering, Triton code generation, which run on
 the CPU) let it go, as a build does, unless an autotuning mode may time kernels while it
-compiles (`autotunes_while_compiling`). A `load_inline` build (`inline_builds.py`) holds no lock on a
+compiles (`autotunes_while_compiling`). A `load_inline` build (`build/inline_builds.py`) holds no lock on a
 GPU: `released` lets a shared hold go for the build and takes it again after, so another
 design times while this one compiles.
 """

@@ -68,8 +68,9 @@ class Judging:
         self.seeds = [int(s) for s in w.req["seeds"]]
         self.sampled_trial = record.trial_key(secrets.SystemRandom().choice(self.seeds))
         self.params_key = record.params_key(self.seeds[0] + 7)
-        self.offdist_key = record.offdist_key(self.seeds[0] + 11)
-        self.scale = params.off_scale(w.req.get("off_distribution", True))
+        self.offdist = {record.offdist_key(self.seeds[0] + 11, scale): scale
+                        for scale in params.off_scales(w.req.get("off_distribution", True))}
+        """The off-distribution trials' records by their input scale (none: the problem opts out)."""
         self.checked: dict[str, str] = {}
         """key -> how its record came (`ipc` or `file`)."""
         self.findings: list[Finding] = []
@@ -89,13 +90,14 @@ class Judging:
     # -- what the judge expects --------------------------------------------------------
 
     def known(self, key: str) -> bool:
-        return (key in {record.trial_key(s) for s in self.seeds} or key in (self.params_key, self.offdist_key)
+        return (key in {record.trial_key(s) for s in self.seeds} or key == self.params_key or key in self.offdist
                 or record.parse_timed(key) is not None)
 
     def sampled(self, key: str) -> bool:
         """Checked when it comes as a file: the drawn trial, the two randomised trials, every
         timed call."""
-        return key in (self.sampled_trial, self.params_key, self.offdist_key) or record.parse_timed(key) is not None
+        return (key in (self.sampled_trial, self.params_key) or key in self.offdist
+                or record.parse_timed(key) is not None)
 
     # -- checking ----------------------------------------------------------------------
 
@@ -169,14 +171,13 @@ class Judging:
                     ref_out = w.call_reference(ref, runtime.clone_inputs(inputs))
                     cmp = params.judge_randomised(w, ref, ref_out, cand, inputs)
                 what = "judge: with randomised parameters"
-            elif key == self.offdist_key:
-                if self.scale is None:
-                    return
+            elif key in self.offdist:
+                scale = self.offdist[key]
                 visible = self.visible()  # first: its inputs and output are gone before these come
-                inputs = params.off_distribution_inputs(w, self.seeds[0] + 11, self.scale)
+                inputs = params.off_distribution_inputs(w, self.seeds[0] + 11, scale)
                 ref_out = w.call_reference(p.reference, runtime.clone_inputs(inputs))
                 cmp, _grow = params.judge_off_distribution(w, ref_out, cand, inputs, visible)
-                what = f"judge: with inputs off get_inputs()'s distribution (scaled by {self.scale:g})"
+                what = f"judge: with inputs off get_inputs()'s distribution (scaled by {scale:g})"
             else:
                 seed = int(key.removeprefix("trial-"))
                 inputs = w.make_inputs(p, seed)
@@ -249,18 +250,19 @@ class Judging:
             self.notes.append(f"randomised parameters: not checked, the worker says: {skipped}")
         else:
             self.require(self.params_key, "correctness")
-        if self.scale is None:
+        if not self.offdist:
             self.notes.append("off-distribution: the problem opts out")
-        elif self.offdist_key in self.checked or self.offdist_key in record.keys(self.dir):
-            self.require(self.offdist_key, "correctness")
-        else:  # the worker records nothing when the reference is not finite there: check that
-            p = self.w.loaded(False)
+        for key, scale in self.offdist.items():
+            if key in self.checked or key in record.keys(self.dir):
+                self.require(key, "correctness")
+                continue
+            p = self.w.loaded(False)  # the worker records nothing where the reference is not finite: check that
             with self.w.hold("shared"):
                 out = self.w.call_reference(p.reference, params.off_distribution_inputs(
-                    self.w, self.seeds[0] + 11, self.scale))
+                    self.w, self.seeds[0] + 11, scale))
             if params.finite(out):
-                self.require(self.offdist_key, "correctness")  # raises: missing
-            self.notes.append(f"off-distribution: the reference is not finite on inputs scaled by {self.scale:g}")
+                self.require(key, "correctness")  # raises: missing
+            self.notes.append(f"off-distribution: the reference is not finite on inputs scaled by {scale:g}")
 
     def timing(self) -> None:
         calls = sorted({k for k in [*record.keys(self.dir), *self.checked] if record.parse_timed(k) is not None})

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch  # noqa: F401 - worker-side (the candidate and its builds)
 
-from stratagem.domains.pytorch.worker import inline_builds, runtime
+from stratagem.domains.pytorch.build import inline_builds
+from stratagem.domains.pytorch.worker import runtime
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext

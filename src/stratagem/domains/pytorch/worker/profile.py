@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -75,11 +76,26 @@ def run_profile(w: StageContext) -> dict[str, Any]:
                     torch.cuda.synchronize()
                 call_ms = (time.perf_counter() - c0) * 1e3
         events = list(prof.function_events)
+        with_dtypes(events, prof)
     except Exception as e:  # noqa: BLE001 - a profile that cannot be taken is only missing
         return {"device": "cuda" if cuda else "cpu", "rows": [], "note": f"no profile: {runtime.one_line(e)}"}
     rows = kernel_rows(events) if cuda else operator_rows(events)
     return {"device": "cuda" if cuda else "cpu", **table(rows), "call_ms": round(call_ms, 4), "unit": "us",
             "source": "torch.profiler", "profile_s": round(time.perf_counter() - t0, 4)}
+
+
+def with_dtypes(events: Sequence[Any], prof: Any) -> None:
+    """Give each event its inputs' dtype names where this torch's events lack them (before
+    torch 2.12 `FunctionEvent` has no `input_dtypes`; the profiler's own results do, by
+    correlation id), so the bytes an operator moves can be counted."""
+    if not events or hasattr(events[0], "input_dtypes"):
+        return
+    try:
+        by_id = {int(k.correlation_id()): list(k.dtypes()) for k in prof.kineto_results.events()}
+    except Exception:  # noqa: BLE001 - without dtypes the rows keep their times alone
+        return
+    for e in events:
+        e.input_dtypes = by_id.get(int(getattr(e, "id", -1)), [])
 
 
 def work_of(evt: Any) -> tuple[int | None, int | None, str | None]:
@@ -108,18 +124,45 @@ def _launcher(evt: Any) -> Any:
     return op
 
 
+def _own_kernels(events: list[Any]) -> dict[int, Counter[tuple[str, float]]]:
+    """Each event's kernels that none of its descendants also carries: a launch that the
+    profiler lists under an operator and again under one it called counts once, at the
+    innermost (on an H100 with torch 2.11 the reference's softmax and GEMM kernels read as
+    two launches of one call each, twice their eager times)."""
+    children: dict[int, list[Any]] = defaultdict(list)
+    for e in events:
+        if (parent := getattr(e, "cpu_parent", None)) is not None:
+            children[id(parent)].append(e)
+    below: dict[int, Counter[tuple[str, float]]] = {}
+    own: dict[int, Counter[tuple[str, float]]] = {}
+
+    def visit(e: Any) -> Counter[tuple[str, float]]:
+        if id(e) not in below:
+            mine = Counter((str(k.name), float(k.duration)) for k in getattr(e, "kernels", None) or ())
+            sub: Counter[tuple[str, float]] = Counter()
+            for c in children[id(e)]:
+                sub += visit(c)
+            own[id(e)], below[id(e)] = mine - sub, mine | sub
+        return below[id(e)]
+
+    for e in events:
+        visit(e)
+    return own
+
+
 def kernel_rows(events: Iterable[Any]) -> list[list[Any]]:
     """GPU kernels by name: [name, device us, launches, bytes, FLOPs, dtype]; each kernel carries
     its launching operator's work in its share of that operator's kernel time."""
+    events = list(events)
+    own = _own_kernels(events)
     launches: list[tuple[int, str, float, Any]] = []
     op_time: dict[int, float] = {}
     for e in events:
-        for k in getattr(e, "kernels", None) or ():
+        for (name, us), n in own[id(e)].items():
             op = _launcher(e)
             key = id(op) if op is not None else -1
-            us = float(k.duration)
-            launches.append((key, str(k.name), us, op))
-            op_time[key] = op_time.get(key, 0.0) + us
+            launches.extend([(key, name, us, op)] * n)
+            op_time[key] = op_time.get(key, 0.0) + us * n
     rows: dict[str, list[Any]] = {}
     for key, name, us, op in launches:
         nbytes, flops, dtype = work_of(op) if op is not None else (None, None, None)

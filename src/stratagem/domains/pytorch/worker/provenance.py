@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stratagem.domains.pytorch.worker import builds, compare, integrity, record, runtime
+from stratagem.domains.pytorch.build import builds
+from stratagem.domains.pytorch.worker import compare, integrity, record, runtime
 from stratagem.domains.pytorch.worker.native_calls import (
     Meter,
     Tally,

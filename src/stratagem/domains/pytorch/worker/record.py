@@ -12,7 +12,7 @@ host. Otherwise it is a file (`KEY.pt`) read back with `torch.load(weights_only=
 rebuilds tensors and plain containers only, so a planted file cannot run code in the judge.
 
 The names are the contract between the two sides: `trial-SEED`, `params-SEED`,
-`offdist-SEED`, `timed-ATTEMPT-CALL`.
+`offdist-SEED` (and `offdist-SEED-down`), `timed-ATTEMPT-CALL`.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ def params_key(seed: int) -> str:
     return f"params-{seed}"
 
 
-def offdist_key(seed: int) -> str:
-    return f"offdist-{seed}"
+def offdist_key(seed: int, scale: float) -> str:
+    """The off-distribution trial's record at `scale` (above the visible inputs, or below)."""
+    return f"offdist-{seed}" if scale >= 1 else f"offdist-{seed}-down"
 
 
 def timed_key(attempt: int, call: int) -> str:

@@ -10,7 +10,7 @@ retires the worker: every later stage is skipped, since the CUDA context can no 
 trusted.
 
 Device use (`device_use.py`): every stage holds the device lock shared, the timed sections
-exclusive; `load_inline` builds (`inline_builds.py`, installed before the candidate is imported)
+exclusive; `load_inline` builds (`build/inline_builds.py`, installed before the candidate is imported)
 hold no lock on a GPU, and unchanged sources load from the shared build cache.
 """
 
@@ -28,12 +28,11 @@ from typing import Any
 import torch
 
 from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.pytorch.build import builds, inline_builds
 from stratagem.domains.pytorch.worker import (
-    builds,
     compare,
     environment,
     guard,
-    inline_builds,
     memory,
     precision,
     record,
@@ -117,7 +116,7 @@ class Worker(Referee):
 
 
     def install_builds(self) -> int:
-        """Put the `load_inline` wrapper in place (`inline_builds.py`: the build cache, builds
+        """Put the `load_inline` wrapper in place (`build/inline_builds.py`: the build cache, builds
         outside the device lock); returns how many builds this process has seen so far."""
         inline_builds.install(self.device, inline_builds.Hooks(self.released, lambda: self.phase("wait")))
         return len(inline_builds.EVENTS)

@@ -40,7 +40,7 @@ from stratagem.core.search import (
     SearchState,
     Session,
 )
-from stratagem.core.verdict import Verdict
+from stratagem.core.verdict import Verdict, inconclusive
 from stratagem.domains import get_domain
 from stratagem.search.policies.pike_models import PikeBase
 from stratagem.search.policies.pike_settings import RedteamSettings
@@ -54,25 +54,6 @@ STATE_KEY = breaches.ATTEMPTS_KEY.removeprefix("redteam/")
 BROKEN_KINDS = frozenset({"compile_error", "exception", "timeout", "crash", "oom", "cuda_error", "needs_gpu",
                           "harness_error"})
 """Failures that say the attempt did not build or run: nothing was learned about the checks."""
-INCONCLUSIVE_KINDS = frozenset({"timeout", "oom", "harness_error", "needs_gpu"})
-"""Audit failures that show nothing about the design: the audit could not finish (its run limit
-on a loaded machine, memory, the harness). Such an attempt is unaudited, never a breach: on a
-loaded 2-core machine an audit killed at its 120 s run limit was written as a breach fixture
-with no gain shown, one `--replay` could never clear."""
-
-
-def inconclusive(verdict: Verdict | str) -> str | None:
-    """Why an audit's verdict says nothing about the design (it could not run or finish), or None."""
-    if isinstance(verdict, str):
-        return verdict
-    if verdict.status == "error":
-        return verdict.report()
-    first = verdict.failures[0] if verdict.failures else None
-    if first is not None and first.kind in INCONCLUSIVE_KINDS:
-        return f"the audit did not finish: [{first.name}] {first.reason}"
-    return None
-
-
 _CLAIM = re.compile(r"^\s*(?:#|//|--|!)\s*(exploit|caught-by)\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 _CHECK = re.compile(r"^([a-z][a-z0-9_]*):")
 

@@ -50,7 +50,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stratagem.domains.pytorch import cuda_text as ct
+from stratagem.domains.pytorch.static import cuda_text as ct
 
 VERSION = 1
 """Part of the cache key of a split build: a change to the split changes it."""

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from stratagem.core.pysyntax import dotted  # noqa: F401 - part of this module's interface
-from stratagem.domains.pytorch.integrity_rules import glob_regex
-from stratagem.domains.pytorch.native_scan import clean
-from stratagem.domains.pytorch.string_fold import StringFolder, is_str_expr, literal_str
+from stratagem.domains.pytorch.static.integrity_rules import glob_regex
+from stratagem.domains.pytorch.static.native_scan import clean
+from stratagem.domains.pytorch.static.string_fold import StringFolder, is_str_expr, literal_str
 
 BUILTIN_NAMES = frozenset(dir(builtins)) | {"__builtins__"}
 

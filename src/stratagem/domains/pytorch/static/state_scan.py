@@ -13,16 +13,16 @@ import ast
 from collections.abc import Iterator
 
 from stratagem.core.pysyntax import bound_names  # noqa: F401 - part of this module's interface
-from stratagem.domains.pytorch import integrity_rules as R
-from stratagem.domains.pytorch.ast_scan import Scan, is_self, param_defaults
-from stratagem.domains.pytorch.integrity_checks import (
+from stratagem.domains.pytorch.static import integrity_rules as R
+from stratagem.domains.pytorch.static.ast_scan import Scan, is_self, param_defaults
+from stratagem.domains.pytorch.static.integrity_checks import (
     Hit,
     Hits,
     apply_rules,
     enclosing_function,
 )
-from stratagem.domains.pytorch.integrity_rules import first_match
-from stratagem.domains.pytorch.native_scan import (
+from stratagem.domains.pytorch.static.integrity_rules import first_match
+from stratagem.domains.pytorch.static.native_scan import (
     namespace_state,
     static_variables,
     strip_preprocessor,

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from stratagem.domains.pytorch.cuda_text import blank as clean
-from stratagem.domains.pytorch.cuda_text import top_level_split
+from stratagem.domains.pytorch.static.cuda_text import blank as clean
+from stratagem.domains.pytorch.static.cuda_text import top_level_split
 
 
 def strip_preprocessor(text: str) -> str:

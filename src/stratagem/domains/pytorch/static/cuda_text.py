@@ -1,7 +1,8 @@
-"""Owns reading the top level of a CUDA source as text, for the split build
-(`kernel_split.py`): comments and literals blanked, preprocessor lines, declarations and
-definitions as items, balanced brackets, declared names, top-level commas. Standard library
-only; what it cannot read is a `NotSplit` with the reason."""
+"""Owns reading the top level of a CUDA source as text, the domain's one C++ lexer (the static
+checks' `native_scan.py`, the split build's `build/kernel_split.py`): comments and literals
+blanked, preprocessor lines, declarations and definitions as items, balanced brackets,
+declared names, top-level commas. Standard library only; what it cannot read is a `NotSplit`
+with the reason."""
 
 from __future__ import annotations
 

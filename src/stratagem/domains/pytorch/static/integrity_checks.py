@@ -11,8 +11,8 @@ import ast
 import re
 from collections.abc import Iterator
 
-from stratagem.domains.pytorch import integrity_rules as R
-from stratagem.domains.pytorch.ast_scan import (
+from stratagem.domains.pytorch.static import integrity_rules as R
+from stratagem.domains.pytorch.static.ast_scan import (
     TYPE_OF,
     Scan,
     attr_name,
@@ -21,7 +21,7 @@ from stratagem.domains.pytorch.ast_scan import (
     is_self,
     literal_str,
 )
-from stratagem.domains.pytorch.integrity_rules import first_match
+from stratagem.domains.pytorch.static.integrity_rules import first_match
 
 Hit = tuple[int | None, str]
 

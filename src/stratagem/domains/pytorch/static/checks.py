@@ -20,11 +20,11 @@ from typing import Literal
 from stratagem.core import pysyntax
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import FailureKind, ValidatorResult
-from stratagem.domains.pytorch import integrity_checks as ic
-from stratagem.domains.pytorch import integrity_rules as R
-from stratagem.domains.pytorch.ast_scan import Scan
-from stratagem.domains.pytorch.kernel_use import own_kernels, own_kernels_cpu
-from stratagem.domains.pytorch.state_scan import mutable_state
+from stratagem.domains.pytorch.static import integrity_checks as ic
+from stratagem.domains.pytorch.static import integrity_rules as R
+from stratagem.domains.pytorch.static.ast_scan import Scan
+from stratagem.domains.pytorch.static.kernel_use import own_kernels, own_kernels_cpu
+from stratagem.domains.pytorch.static.state_scan import mutable_state
 from stratagem.errors import ConfigError
 
 Severity = Literal["reject", "warn"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 import re
 
-from stratagem.domains.pytorch.ast_scan import Scan, attr_name, dotted
-from stratagem.domains.pytorch.integrity_checks import Hit
-from stratagem.domains.pytorch.native_scan import NativeProgram, clean, pybind_exports
+from stratagem.domains.pytorch.static.ast_scan import Scan, attr_name, dotted
+from stratagem.domains.pytorch.static.integrity_checks import Hit
+from stratagem.domains.pytorch.static.native_scan import NativeProgram, clean, pybind_exports
 
 WHY = (
     "under the strict policy the candidate must define its own kernel (a `__global__` function "

@@ -17,24 +17,24 @@ in a candidate gets the wrapper. A call:
   directory, include paths (their files are not part of the key), SYCL sources or a
   non-module build.
 
-Flags the harness adds: `-gencode` for the device's own architecture alone, without PTX
-(torch's default also embeds PTX; a user's `TORCH_CUDA_ARCH_LIST` is kept), and
-`use_pch=True` for the C++ part of GPU workers where torch supports it (gcc on Linux, torch's
-include folder writable: torch keeps the one precompiled `torch/extension.h` there, rebuilt when the flags
-change; the wrapper builds it under a machine-wide lock). A candidate's `-O` flags and its own
-`-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs
-as many jobs as there are cores, and a build has at most two compile units.
+Flags the harness adds: `-gencode` for the device's own architecture alone, without PTX (torch's
+default also embeds PTX; a user's `TORCH_CUDA_ARCH_LIST` is kept), and `use_pch=True` for the
+C++ part of GPU workers where torch supports it (gcc on Linux, torch's include folder writable:
+torch keeps the one precompiled `torch/extension.h` there, rebuilt when the flags change; the
+wrapper builds it under a machine-wide lock). A candidate's `-O` flags and its own
+`-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs as
+many jobs as there are cores, and a build has at most two compile units.
 
 Split build (`kernel_split.py`, `[pytorch] split_builds`) and header diet (`header_diet.py`,
-`STRATAGEM_BUILD_HEADER_DIET=0` turns both off): four builds are
-tried in order, lightest first: the split build (the kernels compiled without torch's headers,
-the host code in `main.cpp`, both with `no_implicit_headers=True`), lean headers
-(`header_diet.lean`: the tensor API and the
-per-operator headers the source names, with `no_implicit_headers=True`, where torch's
-`load_inline` has it), the diet (`torch/extension.h` in the `.cu` becomes `torch/types.h`), then
-the call as written, whose error is the candidate's. Each has its own cache key, looked up in
-the same order; a build is published under the key of the attempt that built, in the same
-folder (a fallback reuses main.cpp's object where its flags are the same).
+`STRATAGEM_BUILD_HEADER_DIET=0` turns both off): four builds are tried in order, lightest
+first: the split build (the kernels compiled without torch's headers, the host code in
+`main.cpp`, both with `no_implicit_headers=True`), lean headers (`header_diet.lean`: the
+tensor API and the per-operator headers the source names, with `no_implicit_headers=True`,
+where torch's `load_inline` has it), the diet (`torch/extension.h` in the `.cu` becomes
+`torch/types.h`), then the call as written, whose error is the candidate's. Each has its own
+cache key, looked up in the same order; a build is published under the key of the attempt
+that built, in the same folder (a fallback reuses main.cpp's object where its flags are the
+same). The header tools load on a design's first build: one that builds nothing loads none.
 """
 
 from __future__ import annotations
@@ -53,23 +53,21 @@ from typing import Any
 
 import torch  # noqa: F401 - worker-side (cpp_extension and dynamo only where needed)
 
-from stratagem.domains.pytorch import header_diet, kernel_split
-from stratagem.domains.pytorch.build_cache import (
+from stratagem.domains.pytorch.build import builds
+from stratagem.domains.pytorch.build.build_cache import (
     BuildCache,
     BuildEvent,
     build_slot,
     concurrent_builds,
     key_of,
 )
-from stratagem.domains.pytorch.worker import builds
 from stratagem.worker_api.machine_load import usable_cores
 
 PCH_VAR = "STRATAGEM_BUILD_PCH"
 """`0` turns precompiled headers off (to measure what they save), `1` on on the CPU device too
 (unset: on for GPU workers only; a CPU worker's first build would pay for the header)."""
 DIET_VAR = "STRATAGEM_BUILD_HEADER_DIET"
-"""`0` builds CUDA sources as written; unset or anything else tries lean headers, then the header
-diet (`header_diet.py`), then the sources as written, until one compiles."""
+"""`0` builds CUDA sources as written; else the lighter builds first (the module docstring)."""
 EVENTS: list[BuildEvent] = []
 """Every `load_inline` call of this process, in order (the load stage reports them)."""
 
@@ -218,6 +216,8 @@ def _attempts(a: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], str | None,
     """The builds to try in the module docstring's order, each (call, note, cache-key inputs;
     the last one's note says why the lighter ones were not tried, or None), and why the sources
     were not split (None: they were, or the split was not tried)."""
+    from stratagem.domains.pytorch.build import header_diet, kernel_split
+
     light, diet_note = _lightened(a)
     leaned, lean_note = _leaned(a)
     cut, split_note = _split(a)
@@ -237,6 +237,8 @@ def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     sources = _texts(a.get("cuda_sources"))
     if not sources or not _diet_on():
         return None, None
+    from stratagem.domains.pytorch.build import header_diet
+
     diet = header_diet.lighten(sources)
     if diet.sources is None:
         return None, f"skipped: {diet.skipped}" if diet.skipped else None
@@ -250,6 +252,8 @@ def _split(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     sources = _headerless(a, _split_on())
     if not sources:
         return None, None
+    from stratagem.domains.pytorch.build import kernel_split
+
     got = kernel_split.split(sources, _texts(a.get("cpp_sources")), _texts(a.get("extra_cuda_cflags")),
                              _texts(a.get("extra_cflags")))
     if got.cuda_sources is None:
@@ -275,6 +279,8 @@ def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     sources = _headerless(a, _diet_on())
     if not sources:
         return None, None
+    from stratagem.domains.pytorch.build import header_diet
+
     ops = _operator_folder()
     got = header_diet.lean(sources, _texts(a.get("cpp_sources")),
                            lambda n: ops is not None and (ops / f"{n}.h").is_file())
