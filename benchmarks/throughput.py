@@ -3,7 +3,9 @@
 Parts, in this order (each skippable with --skip, each given at most what is left of
 --max-seconds; a part that cannot start in what is left is reported as skipped):
   relu     `stratagem eval` of an honest ReLU (KernelBench level1/19_ReLU as shipped): cold (a
-           fresh cache folder: no baselines, peaks or builds) then warm (the same folder again)
+           fresh cache folder: no baselines, peaks or builds) then warm (the same folder again);
+           the stream, the command problems and recipes then use that folder (warm, as a search's
+           designs after its first), the load_inline part a fresh one
   stream   20 designs of that problem submitted as four Implementors would (four writers, each
            submitting its next design when its last was judged), in one process with the
            executor's spare workers (`[evaluation] spare_workers`); designs proven per minute
@@ -15,8 +17,10 @@ Parts, in this order (each skippable with --skip, each given at most what is lef
 It prints one table and writes every figure to --json-out.
 
 The command for one device call on an H100 (about 8 minutes; KernelBench as shipped):
-  python benchmarks/throughput.py --device cuda --kernelbench /path/to/KernelBench --max-seconds 450 \
+  python benchmarks/throughput.py --device cuda --kernelbench /path/to/KernelBench --max-seconds 480 \
       --json-out $OUT/throughput.json
+(run it with the device call's limit at 600 s; what does not fit in 480 s is reported as skipped:
+`--skip inline,commands` leaves recipes room, `--stream-compare` adds the stream without spares)
 
 On the CPU (tiny bundled problems: examples/01_elementwise, examples/command/window_sums; a
 config with short timings keeps it to minutes):
@@ -153,8 +157,8 @@ def part_stream(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, Any]
     out: dict[str, Any] = {}
     t0 = time.monotonic()
     if a.stream_compare:
-        out["without_spares"] = asyncio.run(_stream(a, tmp / "cache-stream-off", False, left / 2))
-    out.update(asyncio.run(_stream(a, tmp / "cache-stream", True, left - (time.monotonic() - t0))))
+        out["without_spares"] = asyncio.run(_stream(a, tmp / "cache-relu", False, left / 2))
+    out.update(asyncio.run(_stream(a, tmp / "cache-relu", True, left - (time.monotonic() - t0))))
     return out
 
 
@@ -177,8 +181,8 @@ def part_commands(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, An
 def part_recipes(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, Any]:
     problem = a.recipes_path
     body = cli(["run", str(problem), "--policy", "recipes", "--device", a.device, "--run-dir", str(tmp / "run-recipes")],
-               tmp / "cache-recipes", left)
-    shown = cli(["show", str(tmp / "run-recipes")], tmp / "cache-recipes", 60.0)  # the run's round
+               tmp / "cache-relu", left)
+    shown = cli(["show", str(tmp / "run-recipes")], tmp / "cache-relu", 60.0)  # the run's round
     conf = shown.get("confirmation") or {}
     return {"recipes_wall_s": round(body["_wall_s"], 2), "status": _status(body) if "_error" in body else "done",
             "confirm_blocks": conf.get("blocks"), "confirm_stop": conf.get("stop"),
@@ -207,7 +211,7 @@ def main() -> int:
     ap.add_argument("--candidate", type=Path, help="with --problem-file: its honest design")
     ap.add_argument("--recipes-problem", default=None, help="the problem under --kernelbench for recipes (default --problem)")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip: {', '.join(PARTS)}")
-    ap.add_argument("--max-seconds", type=float, default=450.0, help="the whole budget; parts that do not fit are skipped")
+    ap.add_argument("--max-seconds", type=float, default=480.0, help="the whole budget; parts that do not fit are skipped")
     ap.add_argument("--designs", type=int, default=20)
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--stream-compare", action="store_true", help="run the stream without spare workers first")
