@@ -39,6 +39,8 @@ ENV_EXCEPTIONS: dict[str, frozenset[str]] = {
     # response); it runs in the sandbox, where stratagem.config is not the parent's config, and
     # only reads this one variable.
     "stratagem.domains.pytorch.worker.environment": frozenset({"CUDA_VISIBLE_DEVICES"}),
+    # The command domain's worker names the GPU its slot pinned, the same way (nvidia-smi's index).
+    "stratagem.domains.command.worker": frozenset({"CUDA_VISIBLE_DEVICES"}),
     # The build root torch itself uses for extensions: the slot's TORCH_EXTENSIONS_DIR, read
     # the way torch reads it, so the worker claims the directory its builds really use.
     "stratagem.domains.pytorch.build.builds": frozenset({"TORCH_EXTENSIONS_DIR"}),
