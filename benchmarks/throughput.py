@@ -103,7 +103,7 @@ def part_relu(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, Any]:
 def part_inline(a: argparse.Namespace, tmp: Path, left: float) -> dict[str, Any]:
     if a.device == "cpu":
         return {"skipped": "a load_inline CUDA design needs a GPU"}
-    body = cli(["eval", str(a.problem_path), str(ROOT / "benchmarks/candidates/relu_inline.py"), "--device", a.device],
+    body = cli(["eval", str(a.problem_path), str(ROOT / "tests/gpu/strict/cuda_honest.py"), "--device", a.device],
                tmp / "cache-inline", left)
     vals = body.get("validators") or {}
     return {"inline_first_s": round(body["_wall_s"], 2), "status": _status(body),
