@@ -43,6 +43,13 @@ def role_of(prompt: str) -> str:
     return "optimize"
 
 
+def idea_asked(prompt: str) -> int | None:
+    """The idea number a PIKE-B phase-0 prompt asks for (its own task line, never a sibling's
+    idea listed in flight)."""
+    m = re.search(r"^Focus specifically on the following optimization task: idea number (\d+)$", prompt, re.M)
+    return int(m.group(1)) if m else None
+
+
 @dataclass
 class Script:
     """Answers by role: the brainstorm gets `ideas`; code queries get a fresh candidate whose

@@ -10,7 +10,7 @@ import asyncio
 from collections import Counter
 
 from fakes import src
-from pike_fakes import WRONG_BY, Script, make_pike_loop
+from pike_fakes import WRONG_BY, Script, idea_asked, make_pike_loop
 from pydantic_ai.exceptions import ModelHTTPError
 
 from stratagem.context import pike as prompts
@@ -185,9 +185,9 @@ def test_a_restatement_under_another_extension_name_is_linked_not_evaluated(tmp_
               .replace("    return torch::relu(x);", "    // the same kernel, commented\n    return torch::relu( x );"))
 
     def answer(role: str, prompt: str, n: int) -> str | None:
-        if role == "optimize" and "optimization task: idea number 0\n" in prompt:
+        if role == "optimize" and idea_asked(prompt) == 0:
             return f"```python\n{first}```"
-        if role == "optimize" and "optimization task: idea number 1\n" in prompt:
+        if role == "optimize" and idea_asked(prompt) == 1:
             return f"```python\n{second}```"
         return None
 
@@ -202,9 +202,9 @@ def test_a_restatement_under_another_extension_name_is_linked_not_evaluated(tmp_
 
 def test_the_notes_count_queries_valid_designs_and_writer_failures(tmp_path):
     def answer(role: str, prompt: str, n: int) -> str | None:
-        if role == "optimize" and "optimization task: idea number 1\n" in prompt:
+        if role == "optimize" and idea_asked(prompt) == 1:
             return f"```python\n{src('wrong', invalid='wrong')}{WRONG_BY}```"
-        if role == "optimize" and "optimization task: idea number 2\n" in prompt:
+        if role == "optimize" and idea_asked(prompt) == 2:
             raise ModelHTTPError(400, "scripted", body="malformed request")
         return None
 

@@ -11,7 +11,7 @@ import asyncio
 import re
 
 from fakes import src
-from pike_fakes import Script, make_pike_loop
+from pike_fakes import Script, idea_asked, make_pike_loop
 
 from stratagem.context import pike as prompts
 from stratagem.context.render import ProblemBrief
@@ -61,7 +61,7 @@ def test_pike_b_phase_zero_prompts_list_the_other_ideas_and_the_paper_mode_none(
     phase0 = [p for r, p in script.calls if r == "optimize"]
     assert len(phase0) == 3
     for k, prompt in enumerate(phase0):
-        assert f"optimization task: idea number {k}\n" in prompt
+        assert idea_asked(prompt) == k
         assert all((f"- idea number {j}: p0/s{j} (initial)" in in_flight(prompt)) == (j != k) for j in range(3))
     paper = Script(ideas=3)
     loop, _, _ = make_pike_loop(tmp_path / "paper", "pike-b", paper, max_queries=4,
@@ -95,11 +95,11 @@ def test_error_fixing_prompts_carry_the_run_s_block_compact(tmp_path):
     [(n, fix)] = [(n, p) for n, (r, p) in enumerate(script.calls) if r == "fix"]
     views = loop.session.views()
     before = ranked([v for v in views if v.iteration == 1])[0]
-    assert fix.index("Fix the correctness issue") < fix.index(RUN)  # the fix asked first, the run after
+    assert fix.index(RUN) < fix.index("Fix the correctness issue")  # the run as context, the fix asked last
     run = fix.split(RUN)[1]
     assert f"- `{short_id(before.id)}` (initial: " in run and f"{before.speedup:.2f}x" in run
     assert "shown nowhere else in this prompt; its code" not in run  # compact: no third program
-    assert "Your task is still the fix asked above" in run
+    assert "Your task is still the fix asked below" in run
     [mine] = {k.removeprefix("slot ") for v in views if v.status == "invalid" for k in v.tags if k.startswith("slot")}
     for key in {"b1/c0", "b1/c1", "b1/c2"} - {mine}:  # each sibling is in flight, or its result is shown
         ids = [short_id(v.id) for v in views if v.tags.get(f"slot {key}")]

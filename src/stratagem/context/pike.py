@@ -139,9 +139,8 @@ def optimize(brief: ProblemBrief, idea: str, designs: Sequence[DesignView] = (),
              in_flight: Sequence[InFlight] = ()) -> str:
     """A first query with an idea (PIKE-B's phase 0), followed by the run so far: the attempts
     asked beside it (`in_flight`), and what is measured when a resumed phase has anything."""
-    text = fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster", **common(brief))
-    run = run_so_far(designs, None, brief.domain, in_flight=in_flight)
-    return f"{text}\n\n{run}" if run else text
+    return fill("pike", "optimize", domain=brief.domain, idea=idea.strip() or "make it faster",
+                run_so_far=run_so_far(designs, None, brief.domain, in_flight=in_flight), **common(brief))
 
 
 def improve(brief: ProblemBrief, seed: DesignView | None, direction: str | None = None,
@@ -317,16 +316,15 @@ def fix(brief: ProblemBrief, failed_source: str, fb: Feedback, designs: Sequence
     fix keeps to what the run has learned."""
     what = f"{fb.validator or 'harness'}: {fb.kind or fb.status}"
     d = brief.domain
+    run = run_so_far(designs, start, d, skip=[fb.design_id], in_flight=in_flight, compact=True)
+    run = f"{run}\n\n" + fill("evidence", "fix_task", domain=None) if run else ""
     if fb.kind in WRONG_KINDS:
         diff = ("max abs " + f"{fb.max_abs_err:.3g}" if fb.max_abs_err is not None else "unknown")
         if fb.max_rel_err is not None:
             diff += f", max rel {fb.max_rel_err:.3g}"
-        text = fill("pike", "fix_correctness", domain=d, failed_source=failed_source.strip(), what=what,
-                    max_diff=f"{diff} ({compress_report(fb.report.strip(), 1_000)})", **common(brief))
-    else:
-        tail = tail_of((fb.error_tail or fb.report or "").strip(), ERROR_TAIL_CHARS)
-        c = {k: x for k, x in common(brief).items() if k not in ("example", "numbers")}
-        text = fill("pike", "fix_error", domain=d, failed_source=failed_source.strip(), what=what,
-                    error_tail=tail or "(none)", timed_out="yes" if fb.kind == "timeout" else "no", **c)
-    run = run_so_far(designs, start, d, skip=[fb.design_id], in_flight=in_flight, compact=True)
-    return f"{text}\n\n{run}\n\n" + fill("evidence", "fix_task", domain=None) if run else text
+        return fill("pike", "fix_correctness", domain=d, failed_source=failed_source.strip(), what=what,
+                    max_diff=f"{diff} ({compress_report(fb.report.strip(), 1_000)})", run_so_far=run, **common(brief))
+    tail = tail_of((fb.error_tail or fb.report or "").strip(), ERROR_TAIL_CHARS)
+    c = {k: x for k, x in common(brief).items() if k not in ("example", "numbers")}
+    return fill("pike", "fix_error", domain=d, failed_source=failed_source.strip(), what=what,
+                error_tail=tail or "(none)", timed_out="yes" if fb.kind == "timeout" else "no", run_so_far=run, **c)
