@@ -198,8 +198,9 @@ class AutoPolicy:
         session.set_status("strategist", "planning")
         budget = render.BudgetBrief.of(self.cfg.search, session.budget_remaining(), state.iteration,
                                        patience=self.cfg.search.patience)
-        result = await plan_iteration(brief, curated, runtime, deps, iteration=state.iteration,
-                                      implementors=self.cfg.search.implementors, budget=budget)
+        result = await plan_iteration(brief, curated, runtime, deps, designs=state.designs,
+                                      iteration=state.iteration, implementors=self.cfg.search.implementors,
+                                      budget=budget)
         status = f"plan: {result.plan.strategy}" if result.plan else "failed: fallback plan"
         session.set_status("strategist", status)
         return result
