@@ -61,6 +61,8 @@ class StrategistDeps(BaseDeps):
     implementors: int = 1
     """How many Implementors the plan may give variants to."""
     ask: Callable[[str], Awaitable[str]] | None = None
+    analyst_docs: bool = False
+    """The Analyst it asks can search the problem's documentation (else no prompt says so)."""
     questions: list[str] = field(default_factory=list)
 
 
@@ -108,13 +110,15 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
 
 def build_strategist(
     *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str,
-    tools: Sequence[ProbeMode] = (),
+    tools: Sequence[ProbeMode] = (), docs: bool = False,
 ) -> Agent[StrategistDeps, PlanOutput]:
     """A fresh Strategist (told in `domain`'s words); with `analyst`, it gets the `ask_analyst`
-    tool, and the harness's `profile` when it is among `tools` (and no other)."""
+    tool (told that the Analyst searches documentation only where there are `docs`), and the
+    harness's `profile` when it is among `tools` (and no other)."""
     agent: Agent[StrategistDeps, PlanOutput] = Agent(
         model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
-        instructions=render.instructions("strategist", domain=domain, analyst=analyst, profile="profile" in tools),
+        instructions=render.instructions("strategist", domain=domain, analyst=analyst, profile="profile" in tools,
+                                         docs=docs),
         toolsets=[probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
@@ -124,12 +128,14 @@ def build_strategist(
         return _check_plan(ctx.deps, out)
 
     if analyst:
+        does = ("reads any design in full, diffs two designs, compares what the harness measured of them and "
+                "searches the problem's documentation" if docs else
+                "reads any design in full, diffs two designs and compares what the harness measured of them")
 
-        @agent.tool
+        @agent.tool(description=f"Ask the Analyst a question before you decide: it {does}, and answers in a "
+                                "few paragraphs.")
         async def ask_analyst(ctx: RunContext[StrategistDeps], question: str) -> str:
-            """Ask the Analyst a question before you decide: it reads any design in full, diffs
-            two designs, compares what the harness measured of them and searches the
-            documentation, and answers in a few paragraphs.
+            """Ask the Analyst a question before you decide.
 
             Args:
                 question: a specific question (name the designs by id).
@@ -174,7 +180,7 @@ async def plan_iteration(
     every = {d.id: d for d in [*designs, *curated.designs]}
     deps.failed_ids = tuple(i for i, d in every.items() if d.status != "valid")
     agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries,
-                             domain=problem.domain, tools=deps.probes)
+                             domain=problem.domain, tools=deps.probes, docs=deps.analyst_docs)
     prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors,
                                       budget=budget)
     outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)
