@@ -84,6 +84,15 @@ def test_the_answer_fits_a_prompt_largest_first_whatever_the_rows_it_is_given():
     assert "FLOPs at the float32 matmul rate): 0.2 ms" in lines[-1]
 
 
+def test_a_tf32_gemm_is_set_against_the_tf32_peak():
+    flops = 2 * 4096**3
+    profile = {"device": "cuda", **table([["sm90_xmma_gemm_tf32f32_tf32f32_f32_tn_n", 500.0, 1, None, flops, "float"],
+                                          ["sm90_xmma_gemm_f32f32_f32f32_f32_tn_n", 3000.0, 1, None, flops, "float"]])}
+    tf32, fp32 = kernel_table(profile, PEAKS).details["rows"][1], kernel_table(profile, PEAKS).details["rows"][0]
+    assert tf32["rate_mode"] == "tf32" and 0.6 < tf32["flop_fraction"] < 0.7  # 275 of 400, not 550% of float32's
+    assert fp32["rate_mode"] == "float32"
+
+
 def test_a_kernel_split_over_an_operators_launches_shares_its_work_by_time():
     mm = op("aten::addmm", [[1024], [64, 1024], [1024, 1024]], ["float", "float", "float"], flops=1000)
     rows = {r[0]: r for r in kernel_rows([launch(mm, ("gemm", 30.0)), launch(mm, ("splitk_reduce", 10.0))])}
