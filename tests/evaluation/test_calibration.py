@@ -31,6 +31,9 @@ def test_a_calibration_the_reference_beats_is_redone_not_believed(cpu_config, _i
     assert ev.verdict.status == "valid", ev.verdict.report()
     roof = ev.verdict.result("roofline")
     assert roof is not None and "earlier peaks were wrong" in roof.details.get("recalibrated", "")
+    # the floor's rates are those of the precisions the reference was seen computing in (issue 58)
+    assert roof.details["admitted"] == ["float32", "float64"]
+    assert "the reference's float32 and above (what the reference was seen computing in)" in roof.details["basis"]
     fresh = json.loads(path.read_text())
     assert fresh["matmul_tflops"]["float32"] > 1e-3  # measured again and replaced
 
