@@ -128,7 +128,7 @@ class DocIndex:
     @classmethod
     def from_dir(cls, root: Path, *, chunk_chars: int = CHUNK_CHARS) -> DocIndex:
         """Index the text files under `root` (recursively; hidden folders skipped)."""
-        return cls.from_texts(doc_files(Path(root)), chunk_chars=chunk_chars)
+        return cls.from_texts(doc_files(Path(root), DOC_EXTS), chunk_chars=chunk_chars)
 
     @classmethod
     def for_problem(cls, docs_dir: Path | None, own: Mapping[str, str]) -> DocIndex | None:

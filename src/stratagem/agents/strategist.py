@@ -1,14 +1,14 @@
 """Owns the Strategist: one agent run per iteration that picks AUTO's strategy and writes the plan.
 
 Its output is a `PlanOutput` (strategy, evidence ids, rationale, shared instructions, and one
-distinct variant per Implementor). An output
-validator resolves the cited ids (full or unique prefixes) against every design of the run,
-the set the Analyst reads from too (the Strategist is shown the curated few, the Analyst may
-name any: a plan citing a design the Analyst named was refused when only the curated ids
-counted), and checks the evidence fits the strategy; anything wrong is sent back as a retry. Its only tool,
-with the Analyst enabled, is `ask_analyst(question)`, which runs the Analyst as a child agent;
-it gets no file or scratchpad tools (its work directory would be new and empty each iteration,
-and nothing reads what it writes there).
+distinct variant per Implementor). An output validator resolves the cited ids (full or unique
+prefixes) against every design of the run, the set the Analyst reads from too (the Strategist
+is shown the curated few, the Analyst may name any: a plan citing a design the Analyst named
+was refused when only the curated ids counted), and checks the evidence fits the strategy;
+anything wrong is sent back as a retry. Its only tool, with the Analyst enabled, is
+`ask_analyst(question)`, which runs the Analyst as a child agent; it gets no file or
+scratchpad tools (its work directory would be new and empty each iteration, and nothing reads
+what it writes there).
 `plan_iteration` returns the plan, or None with the reason (a failure is data).
 """
 
@@ -103,7 +103,8 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
     if problems:
         shown = ", ".join(render.short_id(k) for k in deps.shown_ids) or "none"
         others = len(set(deps.known_ids) - set(deps.shown_ids))
-        more = f" (and {others} other designs of the run, which the Analyst can read)" if others else ""
+        more = (f" (and {others} other designs of the run" + (", which the Analyst can read)" if deps.ask else ")")
+                if others else "")
         raise ModelRetry("Fix the plan: " + "; ".join(problems) + f". Design ids shown: {shown}{more}.")
     return out.model_copy(update={"evidence": ids, "variants": variants})
 

@@ -427,9 +427,10 @@ DOC_MAX_FILES = 2_000
 DOC_MAX_FILE_BYTES = 2_000_000
 
 
-def doc_files(root: Path) -> dict[str, str]:
-    """The files under `root` (recursively; hidden ones skipped, at most `DOC_MAX_FILES`, none
-    over `DOC_MAX_FILE_BYTES`) by their path relative to it, as text; none when it is no folder."""
+def doc_files(root: Path, suffixes: frozenset[str] | None = None) -> dict[str, str]:
+    """The files under `root` (recursively; hidden ones skipped; only `suffixes` where given, at
+    most `DOC_MAX_FILES`, none over `DOC_MAX_FILE_BYTES`) by their path relative to it, as text;
+    none when it is no folder."""
     if not root.is_dir():
         return {}
     out: dict[str, str] = {}
@@ -438,6 +439,8 @@ def doc_files(root: Path) -> dict[str, str]:
             break
         rel = p.relative_to(root)
         if not p.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        if suffixes is not None and p.suffix.lower() not in suffixes:
             continue
         try:
             if p.stat().st_size <= DOC_MAX_FILE_BYTES:
