@@ -56,7 +56,8 @@ async def one(evaluator: Any, path: Path, designs: list[Path], compiled: bool) -
     t0 = time.monotonic()
     ref = await evaluator.evaluate(problem, probes.target(problem, "reference", [])[0], with_baseline=False)
     roof = ref.verdict.result("roofline")
-    floor_ms = (roof.details or {}).get("floor_ms") if roof is not None and (roof.details or {}).get("checked") else None
+    rd = (roof.details or {}) if roof is not None else {}
+    floor_ms, basis = (rd.get("floor_ms"), rd.get("basis")) if rd.get("checked") else (None, None)
     targets: list[tuple[str, Design]] = [("the reference", probes.target(problem, "reference", [])[0])]
     if compiled:
         targets.append(("torch.compile of the reference",
@@ -67,7 +68,7 @@ async def one(evaluator: Any, path: Path, designs: list[Path], compiled: bool) -
     for of, design in targets:
         s0 = time.monotonic()
         ev = await evaluator.evaluate(problem, design, with_baseline=False, graph=graph)
-        text = probes.probe_text("profile", ev.verdict, of, floor_ms)
+        text = probes.probe_text("profile", ev.verdict, of, floor_ms, basis)
         k = ev.verdict.result("kernels")
         print(f"\n=== {path.parent.name if path.stem == 'problem' else path.stem}: {of} ({time.monotonic() - s0:.1f} s, {len(text.splitlines())} lines, "
               f"{len(text)} chars)\n{text}", flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path
 
@@ -160,13 +161,87 @@ def test_workdir_rejects_symlinks_out(tmp_path: Path) -> None:
 
 
 def test_docs_for_problem_prefers_the_configured_folder(tmp_path: Path) -> None:
+    from stratagem.core.problem import Problem
+    from stratagem.domains import get_domain
+
+    def own(path: Path) -> dict[str, str]:
+        return get_domain("pytorch").documentation(Problem("p", "pytorch", "", str(path)))
+
     write_docs(tmp_path / "prob" / "docs")
     (tmp_path / "prob" / "problem.py").write_text("class Model: ...\n")
-    idx = DocIndex.for_problem(None, str(tmp_path / "prob" / "problem.py"))
-    assert idx is not None and "triton.txt" in idx.files
-    assert DocIndex.for_problem(None, str(tmp_path / "problem.py")) is None
+    idx = DocIndex.for_problem(None, own(tmp_path / "prob" / "problem.py"))
+    assert idx is not None and "triton.txt" in idx.files and ".hidden/secret.md" not in idx.files
+    assert DocIndex.for_problem(None, own(tmp_path / "problem.py")) is None
     other = tmp_path / "other"
     other.mkdir()
     (other / "x.md").write_text("# X\n\nwarp shuffles\n")
-    idx = DocIndex.for_problem(other, str(tmp_path / "prob" / "problem.py"))
+    idx = DocIndex.for_problem(other, own(tmp_path / "prob" / "problem.py"))
     assert idx is not None and idx.files == ["x.md"]
+    # a folder with nothing it can index is no documentation: no index, so no `search_docs`
+    (tmp_path / "empty" / "docs").mkdir(parents=True)
+    (tmp_path / "empty" / "docs" / "blob.bin").write_bytes(b"\0\1")
+    assert DocIndex.for_problem(None, own(tmp_path / "empty" / "problem.py")) is None
+
+
+def test_a_command_problem_s_own_docs_are_what_its_analyst_searches(tmp_path: Path) -> None:
+    """A command problem's path is its folder: its docs are the bundle's `docs` folder (the
+    index once looked for a `docs/` beside the folder and found none, or another problem's)."""
+    from stratagem.domains import get_domain
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "command" / "window_sums"
+    problem = get_domain("command").load_problem(root)
+    idx = DocIndex.for_problem(None, get_domain("command").documentation(problem))
+    assert idx is not None and idx.files == ["docs/background.md"]
+    assert not (root.parent / "docs").exists()  # where the index used to look
+
+
+def offered_to(build, deps: AnalystDeps, prompt: str = "q") -> tuple[list[str], str]:
+    """The tools a scripted model is offered and the instructions it is given."""
+    seen: dict[str, object] = {}
+
+    def answer(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        seen["tools"] = sorted(t.name for t in i.function_tools)
+        seen["system"] = str(getattr(i, "instructions", "") or "")
+        return output(i, {"cheating": False, "reason": "fine"}) if i.output_tools else text("an answer")
+
+    asyncio.run(build(model=scripted(answer)).run(prompt, deps=deps))
+    return seen["tools"], str(seen["system"])  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("role", ["analyst", "reviewer"])
+def test_search_docs_is_offered_and_named_only_where_there_are_docs(tmp_path: Path, role: str) -> None:
+    """Issue 58: on problems without docs, Analysts spent a query on `search_docs`."""
+    from stratagem.agents.analyst import build_analyst, build_reviewer, has_docs
+
+    write_docs(tmp_path / "docs")
+    for docs in (None, DocIndex.from_dir(tmp_path / "docs")):
+        deps = analyst_deps(tmp_path, docs)
+        maker = build_analyst if role == "analyst" else build_reviewer
+        build = functools.partial(maker, domain="pytorch", docs=has_docs(docs))
+        tools, told = offered_to(build, deps)
+        assert ("search_docs" in tools) == (docs is not None), (role, tools)
+        assert ("search_docs" in told) == (docs is not None), (role, told)
+    assert not has_docs(None) and not has_docs(DocIndex.from_texts({}))
+
+
+def test_the_analyst_s_prompt_and_the_strategist_name_docs_only_where_there_are_some(tmp_path: Path) -> None:
+    from stratagem.agents.strategist import build_strategist
+
+    write_docs(tmp_path / "docs")
+    prompts: list[str] = []
+
+    def answer(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        prompts.append("\n".join(str(getattr(p, "content", "")) for msg in m for p in msg.parts))
+        return text("an answer")
+
+    for docs in (None, DocIndex.from_dir(tmp_path / "docs")):
+        prompts.clear()
+        asyncio.run(ask_analyst("q", analyst_deps(tmp_path, docs), runtime({"analyst": scripted(answer)})))
+        assert ("search_docs" in prompts[0]) == (docs is not None) and ("memory.md" in prompts[0]) == (docs is not None)
+    for docs in (False, True):
+        agent = build_strategist(analyst=True, domain="pytorch", docs=docs)
+        told = render.instructions("strategist", domain="pytorch", analyst=True, docs=docs)
+        tool = agent._function_toolset.tools["ask_analyst"].tool_def.description or ""  # noqa: SLF001
+        assert ("documentation" in told) == docs and ("documentation" in tool) == docs, (docs, tool)
+
+

@@ -196,8 +196,11 @@ def test_each_role_gets_only_tools_it_uses_and_each_says_what_for(tmp_path: Path
             return output(i, {}) if i.output_tools else ModelResponse(parts=[])
         return FunctionModel(fn)
 
-    for name, agent in (("strategist+analyst", build_strategist(analyst=True, domain="pytorch")), ("analyst", build_analyst(domain="pytorch")),
-                        ("reviewer", build_reviewer(domain="pytorch")), ("implementor", build_implementor(domain="pytorch"))):
+    for name, agent in (("strategist+analyst", build_strategist(analyst=True, domain="pytorch", docs=True)),
+                        ("analyst", build_analyst(domain="pytorch", docs=True)),
+                        ("analyst without docs", build_analyst(domain="pytorch")),
+                        ("reviewer", build_reviewer(domain="pytorch", docs=True)),
+                        ("implementor", build_implementor(domain="pytorch"))):
         try:
             agent.run_sync("q", model=capture(name), deps=None)  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - only the offer is checked; the scripted answer is empty
@@ -205,6 +208,7 @@ def test_each_role_gets_only_tools_it_uses_and_each_says_what_for(tmp_path: Path
     assert set(offered["strategist+analyst"]) - {"(instructions)"} == {"ask_analyst"}
     assert set(offered["analyst"]) - {"(instructions)"} == {"read_design", "diff_designs", "compare_designs",
                                                             "search_docs"}
+    assert set(offered["analyst without docs"]) == set(offered["analyst"]) - {"search_docs"}  # issue 58
     assert set(offered["reviewer"]) == set(offered["analyst"])
     for role, tools in offered.items():
         instructions = tools.pop("(instructions)")

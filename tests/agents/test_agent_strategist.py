@@ -43,12 +43,12 @@ def designs() -> list[DesignView]:
     ]
 
 
-def plan_for(st, tmp_path: Path, model: FunctionModel, ask=None):
-    curated = curate(st, ContextConfig(), random.Random(0))
+def plan_for(st, tmp_path: Path, model: FunctionModel, ask=None, context: ContextConfig | None = None):
+    curated = curate(st, context or ContextConfig(), random.Random(0))
     deps = StrategistDeps(workdir=Workdir(tmp_path), ask=ask)
     rt = runtime({"strategist": model})
     return asyncio.run(plan_iteration(render.ProblemBrief.from_state(st), curated, rt, deps,
-                                      iteration=st.iteration)), deps
+                                      designs=st.designs, iteration=st.iteration)), deps
 
 
 def test_valid_plan_with_prefix_evidence(tmp_path: Path) -> None:
@@ -78,6 +78,41 @@ def test_unknown_evidence_is_sent_back_as_a_retry(tmp_path: Path) -> None:
     assert res.plan is not None and res.plan.evidence == (B,)
     assert "deadbeef00" in seen[0][0] and "not the id of a design" in seen[0][0]
     assert res.outcome.call.retries == 1
+
+
+def test_a_plan_may_cite_a_design_the_analyst_named_that_its_prompt_did_not_show(tmp_path: Path) -> None:
+    """Issue 58: the Strategist is shown the curated few, the Analyst reads every design of the
+    run; a plan citing a design the Analyst named was refused. Both now draw on the run's designs."""
+    narrow = ContextConfig(best=1, worst=0, recent=0, failed=0)
+    st = state(designs(), 2)
+    assert curate(st, narrow, random.Random(0)).ids == (B,)  # A and F are not in its prompt
+
+    async def ask(q: str) -> str:
+        return f"{A[:10]} is slower than B only because of its launch grid; {F[:10]} failed to compile"
+
+    def plan(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        assert not retry_prompts(m)  # accepted the first time
+        return output(i, {"strategy": "combine", "evidence": [A[:10], B[:10]], "rationale": "per the analyst",
+                          "instructions": "B's kernel with A's grid"})
+
+    model = scripted(lambda m, i: call_tool("ask_analyst", {"question": "why is A slower?"}), plan)
+    res, deps = plan_for(st, tmp_path, model, ask=ask, context=narrow)
+    assert res.plan is not None and res.plan.evidence == (A, B) and res.outcome.call.retries == 0
+    assert set(deps.known_ids) == {A, B, F} and F in deps.failed_ids  # the failed one may be reattempted too
+
+    def unknown(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        return output(i, {"strategy": "refine", "evidence": ["deadbeef00"], "rationale": "r", "instructions": "x"})
+
+    seen: list[str] = []
+
+    def fixed(m: list[ModelMessage], i: AgentInfo) -> ModelResponse:
+        seen.extend(retry_prompts(m))
+        return output(i, {"strategy": "reattempt_failure", "evidence": [F[:10]], "rationale": "r",
+                          "instructions": "fix the build"})
+
+    res, _ = plan_for(st, tmp_path, scripted(unknown, fixed), context=narrow)
+    assert res.plan is not None and res.plan.evidence == (F,)
+    assert "not the id of a design of this run" in seen[0] and "and 2 other designs of the run" in seen[0]
 
 
 def test_strategy_needs_enough_evidence(tmp_path: Path) -> None:

@@ -105,7 +105,8 @@ def test_the_strategist_may_profile_and_not_check(tmp_path: Path) -> None:
     deps = StrategistDeps(workdir=Workdir(tmp_path), probe=session_probe(session, "strategist"),
                           probes=session.probes())
     res = asyncio.run(plan_iteration(render.ProblemBrief.from_state(st), curate(st, ContextConfig(), random.Random(0)),
-                                     runtime({"strategist": scripted(plan)}), deps, iteration=1))
+                                     runtime({"strategist": scripted(plan)}), deps, designs=st.designs,
+                                     iteration=1))
     assert res.plan is not None
     assert "profile" in offered[0] and "check" not in offered[0]
     assert session.probed == [("profile", "reference", "strategist")]

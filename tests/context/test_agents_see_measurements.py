@@ -126,5 +126,10 @@ def test_the_roofline_validator_s_floor_reaches_the_measures():
                   "details": {"checked": True, "floor_ms": 0.2, "sol_fraction": 0.8, "runtime_ms": 0.25}}])
     m = measures_of(ev, "load")
     assert (m.floor_ms, m.floor_fraction) == (0.2, 0.8)
+    # what bounds the floor (issue 58: a float32 floor at TF32's rate showed a headroom no design could reach)
+    basis = "FLOPs at the float32 matmul rate, the fastest of the precisions a design may compute in: ..."
+    ev = record([{"name": "roofline", "outcome": "passed",
+                  "details": {"checked": True, "floor_ms": 0.2, "sol_fraction": 0.8, "basis": basis}}])
+    assert any(basis in line for line in measures_of(ev, "load").lines())
     unchecked = record([{"name": "roofline", "outcome": "passed", "details": {"checked": False, "note": "no work"}}])
     assert measures_of(unchecked, "load").floor_ms is None

@@ -7,28 +7,66 @@ import pytest
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.floor import (
     CACHE_HEADROOM,
-    admitted_modes,
+    PEAKS_VERSION,
     floor_ms,
     roofline_result,
 )
+from stratagem.domains.pytorch.precisions import admitted
 
 PEAKS = {"bandwidth_gbps": 4000.0, "matmul_tflops": {"float32": 50.0, "tf32": 400.0, "bfloat16": 800.0, "float16": 800.0}}
 FP32_TOL = {"atol": 1e-4, "rtol": 1e-4}
 
 
-def test_float32_always_admits_tf32_but_not_half_rates_at_tight_tolerance():
-    assert admitted_modes("float32", FP32_TOL) == ["float32", "tf32"]
-    assert "float16" in admitted_modes("float32", {"atol": 1e-3, "rtol": 1e-3})
-    assert "bfloat16" in admitted_modes("float32", {"atol": 1e-2, "rtol": 1e-2})
-    assert {"float16", "bfloat16"} <= set(admitted_modes("bfloat16", {"atol": 1e-2, "rtol": 1e-2}))
+def ran(**lowest):
+    """Correctness details under the default rule whose reference was seen computing in `lowest`."""
+    return {"mode": "reference", "reference_precision": {"lowest": lowest}}
 
 
-def test_compute_bound_floor_uses_the_fastest_admitted_rate():
-    # 4096^3 matmul: 137 GFLOP; at TF32 400 TFLOP/s -> 0.34 ms, far above its memory time.
-    work = {"flops": 2 * 4096**3, "min_bytes": 3 * 4096 * 4096 * 4, "dtype": "float32"}
-    f = floor_ms(work, PEAKS, FP32_TOL)
-    assert f["rate_mode"] == "tf32" and f["bound"] == "compute"
-    assert f["floor_ms"] == pytest.approx(2 * 4096**3 / 400e12 * 1e3)
+MATMUL = {"flops": 2 * 4096**3, "min_bytes": 3 * 4096 * 4096 * 4, "dtype": "float32"}  # 137 GFLOP
+
+
+def test_a_float32_reference_in_full_float32_bounds_the_floor_at_the_float32_rate():
+    """Issue 58: the floor of a float32 matmul was at TF32's rate while the default rule rejects
+    a TF32 design where the reference ran float32; no design could reach it."""
+    f = floor_ms(MATMUL, PEAKS, FP32_TOL, correctness=ran(other="float32", matmul="float32"))
+    assert f["rate_mode"] == "float32" and f["bound"] == "compute"
+    assert f["floor_ms"] == pytest.approx(2 * 4096**3 / 50e12 * 1e3)
+    assert "tf32" not in f["admitted"] and "float32 matmul rate" in f["basis"]
+    # without the reference's record, its output dtype stands for its precision: the same floor
+    assert floor_ms(MATMUL, PEAKS, FP32_TOL)["rate_mode"] == "float32"
+
+
+def test_a_reference_that_ran_tf32_admits_tf32s_rate():
+    f = floor_ms(MATMUL, PEAKS, FP32_TOL, correctness=ran(other="float32", conv="tf32"))
+    assert f["rate_mode"] == "tf32" and f["floor_ms"] == pytest.approx(2 * 4096**3 / 400e12 * 1e3)
+    assert "the reference's tf32 and above (what the reference was seen computing in)" in f["basis"]
+
+
+def test_the_tolerance_admits_precisions_below_the_reference_by_their_rounding():
+    assert admitted("float32", FP32_TOL)[0] == ["float32", "float64"]
+    modes, why = admitted("float32", {"atol": 1e-3, "rtol": 1e-3}, ran(other="float32"))
+    assert modes == ["float16", "tf32", "float32", "float64"] and "by the tolerance 0.001" in why
+    assert "bfloat16" in admitted("float32", {"atol": 1e-2, "rtol": 1e-2})[0]
+    assert {"float16", "bfloat16"} <= set(admitted("bfloat16", {"atol": 1e-2, "rtol": 1e-2})[0])
+    # a half-precision reference admits its own precision whatever the tolerance
+    assert admitted("float16", {"atol": 0.0, "rtol": 0.0}, ran(other="float16"))[0][0] == "float16"
+
+
+def test_a_float64_problem_is_bounded_at_the_float64_rate_or_by_its_bytes():
+    work = {**MATMUL, "dtype": "float64"}
+    tol = {"atol": 1e-7, "rtol": 1e-7}
+    f = floor_ms(work, {**PEAKS, "matmul_tflops": {**PEAKS["matmul_tflops"], "float64": 25.0}}, tol,
+                 correctness=ran(other="float64", matmul="float64"))
+    assert f["rate_mode"] == "float64" and f["floor_ms"] == pytest.approx(2 * 4096**3 / 25e12 * 1e3)
+    old = floor_ms(work, PEAKS, tol, correctness=ran(other="float64"))  # peaks without a float64 rate
+    assert old["rate_mode"] is None and old["bound"] == "memory" and "no calibrated matmul rate" in old["basis"]
+
+
+def test_a_roofline_result_says_what_bounds_its_floor():
+    r = roofline_result(100.0, MATMUL, PEAKS, FP32_TOL, correctness=ran(other="float32"))
+    assert r.details["rate_mode"] == "float32" and r.details["sol_fraction"] == pytest.approx(2.748779069 / 100)
+    # a float32 design at TF32's floor is now flagged impossible only below the float32 floor's margin
+    assert roofline_result(0.4, MATMUL, PEAKS, FP32_TOL, correctness=ran(other="float32")).outcome == "failed"
 
 
 def test_memory_bound_floor():
@@ -105,7 +143,8 @@ def test_the_cpu_floor_never_rejects_honest_cache_resident_work():
             r.details["sol_fraction"] for _, _, r in results if r.outcome == "passed"]
 
     peaks = roofline.calibrate("cpu")
-    assert peaks["cache_bandwidth_gbps"] > 0 and peaks["version"] == 2
+    assert peaks["cache_bandwidth_gbps"] > 0 and peaks["version"] == PEAKS_VERSION
+    assert peaks["matmul_tflops"]["float64"] > 0
     bad, tight = failures(peaks)
     if bad:  # a calibration slowed by a loaded machine: measured again once, as the harness does
         bad, tight = failures(roofline.calibrate("cpu"))  # when the reference beats its floor
@@ -146,15 +185,19 @@ def test_the_roofline_follows_the_precision_the_calibrated_rule_admitted() -> No
     work = {"flops": 2e12, "min_bytes": 0, "dtype": "float32"}
     timing = ValidatorResult("timing", "passed", details={"runtime": {"median_ms": 3.0, "l2_flush_bytes": 1}, "work": work})
 
-    def floor_mode(trials_anchor: list[dict]) -> str:
+    def floor_mode(trials_anchor: list[dict], mode: str = "calibrated", **lowest: str) -> str:
         correct = ValidatorResult("correctness", "passed", details={
-            "mode": "calibrated", "trials": [{"anchor": trials_anchor}]})
+            "mode": mode, "trials": [{"anchor": trials_anchor}],
+            **({"reference_precision": {"lowest": lowest}} if lowest else {})})
         r = domain.run_parent_validator("roofline", problem, candidate_design("x = 1"), EvaluationConfig(),
                                         {"timing": timing, "correctness": correct}, peaks)
         return str(r.details["rate_mode"])
 
-    # eager accurate to 1e-6 of the output: the rule admits fp32/TF32-level error only
-    assert floor_mode([{"limit": 1e-6, "magnitude": 1.0, "reference": 2e-7, "candidate": 1e-7}]) == "tf32"
+    # eager accurate to 1e-6 of the output: the rule admits float32-level error only (TF32 rounds at 5e-4)
+    assert floor_mode([{"limit": 1e-6, "magnitude": 1.0, "reference": 2e-7, "candidate": 1e-7}]) == "float32"
+    # the default rule: the reference's own precision, as the correctness stage saw it
+    assert floor_mode([], "reference", other="float32", matmul="float32") == "float32"
+    assert floor_mode([], "reference", other="float32", matmul="tf32") == "tf32"
     # eager itself off by 0.5% (say TF32 convolutions): 2% admitted, so bf16 rates bound the floor
     assert floor_mode([{"limit": 2e-2, "magnitude": 1.0, "reference": 5e-3, "candidate": 1e-3}]) in ("bfloat16", "float16")
     assert domain.admitted_tolerance({"trials": [{"anchor": [{"limit": 4.0, "magnitude": 200.0}]}]}) == {"atol": 0.0, "rtol": 0.02}

@@ -57,10 +57,40 @@ def test_a_scripted_gpu_profile_is_set_beside_the_peaks():
     assert triton["bytes"] is None and "gbps" not in triton and "floor_us" not in triton
     text = profile_lines(d, "the reference", floor_ms=2.9)
     lines = text.splitlines()
-    assert len(lines) <= 4 + 5 and "the other 19: 9.5 us" in text
+    assert len(lines) <= 4 + 5 and "- 19 more kernels, 9.5 us (0%)" in text
+    assert lines[0].startswith("profile of one warm call of the reference, measured by torch.profiler:")
     assert "sm90_xmma_gemm_f32: 3 ms (99%), 1 calls; >= 44.74 GB/s (1% of peak); 45.81 TFLOP/s (92% of the float32 matmul peak); its floor 2.749 ms" in text
     assert "triton_poi_fused_0: 10 us (0%), 1 calls; no work recorded" in text
     assert "3000 GB/s" in text and "the roofline estimate of the whole problem" in text and "2.9 ms" in text
+
+
+def test_the_answer_fits_a_prompt_largest_first_whatever_the_rows_it_is_given():
+    """Issue 58: 40 kernels in any order read as the 12 heaviest, largest first, one line each
+    with its time, achieved rates against the peaks and its floor; the rest as one line; the
+    profiler named; the floor of the whole problem with what bounds it."""
+    rows = [[f"k{i}", float(i + 1), 1, 1_000_000 * (i + 1), 2_000_000_000 * (i + 1), "float"] for i in range(40)]
+    profile = {"device": "cuda", "source": "torch.profiler", "rows": rows[::-1][20:] + rows[::-1][:20],
+               "rest": None, "total_us": sum(r[1] for r in rows)}
+    d = kernel_table(profile, PEAKS).details
+    text = profile_lines(d, "design `abc`", floor_ms=0.2, floor_basis="FLOPs at the float32 matmul rate")
+    lines = text.splitlines()
+    kernel_lines = [ln for ln in lines if ln.startswith("- k")]
+    assert [ln.split(":")[0] for ln in kernel_lines] == [f"- k{i}" for i in range(39, 27, -1)]
+    assert all("GB/s (" in ln and "TFLOP/s (" in ln and "of the float32 matmul peak" in ln and "its floor" in ln
+               for ln in kernel_lines)
+    rest_us = sum(range(1, 29))
+    assert f"- 28 more kernels, {rest_us} us" in text
+    assert "measured by torch.profiler" in lines[0] and len(lines) <= 12 + 5
+    assert "FLOPs at the float32 matmul rate): 0.2 ms" in lines[-1]
+
+
+def test_a_tf32_gemm_is_set_against_the_tf32_peak():
+    flops = 2 * 4096**3
+    profile = {"device": "cuda", **table([["sm90_xmma_gemm_tf32f32_tf32f32_f32_tn_n", 500.0, 1, None, flops, "float"],
+                                          ["sm90_xmma_gemm_f32f32_f32f32_f32_tn_n", 3000.0, 1, None, flops, "float"]])}
+    tf32, fp32 = kernel_table(profile, PEAKS).details["rows"][1], kernel_table(profile, PEAKS).details["rows"][0]
+    assert tf32["rate_mode"] == "tf32" and 0.6 < tf32["flop_fraction"] < 0.7  # 275 of 400, not 550% of float32's
+    assert fp32["rate_mode"] == "float32"
 
 
 def test_a_kernel_split_over_an_operators_launches_shares_its_work_by_time():

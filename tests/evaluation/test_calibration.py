@@ -9,7 +9,7 @@ from pathlib import Path
 
 from stratagem.cli import main
 from stratagem.domains.pytorch.domain import DOMAIN as PYTORCH
-from stratagem.domains.pytorch.domain import candidate_design
+from stratagem.domains.pytorch.domain import PEAKS_VERSION, candidate_design
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.evaluation.executors import LocalExecutor
 from stratagem.evaluation.service import Evaluator
@@ -24,13 +24,16 @@ def test_a_calibration_the_reference_beats_is_redone_not_believed(cpu_config, _i
     path = evaluator.peaks.path()
     path.parent.mkdir(parents=True, exist_ok=True)
     # what a first calibration on a loaded machine once cached: rates far below the real ones
-    path.write_text(json.dumps({"version": 2, "bandwidth_gbps": 1.0, "cache_bandwidth_gbps": 1.0,
+    path.write_text(json.dumps({"version": PEAKS_VERSION, "bandwidth_gbps": 1.0, "cache_bandwidth_gbps": 1.0,
                                 "matmul_tflops": {"float32": 1e-6, "bfloat16": 1e-6}}))
     design = candidate_design((FIX / "candidates" / "good_addmm.py").read_text())
     ev = asyncio.run(evaluator.evaluate(load_problem(FIX / "problem_linear.py"), design, with_baseline=False))
     assert ev.verdict.status == "valid", ev.verdict.report()
     roof = ev.verdict.result("roofline")
     assert roof is not None and "earlier peaks were wrong" in roof.details.get("recalibrated", "")
+    # the floor's rates are those of the precisions the reference was seen computing in (issue 58)
+    assert roof.details["admitted"] == ["float32", "float64"]
+    assert "the reference's float32 and above (what the reference was seen computing in)" in roof.details["basis"]
     fresh = json.loads(path.read_text())
     assert fresh["matmul_tflops"]["float32"] > 1e-3  # measured again and replaced
 
@@ -43,8 +46,8 @@ def test_peaks_of_an_older_format_are_measured_again(cpu_config, _isolated_cache
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"bandwidth_gbps": 7.0, "matmul_tflops": {"float32": 0.1}}))
     peaks = asyncio.run(evaluator.peaks.get(load_problem(FIX / "problem_linear.py"), PYTORCH.peaks))
-    assert peaks is not None and peaks["version"] == 2 and peaks["cache_bandwidth_gbps"] > 0
-    assert json.loads(path.read_text())["version"] == 2
+    assert peaks is not None and peaks["version"] == PEAKS_VERSION and peaks["cache_bandwidth_gbps"] > 0
+    assert json.loads(path.read_text())["version"] == PEAKS_VERSION
 
 
 def test_calibrate_command_writes_the_peaks(capsys, _isolated_cache) -> None:

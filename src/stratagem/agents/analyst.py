@@ -2,8 +2,10 @@
 reviewer of designs that look too good to be true.
 
 Tools: `read_design(design_id)`, `diff_designs(a, b)` (a unified diff), `compare_designs(a, b)`
-(their measurements side by side), `search_docs(query)` and, when asked a question and the
-problem's domain offers it, the harness's `profile` (`agents/tools.py`); no file or scratchpad tools (it
+(their measurements side by side), `search_docs(query)` only where the problem has
+documentation indexed (`has_docs`: a tool with nothing behind it cost a query each time an
+Analyst tried it), and, when asked a question and the problem's domain offers it, the
+harness's `profile` (`agents/tools.py`); no file or scratchpad tools (it
 answers one question from the designs, and nothing reads a file it would write). Design ids may be given by any
 unique prefix. `ask_analyst` answers one question (text); `review_design` returns a `Review`.
 Failures come back as data: an unanswered question as a sentence saying why, a failed review
@@ -136,8 +138,13 @@ def _on_pair(designs: Mapping[str, DesignView], a: str, b: str,
     return show(da, db)
 
 
+def has_docs(docs: DocIndex | None) -> bool:
+    """Whether there is documentation to search (else no `search_docs`, and no prompt names it)."""
+    return docs is not None and len(docs) > 0
+
+
 def analyst_toolset() -> FunctionToolset[AnalystDeps]:
-    """read_design, diff_designs, compare_designs and search_docs."""
+    """read_design, diff_designs and compare_designs."""
     ts: FunctionToolset[AnalystDeps] = FunctionToolset()
 
     @ts.tool
@@ -172,6 +179,13 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
         """
         return _on_pair(ctx.deps.designs, a, b, lambda x, y: compare_text(x, y, ctx.deps.domain))
 
+    return ts
+
+
+def docs_toolset() -> FunctionToolset[AnalystDeps]:
+    """search_docs, offered only where the problem has documentation (`has_docs`)."""
+    ts: FunctionToolset[AnalystDeps] = FunctionToolset()
+
     @ts.tool
     def search_docs(ctx: RunContext[AnalystDeps], query: str) -> str:
         """Search the problem's documentation (keyword and similarity ranking) for facts about an
@@ -180,7 +194,7 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
         Args:
             query: a few words describing what you look for.
         """
-        if ctx.deps.docs is None or not len(ctx.deps.docs):
+        if ctx.deps.docs is None:
             return "no documentation is available for this problem"
         return format_hits(ctx.deps.docs.search(query, k=5))
 
@@ -188,32 +202,35 @@ def analyst_toolset() -> FunctionToolset[AnalystDeps]:
 
 
 def build_analyst(*, output_retries: int = 2, model: Model | None = None,
-                  domain: str, tools: Sequence[ProbeMode] = ()) -> Agent[AnalystDeps, str]:
+                  domain: str, tools: Sequence[ProbeMode] = (), docs: bool = False) -> Agent[AnalystDeps, str]:
     """A fresh Analyst that answers questions in text (told in `domain`'s words), with the
-    harness's `profile` when it is among `tools`."""
+    harness's `profile` when it is among `tools` and `search_docs` when there are `docs`."""
     return Agent(
         model, output_type=str, deps_type=AnalystDeps, name="analyst",
-        instructions=render.instructions("analyst", domain=domain, profile="profile" in tools),
-        toolsets=[analyst_toolset(), probe_toolset([m for m in tools if m == "profile"])],
+        instructions=render.instructions("analyst", domain=domain, profile="profile" in tools, docs=docs),
+        toolsets=[analyst_toolset(), *([docs_toolset()] if docs else []),
+                  probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
 
 def build_reviewer(
-    *, output_retries: int = 2, model: Model | None = None, domain: str
+    *, output_retries: int = 2, model: Model | None = None, domain: str, docs: bool = False
 ) -> Agent[AnalystDeps, ReviewOutput]:
-    """A fresh Analyst that reviews one design and answers with a `ReviewOutput`."""
+    """A fresh Analyst that reviews one design and answers with a `ReviewOutput` (with
+    `search_docs` when there are `docs`)."""
     return Agent(
         model, output_type=ReviewOutput, deps_type=AnalystDeps, name="reviewer",
-        instructions=render.instructions("review", domain=domain),
-        toolsets=[analyst_toolset()],
+        instructions=render.instructions("review", domain=domain, docs=docs),
+        toolsets=[analyst_toolset(), *([docs_toolset()] if docs else [])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
 
 
 def docs_note(docs: DocIndex | None) -> str:
+    """The documentation's files in words ('' where there is none)."""
     if docs is None or not len(docs):
-        return "no documentation available"
+        return ""
     return f"{len(docs.files)} files ({', '.join(docs.files[:8])}{', ...' if len(docs.files) > 8 else ''})"
 
 
@@ -231,7 +248,8 @@ async def ask_analyst(
     """
     listed = list(shown) if shown is not None else list(deps.designs.values())
     prompt = render.render_analyst(question, listed, docs=docs_note(deps.docs), domain=deps.domain)
-    agent = build_analyst(output_retries=runtime.cfg.output_retries, domain=deps.domain, tools=deps.probes)
+    agent = build_analyst(output_retries=runtime.cfg.output_retries, domain=deps.domain, tools=deps.probes,
+                          docs=has_docs(deps.docs))
     outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps)
     if not outcome.ok or outcome.output is None:
         return f"The Analyst could not answer ({outcome.error_kind}): {outcome.error}"
@@ -248,7 +266,8 @@ async def review_design(
 ) -> Review:
     """The Analyst's verdict on a design that looks too good to be true (never raises)."""
     prompt = render.render_review(problem, design, best)
-    agent = build_reviewer(output_retries=runtime.cfg.output_retries, domain=problem.domain)
+    agent = build_reviewer(output_retries=runtime.cfg.output_retries, domain=problem.domain,
+                           docs=has_docs(deps.docs))
     outcome = await run_agent(agent, prompt, role="analyst", runtime=runtime, deps=deps,
                               model_key="review")
     if not outcome.ok or outcome.output is None:

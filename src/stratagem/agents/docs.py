@@ -13,15 +13,15 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
+
+from stratagem.domains.base import doc_files
 
 DOC_EXTS = frozenset({".md", ".txt", ".rst", ".py", ".cu", ".cuh", ".h", ".hpp", ".html"})
 CHUNK_CHARS = 1_500
-MAX_FILES = 2_000
-MAX_FILE_BYTES = 2_000_000
 SNIPPET_CHARS = 700
 RRF_K = 60
 """Reciprocal-rank fusion constant (the usual 60)."""
@@ -113,38 +113,29 @@ class DocIndex:
         self._vectors = [self._tfidf(f) for f in feats]
 
     @classmethod
-    def from_dir(cls, root: Path, *, chunk_chars: int = CHUNK_CHARS) -> DocIndex:
-        """Index the text files under `root` (recursively; hidden folders skipped)."""
+    def from_texts(cls, texts: Mapping[str, str], *, chunk_chars: int = CHUNK_CHARS) -> DocIndex:
+        """Index the documentation files given (path -> text) of the kinds it reads (`DOC_EXTS`)."""
         chunks: list[DocChunk] = []
-        files = [
-            p for p in sorted(Path(root).rglob("*"))
-            if p.is_file() and p.suffix.lower() in DOC_EXTS
-            and not any(part.startswith(".") for part in p.relative_to(root).parts)
-        ][:MAX_FILES]
-        for p in files:
-            try:
-                if p.stat().st_size > MAX_FILE_BYTES:
-                    continue
-                text = p.read_text(encoding="utf-8", errors="replace")
-            except OSError:
+        for rel, text in sorted(texts.items()):
+            suffix = PurePosixPath(rel).suffix.lower()
+            if suffix not in DOC_EXTS:
                 continue
-            rel = p.relative_to(root).as_posix()
-            if p.suffix.lower() == ".html":
+            if suffix == ".html":
                 text = re.sub(r"<[^>]+>", " ", text)
-            for i, chunk in enumerate(chunk_text(text, chunk_chars)):
-                chunks.append(DocChunk(rel, i, chunk))
+            chunks += [DocChunk(rel, i, chunk) for i, chunk in enumerate(chunk_text(text, chunk_chars))]
         return cls(chunks)
 
     @classmethod
-    def for_problem(cls, docs_dir: Path | None, problem_path: str | None) -> DocIndex | None:
-        """The index of `docs_dir`, else of a `docs/` folder beside the problem file; None if
-        there is neither."""
-        root = Path(docs_dir) if docs_dir is not None else None
-        if root is None and problem_path:
-            root = Path(problem_path).parent / "docs"
-        if root is None or not root.is_dir():
-            return None
-        return cls.from_dir(root)
+    def from_dir(cls, root: Path, *, chunk_chars: int = CHUNK_CHARS) -> DocIndex:
+        """Index the text files under `root` (recursively; hidden folders skipped)."""
+        return cls.from_texts(doc_files(Path(root), DOC_EXTS), chunk_chars=chunk_chars)
+
+    @classmethod
+    def for_problem(cls, docs_dir: Path | None, own: Mapping[str, str]) -> DocIndex | None:
+        """The index of `docs_dir`, else of the problem's own documentation (`own`:
+        `Domain.documentation`); None when nothing is indexed (no `search_docs` is offered then)."""
+        index = cls.from_dir(docs_dir) if docs_dir is not None else cls.from_texts(own)
+        return index if len(index) else None
 
     def __len__(self) -> int:
         return len(self.chunks)

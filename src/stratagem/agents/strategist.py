@@ -1,12 +1,14 @@
 """Owns the Strategist: one agent run per iteration that picks AUTO's strategy and writes the plan.
 
 Its output is a `PlanOutput` (strategy, evidence ids, rationale, shared instructions, and one
-distinct variant per Implementor). An output
-validator resolves the cited ids (full or unique prefixes) against the curated context and
-checks the evidence fits the strategy; anything wrong is sent back as a retry. Its only tool,
-with the Analyst enabled, is `ask_analyst(question)`, which runs the Analyst as a child agent;
-it gets no file or scratchpad tools (its work directory would be new and empty each iteration,
-and nothing reads what it writes there).
+distinct variant per Implementor). An output validator resolves the cited ids (full or unique
+prefixes) against every design of the run, the set the Analyst reads from too (the Strategist
+is shown the curated few, the Analyst may name any: a plan citing a design the Analyst named
+was refused when only the curated ids counted), and checks the evidence fits the strategy;
+anything wrong is sent back as a retry. Its only tool, with the Analyst enabled, is
+`ask_analyst(question)`, which runs the Analyst as a child agent; it gets no file or
+scratchpad tools (its work directory would be new and empty each iteration, and nothing reads
+what it writes there).
 `plan_iteration` returns the plan, or None with the reason (a failure is data).
 """
 
@@ -24,7 +26,7 @@ from stratagem.agents.calls import AgentRuntime, CallOutcome, run_agent
 from stratagem.agents.tools import BaseDeps, probe_toolset
 from stratagem.context import render
 from stratagem.context.curate import Curated
-from stratagem.core.search import Plan, ProbeMode
+from stratagem.core.search import DesignView, Plan, ProbeMode
 
 MIN_PREFIX = 6
 MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure": 1, "combine": 2}
@@ -36,7 +38,7 @@ class PlanOutput(BaseModel):
     strategy: Literal["innovate", "combine", "refine", "reattempt_failure"]
     evidence: list[str] = Field(
         default_factory=list,
-        description="ids (or unique prefixes) of the designs shown that the plan builds on",
+        description="ids (or unique prefixes) of the designs of this run that the plan builds on",
     )
     rationale: str = Field(description="why this strategy now, from the evidence")
     instructions: str = Field(description="concrete implementation steps all the Implementors share")
@@ -49,13 +51,18 @@ class PlanOutput(BaseModel):
 
 @dataclass
 class StrategistDeps(BaseDeps):
-    """The ids the plan may cite, and the Analyst (when enabled)."""
+    """The ids the plan may cite (every design of the run), and the Analyst (when enabled)."""
 
     known_ids: Sequence[str] = ()
+    """Every design of the run, the ones shown to the Strategist first."""
+    shown_ids: Sequence[str] = ()
+    """The designs its prompt shows (named in a retry)."""
     failed_ids: Sequence[str] = ()
     implementors: int = 1
     """How many Implementors the plan may give variants to."""
     ask: Callable[[str], Awaitable[str]] | None = None
+    analyst_docs: bool = False
+    """The Analyst it asks can search the problem's documentation (else no prompt says so)."""
     questions: list[str] = field(default_factory=list)
 
 
@@ -72,7 +79,7 @@ def resolve_ids(cited: Sequence[str], known: Sequence[str]) -> tuple[list[str], 
             if matches[0] not in out:
                 out.append(matches[0])
         elif not matches:
-            problems.append(f"{ref!r} is not the id of a design shown in the context")
+            problems.append(f"{ref!r} is not the id of a design of this run")
         else:
             problems.append(f"{ref!r} matches several designs; give more characters")
     return out, problems
@@ -94,20 +101,25 @@ def _check_plan(deps: StrategistDeps, out: PlanOutput) -> PlanOutput:
     if len({v.lower() for v in variants}) < len(variants):
         problems.append("the variants must differ from each other: each Implementor explores its own point")
     if problems:
-        known = ", ".join(render.short_id(k) for k in deps.known_ids) or "none"
-        raise ModelRetry("Fix the plan: " + "; ".join(problems) + f". Known design ids: {known}.")
+        shown = ", ".join(render.short_id(k) for k in deps.shown_ids) or "none"
+        others = len(set(deps.known_ids) - set(deps.shown_ids))
+        more = (f" (and {others} other designs of the run" + (", which the Analyst can read)" if deps.ask else ")")
+                if others else "")
+        raise ModelRetry("Fix the plan: " + "; ".join(problems) + f". Design ids shown: {shown}{more}.")
     return out.model_copy(update={"evidence": ids, "variants": variants})
 
 
 def build_strategist(
     *, analyst: bool, output_retries: int = 2, model: Model | None = None, domain: str,
-    tools: Sequence[ProbeMode] = (),
+    tools: Sequence[ProbeMode] = (), docs: bool = False,
 ) -> Agent[StrategistDeps, PlanOutput]:
     """A fresh Strategist (told in `domain`'s words); with `analyst`, it gets the `ask_analyst`
-    tool, and the harness's `profile` when it is among `tools` (and no other)."""
+    tool (told that the Analyst searches documentation only where there are `docs`), and the
+    harness's `profile` when it is among `tools` (and no other)."""
     agent: Agent[StrategistDeps, PlanOutput] = Agent(
         model, output_type=PlanOutput, deps_type=StrategistDeps, name="strategist",
-        instructions=render.instructions("strategist", domain=domain, analyst=analyst, profile="profile" in tools),
+        instructions=render.instructions("strategist", domain=domain, analyst=analyst, profile="profile" in tools,
+                                         docs=docs),
         toolsets=[probe_toolset([m for m in tools if m == "profile"])],
         retries={"output": output_retries, "tools": max(output_retries, 2)},
     )
@@ -117,12 +129,14 @@ def build_strategist(
         return _check_plan(ctx.deps, out)
 
     if analyst:
+        does = ("reads any design in full, diffs two designs, compares what the harness measured of them and "
+                "searches the problem's documentation" if docs else
+                "reads any design in full, diffs two designs and compares what the harness measured of them")
 
-        @agent.tool
+        @agent.tool(description=f"Ask the Analyst a question before you decide: it {does}, and answers in a "
+                                "few paragraphs.")
         async def ask_analyst(ctx: RunContext[StrategistDeps], question: str) -> str:
-            """Ask the Analyst a question before you decide: it reads any design in full, diffs
-            two designs, compares what the harness measured of them and searches the
-            documentation, and answers in a few paragraphs.
+            """Ask the Analyst a question before you decide.
 
             Args:
                 question: a specific question (name the designs by id).
@@ -153,17 +167,21 @@ async def plan_iteration(
     runtime: AgentRuntime,
     deps: StrategistDeps,
     *,
+    designs: Sequence[DesignView],
     iteration: int,
     implementors: int = 1,
     budget: render.BudgetBrief | None = None,
 ) -> StrategistResult:
     """Run the Strategist once on the curated context, for `implementors` Implementors, told
-    the run's `budget` (what is spent and left, and whether this is the last iteration)."""
-    deps.known_ids = curated.ids
+    the run's `budget` (what is spent and left, and whether this is the last iteration); the
+    plan may cite any of `designs` (the run's, which the Analyst reads from)."""
+    deps.shown_ids = curated.ids
+    deps.known_ids = tuple(dict.fromkeys([*curated.ids, *(d.id for d in designs)]))
     deps.implementors = implementors
-    deps.failed_ids = tuple(d.id for d in curated.designs if d.status != "valid")
+    every = {d.id: d for d in [*designs, *curated.designs]}
+    deps.failed_ids = tuple(i for i, d in every.items() if d.status != "valid")
     agent = build_strategist(analyst=deps.ask is not None, output_retries=runtime.cfg.output_retries,
-                             domain=problem.domain, tools=deps.probes)
+                             domain=problem.domain, tools=deps.probes, docs=deps.analyst_docs)
     prompt = render.render_strategist(problem, curated, iteration=iteration, implementors=implementors,
                                       budget=budget)
     outcome = await run_agent(agent, prompt, role="strategist", runtime=runtime, deps=deps)

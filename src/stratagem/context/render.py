@@ -188,17 +188,25 @@ def instructions(role: str, *, domain: str | None, **values: object) -> str:
     """The system prompt of a role (`strategist` needs `analyst=True/False`; the domain-free
     `summarizer` takes `domain=None`). `profile=True` (the Strategist's and the Analyst's):
     the harness's `profile` tool is theirs, said in the domain's `profile_available` section
-    where its template has one."""
+    where its template has one. `docs=True` (the Analyst's, the reviewer's and, for the Analyst
+    it asks, the Strategist's): the problem has documentation to search, said in the
+    `docs_available` section; without it no prompt names `search_docs`."""
     profile = bool(values.pop("profile", False))
-    profile_note = (fill(role, "profile_available", domain=domain)
-                    if profile and domain is not None and has(role, "profile_available", domain) else "")
+    docs = bool(values.pop("docs", False))
+
+    def note(on: bool, section: str) -> str:
+        return fill(role, section, domain=domain) if on and domain is not None and has(role, section, domain) else ""
+
+    profile_note, docs_note = note(profile, "profile_available"), note(docs, "docs_available")
     if role == "analyst":
-        values["profile_note"] = profile_note
+        values["tool_notes"] = "\n\n".join(t for t in (docs_note, profile_note) if t)
+    if role == "review":
+        values["docs_note"] = docs_note
     if role == "strategist":  # its tools in one place: the Analyst, `profile`, or none
         analyst = bool(values.pop("analyst", False))
-        note = "analyst_available" if analyst else "" if profile_note else "analyst_unavailable"
-        values["analyst_note"] = "\n\n".join(t for t in (fill("strategist", note, domain=domain) if note else "",
-                                                          profile_note) if t)
+        which = "analyst_available" if analyst else "" if profile_note else "analyst_unavailable"
+        told = fill("strategist", which, domain=domain, docs_note=docs_note).strip() if which else ""
+        values["analyst_note"] = "\n\n".join(t for t in (told, profile_note) if t)
     if role == "summarizer":
         values.setdefault("max_words", 600)
     return fill(role, "instructions", domain=domain, **values)
@@ -378,12 +386,14 @@ def fallback_plan_text(kind: str, reason: str, domain: str) -> tuple[str, str]:
 
 
 def render_analyst(question: str, designs: Sequence[DesignView], *, docs: str, domain: str) -> str:
-    """The Analyst's prompt: the Strategist's question and the designs it can read."""
+    """The Analyst's prompt: the Strategist's question, the designs it can read and the
+    documentation it can search (`docs`: its files in words; empty: none, and nothing is said)."""
     listing = "\n".join(
         f"- `{short_id(d.id)}`: {design_summary(d, domain)} {lineage(d)}".rstrip()
         for d in designs
     ) or "(none yet)"
-    return fill("analyst", "prompt", domain=domain, question=question.strip(), designs=listing, docs=docs,
+    files = fill("analyst", "docs_files", domain=domain, files=docs) if docs else ""
+    return fill("analyst", "prompt", domain=domain, question=question.strip(), designs=listing, docs=files,
                 numbers=fill("design", "numbers", domain=domain))
 
 

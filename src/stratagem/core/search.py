@@ -89,6 +89,9 @@ class Measures:
     floor_margin: float | None = None
     """How far under the floor a time may honestly be (the floor is an estimate from calibrated
     peaks): only a time under floor x (1 - margin) is rejected as impossible."""
+    floor_basis: str | None = None
+    """What bounds the floor, in the domain's words (the rate its work is set against and the
+    precisions a design may compute in under the correctness rule); None: the domain does not say."""
     correctness_rule: str | None = None
     """Which correctness rule decided its trials, with the precision the reference ran at, in
     words (None: the domain does not say)."""
@@ -104,8 +107,9 @@ class Measures:
               if self.floor_fraction is not None else "")
         cut = (f"; only a time under {self.floor_ms * (1 - self.floor_margin):.4g} ms (the estimate less "
                f"{self.floor_margin:.0%}) is rejected as impossible" if self.floor_margin is not None else "")
+        basis = f"; {self.floor_basis}" if self.floor_basis else ""
         return (f"roofline estimate {self.floor_ms:.4g} ms (the work at the device's calibrated peaks: an "
-                f"estimate of the least time, not a measured limit){at}{cut}")
+                f"estimate of the least time, not a measured limit{basis}){at}{cut}")
 
     def lines(self, reference: str = "the reference") -> list[str]:
         """The measurements as short lines (what a prompt and `read_design` show); `reference`:

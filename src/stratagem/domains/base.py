@@ -416,3 +416,35 @@ class Domain(ABC):
         """The search policies of the domain's own (its model-free default among them, if it
         has one); none by default: only the generic ones."""
         return ()
+
+    def documentation(self, problem: Problem) -> dict[str, str]:
+        """The problem's own documentation the Analyst searches (path -> text): by default the
+        files of a `docs/` folder beside the problem's file (`doc_files`); none without one."""
+        return doc_files(Path(problem.path).parent / "docs") if problem.path else {}
+
+
+DOC_MAX_FILES = 2_000
+DOC_MAX_FILE_BYTES = 2_000_000
+
+
+def doc_files(root: Path, suffixes: frozenset[str] | None = None) -> dict[str, str]:
+    """The files under `root` (recursively; hidden ones skipped; only `suffixes` where given, at
+    most `DOC_MAX_FILES`, none over `DOC_MAX_FILE_BYTES`) by their path relative to it, as text;
+    none when it is no folder."""
+    if not root.is_dir():
+        return {}
+    out: dict[str, str] = {}
+    for p in sorted(root.rglob("*")):
+        if len(out) >= DOC_MAX_FILES:
+            break
+        rel = p.relative_to(root)
+        if not p.is_file() or any(part.startswith(".") for part in rel.parts):
+            continue
+        if suffixes is not None and p.suffix.lower() not in suffixes:
+            continue
+        try:
+            if p.stat().st_size <= DOC_MAX_FILE_BYTES:
+                out[rel.as_posix()] = p.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return out

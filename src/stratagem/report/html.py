@@ -248,7 +248,7 @@ def _best(data: RunData) -> str:
             parts.append(_img(figures.cases(lines, f"{best.id[:12]} per case"), "per case"))
     else:
         sol = _sol(data, best.id)
-        parts.append(f"<p>Fraction of speed-of-light (roofline): {sol}</p>")
+        parts.append(f"<p>Fraction of speed-of-light (roofline): {html.escape(sol)}</p>")
     parts.append("<h3>Code</h3>" + _pre(best.source))
     if parent is not None:
         parts.append("<h3>Diff against its parent</h3>" + _pre(_diff(parent.source, best.source, parent.id[:12],
@@ -302,7 +302,9 @@ def _sol(data: RunData, design_id: str) -> str:
         roof = next((v for v in ev.validators if v.get("name") == "roofline"), None)
         d = (roof or {}).get("details") or {}
         if isinstance(d.get("sol_fraction"), int | float):
-            return f"{100 * float(d['sol_fraction']):.1f}% ({d.get('bound', '?')}-bound floor {d.get('floor_ms', 0):.4g} ms)"
+            basis = f"; {d['basis']}" if d.get("basis") else ""
+            return (f"{100 * float(d['sol_fraction']):.1f}% ({d.get('bound', '?')}-bound floor "
+                    f"{d.get('floor_ms', 0):.4g} ms{basis})")
         return "not computed (" + str(d.get("note") or d.get("reason") or "no roofline") + ")"
     return "-"
 

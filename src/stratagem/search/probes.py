@@ -55,8 +55,10 @@ def target(problem: Problem, what: str, designs: Sequence[DesignView]) -> tuple[
                    provenance={"author": "tool", "strategy": "probe"}), of)
 
 
-def probe_text(mode: ProbeMode, verdict: Verdict, of: str, floor_ms: float | None = None) -> str:
-    """What the model is told of one tool run on `of` (`the reference`, `this code`, ...)."""
+def probe_text(mode: ProbeMode, verdict: Verdict, of: str, floor_ms: float | None = None,
+               floor_basis: str | None = None) -> str:
+    """What the model is told of one tool run on `of` (`the reference`, `this code`, ...);
+    `floor_ms` and `floor_basis`: the problem's roofline floor and what bounds it, when known."""
     if verdict.status != "valid":
         first = verdict.failures[0] if verdict.failures else None
         d = mapping(first.details) if first is not None else {}
@@ -68,7 +70,7 @@ def probe_text(mode: ProbeMode, verdict: Verdict, of: str, floor_ms: float | Non
         return (f"check of {of} passed ({stages}): it builds and its outputs match the reference's on the hidden "
                 "inputs. Not a verdict: the evaluation of your answer also runs every other check and times it.")
     table = verdict.result("kernels")
-    return profile_lines(mapping(table.details) if table is not None else {}, of, floor_ms)
+    return profile_lines(mapping(table.details) if table is not None else {}, of, floor_ms, floor_basis)
 
 
 def _num(x: Any) -> float | None:
@@ -99,24 +101,34 @@ def _row_line(r: Mapping[str, Any]) -> str:
     return f"- {str(r.get('name'))[:90]}: " + "; ".join(parts)
 
 
-def profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
-    """The `profile` tool's answer: the heaviest rows of the `kernels` stage (`kernel_roofline.py`)
-    with what each achieved against the device's calibrated peaks, the rest summed, the total
-    beside the roofline floor; bounded (at most the worker's `TOP` rows and five more lines)."""
-    rows = [mapping(r) for r in d.get("rows") or ()]
-    what = "kernels by device time" if d.get("device") == "cuda" else "operators by their own CPU time"
+PROFILE_ROWS = 12
+"""Rows a profile's answer shows at most, the heaviest first; the rest are one line."""
+
+
+def profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None, floor_basis: str | None = None) -> str:
+    """The `profile` tool's answer: the heaviest `PROFILE_ROWS` rows of the `kernels` stage
+    (`kernel_roofline.py`), largest first, each with what it achieved against the device's
+    calibrated peaks and its own floor; the rest as "N more kernels, T"; the profiler that
+    measured it; the total beside the roofline floor and what bounds it. At most
+    `PROFILE_ROWS` + 5 lines, whatever the program."""
+    cuda = d.get("device") == "cuda"
+    rows = sorted((mapping(r) for r in d.get("rows") or ()), key=lambda r: -(_num(r.get("us")) or 0.0))
+    kept, over = rows[:PROFILE_ROWS], rows[PROFILE_ROWS:]
+    what = "kernels" if cuda else "operators"
     total_us = _num(d.get("total_us"))
-    source = f" ({d['source']})" if d.get("source") else ""
-    lines = [f"profile of one warm call of {of}{source}: the heaviest {what} "
-             "(under the profiler: compare shares, not absolute times; bandwidth counts the bytes of each "
+    by = f", measured by {d['source']}" if d.get("source") else ""
+    lines = [f"profile of one warm call of {of}{by}: the heaviest {what} by "
+             + ("device time" if cuda else "their own CPU time")
+             + " (under the profiler: compare shares, not absolute times; bandwidth counts the bytes of each "
              "launching operator's inputs only, so it is a lower bound; FLOPs only where the profiler "
              "estimates them)"]
-    lines += [_row_line(r) for r in rows]
+    lines += [_row_line(r) for r in kept]
     rest = mapping(d.get("rest"))
-    if rest.get("count"):
-        share = _num(rest.get("share"))
-        lines.append(f"- the other {rest['count']}: {_time(_num(rest.get('us')) or 0.0)}"
-                     + (f" ({share:.0%})" if share is not None else ""))
+    more = int(_num(rest.get("count")) or 0) + len(over)
+    if more:
+        more_us = (_num(rest.get("us")) or 0.0) + sum(_num(r.get("us")) or 0.0 for r in over)
+        share = f" ({more_us / total_us:.0%})" if total_us else ""
+        lines.append(f"- {more} more {what}, {_time(more_us)}{share}")
     if not rows:
         lines.append(f"- no profile: {d.get('note') or 'nothing was recorded'}")
     peaks = mapping(d.get("peaks"))
@@ -124,10 +136,12 @@ def profile_lines(d: Mapping[str, Any], of: str, floor_ms: float | None) -> str:
         rates = ", ".join(f"{m} {v:.4g}" for m, v in mapping(peaks.get("matmul_tflops")).items()
                           if isinstance(v, int | float))
         lines.append(f"the device's calibrated peaks: {_num(peaks.get('bandwidth_gbps')) or 0.0:.4g} GB/s; "
-                     f"matmul TFLOP/s {rates or 'unknown'}")
+                     f"matmul TFLOP/s {rates or 'unknown'} (a row's FLOP rate is set against its dtype's rate)")
     if total_us is not None and total_us > 0:
         lines.append(f"total: {total_us / 1e3:.4g} ms")
         if floor_ms:
+            basis = f"; {floor_basis}" if floor_basis else ""
             lines.append(f"the roofline estimate of the whole problem (its work at the device's calibrated peaks, an "
-                         f"estimate of the least time): {floor_ms:.4g} ms, {floor_ms / (total_us / 1e3):.1%} of this total")
+                         f"estimate of the least time{basis}): {floor_ms:.4g} ms, "
+                         f"{floor_ms / (total_us / 1e3):.1%} of this total")
     return "\n".join(lines)

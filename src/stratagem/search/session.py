@@ -394,8 +394,9 @@ class RunSession:
             self._probed.pop(key, None)  # a budget, a busy or broken harness: asked again, it runs again
         if isinstance(verdict, str):
             return f"`{mode}` {verdict}" if verdict.startswith("not run") else f"`{mode}` of {of} {verdict}"
-        floor = next((v.measures.floor_ms for v in reversed(self.views()) if v.measures.floor_ms), None)
-        return probes.probe_text(mode, verdict, of, floor)
+        measured = next((v.measures for v in reversed(self.views()) if v.measures.floor_ms), None)
+        return probes.probe_text(mode, verdict, of, measured.floor_ms if measured else None,
+                                 measured.floor_basis if measured else None)
 
     def prefetch(self, mode: ProbeMode, target: str = "reference") -> None:
         """Start `mode` of `target` now, its verdict kept for the first agent that asks (on a

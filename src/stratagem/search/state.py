@@ -208,6 +208,7 @@ def measures_of(ev: EvaluationRecord, compile_stage: str | None) -> Measures:
         floor_ms=_num(roof.get("floor_ms")) if roof.get("checked") else None,
         floor_fraction=_num(roof.get("sol_fraction")) if roof.get("checked") else None,
         floor_margin=_num(roof.get("margin")) if roof.get("checked") else None,
+        floor_basis=str(roof["basis"]) if roof.get("checked") and roof.get("basis") else None,
         correctness_rule=str(corr["decided_by"]) if corr.get("decided_by") else None,
     )
 

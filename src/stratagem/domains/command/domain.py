@@ -257,6 +257,11 @@ class CommandDomain(Domain):
     def main_file(self, problem: Problem) -> str:
         return spec_of(problem).editable[0]
 
+    def documentation(self, problem: Problem) -> dict[str, str]:
+        """The files of the problem's `docs` folder, as its bundle holds them (a command problem's
+        path is its folder: no `docs/` beside it is the problem's)."""
+        return problems.bundle_of(problem.source, problem.path or problem.name).docs()
+
     @property
     def prompts(self):  # -> domains.prompts.PackagePrompts (imported on first use)
         """The command domain's prompt templates and offline design (`domains/command/prompts/`)."""

@@ -112,7 +112,8 @@ def run_parent_validator(
         if correct is not None and correct.details.get("mode") == "calibrated":
             tol = admitted_tolerance(correct.details)
         flushed = bool(runtime.get("l2_flush_bytes"))
-        return roofline_result(runtime.get("median_ms"), work, peaks, tol, settings(cfg).roofline_margin, flushed)
+        return roofline_result(runtime.get("median_ms"), work, peaks, tol, settings(cfg).roofline_margin, flushed,
+                               correct.details if correct is not None else None)
     if name == "kernels":  # the `profile` tool's table
         from stratagem.domains.pytorch.kernel_roofline import kernel_table
 

@@ -1,12 +1,14 @@
 """Owns the roofline floor in the parent: the fastest time the measured work could take.
 
 floor = max(min_bytes / bandwidth, flops / fastest admitted matmul rate), from the worker's
-count of the reference's work and the device's calibrated peaks. The rate admitted is the
-fastest math mode the problem's tolerance allows, never slower: float32 problems always admit
-TF32 (cuDNN runs float32 convolutions in TF32 by default, so an honest result may beat the
-float32 CUDA-core floor), a tolerance of 1e-3 or more admits fp16 rates, 1e-2 or more bf16.
-A runtime below floor x (1 - margin) is rejected as impossible; every valid design gets its
-fraction of speed-of-light (floor / runtime).
+count of the reference's work and the device's calibrated peaks. The rates admitted are those
+of the precisions a design may compute in under the run's correctness rule
+(`precisions.admitted`): the reference's own precision and above, and below it only what the
+tolerance admits. A float32 problem whose reference ran in full float32 is bounded at the
+float32 rate, not TF32's (the default rule rejects a TF32 design there, so a floor at TF32's
+rate could never be reached); one whose reference ran TF32 (cuDNN's convolutions by default)
+at TF32's. A runtime below floor x (1 - margin) is rejected as impossible; every valid design
+gets its fraction of speed-of-light (floor / runtime).
 
 The bytes term's bandwidth is the main-memory one when the timer flushes caches between
 calls (the GPU timer overwrites L2 before every call). The CPU timer does not, and a working
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stratagem.core.verdict import ValidatorResult
+from stratagem.domains.pytorch import precisions
 
 if TYPE_CHECKING:  # the worker's roofline reads PEAKS_VERSION here, and nothing more
     from stratagem.core.graph import ValidatorSpec
@@ -37,8 +40,9 @@ CACHE_HEADROOM = 2.0
 """The CPU's cache bandwidth in the floor is this many times the calibrated one: torch's copy
 and sum do not reach every core's load ports, an honest vectorised kernel may."""
 
-PEAKS_VERSION = 2
-"""The calibration's format: cached peaks of another version are measured again."""
+PEAKS_VERSION = 3
+"""The calibration's format: cached peaks of another version are measured again (3: a float64
+matmul rate)."""
 
 CALIBRATION_SOURCE = (
     "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
@@ -52,24 +56,15 @@ DEFAULT_MARGIN = 0.5
 ones, so honest code never comes near this."""
 
 
-def admitted_modes(dtype: str | None, tolerance: Mapping[str, float] | None) -> list[str]:
-    tol = max(float((tolerance or {}).get("atol", 0.0)), float((tolerance or {}).get("rtol", 0.0)))
-    modes = ["float32", "tf32"]
-    if dtype in ("float16", "bfloat16"):
-        modes += ["float16", "bfloat16"]
-    if tol >= 1e-3:
-        modes.append("float16")
-    if tol >= 1e-2:
-        modes.append("bfloat16")
-    return sorted(set(modes))
-
-
 def floor_ms(
     work: Mapping[str, Any], peaks: Mapping[str, Any], tolerance: Mapping[str, float] | None,
-    cache_flushed: bool = True,
+    cache_flushed: bool = True, correctness: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The floor and its terms; `correctness`: the correctness stage's details (the rule's
+    reference precision, `precisions.admitted`)."""
     rates: Mapping[str, float] = peaks.get("matmul_tflops", {})
-    modes = [m for m in admitted_modes(work.get("dtype"), tolerance) if rates.get(m)]
+    admitted, why = precisions.admitted(work.get("dtype"), tolerance, correctness)
+    modes = [m for m in admitted if rates.get(m)]
     fastest = max(modes, key=lambda m: rates[m]) if modes else None
     if cache_flushed:
         bw = float(peaks.get("bandwidth_gbps") or 0.0)
@@ -83,6 +78,9 @@ def floor_ms(
         "memory_ms": memory,
         "compute_ms": compute,
         "rate_mode": fastest,
+        "admitted": admitted,
+        "basis": (f"FLOPs at the {fastest} matmul rate, the fastest of the precisions a design may compute in: "
+                  if fastest else "no calibrated matmul rate for the precisions a design may compute in: ") + why,
         "bound": "memory" if memory >= compute else "compute",
         "memory_floor": ("main memory" if cache_flushed else "cache") if bw > 0 else None,
         "bandwidth_gbps": bw,
@@ -96,16 +94,18 @@ def roofline_result(
     tolerance: Mapping[str, float] | None,
     margin: float = DEFAULT_MARGIN,
     cache_flushed: bool = True,
+    correctness: Mapping[str, Any] | None = None,
 ) -> ValidatorResult:
     """The `roofline` validator: reject a runtime below the floor, report speed-of-light.
 
     Args:
         cache_flushed: the timer flushed caches before every call (else no bytes floor).
+        correctness: the correctness stage's details (the reference's precision under the rule).
     """
     if runtime_ms is None or not work or not peaks:
         missing = "runtime" if runtime_ms is None else ("work estimate" if not work else "device peaks")
         return ValidatorResult("roofline", "passed", details={"checked": False, "note": f"not checked: no {missing}"})
-    f = floor_ms(work, peaks, tolerance, cache_flushed)
+    f = floor_ms(work, peaks, tolerance, cache_flushed, correctness)
     details: dict[str, Any] = {
         "checked": True, **f, "runtime_ms": runtime_ms, "margin": margin,
         "sol_fraction": f["floor_ms"] / runtime_ms if runtime_ms > 0 else None,

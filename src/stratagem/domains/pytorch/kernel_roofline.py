@@ -17,14 +17,23 @@ from stratagem.core.verdict import ValidatorResult
 RATE_MODE = {"float": "float32", "float32": "float32", "c10::Half": "float16", "half": "float16",
              "float16": "float16", "c10::BFloat16": "bfloat16", "bfloat16": "bfloat16"}
 """The calibrated matmul rate (`peaks["matmul_tflops"]`) a row's FLOPs are set against, by the
-dtype of its launching operator's first input (float32 against float32's, not TF32's)."""
+dtype of its launching operator's first input (float32 against float32's, not TF32's, unless
+the kernel's own name says it computes in TF32: `rate_mode`)."""
+
+
+def rate_mode(name: str, dtype: Any) -> str | None:
+    """The rate a kernel's FLOPs are set against: its operator's dtype's, or TF32's where a
+    float32 kernel's name says TF32 (cuBLAS's and CUTLASS's `..._tf32...` GEMMs, which a
+    reference run with `allow_tf32` launches: against the float32 peak they read as impossible)."""
+    mode = RATE_MODE.get(str(dtype)) if dtype is not None else None
+    return "tf32" if mode == "float32" and "tf32" in name.lower() else mode
 
 
 def _row(r: list[Any], total_us: float, bw_gbps: float, rates: Mapping[str, float]) -> dict[str, Any]:
     name, us, calls = str(r[0]), float(r[1]), int(r[2])
     nbytes = int(r[3]) if len(r) > 3 and r[3] is not None else None
     flops = int(r[4]) if len(r) > 4 and r[4] is not None else None
-    mode = RATE_MODE.get(str(r[5])) if len(r) > 5 and r[5] is not None else None
+    mode = rate_mode(name, r[5] if len(r) > 5 else None)
     rate = float(rates.get(mode) or 0.0) if mode else 0.0
     out: dict[str, Any] = {"name": name, "us": us, "calls": calls, "share": us / total_us if total_us > 0 else None,
                            "bytes": nbytes, "flops": flops}

@@ -22,6 +22,7 @@ def describe(name: str, d: Mapping[str, Any]) -> str | None:
         sizes = [x.get("sizes") for x in d.get("variants", []) if "max_abs_err" in x]
         return f"also correct with {sizes}" if sizes else d.get("note", "")
     if name == "roofline":
-        return (f"{d['sol_fraction']:.1%} of speed-of-light ({d['bound']}-bound floor {d['floor_ms']:.4g} ms)"
+        basis = f"; {d['basis']}" if d.get("basis") else ""
+        return (f"{d['sol_fraction']:.1%} of speed-of-light ({d['bound']}-bound floor {d['floor_ms']:.4g} ms{basis})"
                 if d.get("checked") else d.get("note", ""))
     return None

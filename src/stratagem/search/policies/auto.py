@@ -18,7 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stratagem.agents.agent_command import command_routes
-from stratagem.agents.analyst import AnalystDeps, ask_analyst, designs_by_id, review_design
+from stratagem.agents.analyst import (
+    AnalystDeps,
+    ask_analyst,
+    designs_by_id,
+    has_docs,
+    review_design,
+)
 from stratagem.agents.calls import FATAL, AgentRuntime
 from stratagem.agents.docs import DocIndex
 from stratagem.agents.implementor import (
@@ -116,10 +122,12 @@ class AutoPolicy:
     # -- helpers ----------------------------------------------------------------------------
 
     def docs(self) -> DocIndex | None:
-        """The documentation index (`agents.docs_dir`, else the problem's `docs/`), built once."""
+        """The documentation index (`agents.docs_dir`, else the problem's own: `Domain.documentation`),
+        built once; None when nothing is indexed (the Analyst gets no `search_docs` then)."""
         if not self._docs_loaded:
             self._docs_loaded = True
-            self._docs = DocIndex.for_problem(self.cfg.agents.docs_dir, self.problem.path)
+            own = self.domain.documentation(self.problem) if self.cfg.agents.docs_dir is None else {}
+            self._docs = DocIndex.for_problem(self.cfg.agents.docs_dir, own)
         return self._docs
 
     def _brief(self, state: SearchState) -> render.ProblemBrief:
@@ -194,12 +202,14 @@ class AutoPolicy:
             ask = ask_the_analyst
 
         deps = StrategistDeps(workdir=self._dir(state.iteration, "strategist"), ask=ask,
+                              analyst_docs=ask is not None and has_docs(self.docs()),
                               probe=session_probe(session, "strategist"), probes=session.probes())
         session.set_status("strategist", "planning")
         budget = render.BudgetBrief.of(self.cfg.search, session.budget_remaining(), state.iteration,
                                        patience=self.cfg.search.patience)
-        result = await plan_iteration(brief, curated, runtime, deps, iteration=state.iteration,
-                                      implementors=self.cfg.search.implementors, budget=budget)
+        result = await plan_iteration(brief, curated, runtime, deps, designs=state.designs,
+                                      iteration=state.iteration, implementors=self.cfg.search.implementors,
+                                      budget=budget)
         status = f"plan: {result.plan.strategy}" if result.plan else "failed: fallback plan"
         session.set_status("strategist", status)
         return result

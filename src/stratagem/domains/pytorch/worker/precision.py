@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from stratagem.domains.pytorch.precisions import level
+
 CONV_OPS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
                       "conv_transpose2d", "conv_transpose3d", "conv_tbc",
                       # cuDNN's recurrent layers round like its convolutions (cudnn.allow_tf32)
@@ -43,23 +45,12 @@ MATMUL_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "__matmul__",
 """The functions (as a torch function mode sees them: `torch.*`, `torch.nn.functional.*`, tensor
 methods) by family; a module's forward reaches them (nn.Conv2d -> conv2d, nn.Linear -> linear)."""
 
-LEVELS = ("float8", "bfloat16", "float16", "tf32", "float32", "float64")
-"""Precisions from the lowest to the highest (mantissa bits; fp16 and TF32 share 10, TF32 keeps
-float32's range and accumulates in float32)."""
 FAMILY_WORDS = {"conv": "convolutions", "matmul": "matmuls", "other": "other operators",
                 "kernel": "its own Triton kernels"}
 
 _TRITON_LOW = re.compile(r"\btl\.(float16|bfloat16|float8\w*)\b")
 _TRITON_DOT = re.compile(r"\btl\.dot\s*\(")
 _IEEE = re.compile(r"input_precision\s*=\s*['\"]ieee['\"]|allow_tf32\s*=\s*False")
-
-
-def level(label: str) -> int:
-    """The rank of a precision label (`LEVELS`; an unknown label ranks as float32)."""
-    for i, name in enumerate(LEVELS):
-        if label.startswith(name):
-            return i
-    return LEVELS.index("float32")
 
 
 def _label(dtype: torch.dtype) -> str:

@@ -78,7 +78,8 @@ def run_profile(w: StageContext) -> dict[str, Any]:
         events = list(prof.function_events)
         with_dtypes(events, prof)
     except Exception as e:  # noqa: BLE001 - a profile that cannot be taken is only missing
-        return {"device": "cuda" if cuda else "cpu", "rows": [], "note": f"no profile: {runtime.one_line(e)}"}
+        return {"device": "cuda" if cuda else "cpu", "rows": [], "source": "torch.profiler",
+                "note": f"no profile: {runtime.one_line(e)}"}
     rows = kernel_rows(events) if cuda else operator_rows(events)
     return {"device": "cuda" if cuda else "cpu", **table(rows), "call_ms": round(call_ms, 4), "unit": "us",
             "source": "torch.profiler", "profile_s": round(time.perf_counter() - t0, 4)}

@@ -1,8 +1,9 @@
 """Owns the worker side of the roofline: device peak calibration and the problem's minimum work.
 
 Worker-side only. `calibrate` measures the device's memory bandwidth (a large copy: bytes read
-plus bytes written over time) and its matmul rates per dtype and math mode (fp32 with and
-without TF32, bf16, fp16 on a GPU; fp32 and bf16 on the CPU). `work` counts the reference's
+plus bytes written over time) and its matmul rates per dtype and math mode (fp64, fp32 with and
+without TF32, bf16, fp16 on a GPU; fp64, fp32 and bf16 on the CPU: the floor of a float64
+problem is bounded at the float64 rate, `precisions.admitted`). `work` counts the reference's
 FLOPs with `torch.utils.flop_counter` and its minimum bytes (every input read once, every
 output written once).
 """
@@ -89,7 +90,7 @@ def calibrate(device: str) -> dict[str, Any]:
     del src, dst
     n = 8192 if gpu else 512
     rates: dict[str, float] = {}
-    modes = [("float32", torch.float32, False), ("bfloat16", torch.bfloat16, False)]
+    modes = [("float64", torch.float64, False), ("float32", torch.float32, False), ("bfloat16", torch.bfloat16, False)]
     if gpu:
         modes += [("tf32", torch.float32, True), ("float16", torch.float16, False)]
     old = torch.backends.cuda.matmul.allow_tf32
