@@ -117,7 +117,7 @@ class FakeMeter:
     def queries_left(self) -> int | None:
         return self.session.remaining.queries
 
-    def close(self) -> None:
+    def close(self, requests: int | None = None) -> None:
         return None
 
 

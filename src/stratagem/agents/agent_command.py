@@ -315,7 +315,7 @@ class CommandWriter:
             messages_json=json.dumps(self._transcript(d, res, usage, sorted(changed), task)),
         )
         if meter is not None:
-            meter.close()
+            meter.close(call.requests)
         if req.record is not None:
             req.record(call)
         tokens = (call.input_tokens or 0) + (call.output_tokens or 0)  # the fix loop's count: reported only

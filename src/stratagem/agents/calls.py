@@ -402,7 +402,7 @@ async def _run_once(
         messages_json=ModelMessagesTypeAdapter.dump_json(list(captured)).decode(),
     )
     if meter is not None:
-        meter.close()
+        meter.close(call.requests)
     if not (kind == "budget" and call.requests == 0):  # a call the budget refused at once asked nothing
         _record(runtime, call)  # at once after `close`: the call's spend is counted throughout
     return CallOutcome(output=output, messages=list(messages), call=call, error_kind=kind)

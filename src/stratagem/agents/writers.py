@@ -106,7 +106,7 @@ class ScriptWriter:
         ok = text is not None
         error = None if ok else "no_output: the script wrote nothing"
         if meter is not None:
-            meter.close()
+            meter.close(1)
         if req.record is not None:
             req.record(AgentCall(role=req.role, model="script", prompt_hash="", requests=1, ok=ok, error=error,
                                  latency_s=0.0))

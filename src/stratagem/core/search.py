@@ -375,8 +375,9 @@ class Meter(Protocol):
         """Queries the call may still send now (None: no query limit)."""
         ...
 
-    def close(self) -> None:
-        """The call ended and its `AgentCall` is recorded next: its spend is that record's."""
+    def close(self, requests: int | None = None) -> None:
+        """The call ended and its `AgentCall` is recorded next, counting `requests` queries
+        (None: every request admitted): its spend is that record's from now on."""
         ...
 
 

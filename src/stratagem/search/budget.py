@@ -181,8 +181,8 @@ class CallMeter:
             return r.left
         return self.budgets.remaining().queries
 
-    def close(self) -> None:
-        self.budgets.close(self)
+    def close(self, requests: int | None = None) -> None:
+        self.budgets.close(self, requests)
 
 
 class Budgets:
@@ -263,10 +263,15 @@ class Budgets:
         m.queries += 1
         return None
 
-    def close(self, m: CallMeter) -> None:
-        """The call of `m` ended: its spend is what its recorded `AgentCall` says from now on."""
+    def close(self, m: CallMeter, requests: int | None = None) -> None:
+        """The call of `m` ended, having sent `requests` queries as its record counts them
+        (None: all it was admitted): its spend is that record's from now on, and an admitted
+        request the record does not count (refused by the provider) returns to its reservation."""
         if m in self._open:
             self._open.remove(m)
+        r = m.reservation
+        if requests is not None and r is not None and not r.released:
+            r.used -= max(0, m.queries - requests)
 
     @property
     def wall_seconds(self) -> float:
