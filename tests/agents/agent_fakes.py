@@ -78,6 +78,9 @@ class FakeSession:
     def record_call(self, call: AgentCall) -> None:
         self.calls.append(call)
 
+    def meter(self) -> FakeMeter:
+        return FakeMeter(self)
+
     def budget_left(self) -> str | None:
         return self.exhausted
 
@@ -97,6 +100,25 @@ class FakeSession:
     async def probe(self, mode: str, target: str, *, author: str = "") -> str:
         self.probed.append((mode, target, author))
         return f"{mode} of this code passed"
+
+
+@dataclass
+class FakeMeter:
+    """A call's meter on a FakeSession: it refuses every request while `exhausted` is set."""
+
+    session: FakeSession
+
+    def admit(self) -> str | None:
+        return self.session.exhausted
+
+    def answered(self, tokens: int, usd: float | None) -> None:
+        return None
+
+    def queries_left(self) -> int | None:
+        return self.session.remaining.queries
+
+    def close(self, requests: int | None = None) -> None:
+        return None
 
 
 def valid_if(pred: Callable[[str], bool]) -> Callable[[str], Feedback]:

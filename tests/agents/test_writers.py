@@ -49,3 +49,31 @@ def test_without_routes_every_role_keeps_its_model():
     other = ScriptWriter(["x"])
     routes = WriterRoutes(other, frozenset({"implementor"}))
     assert writer_for(routes, "implementor", sentinel) is other and writer_for(routes, "fix", sentinel) is sentinel
+
+
+def test_the_runs_budget_admits_every_backends_call_the_model_and_the_script_alike():
+    """One query left in the run: the model's request takes it; the script's call is then
+    refused before it is made (no call recorded), as a model's request would be."""
+    from stratagem.config import SearchConfig
+    from stratagem.search.budget import Budgets, Spend
+
+    model, calls = flaky([], answer="```python\nclass ModelNew: pass\n```")
+    script = ScriptWriter(["class ModelNew:  # fixed\n    pass\n"])
+    budgets = Budgets(SearchConfig(max_queries=1), Spend())
+    recorded = []
+
+    def record(call):  # type: ignore[no-untyped-def]
+        recorded.append(call)
+        budgets.spend.add_call(call)
+
+    rt = replace(runtime({"default": model}, agents_cfg(), sleep=SleepRecorder()),
+                 writers=WriterRoutes(script, frozenset({"fix"})))
+    agents = PikeAgents(rt.recording(record, budgets.meter), problem=PROBLEM, domain="pytorch")
+    t = Tickets(5)
+    assert asyncio.run(agents.write("optimize", "optimize it", t)).source == "class ModelNew: pass\n"
+    w = asyncio.run(agents.write("fix", "fix it", t))
+    assert w.error_kind == "budget" and "max_queries (1 of 1)" in (w.error or "")
+    w = asyncio.run(agents.write("optimize", "again", t))
+    assert w.error_kind == "budget" and calls[0] == 1  # the model was not asked
+    assert not script.requests and [c.role for c in recorded] == ["optimize"]
+    assert budgets.spend.queries == 1

@@ -4,6 +4,7 @@ fake evaluator: every answer is a candidate whose verdict is written in its own 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,13 +68,18 @@ class Script:
     (a failed request)."""
     instructions: list[tuple[str, str]] = field(default_factory=list)
     """(role, system prompt) of every request."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """pydantic-ai runs a plain function in a worker thread: requests asked at once reach it in
+    whatever order the threads run, so `calls` is in that order (not the slots'), and each
+    request's number `n` is taken with its entry, under this lock."""
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         prompt = prompt_of(messages)
         role = role_of(prompt)
-        self.calls.append((role, prompt))
-        self.instructions.append((role, str(getattr(messages[-1], "instructions", None) or "")))
-        n = len(self.calls)
+        with self.lock:
+            self.calls.append((role, prompt))
+            self.instructions.append((role, str(getattr(messages[-1], "instructions", None) or "")))
+            n = len(self.calls)
         if self.answer is not None and (text := self.answer(role, prompt, n)) is not None:
             return ModelResponse(parts=[TextPart(text)])
         if role == "brainstorm":

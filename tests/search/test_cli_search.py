@@ -154,3 +154,20 @@ def test_show_json_has_the_whole_run_as_documented(tmp_path, capsys):
     assert {"queries", "calls", "unpriced_calls", "failed_calls", "retries", "tokens", "usd", "gpu_seconds",
             "evaluations"} <= set(spend)
     assert spend["evaluations"] == 3 and spend["calls"] == 0 and spend["queries"] == 0
+
+
+def test_a_json_run_stopped_by_a_signal_still_writes_one_json_record(capsys) -> None:
+    """Seen in the suite: a SIGTERM that reached a `redteam --json` run stopped it cleanly (exit
+    130) with nothing on stdout, and the caller's JSON decode failed; the stop is a record too."""
+    import pytest
+    import typer
+    from rich.console import Console
+
+    from stratagem.cli.search import stopping_cleanly
+
+    with pytest.raises(typer.Exit) as e:
+        with stopping_cleanly(Console(stderr=True), True, "continue with `stratagem resume R`"):
+            raise KeyboardInterrupt
+    assert e.value.exit_code == 130
+    body = json.loads(capsys.readouterr().out)
+    assert body["status"] == "interrupted" and "stratagem resume R" in body["next"]

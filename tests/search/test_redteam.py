@@ -69,7 +69,9 @@ def _attack(tmp_path: Path, capsys: pytest.CaptureFixture[str], attempts: list[P
     code = main(["redteam", str(problem), "--agent-cmd", f"{sys.executable} {ATTACKER} {folder}",
                  "--max-queries", str(len(attempts)), "--device", "cpu", "--run-dir", str(tmp_path / "run"),
                  "--corpus", str(tmp_path / "corpus"), "--config", str(cfg), "--json", *extra])
-    return code, json.loads(capsys.readouterr().out), folder
+    out = capsys.readouterr().out
+    assert code != 130, f"the run was interrupted (a SIGINT or SIGTERM reached the test's process): {out}"
+    return code, json.loads(out), folder
 
 
 def _outcomes(out: dict) -> dict[str, dict]:
@@ -79,6 +81,7 @@ def _outcomes(out: dict) -> dict[str, dict]:
 def test_a_weakened_harness_lets_an_attack_through_and_the_audit_turns_it_into_a_test(tmp_path, capsys, monkeypatch):
     # the harness with its shapes stage switched off (a test configuration): a design hard-wired
     # to the problem's sizes is accepted; the audit's fresh sizes show it wrong
+    whole = graphs.DEFAULT_GRAPH
     monkeypatch.setattr(graphs, "DEFAULT_GRAPH", tuple(s if s.name != "timing" else
                                                        type(s)("timing", ("integrity",), s.placement)
                                                        for s in graphs.DEFAULT_GRAPH if s.name != "shapes"))
@@ -125,7 +128,9 @@ def test_a_weakened_harness_lets_an_attack_through_and_the_audit_turns_it_into_a
     assert main(["redteam", "--replay", str(tmp_path / "corpus"), "--device", "cpu", "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [r["status"] for r in rows] == ["valid"]
-    monkeypatch.undo()
+    # the whole graph back (only it: `monkeypatch.undo()` also undid the suite's isolation, its
+    # own cache folder and the busy guard off, and the replay ran on the user's cache)
+    monkeypatch.setattr(graphs, "DEFAULT_GRAPH", whole)
     assert main(["redteam", "--replay", str(tmp_path / "corpus"), "--device", "cpu", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows[0]["status"] == "invalid" and rows[0]["caught_by"].startswith("[shapes]")

@@ -27,9 +27,12 @@ def test_a_reservation_grants_only_what_is_left_and_holds_it_from_the_rest() -> 
         assert (r1.asked, r1.granted) == (6, 6) and b.remaining().queries == 4
         with b.reserve(6) as r2:
             assert r2.granted == 4 and b.remaining().queries == 0
-        spend.add_call(call(2))
-        b.charge(2)  # recorded inside r1's context: charged to r1
+        m = b.meter()  # a call begun inside r1's context: its requests draw on r1
+        assert m.admit() is None and m.admit() is None
         assert r1.used == 2 and r1.left == 4 and b.remaining().queries == 10 - 2 - 4
+        m.close()
+        spend.add_call(call(2))  # recorded: the same spend, now the record's
+        assert r1.used == 2 and b.remaining().queries == 10 - 2 - 4
     assert b.remaining().queries == 8  # r1's unused queries came back
     with pytest.raises(ValueError):
         with b.reserve(-1):
@@ -45,12 +48,17 @@ def test_parallel_queries_inside_reservations_never_overshoot_the_query_budget(t
     class Phased(ScriptedPolicy):
         async def iterate(self, state, session):  # type: ignore[no-untyped-def]
             async def query() -> None:
+                m = session.meter()
+                if m.admit() is not None:  # refused: nothing asked
+                    m.close()
+                    return
                 await asyncio.sleep(0.01)
+                m.close()
                 session.record_call(call())
 
             async def phase(n: int) -> None:
-                with session.reserve(n) as r:
-                    await asyncio.gather(*(query() for _ in range(r.granted)))
+                with session.reserve(n) as r:  # one query more than granted: the reservation refuses it
+                    await asyncio.gather(*(query() for _ in range(r.granted + 1)))
                     grants.append((r.granted, r.used))
 
             await asyncio.gather(phase(4), phase(3))

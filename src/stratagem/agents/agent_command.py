@@ -292,8 +292,16 @@ class CommandWriter:
         return d, names, task
 
     async def write(self, req: WriteRequest) -> Written:
-        d, names, task = self.prepare(req)
-        res = await run_command(self.cfg.cmd, d, task, self.cfg.timeout_s)
+        meter, refused = req.admitted()
+        if refused is not None:
+            return refused
+        try:
+            d, names, task = self.prepare(req)
+            res = await run_command(self.cfg.cmd, d, task, self.cfg.timeout_s)
+        except BaseException:
+            if meter is not None:
+                meter.close()
+            raise
         left = {n: (d / n).read_text(encoding="utf-8", errors="replace") for n in names if (d / n).is_file()}
         changed = {n: t for n, t in left.items() if req.files.get(n) != t}
         usage = parse_usage(res.stdout)
@@ -306,6 +314,8 @@ class CommandWriter:
             ok=kind is None, error=None if kind is None else f"{kind}: {error}",
             messages_json=json.dumps(self._transcript(d, res, usage, sorted(changed), task)),
         )
+        if meter is not None:
+            meter.close(call.requests)
         if req.record is not None:
             req.record(call)
         tokens = (call.input_tokens or 0) + (call.output_tokens or 0)  # the fix loop's count: reported only

@@ -8,6 +8,11 @@ pydantic-ai itself (`output_retries`). The result is a `CallOutcome`: the output
 conversation to continue from, and an `AgentCall` with tokens, requests (the queries the budget
 counts: answers, and a request lost after its retries; transport retries are counted apart, in
 `retries`), cost, latency and the whole message history as JSON. Only cancellation propagates.
+
+The run's budgets are limits: each request asks the call's meter (`runtime.meter`, the Session's)
+before it is sent, and each answer's tokens and cost are counted as it arrives; a request the
+budget refuses ends the run as data (error kind `budget`), and a turn's request limit is capped at
+the queries left when it starts.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from stratagem.agents.models import RoleModels, model_settings
 from stratagem.agents.writers import WriterRoutes
 from stratagem.config import AgentsConfig
 from stratagem.context import render
-from stratagem.core.search import AgentCall
+from stratagem.core.search import AgentCall, Meter
 
 OutputT = TypeVar("OutputT")
 SleepFn = Callable[[float], Awaitable[None]]
@@ -88,9 +93,12 @@ class AgentRuntime:
     writers: WriterRoutes | None = None
     """The writing roles another backend takes over from the models (`agents/writers.py`:
     a coding-agent command, a script); None: every role writes with its model."""
+    meter: Callable[[], Meter] | None = None
+    """A new agent call's meter (`Session.meter`): every request asks it first; None: no budget."""
 
-    def recording(self, record: Callable[[AgentCall], None] | None) -> AgentRuntime:
-        return replace(self, record=record)
+    def recording(self, record: Callable[[AgentCall], None] | None,
+                  meter: Callable[[], Meter] | None = None) -> AgentRuntime:
+        return replace(self, record=record, meter=meter)
 
 
 @dataclass(frozen=True)
@@ -121,7 +129,12 @@ class CallOutcome(Generic[OutputT]):
         return (self.call.input_tokens or 0) + (self.call.output_tokens or 0)
 
 
+class BudgetSpent(Exception):
+    """A request the run's budget refused (`Meter.admit`): the agent's run ends there, as data."""
+
+
 _KINDS: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
+    ((BudgetSpent,), "budget"),
     ((ModelContextWindowExceededError,), "context_window"),
     ((UsageLimitExceeded,), "usage_limit"),
     ((ModelAuthenticationError,), "auth"),
@@ -177,15 +190,17 @@ class RetryStats:
 
 
 class RetryingModel(WrapperModel):
-    """A model whose every request has a timeout and is retried with exponential backoff."""
+    """A model whose every request is admitted by the run's budget first (`meter`), has a
+    timeout and is retried with exponential backoff."""
 
     def __init__(
-        self, wrapped: Model, *, cfg: AgentsConfig, sleep: SleepFn, stats: RetryStats,
+        self, wrapped: Model, *, cfg: AgentsConfig, sleep: SleepFn, stats: RetryStats, meter: Meter | None = None,
     ) -> None:
         super().__init__(wrapped)
         self._cfg = cfg
         self._sleep = sleep
         self.stats = stats
+        self._meter = meter
 
     async def request(
         self,
@@ -193,13 +208,20 @@ class RetryingModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
+        if self._meter is not None and (spent := self._meter.admit()) is not None:
+            raise BudgetSpent(f"the run's budget is spent: {spent}")
         attempt = 0
         while True:
             try:
                 async with asyncio.timeout(self._cfg.request_timeout_s):
-                    return await self.wrapped.request(
+                    response = await self.wrapped.request(
                         messages, model_settings, model_request_parameters
                     )
+                if self._meter is not None:
+                    u = response.usage
+                    self._meter.answered(u.input_tokens + u.output_tokens, cost_usd(
+                        self._cfg, self.model_name, u.input_tokens, u.output_tokens, provider=self.system))
+                return response
             except TimeoutError as e:
                 err: Exception = ModelTimeoutError(
                     self.model_name,
@@ -327,23 +349,31 @@ async def _run_once(
     history: list[ModelMessage],
     usage_limits: UsageLimits | None,
 ) -> CallOutcome[Any]:
+    """One run of `agent`, its requests admitted by a meter of its own, recorded as it ends."""
     cfg = runtime.cfg
     stats = RetryStats()
-    async with runtime.models.pool(model_key).checkout() as model:
-        wrapped = RetryingModel(model, cfg=cfg, sleep=runtime.sleep, stats=stats)
-        start = runtime.clock()
-        output: Any = None
-        error: BaseException | None = None
-        with capture_run_messages() as captured:
-            try:
-                result = await agent.run(
-                    prompt, deps=deps, message_history=history or None, model=wrapped,
-                    model_settings=model_settings(cfg), usage_limits=usage_limits,
-                )
-                output = result.output
-            except Exception as e:  # every failure of a run becomes data
-                error = e
-        latency = runtime.clock() - start
+    meter = runtime.meter() if runtime.meter is not None else None
+    limits, cap = _capped(usage_limits, meter)
+    try:
+        async with runtime.models.pool(model_key).checkout() as model:
+            wrapped = RetryingModel(model, cfg=cfg, sleep=runtime.sleep, stats=stats, meter=meter)
+            start = runtime.clock()
+            output: Any = None
+            error: BaseException | None = None
+            with capture_run_messages() as captured:
+                try:
+                    result = await agent.run(
+                        prompt, deps=deps, message_history=history or None, model=wrapped,
+                        model_settings=model_settings(cfg), usage_limits=limits,
+                    )
+                    output = result.output
+                except Exception as e:  # every failure of a run becomes data
+                    error = e
+            latency = runtime.clock() - start
+    except BaseException:
+        if meter is not None:
+            meter.close()
+        raise
     new = _new_messages(history, captured)
     retry_prompts = sum(is_retry(p) for m in new for p in m.parts)
     if error is None:
@@ -355,6 +385,8 @@ async def _run_once(
         inp, out, responses, reported = _new_usage(new)
         messages = history
     kind = classify(error) if error is not None else None
+    if kind == "usage_limit" and cap is not None and responses >= cap:
+        kind = "budget"  # the request limit was the queries the run had left
     call = AgentCall(
         role=role,
         model=model.model_name,
@@ -369,7 +401,24 @@ async def _run_once(
         error=None if error is None else f"{kind}: {type(error).__name__}: {error}",
         messages_json=ModelMessagesTypeAdapter.dump_json(list(captured)).decode(),
     )
+    if meter is not None:
+        meter.close(call.requests)
+    if not (kind == "budget" and call.requests == 0):  # a call the budget refused at once asked nothing
+        _record(runtime, call)  # at once after `close`: the call's spend is counted throughout
     return CallOutcome(output=output, messages=list(messages), call=call, error_kind=kind)
+
+
+def _capped(limits: UsageLimits | None, meter: Meter | None) -> tuple[UsageLimits | None, int | None]:
+    """The run's usage limits with its request limit capped at the queries left to it (at least
+    one: a request the budget refuses says so itself), and that cap when it binds."""
+    left = meter.queries_left() if meter is not None else None
+    if left is None:
+        return limits, None
+    base = limits if limits is not None else UsageLimits()
+    cap = max(1, left)
+    if base.request_limit is not None and base.request_limit <= cap:
+        return limits, None
+    return replace(base, request_limit=cap), cap
 
 
 async def summarize_history(
@@ -385,7 +434,6 @@ async def summarize_history(
         summarizer.build_summarizer(), prompt, role="summarizer", runtime=runtime,
         model_key="summarizer", deps=None, history=[], usage_limits=None,
     )
-    _record(runtime, outcome.call)
     if not outcome.ok or not outcome.output:
         return list(history), False
     return summarizer.rebuild(head, str(outcome.output), tail), True
@@ -409,7 +457,7 @@ async def run_agent(
 ) -> CallOutcome[OutputT]:
     """Run `agent` once on `prompt` (continuing `history`) under the project's policy.
 
-    Every call made (the run, and any Summarizer run) is passed to `runtime.record`. Never raises
+    Every call made (the run, and any Summarizer run) is passed to `runtime.record` as it ends. Never raises
     for an LLM or tool failure: the outcome says what went wrong (`error_kind`, `call.error`).
 
     Args:
@@ -425,7 +473,6 @@ async def run_agent(
                               usage_limits=usage_limits)
     outcome = await _run_once(agent, prompt, history=msgs, **kw)
     if outcome.error_kind == "context_window" and msgs:
-        _record(runtime, outcome.call)
         shorter, ok = await summarize_history(msgs, runtime)
         if ok:
             summarized = True
@@ -434,5 +481,4 @@ async def run_agent(
                 outcome = replace(outcome, messages=shorter)
         else:
             return replace(outcome, summarized=summarized)
-    _record(runtime, outcome.call)
     return replace(outcome, summarized=summarized)

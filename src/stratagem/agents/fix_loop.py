@@ -32,7 +32,8 @@ class Written:
     source: str | None
     tokens: int = 0
     error_kind: str | None = None
-    """`usage_limit`, `output`, `timeout`, ... when `source` is None."""
+    """`usage_limit`, `output`, `timeout`, `budget` (the run's budget refused a request), ...
+    when `source` is None."""
     error: str | None = None
 
 
@@ -131,6 +132,8 @@ async def fix_until_valid(
         t.tokens += turn.tokens
         if turn.source is None:
             t.kinds.append(turn.error_kind or "other")
+            if turn.error_kind == "budget":  # the run's budget refused the turn's next request
+                return done("failed", f"stopped: {turn.error}", turn)
             return done("failed", f"writer failure: {turn.error}", turn)
         t.attempts += 1
         session.set_status(worker, f"attempt {t.attempts}: evaluating")

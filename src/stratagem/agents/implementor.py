@@ -199,7 +199,8 @@ async def run_implementor(
         nonlocal current
         w = await writer.write(WriteRequest(
             role="implementor", worker=task.worker, prompt=text, problem=task.problem,
-            instructions=agent_instructions, files=current, tokens_left=tokens_left, record=runtime.record))
+            instructions=agent_instructions, files=current, tokens_left=tokens_left, record=runtime.record,
+            meter=runtime.meter))
         if w.source is not None:
             current = text_files(w.source, main)
         return w
@@ -233,7 +234,9 @@ async def _after_failure(
     failed."""
     turn = res.failed_turn
     assert turn is not None
-    if turn.error_kind == "usage_limit":
+    if turn.error_kind == "budget":
+        reason = res.reason  # the run's budget stopped the turn: nothing more to ask
+    elif turn.error_kind == "usage_limit":
         reason = f"token limit reached ({res.tokens} of {limit} tokens)"
     elif turn.error_kind == "output" and deps.rejected and session.budget_left() is None:
         source, why = deps.rejected[-1]

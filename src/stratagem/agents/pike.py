@@ -135,6 +135,7 @@ class PikeAgents:
             files = text_files(current, main) if current.strip() else {}
             return await writer.write(WriteRequest(
                 role=role, worker=worker or role, prompt=prompt, problem=self.problem,
-                instructions=prompts.instructions(role, self.domain), files=files, record=self.runtime.record))
+                instructions=prompts.instructions(role, self.domain), files=files, record=self.runtime.record,
+                meter=self.runtime.meter))
         return await model.write(WriteRequest(role=role, worker=worker or role, prompt=prompt,
                                               problem=self.problem or _NO_PROBLEM))

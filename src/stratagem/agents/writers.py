@@ -11,7 +11,9 @@ asks the `Writer` its `AgentRuntime` routes it to (`writer_for`). Three backends
 - `ScriptWriter`: scripted answers (tests, and offline demonstrations).
 
 Every backend returns a `Written` (the design as one text, or why there is none) and records
-one `AgentCall` per call through the request's `record`, so budgets count every backend alike.
+one `AgentCall` per call through the request's `record`, so budgets count every backend alike;
+a backend that is no model (a command, a script) asks the request's `meter` before each call,
+as a model's requests do (`agents/calls.py`), and a call the budget refuses is not made.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Protocol
 
 from stratagem.agents.fix_loop import Written
 from stratagem.core.problem import Problem
-from stratagem.core.search import AgentCall
+from stratagem.core.search import AgentCall, Meter
 
 Record = Callable[[AgentCall], None]
 
@@ -46,6 +48,17 @@ class WriteRequest:
     """Tokens the writer may still use in this conversation (None: no limit)."""
     record: Record | None = None
     """Where the call's `AgentCall` goes (the Session's `record_call`)."""
+    meter: Callable[[], Meter] | None = None
+    """A new call's meter (the Session's `meter`): a call it does not admit is not made."""
+
+    def admitted(self) -> tuple[Meter | None, Written | None]:
+        """One query of a backend that is no model: its meter, or the `budget` failure that
+        ends the turn when the run's budget refuses it (its meter closed, nothing made)."""
+        m = self.meter() if self.meter is not None else None
+        if m is None or (spent := m.admit()) is None:
+            return m, None
+        m.close()
+        return None, Written(None, 0, "budget", f"the run's budget is spent: {spent}")
 
 
 class Writer(Protocol):
@@ -81,6 +94,9 @@ class ScriptWriter:
     """Every request received, in order (what tests inspect)."""
 
     async def write(self, req: WriteRequest) -> Written:
+        meter, refused = req.admitted()
+        if refused is not None:
+            return refused
         self.requests.append(req)
         if not self.answers:
             answer: Answer = None
@@ -89,6 +105,8 @@ class ScriptWriter:
         text = answer(req) if callable(answer) else answer
         ok = text is not None
         error = None if ok else "no_output: the script wrote nothing"
+        if meter is not None:
+            meter.close(1)
         if req.record is not None:
             req.record(AgentCall(role=req.role, model="script", prompt_hash="", requests=1, ok=ok, error=error,
                                  latency_s=0.0))

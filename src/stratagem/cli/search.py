@@ -320,7 +320,8 @@ def _drive(console: Console, as_json: bool, start: Any, run_dir: Path, domain: s
 @contextmanager
 def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Iterator[None]:
     """Ctrl-C, and SIGTERM (`kill`, `timeout`) the same way, stop the work inside cleanly: a
-    line saying `interrupted` and what is kept, exit 130; a queue no worker served within
+    line saying `interrupted` and what is kept (with `as_json`, a JSON record of status
+    `interrupted` on stdout, as every exit of a `--json` command has one), exit 130; a queue no worker served within
     `queue_wait_s` (`QueueStalled`) the same way, with its message, exit 75 (EX_TEMPFAIL: try
     again once a worker serves it); stratagem's errors exit 2 (the configuration or the
     problem) or 1."""
@@ -348,7 +349,10 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
                     console.print(f"[yellow]stopped[/]: {escape(str(e))}\n{interrupted}", highlight=False, soft_wrap=True)
                 raise typer.Exit(EXIT_QUEUE_STALLED) from None
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)
+        if as_json:  # stdout is one JSON record on every exit, a stop included
+            print(json.dumps({"status": "interrupted", "error": "interrupted (Ctrl-C or SIGTERM)", "next": interrupted}))
+        else:
+            console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)

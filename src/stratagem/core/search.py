@@ -346,8 +346,9 @@ class Remaining:
 @dataclass
 class Reservation:
     """Queries set aside for one phase (`Session.reserve`): `granted` of the `asked`, never
-    more than were left. Queries recorded inside it (in its task, or in tasks started inside
-    it) are charged to it; while it is open, what it has not used is unavailable to the rest."""
+    more than were left. Requests sent inside it (in its task, or in tasks started inside it)
+    draw on it as they are admitted (`Meter.admit`), and none past `granted`; while it is open,
+    what it has not used is unavailable to the rest."""
 
     asked: int
     granted: int
@@ -358,6 +359,30 @@ class Reservation:
     def left(self) -> int:
         """Queries of this reservation not used yet (what its phase may still ask)."""
         return max(0, self.granted - self.used)
+
+
+class Meter(Protocol):
+    """One agent call's live account with the run's budgets (`Session.meter`): every request
+    of the call asks it first, so no request is sent once a budget is spent, however many
+    agents run at once."""
+
+    def admit(self) -> str | None:
+        """Before a request (not a transport retry): None, and it is counted at once; or why
+        it may not be sent (the budget that is spent)."""
+        ...
+
+    def answered(self, tokens: int, usd: float | None) -> None:
+        """An answer's tokens and cost (None: unknown), counted at once."""
+        ...
+
+    def queries_left(self) -> int | None:
+        """Queries the call may still send now (None: no query limit)."""
+        ...
+
+    def close(self, requests: int | None = None) -> None:
+        """The call ended and its `AgentCall` is recorded next, counting `requests` queries
+        (None: every request admitted): its spend is that record's from now on."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -422,6 +447,11 @@ class Session(Protocol):
 
     def record_call(self, call: AgentCall) -> None:
         """Store one agent call and count its queries, tokens and money against the budgets."""
+        ...
+
+    def meter(self) -> Meter:
+        """The meter of an agent call starting now (`Meter`): every model request asks it
+        before it is sent, and the call's record follows its `close`."""
         ...
 
     def budget_left(self) -> str | None:

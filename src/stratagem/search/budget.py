@@ -12,6 +12,14 @@ nobody knows, so it is used up (`exhausted`) from the first unreported call on: 
 with a reason that says so, rather than spend without limit while claiming a limit. (It cannot
 refuse to start instead: whether a command reports its usage is known only once it has run.)
 Runs without `max_tokens` go on; their reports say how many calls were unreported.
+
+The budgets are limits, not targets. Every model request (and every coding-agent command call)
+is asked of `Budgets` first, through the meter of the agent call it belongs to (`Budgets.meter`,
+`CallMeter.admit`): a request is counted against `max_queries` when it is admitted, and each
+answer's tokens and money against `max_tokens` and `max_usd` when it arrives, so calls in flight
+at once see each other's spend; once a budget is spent, no further request is admitted and the
+agent's turn ends as data (error kind `budget`). A phase's reservation (`reserve`) holds queries
+for its own requests; a request inside it draws on it.
 """
 
 from __future__ import annotations
@@ -147,6 +155,36 @@ def evaluation_seconds(ev: EvaluationRecord) -> float:
 _ACTIVE: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("stratagem_reservation", default=None)
 
 
+@dataclass(eq=False)
+class CallMeter:
+    """One agent call's live account with the run's budgets (`core.search.Meter`): the requests
+    it was admitted and the tokens and money its answers reported, counted until the call is
+    recorded (`close`, then `Session.record_call`)."""
+
+    budgets: Budgets
+    reservation: Reservation | None
+    """The reservation open where the call began (its requests draw on it), if any."""
+    queries: int = 0
+    tokens: int = 0
+    usd: float = 0.0
+
+    def admit(self) -> str | None:
+        return self.budgets.admit(self)
+
+    def answered(self, tokens: int, usd: float | None) -> None:
+        self.tokens += tokens
+        self.usd += usd or 0.0
+
+    def queries_left(self) -> int | None:
+        r = self.reservation
+        if r is not None and not r.released:
+            return r.left
+        return self.budgets.remaining().queries
+
+    def close(self, requests: int | None = None) -> None:
+        self.budgets.close(self, requests)
+
+
 class Budgets:
     """Limits from SearchConfig checked against a Spend, and query reservations."""
 
@@ -156,18 +194,28 @@ class Budgets:
         self._clock = clock
         self._t0 = clock()
         self._held: list[Reservation] = []
+        self._open: list[CallMeter] = []
+        """The meters of agent calls in flight (not recorded yet)."""
 
     def held_queries(self) -> int:
         """Queries reserved and not used yet, over every open reservation."""
         return sum(r.left for r in self._held)
 
+    def _live(self) -> tuple[int, int, float]:
+        """(queries, tokens, usd) spent: the recorded calls' and those of the calls in flight."""
+        return (self.spend.queries + sum(m.queries for m in self._open),
+                self.spend.tokens + sum(m.tokens for m in self._open),
+                self.spend.usd + sum(m.usd for m in self._open))
+
     def remaining(self) -> Remaining:
-        """What is left of every limited budget; queries net of open reservations."""
+        """What is left of every limited budget (the calls in flight counted); queries net of
+        open reservations."""
         c, s = self.cfg, self.spend
+        queries, tokens, usd = self._live()
         return Remaining(
-            queries=None if c.max_queries is None else max(0, c.max_queries - s.queries - self.held_queries()),
-            tokens=None if c.max_tokens is None else 0 if s.unreported_calls else max(0, c.max_tokens - s.tokens),
-            usd=None if c.max_usd is None else max(0.0, c.max_usd - s.usd),
+            queries=None if c.max_queries is None else max(0, c.max_queries - queries - self.held_queries()),
+            tokens=None if c.max_tokens is None else 0 if s.unreported_calls else max(0, c.max_tokens - tokens),
+            usd=None if c.max_usd is None else max(0.0, c.max_usd - usd),
             gpu_seconds=None if c.max_gpu_seconds is None else max(0.0, c.max_gpu_seconds - s.gpu_seconds),
             wall_seconds=None if c.max_wall_seconds is None else max(0.0, c.max_wall_seconds - self.wall_seconds),
         )
@@ -190,20 +238,48 @@ class Budgets:
             self._held.remove(r)
             _ACTIVE.reset(token)
 
-    def charge(self, requests: int) -> None:
-        """Count `requests` queries, just recorded, against the open reservation of the
-        calling context, if any."""
+    def meter(self) -> CallMeter:
+        """The meter of an agent call starting now (in the calling context's reservation, if any)."""
         r = _ACTIVE.get()
+        m = CallMeter(self, r if r is not None and not r.released else None)
+        self._open.append(m)
+        return m
+
+    def admit(self, m: CallMeter) -> str | None:
+        """The one place a model request is allowed or refused: None (admitted: counted at once
+        against `max_queries`, and against `m`'s reservation when it has one) or why not (the
+        budget that is spent, in `exhausted`'s words)."""
+        if (spent := self.exhausted()) is not None:
+            return spent
+        r = m.reservation
         if r is not None and not r.released:
-            r.used += requests
+            if r.left <= 0:
+                return f"max_queries (the {r.granted} queries reserved for this step are used)"
+            r.used += 1
+        elif (left := self.remaining().queries) is not None and left <= 0:
+            assert self.cfg.max_queries is not None
+            return (f"max_queries ({self._live()[0]} of {self.cfg.max_queries:g} sent, "
+                    f"{self.held_queries()} reserved by a step in progress)")
+        m.queries += 1
+        return None
+
+    def close(self, m: CallMeter, requests: int | None = None) -> None:
+        """The call of `m` ended, having sent `requests` queries as its record counts them
+        (None: all it was admitted): its spend is that record's from now on, and an admitted
+        request the record does not count (refused by the provider) returns to its reservation."""
+        if m in self._open:
+            self._open.remove(m)
+        r = m.reservation
+        if requests is not None and r is not None and not r.released:
+            r.used -= max(0, m.queries - requests)
 
     @property
     def wall_seconds(self) -> float:
         return self._clock() - self._t0
 
     def exhausted(self, compute_only: bool = False) -> str | None:
-        """The first budget that is used up, as `max_queries (12 of 12)`; None while all have
-        room. A token budget with an unreported call is used up (the module's docstring).
+        """The first budget that is used up, as `max_queries (12 of 12)` (the calls in flight
+        counted); None while all have room. A token budget with an unreported call is used up (the module's docstring).
         `compute_only`: only the budgets harness work spends (GPU seconds, wall clock), for work
         that asks no model (the red-team audit)."""
         c, s = self.cfg, self.spend
@@ -213,10 +289,11 @@ class Budgets:
             return (f"max_tokens (--max-tokens {c.max_tokens:g} cannot be kept: {s.unreported_calls} of "
                     f"{s.calls} agent calls reported no token usage; bound such a run with --max-queries or "
                     "--max-wall-seconds, or have the agent print its usage as docs/agents.md says)")
+        queries, tokens, usd = self._live()
         checks = (
-            ("max_queries", c.max_queries, s.queries),
-            ("max_tokens", c.max_tokens, s.tokens),
-            ("max_usd", c.max_usd, s.usd),
+            ("max_queries", c.max_queries, queries),
+            ("max_tokens", c.max_tokens, tokens),
+            ("max_usd", c.max_usd, usd),
             ("max_gpu_seconds", c.max_gpu_seconds, s.gpu_seconds),
             ("max_wall_seconds", c.max_wall_seconds, self.wall_seconds),
         )

@@ -26,6 +26,7 @@ from stratagem.core.search import (
     AgentCall,
     DesignView,
     Feedback,
+    Meter,
     Policy,
     ProbeMode,
     Remaining,
@@ -462,8 +463,10 @@ class RunSession:
             created_at=time.time(),
         ))
         self.spend.add_call(call)
-        self.budgets.charge(call.requests)
         self.refresh()
+
+    def meter(self) -> Meter:
+        return self.budgets.meter()
 
     def budget_left(self) -> str | None:
         return self.budgets.exhausted()

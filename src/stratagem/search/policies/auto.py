@@ -152,7 +152,7 @@ class AutoPolicy:
         """Curate, plan (one Strategist call), then run K Implementors concurrently."""
         rng = random.Random(f"{self.cfg.search.seed}:{state.iteration}")
         curated = curate(state, self.cfg.context, rng)
-        runtime = self.runtime.recording(session.record_call)
+        runtime = self.runtime.recording(session.record_call, session.meter)
         brief = self._brief(state)
         if (exhausted := session.budget_left()) is not None:
             return AutoIterationResult(plan=None, note=f"the {exhausted} budget is exhausted",
@@ -259,7 +259,7 @@ class AutoPolicy:
         """The Analyst's review of a suspiciously fast design; None without the Analyst."""
         if not self.cfg.agents.analyst:
             return None
-        runtime = self.runtime.recording(session.record_call)
+        runtime = self.runtime.recording(session.record_call, session.meter)
         deps = AnalystDeps(
             workdir=self._dir(state.iteration, "review"),
             designs=designs_by_id(state.designs), docs=self.docs(), domain=self.problem.domain,

@@ -43,6 +43,7 @@ from stratagem.core.search import (
     AgentCall,
     DesignView,
     Feedback,
+    Meter,
     ProbeMode,
     Remaining,
     Reservation,
@@ -161,6 +162,9 @@ class HandoffSession:
 
     def record_call(self, call: AgentCall) -> None:
         self.inner.record_call(call)
+
+    def meter(self) -> Meter:
+        return self.inner.meter()
 
     def budget_left(self) -> str | None:
         return self.inner.budget_left()

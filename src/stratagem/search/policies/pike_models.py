@@ -109,7 +109,7 @@ class PikeBase(Generic[S]):
         return None if n >= self.unbounded_iterations else n
 
     def agents(self, session: Session) -> PikeAgents:
-        return PikeAgents(self.runtime.recording(session.record_call), self.problem, domain=self.problem.domain)
+        return PikeAgents(self.runtime.recording(session.record_call, session.meter), self.problem, domain=self.problem.domain)
 
     def brief(self, state: SearchState) -> ProblemBrief:
         return ProblemBrief.from_state(state, state.integrity)
