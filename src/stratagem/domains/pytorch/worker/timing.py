@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from stratagem.core import paired
-from stratagem.core.objective import quartiles
+from stratagem.core.paired import quartiles
 from stratagem.worker_api.machine_load import BusyGuard
 
 Fresh = Callable[[int], Sequence[Any]]
