@@ -50,22 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.evaluation.isolation import (
-    MARKER_VAR,
     _kill_group,
     _kill_marked,
     _preexec,
     _unshare_prefix,
     build_env,
     for_request,
-    scrub_environment,
 )
-from stratagem.evaluation.leftovers import TAIL_CHARS, _read_progress, _read_response, _tail
+from stratagem.evaluation.leftovers import _read_progress, _read_response, _tail
 from stratagem.evaluation.phases import JUDGE_START, PhaseClock
-
-__all__ = [  # MARKER_VAR, TAIL_CHARS, build_env and scrub_environment re-exported: tests read them here
-    "JUDGE_START", "MARKER_VAR", "TAIL_CHARS", "Ahead", "JudgeRun", "PhaseClock", "SandboxResult",
-    "SandboxSettings", "ahead_key", "build_env", "reap", "run_worker", "scrub_environment", "start_ahead",
-]
 
 
 @dataclass(frozen=True)
