@@ -22,7 +22,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from stratagem.agents.calls import AgentRuntime
+from stratagem.agents.fix_loop import Written
 from stratagem.agents.models import RoleModels
+from stratagem.agents.writers import WriteRequest
 from stratagem.config import AgentsConfig, load_config
 from stratagem.core.search import AgentCall, DesignView, Feedback, Remaining, SearchState
 from stratagem.domains.pytorch.domain import candidate_design
@@ -216,3 +218,38 @@ def scripted(*steps: Callable[[list[ModelMessage], AgentInfo], ModelResponse]) -
 
 def state(designs: Sequence[DesignView] = (), iteration: int = 1) -> SearchState:
     return SearchState(problem=problem(), designs=tuple(designs), iteration=iteration)
+
+
+Answer = str | Callable[[WriteRequest], str | None] | None
+"""A scripted answer: the design's text, a function of the request, or None (writes nothing)."""
+
+
+@dataclass
+class ScriptWriter:
+    """Scripted answers, in order (the last one repeats): each call is recorded as one query
+    by the model `script`, with no tokens and no price."""
+
+    answers: Sequence[Answer]
+    requests: list[WriteRequest] = field(default_factory=list[WriteRequest])
+    """Every request received, in order (what tests inspect)."""
+
+    async def write(self, req: WriteRequest) -> Written:
+        meter, refused = req.admitted()
+        if refused is not None:
+            return refused
+        self.requests.append(req)
+        if not self.answers:
+            answer: Answer = None
+        else:
+            answer = self.answers[min(len(self.requests), len(self.answers)) - 1]
+        text = answer(req) if callable(answer) else answer
+        ok = text is not None
+        error = None if ok else "no_output: the script wrote nothing"
+        if meter is not None:
+            meter.close(1)
+        if req.record is not None:
+            req.record(AgentCall(role=req.role, model="script", prompt_hash="", requests=1, ok=ok, error=error,
+                                 latency_s=0.0))
+        if text is None:
+            return Written(None, 0, "no_output", error)
+        return Written(text, 0)

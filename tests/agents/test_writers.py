@@ -8,11 +8,11 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from agent_fakes import SleepRecorder, agents_cfg, runtime
+from agent_fakes import ScriptWriter, SleepRecorder, agents_cfg, runtime
 from test_agent_calls import flaky
 
 from stratagem.agents.pike import PikeAgents, Tickets
-from stratagem.agents.writers import ScriptWriter, WriterRoutes, writer_for
+from stratagem.agents.writers import WriterRoutes, writer_for
 from stratagem.domains.pytorch.problem import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]

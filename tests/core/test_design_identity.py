@@ -7,7 +7,8 @@ import hashlib
 import pytest
 
 from stratagem.core.design import Design
-from stratagem.core.objective import Measurement, quartiles
+from stratagem.core.objective import Measurement
+from stratagem.core.paired import quartiles
 from stratagem.core.problem import Problem, content_hash
 from stratagem.domains.pytorch.domain import MAIN_FILE, candidate_design
 

@@ -386,7 +386,7 @@ def test_the_diet_switch_reaches_the_sandboxed_worker() -> None:
     """A user's `STRATAGEM_BUILD_HEADER_DIET=0` survives the sandbox's environment scrub (else the
     documented switch would do nothing in the worker that builds)."""
     from stratagem.domains import get_domain
-    from stratagem.evaluation.sandbox import scrub_environment
+    from stratagem.evaluation.isolation import scrub_environment
 
     keep = get_domain("pytorch").worker.keep_env  # what the PyTorch worker's requests keep
     assert scrub_environment({"STRATAGEM_BUILD_HEADER_DIET": "0"}, keep) == {"STRATAGEM_BUILD_HEADER_DIET": "0"}

@@ -16,8 +16,8 @@ import pytest
 
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.domains.pytorch.problem import load_problem
-from stratagem.evaluation.compilers import is_compiler
 from stratagem.evaluation.executors import LocalExecutor
+from stratagem.evaluation.phases import is_compiler
 from stratagem.evaluation.service import Evaluator
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stratagem.evaluation.compilers import compilers_in_session, is_compiler
+from stratagem.evaluation.phases import compilers_in_session, is_compiler
 
 
 @pytest.mark.parametrize("name", ["cc1plus", "g++", "gcc-13", "x86_64-linux-gnu-g++-13", "c++", "nvcc", "cicc",

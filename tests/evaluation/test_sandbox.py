@@ -21,14 +21,9 @@ from stratagem.config import environment
 from stratagem.domains.pytorch import domain
 from stratagem.domains.pytorch.domain import candidate_design
 from stratagem.evaluation import sandbox
+from stratagem.evaluation.isolation import MARKER_VAR, build_env, scrub_environment
 from stratagem.evaluation.outcome import interpret
-from stratagem.evaluation.sandbox import (
-    MARKER_VAR,
-    SandboxSettings,
-    build_env,
-    run_worker,
-    scrub_environment,
-)
+from stratagem.evaluation.sandbox import SandboxSettings, run_worker
 
 # -- scrub_environment and build_env (no worker) -------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Text that views shorten is cut at word boundaries (`search/numbers.clip`), and `show --json`
+"""Text that views shorten is cut at word boundaries (`core/text.clip`), and `show --json`
 keeps the whole reason (issue 24, item 7: `show` cut reasons mid-word)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from test_cli_search import PROBLEM
 
 from stratagem.cli import main
 from stratagem.config import load_config
+from stratagem.core.text import clip
 from stratagem.domains.pytorch.problem import load_problem
 from stratagem.search.loop import SearchLoop
-from stratagem.search.numbers import clip
 from stratagem.search.session import RunSession
 from stratagem.store.sqlite import RunStore
 

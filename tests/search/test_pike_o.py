@@ -55,16 +55,16 @@ def test_migration_copies_the_fittest_to_both_ring_neighbours_at_the_interval():
 
 
 def test_sampling_follows_the_ratios_and_falls_back_to_the_original():
-    assert db_of().sample_parent(0, random.Random(0)) is None  # nothing yet: the original program
+    assert db_of().draw_parent(0, random.Random(0))[0] is None  # nothing yet: the original program
     db = db_of(num_islands=1, exploration_ratio=0.0, exploitation_ratio=1.0, archive_size=2)
     for i, fit in enumerate([1.0, 2.0, 3.0, 4.0]):
         db.add(f"p{i}", f"source {i} " * (i + 1), fit, 0)
     rng = random.Random(3)
-    assert {db.sample_parent(0, rng) for _ in range(50)} == {"p3", "p2"}  # exploit only: the archive
+    assert {db.draw_parent(0, rng)[0] for _ in range(50)} == {"p3", "p2"}  # exploit only: the archive
     explore = db_of(num_islands=2, exploration_ratio=1.0, exploitation_ratio=0.0)
     explore.add("x", "x", 1.0, 0)
     explore.add("y", "y", 1.0, 1)
-    assert {explore.sample_parent(1, rng) for _ in range(30)} == {"y"}  # explore: its own island
+    assert {explore.draw_parent(1, rng)[0] for _ in range(30)} == {"y"}  # explore: its own island
     insp = db.inspirations(0, "p3", rng)
     assert "p3" not in insp and insp[0] == "p2" and len(insp) == 3
 

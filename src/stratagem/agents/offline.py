@@ -16,11 +16,6 @@ from stratagem.core.problem import Problem
 from stratagem.domains import get_domain
 
 
-def offline_design(problem: Problem) -> str:
-    """The design every offline code answer holds: the domain's restatement of the reference."""
-    return get_domain(problem.domain).prompts.offline_design(problem)
-
-
 def offline_models(problem: Problem) -> RoleModels:
     """Per-role TestModels whose structured answers are usable by the `auto` policy."""
 
@@ -33,7 +28,7 @@ def offline_models(problem: Problem) -> RoleModels:
         "rationale": "offline test model",
         "instructions": "offline test model: restate the reference as a design",
     }
-    candidate = {"source": offline_design(problem), "notes": "offline test model"}
+    candidate = {"source": get_domain(problem.domain).prompts.offline_design(problem), "notes": "offline test model"}
     review = {"cheating": False, "reason": "offline test model"}
     return RoleModels(
         default=pool(),
@@ -48,7 +43,7 @@ def offline_models(problem: Problem) -> RoleModels:
 def offline_pike_models(problem: Problem) -> RoleModels:
     """TestModels for the PIKE policies: the brainstorm answers with two bullet ideas, every
     code query with the offline design in a code block."""
-    code = f"```\n{offline_design(problem)}```\n"
+    code = f"```\n{get_domain(problem.domain).prompts.offline_design(problem)}```\n"
 
     def pool(text: str) -> ModelPool:
         return ModelPool([TestModel(call_tools=[], custom_output_text=text)], labels=["test"])

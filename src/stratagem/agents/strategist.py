@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext
@@ -26,7 +25,7 @@ from stratagem.agents.calls import AgentRuntime, CallOutcome, run_agent
 from stratagem.agents.tools import BaseDeps, probe_toolset
 from stratagem.context import render
 from stratagem.context.curate import Curated
-from stratagem.core.search import DesignView, Plan, ProbeMode
+from stratagem.core.search import DesignView, Plan, ProbeMode, Strategy
 
 MIN_PREFIX = 6
 MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure": 1, "combine": 2}
@@ -35,7 +34,7 @@ MIN_EVIDENCE: dict[str, int] = {"innovate": 0, "refine": 1, "reattempt_failure":
 class PlanOutput(BaseModel):
     """The Strategist's answer."""
 
-    strategy: Literal["innovate", "combine", "refine", "reattempt_failure"]
+    strategy: Strategy
     evidence: list[str] = Field(
         default_factory=list,
         description="ids (or unique prefixes) of the designs of this run that the plan builds on",

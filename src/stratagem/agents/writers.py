@@ -2,13 +2,13 @@
 Implementor; PIKE's optimizer, error fixer, mutation and crossover) gets its code.
 
 A role builds a `WriteRequest` (its prompt, its instructions, the current design's files) and
-asks the `Writer` its `AgentRuntime` routes it to (`writer_for`). Three backends:
+asks the `Writer` its `AgentRuntime` routes it to (`writer_for`). Backends:
 
 - `ModelWriter`: the role's pydantic-ai turn (a conversation for the Implementor, one query for
   PIKE's roles), the default, unchanged;
 - `CommandWriter` (`agents/agent_command.py`): a coding-agent command run in a fresh work
   directory, for the roles `[agents.command]` names;
-- `ScriptWriter`: scripted answers (tests, and offline demonstrations).
+- the tests' scripted answers (`ScriptWriter`, tests/agents/agent_fakes.py).
 
 Every backend returns a `Written` (the design as one text, or why there is none) and records
 one `AgentCall` per call through the request's `record`, so budgets count every backend alike;
@@ -18,7 +18,7 @@ as a model's requests do (`agents/calls.py`), and a call the budget refuses is n
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,41 +78,6 @@ class ModelWriter:
 
     async def write(self, req: WriteRequest) -> Written:
         return await self.turn(req)
-
-
-Answer = str | Callable[[WriteRequest], str | None] | None
-"""A scripted answer: the design's text, a function of the request, or None (writes nothing)."""
-
-
-@dataclass
-class ScriptWriter:
-    """Scripted answers, in order (the last one repeats): each call is recorded as one query
-    by the model `script`, with no tokens and no price."""
-
-    answers: Sequence[Answer]
-    requests: list[WriteRequest] = field(default_factory=list[WriteRequest])
-    """Every request received, in order (what tests inspect)."""
-
-    async def write(self, req: WriteRequest) -> Written:
-        meter, refused = req.admitted()
-        if refused is not None:
-            return refused
-        self.requests.append(req)
-        if not self.answers:
-            answer: Answer = None
-        else:
-            answer = self.answers[min(len(self.requests), len(self.answers)) - 1]
-        text = answer(req) if callable(answer) else answer
-        ok = text is not None
-        error = None if ok else "no_output: the script wrote nothing"
-        if meter is not None:
-            meter.close(1)
-        if req.record is not None:
-            req.record(AgentCall(role=req.role, model="script", prompt_hash="", requests=1, ok=ok, error=error,
-                                 latency_s=0.0))
-        if text is None:
-            return Written(None, 0, "no_output", error)
-        return Written(text, 0)
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from stratagem.core.paired import Ratio, Stability
+from stratagem.core.paired import Ratio, Stability, quartiles
 
 
 @dataclass(frozen=True)
@@ -62,11 +61,3 @@ class Measurement:
         q1, med, q3 = quartiles(samples)
         return cls(name=name, unit=unit, median=med, q1=q1, q3=q3, samples=tuple(samples))
 
-
-def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
-    """(Q1, median, Q3) with the inclusive method; one sample gives it three times."""
-    xs = sorted(samples)
-    if len(xs) == 1:
-        return xs[0], xs[0], xs[0]
-    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return q1, med, q3

@@ -57,6 +57,15 @@ class Ratio:
                    bool(d.get("chained", False)))
 
 
+def quartiles(samples: Sequence[float]) -> tuple[float, float, float]:
+    """(Q1, median, Q3) with the inclusive method; one sample gives it three times."""
+    xs = sorted(samples)
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q1, med, q3
+
+
 def pair_ratios(ref_blocks: Sequence[Sequence[float]], cand_blocks: Sequence[Sequence[float]]) -> list[float]:
     """r_p = median(reference block p) / median(candidate block p), for every pair."""
     out = []

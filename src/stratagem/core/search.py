@@ -21,7 +21,7 @@ reference, untimed; `profile` says where one call's time goes. Neither is a verd
 PROBE_MODES: tuple[ProbeMode, ...] = ("check", "profile")
 
 Strategy = Literal["innovate", "combine", "refine", "reattempt_failure"]
-STRATEGIES: tuple[Strategy, ...] = ("innovate", "combine", "refine", "reattempt_failure")
+"""The strategies AUTO's Strategist picks from (`agents/strategist.py`'s `PlanOutput.strategy`)."""
 
 DesignStatus = Literal["valid", "invalid", "error", "flagged", "unreviewed", "unstable", "busy", "needs_gpu"]
 """`flagged`: valid by the harness but judged cheating by the Analyst's review; `unreviewed`:
@@ -43,7 +43,7 @@ class Plan:
     """The Strategist's decision for one iteration."""
 
     strategy: str
-    """One of STRATEGIES for `auto`; the recipe batch name for `recipes`."""
+    """One of `Strategy` for `auto`; the recipe batch name for `recipes`."""
     evidence: tuple[str, ...] = ()
     """Ids of the designs the plan builds on."""
     rationale: str = ""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
@@ -26,9 +26,12 @@ from stratagem.core.graph import ValidatorGraph, ValidatorSpec
 from stratagem.core.objective import Measured, Objective
 from stratagem.core.paired import Ratio, Stability
 from stratagem.core.problem import Problem
-from stratagem.core.search import Policy
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.worker_api.protocol import EvalRequest, StageSpec
+
+if TYPE_CHECKING:
+    # a policy's type, for annotations only: one evaluation loads no search records
+    from stratagem.core.search import Policy
 
 Precheck = Callable[[str], ValidatorResult]
 """A design's source -> the static verdict the agents get before spending an evaluation."""

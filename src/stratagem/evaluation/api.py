@@ -20,7 +20,6 @@ from stratagem.errors import CandidateError, ProblemError, read_text
 from stratagem.evaluation.executors import make_executor
 from stratagem.evaluation.results import Baseline, Evaluation
 from stratagem.evaluation.service import Evaluator
-from stratagem.store.sqlite import RunStore
 
 DESIGN_FILE_MAX_BYTES = 4 * 1024 * 1024
 DESIGN_MAX_FILES = 200
@@ -94,6 +93,9 @@ def evaluate_files(
 
 
 def record(run_dir: str | Path, evaluation: Evaluation) -> int:
+    # the store only for --run-dir: one evaluation opens none
+    from stratagem.store.sqlite import RunStore
+
     with RunStore.open(run_dir) as store:
         store.add_problem(evaluation.problem)
         store.add_design(evaluation.problem.id, evaluation.design)

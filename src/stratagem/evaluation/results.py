@@ -9,7 +9,7 @@ import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stratagem.core.design import Design
 from stratagem.core.objective import Measured
@@ -17,7 +17,9 @@ from stratagem.core.paired import Ratio, Stability, divide
 from stratagem.core.problem import Problem
 from stratagem.core.verdict import Verdict
 from stratagem.domains import get_domain
-from stratagem.store.records import EvaluationRecord, MeasurementRecord
+
+if TYPE_CHECKING:
+    from stratagem.store.records import EvaluationRecord, MeasurementRecord
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,9 @@ class Evaluation:
         }
 
     def to_record(self) -> EvaluationRecord:
+        # the store's row shape: loaded where an evaluation is stored
+        from stratagem.store.records import EvaluationRecord
+
         ms: list[MeasurementRecord] = []
         objective = get_domain(self.problem.domain).objective
         if self.timing:  # named and united by the domain's objective (PyTorch: runtime, ms)
@@ -243,6 +248,8 @@ class Evaluation:
 
 
 def _measurement(name: str, stats: Mapping[str, Any], unit: str = "ms") -> MeasurementRecord:
+    from stratagem.store.records import MeasurementRecord
+
     return MeasurementRecord(
         name=name, unit=unit, median=float(stats["median_ms"]), q1=float(stats["q1_ms"]),
         q3=float(stats["q3_ms"]), samples=[float(x) for x in stats.get("samples_ms", [])],

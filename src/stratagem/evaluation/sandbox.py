@@ -23,7 +23,8 @@ device, descendants that both leave the process group and clear their environmen
 that tampers with the harness inside its own process (the integrity validators' job). Run it
 inside a container or VM for hostile code beyond LLM-written kernels.
 
-This module runs the processes and enforces the limits (`PhaseClock`); what sets a process
+This module runs the processes and kills one at the first limit it runs past; charging its
+time to its phases, each with its limit, is `phases.py`'s (`PhaseClock`); what sets a process
 apart (environment, namespace, rlimits, the kills) is `isolation.py`'s, and reading what it
 left behind is `leftovers.py`'s.
 """
@@ -35,7 +36,6 @@ import contextlib
 import dataclasses
 import functools
 import json
-import math
 import os
 import shutil
 import signal
@@ -49,23 +49,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stratagem.evaluation.compilers import compilers_in_session
 from stratagem.evaluation.isolation import (
-    MARKER_VAR,
     _kill_group,
     _kill_marked,
     _preexec,
     _unshare_prefix,
     build_env,
     for_request,
-    scrub_environment,
 )
-from stratagem.evaluation.leftovers import TAIL_CHARS, _read_progress, _read_response, _tail
-
-__all__ = [  # MARKER_VAR, TAIL_CHARS, build_env and scrub_environment re-exported: tests read them here
-    "JUDGE_START", "MARKER_VAR", "TAIL_CHARS", "Ahead", "JudgeRun", "PhaseClock", "SandboxResult",
-    "SandboxSettings", "ahead_key", "build_env", "reap", "run_worker", "scrub_environment", "start_ahead",
-]
+from stratagem.evaluation.leftovers import _read_progress, _read_response, _tail
+from stratagem.evaluation.phases import JUDGE_START, PhaseClock
 
 
 @dataclass(frozen=True)
@@ -241,11 +234,6 @@ def _all_passed(result: SandboxResult) -> bool:
         return all(r.get("outcome") == "passed" for r in json.loads(result.response_text)["results"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return False  # an unreadable response fails on its own
-
-
-JUDGE_START = "judge-start"
-"""The judge's compile stage: it reports no stage of that name, only its phases (`compile`
-while it starts and loads the problem, then `run` and `wait`)."""
 
 
 async def _judge(request_json: str, record_dir: Path, jdir: Path, settings: SandboxSettings) -> JudgeRun:
@@ -442,115 +430,6 @@ async def _run(request_json: str, settings: SandboxSettings, workdir: Path, mark
         phase_s=run.clock.totals(),
         ahead=ahead is not None,
     )
-
-
-class PhaseClock:
-    """Charges the worker's wall time to its phases, by what the worker is doing.
-
-    Phases: `compile` (the process's start up to its first stage, the `compile` phases the
-    worker reports while torch.compile compiles, and any time a compiler process runs in the
-    worker's session: `compilers.py`), `wait` (the worker waits for its device's lock) and
-    `run` (everything else: imports, `__init__`, every call; a call that sleeps, spins or
-    deadlocks runs, whichever call it is). Each has its own limit; time spent waiting for a
-    lock is charged to no candidate limit. Events carry the worker's wall-clock time, used
-    when it is plausible (between the phase's start and now)."""
-
-    def __init__(self, settings: SandboxSettings, progress: Path, session: int | None = None) -> None:
-        self.settings = settings
-        self.progress = progress
-        self.session = session
-        """The worker's session id (its pid: it starts one), whose compiler processes are looked for."""
-        self._offset = 0
-        self._partial = b""
-        phased = settings.compile_stage is not None and settings.compile_timeout_s is not None
-        self.reported = "compile" if phased else "run"
-        """The phase the worker last reported (the process start counts as compile)."""
-        self.building: list[str] = []
-        """The compiler processes seen at the last look (their names)."""
-        self.phase = self.reported
-        self.since = time.time()
-        self.used: dict[str, float] = {"compile": 0.0, "run": 0.0, "wait": 0.0}
-        self.limit_hit: str | None = None
-        self._started = False
-
-    def _switch(self, phase: str, at: float) -> None:
-        at = min(max(at, self.since), time.time())
-        self.used[self.phase] += at - self.since
-        self.phase, self.since = phase, at
-
-    def _settle(self, at: float) -> None:
-        """Charge from `at` on to what the worker is doing: compile while a compiler runs
-        (unless it waits for a lock), else what it reported."""
-        phase = "compile" if self.building and self.reported == "run" else self.reported
-        if phase != self.phase:
-            self._switch(phase, at)
-
-    def look(self) -> None:
-        """Look for compiler processes in the worker's session (`compilers.py`)."""
-        if self.session is None:
-            return
-        self.building = compilers_in_session(self.session)
-        self._settle(time.time())
-
-    def poll(self) -> None:
-        try:
-            with open(self.progress, "rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read(1 << 20)
-        except OSError:
-            return
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        stage = self.settings.compile_stage
-        for line in lines:
-            try:
-                ev = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if not isinstance(ev, dict):
-                continue
-            if self.settings.on_event is not None:
-                with contextlib.suppress(Exception):  # a view's failure never stops a worker
-                    self.settings.on_event(ev)
-            t_ev = ev.get("t")
-            t = float(t_ev) if isinstance(t_ev, int | float) else time.time()
-            if ev.get("event") == "phase" and ev.get("phase") in ("compile", "run", "wait"):
-                self.reported = str(ev["phase"])
-                self._settle(float(t))
-            elif ev.get("event") == "start" and not self._started and stage not in (None, JUDGE_START):
-                # the first stage ends the process's start (the judge reports its own phases)
-                self._started = True
-                if self.reported == "compile":
-                    self.reported = "run"
-                    self._settle(float(t))
-
-    def totals(self) -> dict[str, float]:
-        now = time.time()
-        out = dict(self.used)
-        out[self.phase] += max(0.0, now - self.since)
-        return out
-
-    def remaining_s(self) -> float:
-        """Seconds until the current phase's limit (<= 0: over a limit; sets `limit_hit`)."""
-        t = self.totals()
-        s = self.settings
-        compile_limit = s.compile_timeout_s if s.compile_timeout_s is not None else None
-        if compile_limit is None:  # compiles count as run time
-            t = {**t, "run": t["run"] + t["compile"], "compile": 0.0}
-        left = {
-            "run": s.timeout_s - t["run"],
-            "compile": (compile_limit - t["compile"]) if compile_limit is not None else math.inf,
-            "wait": s.lock_wait_timeout_s - t["wait"],
-        }
-        names = {"run": "run", "compile": "compile", "wait": "lock_wait"}
-        for phase, rem in left.items():
-            if rem <= 0:
-                self.limit_hit = names[phase]
-                return rem
-        current = "run" if (self.phase == "compile" and compile_limit is None) else self.phase
-        return left[current]
 
 
 async def _wait(proc: asyncio.subprocess.Process, clock: PhaseClock) -> bool:

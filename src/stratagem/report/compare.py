@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,6 @@ class RunCurve:
     points: tuple[Point, ...]
     """Each ranked design at its own speedup, in the order they were made."""
     best: DesignView | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
     problem_id: str = ""
     """The content hash of the problem's source: runs compare when theirs agree."""
     any_priced: bool = False

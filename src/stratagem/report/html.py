@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stratagem.core.search import ranked
+from stratagem.core.text import clip
 from stratagem.report import alignment as al
 from stratagem.report import cases, figures
 from stratagem.report.leaderboard import failure
@@ -30,7 +31,6 @@ from stratagem.search.api import RunSummary, read_run
 from stratagem.search.headline import ratios_of
 from stratagem.search.numbers import (
     board_marks,
-    clip,
     counts,
     did_not_pass,
     not_ranked_because,

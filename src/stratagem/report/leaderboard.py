@@ -18,10 +18,11 @@ from rich.text import Text
 
 from stratagem.core.objective import Objective
 from stratagem.core.search import DesignView, ranked
+from stratagem.core.text import clip
 from stratagem.domains.base import BaselineNames
 from stratagem.search import numbers
 from stratagem.search.headline import ratios_of
-from stratagem.search.numbers import board_marks, clip, counts, did_not_pass, not_ranked_because
+from stratagem.search.numbers import board_marks, counts, did_not_pass, not_ranked_because
 from stratagem.store.records import IterationRecord
 
 RUNTIME = Objective("runtime", "ms", "minimize")

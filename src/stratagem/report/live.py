@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from stratagem.search.inflight import InFlight
+from stratagem.core.inflight import InFlight
 
 if TYPE_CHECKING:  # `eval` draws its stages here: it loads no search loop
     from stratagem.search.budget import Spend

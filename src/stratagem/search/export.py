@@ -26,11 +26,12 @@ from pathlib import Path
 import stratagem
 from stratagem.core.design import files_text, text_files, with_header
 from stratagem.core.search import DesignView
+from stratagem.core.text import clip
 from stratagem.domains import get_domain
 from stratagem.domains.base import BaselineNames
 from stratagem.errors import StoreError
 from stratagem.search.headline import ratios_of
-from stratagem.search.numbers import clip, not_ranked_because, passed, times_text
+from stratagem.search.numbers import not_ranked_because, passed, times_text
 
 PROVENANCE_FILE = "PROVENANCE.txt"
 """Where the header goes when no file of an exported design takes a comment."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stratagem.core.design import Design, text_files
+from stratagem.core.inflight import InFlight
 from stratagem.core.search import DesignView
 from stratagem.domains import get_domain, names_of
 from stratagem.errors import HarnessError, ProblemError, QueueStalled
@@ -28,7 +29,6 @@ from stratagem.search import state as st
 from stratagem.search.budget import Spend
 from stratagem.search.export import exported_files, write_files
 from stratagem.search.headline import Headline, headline_of
-from stratagem.search.inflight import InFlight
 from stratagem.search.progress import Progress, RunView
 from stratagem.search.session import HARNESS_FAILURES_MAX, RETIMES_MAX, RunSession
 

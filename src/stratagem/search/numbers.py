@@ -28,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stratagem.core.search import PASSED, DesignView, ranked
-from stratagem.core.text import clip as clip  # re-exported: the views clip through here
 from stratagem.domains.base import BaselineNames
 from stratagem.store.records import keyed
 

@@ -1,6 +1,6 @@
 """Owns what a run shows while it goes on: the live view's protocol (`RunView`) and the snapshot
 it draws (`Progress`: the iteration, the designs by the one count every view uses, the best so
-far, the spend, the last events, the evaluations in flight: `search/inflight.py`). The Session
+far, the spend, the last events, the evaluations in flight: `core/inflight.py`). The Session
 fills them; `report/live.py` draws them."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from stratagem.core.inflight import InFlight
 from stratagem.search.budget import Spend
-from stratagem.search.inflight import InFlight
 from stratagem.search.numbers import Counts
 from stratagem.search.numbers import counts as counts_of
 

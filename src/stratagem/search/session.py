@@ -21,6 +21,7 @@ from typing import Any
 from stratagem.config import StratagemConfig
 from stratagem.core.design import Design, text_files
 from stratagem.core.graph import ValidatorGraph
+from stratagem.core.inflight import InFlight
 from stratagem.core.problem import Problem
 from stratagem.core.search import (
     AgentCall,
@@ -41,7 +42,6 @@ from stratagem.evaluation.service import Evaluator
 from stratagem.search import probes
 from stratagem.search import state as st
 from stratagem.search.budget import PROBES_KEY, Budgets, Spend, evaluation_seconds
-from stratagem.search.inflight import InFlight
 from stratagem.search.numbers import counts as counts_of
 from stratagem.search.progress import Progress, RunView
 from stratagem.store.records import AgentCallRecord, DesignRecord, EvaluationRecord, ReviewRecord

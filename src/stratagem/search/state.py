@@ -14,11 +14,11 @@ from stratagem.core.confirmed import ConfirmedDesign
 from stratagem.core.design import files_text
 from stratagem.core.jsonish import mapping
 from stratagem.core.search import MEASURED, PASSED, DesignView, Measures, ranked
+from stratagem.core.text import clip
 from stratagem.core.verdict import ValidatorResult, Verdict
 from stratagem.domains import get_domain, names_of
 from stratagem.domains.base import BaselineNames
 from stratagem.search.headline import Headline, headline_of
-from stratagem.search.numbers import clip
 from stratagem.store.records import (
     DesignRecord,
     EvaluationRecord,

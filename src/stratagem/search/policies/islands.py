@@ -144,10 +144,6 @@ class ProgramDB:
 
     # -- sampling ---------------------------------------------------------------------------
 
-    def sample_parent(self, island: int, rng: random.Random) -> str | None:
-        """A parent for a child of `island` (`draw_parent`, without the reason)."""
-        return self.draw_parent(island, rng)[0]
-
     def draw_parent(self, island: int, rng: random.Random) -> tuple[str | None, str]:
         """A parent for a child of `island` and how it was drawn: with `exploration_ratio` a
         random member of the island, with `exploitation_ratio` a random archive program (the

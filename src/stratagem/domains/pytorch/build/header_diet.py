@@ -63,7 +63,6 @@ VERSION = 1
 LEAN_VERSION = 1
 """Part of the cache key of a lean build: bumped when the lean prefix's rules change."""
 LIGHT_HEADER = "torch/types.h"
-HEAVY_HEADERS = ("torch/extension.h", "torch/torch.h", "torch/all.h")
 
 _INCLUDE = re.compile(
     r'^(?P<lead>[ \t]*#[ \t]*include[ \t]*)(?P<open>[<"])(?P<path>torch/(?:extension|torch|all)\.h)[>"]'

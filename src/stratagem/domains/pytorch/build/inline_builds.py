@@ -20,8 +20,7 @@ in a candidate gets the wrapper. A call:
 Flags the harness adds: `-gencode` for the device's own architecture alone, without PTX (torch's
 default also embeds PTX; a user's `TORCH_CUDA_ARCH_LIST` is kept), and `use_pch=True` for the
 C++ part of GPU workers where torch supports it (gcc on Linux, torch's include folder writable:
-torch keeps the one precompiled `torch/extension.h` there, rebuilt when the flags change; the
-wrapper builds it under a machine-wide lock). A candidate's `-O` flags and its own
+the one header torch keeps there is shared under a machine-wide lock, `_header`). A candidate's `-O` flags and its own
 `-gencode`/`-arch` flags are left as it set them. `MAX_JOBS` is left unset: ninja then runs as
 many jobs as there are cores, and a build has at most two compile units.
 
@@ -215,25 +214,22 @@ def _with(note: str | None, not_split: str | None) -> str | None:
 def _attempts(a: dict[str, Any]) -> tuple[list[tuple[dict[str, Any], str | None, dict[str, Any]]], str | None]:
     """The builds to try in the module docstring's order, each (call, note, cache-key inputs;
     the last one's note says why the lighter ones were not tried, or None), and why the sources
-    were not split (None: they were, or the split was not tried)."""
-    from stratagem.domains.pytorch.build import header_diet, kernel_split
-
-    light, diet_note = _lightened(a)
-    leaned, lean_note = _leaned(a)
+    were not split (None: they were, or the split was not tried). Each lighter one's maker
+    (`_split`, `_leaned`, `_lightened`) gives (call, note, its `header_diet` key) or None, and
+    why not."""
     cut, split_note = _split(a)
+    leaned, lean_note = _leaned(a)
+    light, diet_note = _lightened(a)
     out: list[tuple[dict[str, Any], str | None, dict[str, Any]]] = [
         (call, note, {**build_inputs(call), "header_diet": version})
-        for call, note, version in ((cut, "split", f"split-{kernel_split.VERSION}"),
-                                    (leaned, "lean", f"lean-{header_diet.LEAN_VERSION}"),
-                                    (light, "lightened", header_diet.VERSION)) if call is not None]
+        for call, note, version in filter(None, (cut, leaned, light))]
     last = "as written" if out else (diet_note or lean_note or split_note)
     out.append((a, last, build_inputs(a)))
     return out, split_note
 
 
-def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The call with its CUDA sources on the header diet (`header_diet.py`), or None, and a
-    note for the build record."""
+def _lightened(a: dict[str, Any]) -> tuple[tuple[dict[str, Any], str, str | int] | None, str | None]:
+    """The call with its CUDA sources on the header diet (`header_diet.py`)."""
     sources = _texts(a.get("cuda_sources"))
     if not sources or not _diet_on():
         return None, None
@@ -242,14 +238,14 @@ def _lightened(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     diet = header_diet.lighten(sources)
     if diet.sources is None:
         return None, f"skipped: {diet.skipped}" if diet.skipped else None
-    return {**a, "cuda_sources": diet.sources}, "lightened"
+    return ({**a, "cuda_sources": diet.sources}, "lightened", header_diet.VERSION), None
 
 
-def _split(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def _split(a: dict[str, Any]) -> tuple[tuple[dict[str, Any], str, str | int] | None, str | None]:
     """The call split into a kernel unit without torch's headers and host code in `main.cpp`
-    (`kernel_split.py`), where torch's `load_inline` has `no_implicit_headers`, or None and
-    why not (a note only when it was tried on the source)."""
-    sources = _headerless(a, _split_on())
+    (`kernel_split.py`), where torch's `load_inline` has `no_implicit_headers` (a note why not
+    only when it was tried on the source)."""
+    sources = _headerless(a, _diet_on() and "split_builds" not in _state["settings_off"])
     if not sources:
         return None, None
     from stratagem.domains.pytorch.build import kernel_split
@@ -258,7 +254,8 @@ def _split(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
                              _texts(a.get("extra_cflags")))
     if got.cuda_sources is None:
         return None, f"not split: {got.skipped}"
-    return {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}, None
+    call = {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}
+    return (call, "split", f"split-{kernel_split.VERSION}"), None
 
 
 def _headerless(a: dict[str, Any], on: bool) -> list[str]:
@@ -269,13 +266,9 @@ def _headerless(a: dict[str, Any], on: bool) -> list[str]:
     return sources if ok else []
 
 
-def _split_on() -> bool:
-    return _diet_on() and "split_builds" not in _state["settings_off"]
-
-
-def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def _leaned(a: dict[str, Any]) -> tuple[tuple[dict[str, Any], str, str | int] | None, str | None]:
     """The call with lean headers (`header_diet.lean`), where torch's `load_inline` can leave
-    out its own headers (`no_implicit_headers`) and the call did not already, or None."""
+    out its own headers (`no_implicit_headers`) and the call did not already."""
     sources = _headerless(a, _diet_on())
     if not sources:
         return None, None
@@ -286,7 +279,8 @@ def _leaned(a: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
                            lambda n: ops is not None and (ops / f"{n}.h").is_file())
     if got.cuda_sources is None:
         return None, f"skipped: {got.skipped}" if got.skipped else None
-    return {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}, "lean"
+    call = {**a, "cuda_sources": got.cuda_sources, "cpp_sources": got.cpp_sources, "no_implicit_headers": True}
+    return (call, "lean", f"lean-{header_diet.LEAN_VERSION}"), None
 
 
 def _operator_folder() -> Path | None:
@@ -347,8 +341,7 @@ def load(*args: Any, **kwargs: Any) -> Any:
 
 
 def _only_this_arch(a: dict[str, Any]) -> None:
-    """CUDA code for the device's architecture alone (`-gencode=arch=compute_90,code=sm_90` on
-    an H200), unless the call or the user chose architectures (torch's default adds PTX too)."""
+    """`-gencode=arch=compute_90,code=sm_90` on an H200 (the module docstring's flags)."""
     arch = _state["arch"]
     flags = _texts(a.get("extra_cuda_cflags"))
     if arch and a.get("cuda_sources") and not any("arch" in f and "TORCH_EXTENSION_NAME" not in f for f in flags):

@@ -322,7 +322,6 @@ _MAX_BUILT = 1 << 22
 rejected (dynamic_code) rather than scanned partly."""
 
 
-LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 NATIVE_KEYWORDS = ("cpp_sources", "cuda_sources")
 
 

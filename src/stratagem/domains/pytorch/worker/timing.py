@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from stratagem.core import paired
-from stratagem.core.objective import quartiles
+from stratagem.core.paired import quartiles
 from stratagem.worker_api.machine_load import BusyGuard
 
 Fresh = Callable[[int], Sequence[Any]]
@@ -88,58 +88,6 @@ class L2Flusher:
 
     def __call__(self) -> None:
         self.buffer.zero_()
-
-
-def time_cuda(
-    fn: Callable[..., Any],
-    arg_sets: Sequence[Sequence[Any]],
-    cfg: Mapping[str, Any],
-    device: str,
-    sync_mode: str = "stream",
-    fresh: Fresh | None = None,
-) -> dict[str, Any]:
-    """Time `fn(*args)` on a GPU; returns the summary with raw samples in ms.
-
-    Args:
-        sync_mode: which interval is the reported runtime: `stream` (start to the end of the
-            call's stream, as do_bench) or `device` (to the end of all device work).
-    """
-    flush = L2Flusher(device) if cfg.get("flush_l2", True) else None
-    k = len(arg_sets)
-    torch.cuda.synchronize()
-    # Warm-up for a time budget (at least 3 calls), then estimate the per-call time.
-    t0, calls = time.perf_counter(), 0
-    while calls < 3 or (time.perf_counter() - t0) * 1e3 < float(cfg["warmup_ms"]):
-        fn(*arg_sets[calls % k])
-        calls += 1
-        if calls % 8 == 0:
-            torch.cuda.synchronize()
-        if calls >= 10_000:
-            break
-    torch.cuda.synchronize()
-    est, _, _ = _measure_cuda(fn, arg_sets, min(5, max(1, calls)), flush)
-    reps = _reps(statistics.median(est), cfg)
-    (stream, dev, overheads), busy = _guarded(
-        lambda n, start: _measure_cuda(fn, arg_sets, n, flush, _from(fresh, start), paired_noop=True),
-        reps, statistics.median(est), cfg, device)
-    overhead = statistics.median(overheads)
-    gaps = [d - s - o for s, d, o in zip(stream, dev, overheads, strict=True)]
-    primary = dev if sync_mode == "device" else stream
-    out = summarize(primary)
-    dev_median = statistics.median(dev)
-    out.update(
-        method=f"cuda_event/{sync_mode}",
-        warmup_calls=calls,
-        input_sets=k,
-        l2_flush_bytes=flush.nbytes if flush else 0,
-        stream_median_ms=statistics.median(stream),
-        device_sync_median_ms=dev_median,
-        device_sync_samples_ms=dev if sync_mode != "device" else stream,
-        sync_overhead_ms=overhead,
-        unsynced_work_ms=statistics.median(gaps),
-        busy=busy,
-    )
-    return out
 
 
 def unsynced_work_ms(
@@ -201,43 +149,6 @@ def _measure_cuda(
     return stream, dev, over
 
 
-def time_cpu(
-    fn: Callable[..., Any],
-    arg_sets: Sequence[Sequence[Any]],
-    cfg: Mapping[str, Any],
-    fresh: Fresh | None = None,
-) -> dict[str, Any]:
-    """Time `fn(*args)` on the CPU with perf_counter."""
-    k = len(arg_sets)
-    t0, calls, est = time.perf_counter(), 0, []
-    while calls < 2 or (time.perf_counter() - t0) * 1e3 < float(cfg["warmup_ms"]):
-        s = time.perf_counter()
-        fn(*arg_sets[calls % k])
-        est.append((time.perf_counter() - s) * 1e3)
-        calls += 1
-        if calls >= 10_000:
-            break
-    reps = _reps(statistics.median(est[-5:]), cfg)
-
-    def measure(n: int, start: int) -> tuple[list[float], list[float], list[float]]:
-        out = []
-        for i in range(start, start + n):
-            args = fresh(i) if fresh is not None else arg_sets[i % k]
-            s = time.perf_counter()
-            fn(*args)
-            out.append((time.perf_counter() - s) * 1e3)
-        return out, [], []
-
-    (samples, _, _), busy = _guarded(measure, reps, statistics.median(est[-5:]), cfg, "cpu")
-    out = summarize(samples)
-    out.update(method="perf_counter", warmup_calls=calls, input_sets=k, l2_flush_bytes=0, busy=busy)
-    return out
-
-
-def _from(fresh: Fresh | None, start: int) -> Fresh | None:
-    return (lambda i: fresh(start + i)) if fresh is not None else None
-
-
 def _guarded(measure: Callable[[int, int], tuple[list[float], list[float], list[float]]], reps: int,
              per_call_ms: float, cfg: Mapping[str, Any], device: str,
              ) -> tuple[tuple[list[float], list[float], list[float]], dict[str, Any]]:
@@ -270,10 +181,34 @@ def time_callable(
     device: str,
     fresh: Fresh | None = None,
 ) -> dict[str, Any]:
-    """Time `fn`; warm-up rotates `arg_sets`, timed calls use `fresh(i)` when given."""
-    if device.startswith("cuda"):
-        return time_cuda(fn, arg_sets, cfg, device, str(cfg.get("sync_mode", "stream")), fresh)
-    return time_cpu(fn, arg_sets, cfg, fresh)
+    """Time `fn` alone (CUDA events on a GPU, perf_counter on the CPU): warm-up rotates
+    `arg_sets`, timed calls use `fresh(i)` when given; the summary with raw samples in ms. On a
+    GPU, `cfg["sync_mode"]` says which interval is the reported runtime: `stream` (start to the
+    end of the call's stream, as do_bench) or `device` (to the end of all device work)."""
+    cuda = device.startswith("cuda")
+    flush = L2Flusher(device) if cuda and cfg.get("flush_l2", True) else None
+    est, calls = _estimate_ms(fn, arg_sets, cfg, device, flush)
+    (stream, dev, overheads), busy = _guarded(
+        lambda n, start: _block(fn, arg_sets, n, device, flush, fresh, start), _reps(est, cfg), est, cfg, device)
+    if not cuda:
+        out = summarize(stream)
+        out.update(method="perf_counter", warmup_calls=calls, input_sets=len(arg_sets), l2_flush_bytes=0, busy=busy)
+        return out
+    sync_mode = str(cfg.get("sync_mode", "stream"))
+    out = summarize(dev if sync_mode == "device" else stream)
+    out.update(
+        method=f"cuda_event/{sync_mode}",
+        warmup_calls=calls,
+        input_sets=len(arg_sets),
+        l2_flush_bytes=flush.nbytes if flush else 0,
+        stream_median_ms=statistics.median(stream),
+        device_sync_median_ms=statistics.median(dev),
+        device_sync_samples_ms=dev if sync_mode != "device" else stream,
+        sync_overhead_ms=statistics.median(overheads),
+        unsynced_work_ms=statistics.median([d - s - o for s, d, o in zip(stream, dev, overheads, strict=True)]),
+        busy=busy,
+    )
+    return out
 
 
 # -- paired timing ------------------------------------------------------------------------
