@@ -162,6 +162,9 @@ CHEATS: dict[str, list[str]] = {
         cand(top="import torch.multiprocessing as mp"),
         native("void bg(float* y) { std::thread t([=]{ y[0] = 1; }); t.detach(); }"),
         native("void bg(float* y) { pthread_t t; pthread_create(&t, nullptr, nullptr, y); }"),
+        # a real attacker's: the output's tail handed to torch's inter-op pool, never joined
+        native("void bg(float* y) { at::launch([=]() { y[0] = 1; }); }"),
+        native("void bg() { c10::ThreadPool pool(2); }"),
         cand(top="from os import *", forward="fork()"),
     ],
     "streams": [

@@ -18,7 +18,6 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from stratagem.agents.models import RoleModels
-from stratagem.agents.offline import offline_design
 from stratagem.config import environment, load_config
 from stratagem.context import render
 from stratagem.context.curate import Curated
@@ -176,6 +175,6 @@ def test_every_command_template_fills_without_pytorch_words(small_problem: Path)
 
 def test_the_offline_design_is_the_reference(small_problem: Path) -> None:
     problem = load_problem(small_problem)
-    files = text_files(offline_design(problem), "kernel.c")
+    files = text_files(get_domain(problem.domain).prompts.offline_design(problem), "kernel.c")
     assert set(files) == {"kernel.c", "flags.txt"}
     assert "window_sums" in files["kernel.c"]

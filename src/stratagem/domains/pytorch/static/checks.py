@@ -192,7 +192,7 @@ REGISTRY: tuple[StaticCheck, ...] = (
     _integrity("threads", "reject",
                "No threads, processes, async tasks or signals the design starts itself: in Python "
                "threading, multiprocessing, concurrent.futures, asyncio, subprocess, signal, "
-               "torch.jit.fork; in C++ std::thread, std::async, pthreads, fork/exec/system/popen. "
+               "torch.jit.fork; in C++ std::thread, std::async, pthreads, torch's thread pools (at::launch), fork/exec/system/popen. "
                "Allowed: `at::parallel_for`, OpenMP (`#pragma omp parallel for`) and atomics, whose "
                "work ends inside the call.", ic.threads,
                R.THREADS.why),
@@ -243,7 +243,7 @@ OWN_KERNELS_CPU = _integrity(
 DEVICE_DOCS: dict[tuple[str, str], str] = {
     ("threads", "cuda"): "No threads, processes, async tasks or signals the design starts itself: in "
                          "Python threading, multiprocessing, concurrent.futures, asyncio, subprocess, "
-                         "signal, torch.jit.fork; in host C++ std::thread, std::async, pthreads, "
+                         "signal, torch.jit.fork; in host C++ std::thread, std::async, pthreads, at::launch, "
                          "fork/exec/system/popen. Allowed: atomics in kernels.",
     ("precision", "cpu"): "Warns on fp16/bf16/fp8/fast-math; the tolerance decides.",
 }

@@ -103,7 +103,10 @@ THREADS = Rules(
         "torch.utils.data.DataLoader", "torch.utils.data.dataloader", "torch.utils.data._utils",
         "torch.jit._async", "torch._C.fork", "torch._C.wait",
     ),
-    text=(r"\bstd::(?:thread|jthread|async)\b", r"\bpthread_\w+", r"\bposix_spawn\w*"),
+    text=(r"\bstd::(?:thread|jthread|async)\b", r"\bpthread_\w+", r"\bposix_spawn\w*",
+          # torch's own pools from C++: the inter-op pool (the C++ twin of torch.jit.fork) and c10's
+          r"\bat::(?:launch|intraop_launch\w*|launch_no_thread_state)\b", r"\bc10::(?:TaskThreadPool|ThreadPool)\b",
+          r"\bget_(?:inter|intra)op_thread_pool\b"),
     code=(r"\bj?thread\s+\w+\s*[({]", r"\bv?fork\s*\(", r"\bpopen\s*\(", r"\bsystem\s*\(", r"\bexec[lv]p?e?\s*\("),
 )
 

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext
 
 
+OTHER_THREADS_MARGIN_CORES = 0.25
+"""On the CPU, the share of a core the design's process may spend on threads other than the
+ones it is timed on (`cpu_threads`: the timing thread and its intra-op pool) while its blocks
+run, beyond what the reference's blocks spent: the harness's own light threads, not work."""
 SIDE_STREAM_FLOOR_MS = 0.02
 SIDE_STREAM_FRACTION = 0.10
 """Work finishing after the timed stream's end event beyond max(floor, fraction x runtime)
@@ -143,6 +147,10 @@ def run_timing(w: StageContext) -> dict[str, Any]:
                 f"synchronize (timed call {med:.4f} ms): work escaped the timed stream",
                 {"runtime": cand},
             )
+    else:
+        why = other_threads(stats["other_threads_cores"], int(w.req.get("cpu_threads") or 1))
+        if why is not None:
+            raise StageFailure("rejected", why, {"runtime": cand, "other_threads_cores": stats["other_threads_cores"]})
     lap("side_stream")
     profile = provenance.kernel_profile(w, model, sets[0]) if w.device.startswith("cuda") else None
     lap("profile")
@@ -165,6 +173,22 @@ def run_timing(w: StageContext) -> dict[str, Any]:
         "busy": stats["busy"],
         "work": work,
     }
+
+def other_threads(cores: Mapping[str, float], threads: int) -> str | None:
+    """Why a CPU timing is void because the candidate worked beyond the threads it is timed on
+    (`cores`: each program's CPU on threads other than the timing thread, in cores, over its
+    blocks; `threads`: `cpu_threads`), or None. A pool of its own, the inter-op pool, work
+    left running after `forward` returned: the ratio is one of `threads` threads by design, so
+    CPU spent elsewhere is a speedup bought with cores the reference was not given."""
+    cand, ref = float(cores.get("candidate", 0.0)), float(cores.get("reference", 0.0))
+    allowed = threads - 1 + OTHER_THREADS_MARGIN_CORES
+    if cand <= allowed or cand - ref <= OTHER_THREADS_MARGIN_CORES:
+        return None
+    return (f"other_threads: the candidate kept {cand:.2f} cores busy beyond the timing thread while timed "
+            f"(the reference {ref:.2f}; timed on {threads} thread(s), so at most {allowed:.2f}): work ran "
+            "on threads the timing does not give it, or after `forward` returned; do all the work in the call, "
+            "on the timing thread (and torch's intra-op threads)")
+
 
 def run_baseline(w: StageContext) -> dict[str, Any]:
     """Eager timed alone, and each compiled mode paired with eager: each mode is compiled

@@ -367,6 +367,7 @@ def time_paired(
     dev: dict[str, list[float]] = {n: [] for n in names}
     over: dict[str, list[float]] = {n: [] for n in names}
     progs = {"reference": (reference, n_ref), "candidate": (candidate, n_cand)}
+    elsewhere = {n: [0.0, 0.0] for n in names}  # CPU seconds on the process's other threads, wall seconds
     counter = 0
     rng = secrets.SystemRandom()
     slots = keep_count if keep is not None else 0
@@ -386,7 +387,10 @@ def time_paired(
         for name in order:
             fn, n = progs[name]
             slot = _kept_slot(p, slots, rng) if name == "candidate" else None
+            c0, w0 = other_threads_cpu_s(), time.perf_counter()
             rep, d, o = _block(fn, arg_sets, n, device, flush, fresh, counter, _sink(keep, slot, n, counter, rng))
+            elsewhere[name][0] += other_threads_cpu_s() - c0
+            elsewhere[name][1] += time.perf_counter() - w0
             counter += n
             timed[name] = (d, rep, o) if cuda and sync_mode == "device" else (rep, d, o)
         window.append(timed)
@@ -440,10 +444,18 @@ def time_paired(
         "l2_flush_bytes": flush.nbytes if flush else 0,
         "wall_s": time.perf_counter() - t_start,
         "busy": busy,
+        "other_threads_cores": {n: round(cpu / max(wall, 1e-9), 4) for n, (cpu, wall) in elsewhere.items()},
     }
     for name in names:
         out[name] = _program_summary(blocks[name], dev[name], over[name], cuda, sync_mode)
     return out
+
+
+def other_threads_cpu_s() -> float:
+    """CPU seconds this process has spent on threads other than the calling one (the timing
+    thread): the design's own thread pools, the harness's few light threads, work a call left
+    running after it returned."""
+    return time.process_time() - time.thread_time()
 
 
 def _program_summary(blocks: list[list[float]], dev: list[float], over: list[float], cuda: bool,
