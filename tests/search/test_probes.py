@@ -81,7 +81,7 @@ def test_a_probe_of_the_same_code_runs_once_and_a_prefetched_one_is_shared(tmp_p
     runs: list[str] = []
     refuse = [True]
 
-    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False) -> Verdict | str:
+    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False, **_: Any) -> Verdict | str:
         runs.append(what)
         await asyncio.sleep(0.01)
         if refuse[0]:
@@ -150,7 +150,7 @@ def test_an_audit_that_could_not_finish_judges_nothing(tmp_path: Path) -> None:
     verdicts = [Verdict((ValidatorResult("breach_audit", "failed", reason="killed at the 120 s run limit", kind="timeout"),)),
                 Verdict((ValidatorResult("breach_audit", "failed", reason="distributions: wrong", kind="wrong_output"),))]
 
-    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False) -> Verdict | str:
+    async def fake_graph(graph: Any, design: Any, what: str, compute_only: bool = False, **_: Any) -> Verdict | str:
         return verdicts.pop(0)
 
     s._run_graph = fake_graph  # type: ignore[method-assign]
@@ -159,3 +159,32 @@ def test_an_audit_that_could_not_finish_judges_nothing(tmp_path: Path) -> None:
     asyncio.run(s.audit(rec.id))
     [review] = s.store.reviews()
     assert review.cheating and "distributions: wrong" in review.reason
+
+
+def test_a_red_team_audit_gets_three_evaluations_limits_and_a_probe_the_problem_s_own(tmp_path: Path) -> None:
+    # an audit repeats the trials at several distributions and times again: at one evaluation's
+    # limit a real one was killed and judged nothing; probes are limited like the designs they run
+    cfg = load_config(None, {"evaluation": {"device": "cpu", "baselines": ["eager"]}})
+    problem = load_problem(GELU / "problem.py")
+    store = RunStore.open(tmp_path)
+    store.add_problem(problem)
+    seen: list[Any] = []  # each run's limit
+
+    class Recording:
+        def __init__(self) -> None:
+            self.cfg = cfg.evaluation
+
+        async def evaluate(self, problem: Any, design: Any, *, graph: Any = None, timeout_s: Any = None,
+                           baseline: Any = None, **kw: Any) -> Any:
+            seen.append(timeout_s)
+            raise OSError("recorded")
+
+    s = RunSession(cfg, problem, store, Recording(), NoPolicy())  # type: ignore[arg-type]
+    design = candidate_design(GOOD)
+    store.add_design(problem.id, design)
+    asyncio.run(s.audit(design.id))
+    asyncio.run(s.probe("check", GOOD, author="implementor-1"))
+    task_limit = 120.0  # [evaluation] timeout_s's default, no reference time known yet
+    audit_limit, check_limit = seen
+    assert audit_limit == 3 * task_limit + cfg.evaluation.compile_timeout_s
+    assert check_limit is None  # the problem's own limit, fitted in the evaluator

@@ -55,6 +55,12 @@ RETIMES_MAX = 2
 re-times in its worker up to `timing.max_retimes` times)."""
 
 
+AUDIT_LIMIT_FACTOR = 3.0
+"""A red-team audit's run limit, in evaluations' limits: it repeats the correctness trials at
+several distributions, compares outputs again after a delay and times the design again, about
+three evaluations' worth of calls (a real audit killed at one evaluation's limit judged nothing)."""
+
+
 class RunSession:
     """One run's services to its policy (`core.search.Session`), and the state behind them."""
 
@@ -414,7 +420,8 @@ class RunSession:
         design = self._stored(design_id)
         if design is None:
             return f"not run: no design {design_id[:12]} in this run"
-        verdict = await self._run_graph(graph, design, f"red-team audit of {design_id[:10]}", compute_only=True)
+        verdict = await self._run_graph(graph, design, f"red-team audit of {design_id[:10]}", compute_only=True,
+                                        limit_factor=AUDIT_LIMIT_FACTOR)
         if isinstance(verdict, Verdict) and verdict.status in ("valid", "invalid") and inconclusive(verdict) is None:
             first = verdict.failures[0] if verdict.failures else None
             reason = (f"red-team audit: {first.name}: {first.reason}" if first is not None
@@ -434,16 +441,24 @@ class RunSession:
                       parent_ids=tuple(rec.parent_ids), provenance=rec.provenance)
 
     async def _run_graph(self, graph: ValidatorGraph, design: Design, what: str,
-                         compute_only: bool = False) -> Verdict | str:
+                         compute_only: bool = False, limit_factor: float = 1.0) -> Verdict | str:
         """Run one of the domain's named graphs on `design` in the sandbox, counted in the
         spend (`Spend.probes`); a verdict, or why there is none (a budget used up: any, or with
-        `compute_only` those of harness work alone)."""
+        `compute_only` those of harness work alone). Its run limit is an evaluation's, fitted to
+        the problem by the run's reference time like the designs' own; with `limit_factor`,
+        that many evaluations' limits and one compile's, as one limit."""
         if (spent := self.budgets.exhausted(compute_only)) is not None:
             return f"not run: a budget of the run is used up ({spent})"
         self.progress.event(what)
         self.refresh()
         try:
-            ev = await self.evaluator.evaluate(self.problem, design, with_baseline=False, graph=graph)
+            limit = None
+            if limit_factor != 1.0:  # the whole limit, one compile's included (an override bounds both)
+                task = get_domain(self.problem.domain).open(self.problem, self.evaluator.cfg)
+                ms = self.baseline.reference_ms if self.baseline is not None else None
+                limit = limit_factor * task.timeout_s(None, ms) + (task.compile_timeout_s(None) or 0.0)
+            ev = await self.evaluator.evaluate(self.problem, design, with_baseline=False, graph=graph,
+                                               baseline=self.baseline, timeout_s=limit)
         except (HarnessError, OSError) as e:
             return f"could not run (the harness failed, not the code): {e}"
         seconds = evaluation_seconds(ev.to_record())
