@@ -349,10 +349,9 @@ def stopping_cleanly(console: Console, as_json: bool, interrupted: str) -> Itera
                     console.print(f"[yellow]stopped[/]: {escape(str(e))}\n{interrupted}", highlight=False, soft_wrap=True)
                 raise typer.Exit(EXIT_QUEUE_STALLED) from None
     except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)  # stderr with --json
         if as_json:  # stdout is one JSON record on every exit, a stop included
             print(json.dumps({"status": "interrupted", "error": "interrupted (Ctrl-C or SIGTERM)", "next": interrupted}))
-        else:
-            console.print(f"[yellow]interrupted[/]: {interrupted}", highlight=False)
         raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
