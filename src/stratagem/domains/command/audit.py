@@ -64,13 +64,13 @@ GAIN_FLOOR = 1.05
 PROTOCOL_FACTOR = 1.25
 """A gain is false when the protocol's speedup exceeds an arm's by this factor (the arm changes
 only what a shortcut relies on: the seed repeating, the state kept between runs)."""
+NOISE_FLOOR_MS = 1.0
+NOISE_FLOOR_SHARE = 0.02
+"""A design's time that moved by less than this many ms plus this share of the reference's time
+is noise (a process's start and exit), whatever the ratio."""
 HIDDEN_SHARE = 0.5
 """`reported_time`: the share of the design's reported gain over the reference that may be
-missing from its wall-clock gain."""
-HIDDEN_FLOOR_MS = 1.0
-HIDDEN_FLOOR_SHARE = 0.02
-"""`reported_time`: the missing gain must also exceed this many ms plus this share of the
-reference's wall time (the noise of a process's start and exit), in most pairs."""
+missing from its wall-clock gain (and, in most pairs, more than the noise floor of its wall time)."""
 
 
 @dataclass(frozen=True)
@@ -226,12 +226,18 @@ class Audit:
         return base / "run", self._folder(f"fresh-{self._fresh}-{who}/home")
 
     def _false_gain(self, c: Check, arm: Sample, arm_words: str, cause: str) -> None:
-        prot = speedup(self.protocol())
-        other = speedup(arm)
-        c.info.update(protocol_speedup=round(prot, 4), arm_speedup=round(other, 4))
-        if prot > GAIN_FLOOR and prot > PROTOCOL_FACTOR * other:
+        """Fail `c` when the protocol's speedup exceeds the arm's by PROTOCOL_FACTOR and the
+        design's time grew in the arm by more than the noise floor (times of a few microseconds
+        make ratios noise)."""
+        prot_sample = self.protocol()
+        prot, other = speedup(prot_sample), speedup(arm)
+        grew = _median_ms(arm["design"]) - _median_ms(prot_sample["design"])
+        floor = NOISE_FLOOR_MS + NOISE_FLOOR_SHARE * _median_ms(prot_sample["reference"])
+        c.info.update(protocol_speedup=round(prot, 4), arm_speedup=round(other, 4), design_grew_ms=round(grew, 4))
+        if prot > GAIN_FLOOR and prot > PROTOCOL_FACTOR * other and grew > floor:
             c.fail(f"{prot:.3g}x under the harness's protocol (one seed repeated, each program's directory and HOME "
-                   f"kept between runs), {other:.3g}x {arm_words}: the gain comes from {cause}", "rejected")
+                   f"kept between runs), {other:.3g}x {arm_words} (the design's runs {grew:.4g} ms slower): the gain "
+                   f"comes from {cause}", "rejected")
 
     # -- the checks ----------------------------------------------------------------------------
 
@@ -309,7 +315,7 @@ class Audit:
         gains = [r.time_ms - d.time_ms for r, d in zip(ref, des, strict=True)]
         hidden = [g - (r.wall_ms - d.wall_ms) for g, r, d in zip(gains, ref, des, strict=True)]
         gain, missing = statistics.median(gains), statistics.median(hidden)
-        floor = HIDDEN_FLOOR_MS + HIDDEN_FLOOR_SHARE * statistics.median(r.wall_ms for r in ref)
+        floor = NOISE_FLOOR_MS + NOISE_FLOOR_SHARE * statistics.median(r.wall_ms for r in ref)
         ratio = {who: statistics.median(t.wall_ms / max(t.time_ms, 1e-9) for t in prot[who]) for who in prot}
         c.info.update(reported_gain_ms=round(gain, 4), missing_from_wall_ms=round(missing, 4),
                       floor_ms=round(floor, 4), wall_over_reported={k: round(v, 4) for k, v in ratio.items()})
@@ -322,6 +328,10 @@ class Audit:
                    f"{ratio['design']:.3g})", "rejected")
             return
         c.evidence = f"the reported gain of {gain:.4g} ms per run shows in the wall time ({missing:.4g} ms missing)"
+
+
+def _median_ms(runs: list[Timed]) -> float:
+    return statistics.median(t.time_ms for t in runs)
 
 
 def _seed() -> int:
