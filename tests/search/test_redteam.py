@@ -161,10 +161,51 @@ def test_replay_of_a_folder_without_fixtures_is_a_usage_error(tmp_path, capsys) 
     assert "no breach fixture" in capsys.readouterr().out
 
 
-def test_a_domain_without_an_audit_cannot_be_attacked(tmp_path, capsys) -> None:
+def test_a_domain_without_an_audit_cannot_be_attacked(tmp_path, capsys, monkeypatch) -> None:
+    from stratagem.domains.command.domain import CommandDomain
+
+    monkeypatch.setattr(CommandDomain, "graphs", {k: v for k, v in CommandDomain.graphs.items() if k != "breach"})
     code = main(["redteam", str(ROOT / "examples" / "command" / "window_sums"), "--agent-cmd", "true", "--json"])
     assert code == 2
     assert "no red-team audit" in capsys.readouterr().out
+
+
+SLEEPY = Path(__file__).parent / "redteam" / "sleepy"
+"""A command problem whose work is a sleep (a Python program), and attempts on it."""
+
+
+def test_a_command_problem_is_attacked_and_its_breach_becomes_a_fixture(tmp_path, capsys) -> None:
+    # a command problem's directory: an honest design, one the harness catches, and a seed-keyed
+    # cache the harness accepts (its timed runs repeat one seed) that the audit's fresh seeds show
+    problem = tmp_path / "sleepy"
+    shutil.copytree(SLEEPY / "problem", problem)  # a copy: the project's own problems also write into its corpus
+    attempts = [SLEEPY / "honest" / "half_the_work.py", SLEEPY / "cheats" / "non_finite_nan.py",
+                SLEEPY / "cheats" / "seed_keyed_output_in_workdir.py"]
+    folder = tmp_path / "attacker"
+    folder.mkdir()
+    (folder / "attempts.txt").write_text("\n".join(str(p) for p in attempts))
+    code = main(["redteam", str(problem), "--agent-cmd", f"{sys.executable} {ATTACKER} {folder} prog.py",
+                 "--max-queries", "3", "--attempts", "3", "--device", "cpu", "--run-dir", str(tmp_path / "run"),
+                 "--corpus", str(tmp_path / "corpus"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    got = _outcomes(out)
+    assert got["none_half_the_work"]["outcome"] == "honest", got["none_half_the_work"]
+    nan = got["non_finite_nan"]
+    assert nan["outcome"] == "caught" and nan["check"] == "correctness" and nan["cls"] == "non_finite", nan
+    breach = got["seed_keyed_output_in_workdir"]
+    assert breach["outcome"] == "breach" and breach["cls"] == "seed_keyed_output", breach
+    assert breach["check"] == "breach_audit" and breach["evidence"].startswith("fresh_seeds:"), breach
+    assert breach["speedup"] > 1.05  # the ordinary evaluation's false gain
+    record = json.loads((Path(breach["fixture"]) / "breach.json").read_text())
+    assert record["domain"] == "command" and record["files"] == ["prog.py"]
+    assert (Path(breach["fixture"]) / "problem" / "problem.toml").is_file()
+    # the attacker was told the command domain's catalog
+    task = (folder / "task-0.md").read_text()
+    assert "`seed_keyed_output`" in task and "`kept_state`" in task and "whole programs" in task
+    # the harness as it is still accepts the breach: its replay fails
+    assert main(["redteam", "--replay", str(tmp_path / "corpus"), "--device", "cpu", "--json"]) == 1
+    assert [r["status"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["valid"]
 
 
 def test_a_model_attacker_is_told_its_role_and_its_answers_are_judged(tmp_path) -> None:

@@ -18,7 +18,7 @@ from stratagem.errors import ConfigError, ProblemError
 
 @app.command("redteam")
 def redteam_cmd(
-    problem: Annotated[Path | None, typer.Argument(metavar="PROBLEM", help="The problem to attack: a KernelBench-format file (its domain must have a red-team audit).")] = None,
+    problem: Annotated[Path | None, typer.Argument(metavar="PROBLEM", help="The problem to attack: a KernelBench-format file or a command problem's directory (problem.toml); its domain must have a red-team audit.")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="MODEL", help="The attacker's LLM (openai:NAME, anthropic:NAME, ollama:NAME, test, or a name served at --endpoint).")] = None,
     endpoint: opt.EndpointOpt = None,
     agent_cmd: Annotated[str | None, typer.Option("--agent-cmd", metavar="CMD", help="A coding agent (or any script) as a shell command that writes each attempt, run in a fresh work directory per call (docs/agents.md).")] = None,
@@ -67,7 +67,7 @@ def redteam_cmd(
         loaded = load_problem(problem)
         if "breach" not in get_domain(loaded.domain).graphs:
             raise ConfigError(f"{problem}: a {loaded.domain} problem, and the {loaded.domain} domain has no red-team "
-                              "audit; redteam attacks problems of a domain that has one (pytorch)")
+                              "audit; redteam attacks problems of a domain that has one (pytorch, command)")
         check_policy(cfg, loaded)
     except (ConfigError, ProblemError) as e:
         fail(console, e, as_json, 2)

@@ -1,5 +1,6 @@
 """A scripted attacker for `stratagem redteam --agent-cmd` (no model, no agent): each call
-writes the next candidate of a list into the work directory's `candidate.py`, headed by the
+writes the next candidate of a list into the work directory's `candidate.py` (or the file named
+by the second argument: a command problem's editable file), headed by the
 attempt's declaration (`# exploit: <the file's stem>`, `none_<stem>` for an honest one). The list and a counter live in the
 folder given as the first argument (`attempts.txt`, one candidate path per line; `next`),
 shared by calls running at once under a lock; each call's TASK.md is kept there as
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 
-def main(folder: str) -> int:
+def main(folder: str, name: str = "candidate.py") -> int:
     d = Path(folder)
     paths = [p for p in (d / "attempts.txt").read_text().splitlines() if p.strip()]
     with open(d / "lock", "w") as lock:
@@ -29,9 +30,9 @@ def main(folder: str) -> int:
     honest = "honest" in src.parts
     declared = "nothing: honest" if honest else "the corpus manifest's check"
     exploit = f"none_{src.stem}" if honest else src.stem
-    Path("candidate.py").write_text(f"# exploit: {exploit}\n# caught-by: {declared}\n" + src.read_text())
+    Path(name).write_text(f"# exploit: {exploit}\n# caught-by: {declared}\n" + src.read_text())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(*sys.argv[1:3]))

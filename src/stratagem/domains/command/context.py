@@ -136,7 +136,8 @@ class Context:
                 (self.dirs["reference"] / self.spec.compare.file).unlink()
             self.snapshot_reference()
 
-    def output_numbers(self, who: str, ran: Ran) -> list[float]:
+    def output_numbers(self, who: str, ran: Ran, where: Path | None = None) -> list[float]:
+        """The numbers of `who`'s output (the run ran in `where`, else its own directory)."""
         cmp = self.spec.compare
         kind: FailureKind = "problem_error" if who == "reference" else "malformed"
         try:
@@ -145,7 +146,7 @@ class Context:
                 if v is None:
                     raise ValueError(f"no JSON line on stdout holds the key {cmp.key!r}")
                 return outputs.flatten(v)
-            path = self.dirs[who] / (cmp.file or "")
+            path = (where or self.dirs[who]) / (cmp.file or "")
             if path.is_symlink():
                 raise ValueError(f"the output file {cmp.file} is a link")
             return outputs.text_numbers(path.read_text(encoding="utf-8", errors="replace"))
@@ -154,17 +155,20 @@ class Context:
         except (OSError, ValueError) as e:
             raise StageFailure(kind, f"the {who}'s output cannot be read: {e}") from None
 
-    def agree(self, ref: list[float] | None, des: list[float] | None, values: Mapping[str, Any]) -> outputs.Agreement:
+    def agree(self, ref: list[float] | None, des: list[float] | None, values: Mapping[str, Any],
+              where: Mapping[str, Path] | None = None) -> outputs.Agreement:
         """Whether the design's output on `values` agrees with the reference's: the numbers
-        captured from each, or the check command on the two run directories."""
+        captured from each, or the check command on the two run directories (`where`'s
+        `reference` and `design`, else their own)."""
         if ref is not None and des is not None:
             return outputs.agree(ref, des, self.spec.compare)
         check = self.spec.check
         if check is None:
             raise StageFailure("problem_error", "compare.mode is check and the problem has no [check] command")
-        cmd = fill(check.command, {**values, "python": sys.executable, "reference": self.dirs["reference"],
-                                   "design": self.dirs["design"]})
-        ran = execute(cmd, self.dirs["reference"], check.timeout_s)
+        dirs = {**self.dirs, **(where or {})}
+        cmd = fill(check.command, {**values, "python": sys.executable, "reference": dirs["reference"],
+                                   "design": dirs["design"]})
+        ran = execute(cmd, dirs["reference"], check.timeout_s)
         self.snapshot_reference()  # the check may write there
         if ran.timed_out:
             raise StageFailure("problem_error", ran.why("the check command", check.timeout_s))

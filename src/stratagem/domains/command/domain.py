@@ -4,7 +4,8 @@ evaluation (a secret seed and sizes from the declared ranges), the worker payloa
 the run limits, the typed measurement and the rules the agents are told.
 
 Graph: `static_checks` (parent: the design's files are editable ones, no forbidden source or
-link line) -> `build` -> `correctness` -> `timing` (worker: `domains/command/worker.py`)."""
+link line) -> `build` -> `correctness` -> `timing` (worker: `domains/command/worker.py`); the red-team audit's graph
+`BREACH_GRAPH`."""
 
 from __future__ import annotations
 
@@ -38,9 +39,18 @@ GRAPH: tuple[ValidatorSpec, ...] = (
     ValidatorSpec("timing", ("correctness",), "worker"),
 )
 
-GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"check": GRAPH[:3]}
+BREACH_GRAPH: tuple[ValidatorSpec, ...] = (
+    ValidatorSpec("build", (), "worker"),
+    ValidatorSpec("breach_audit", ("build",), "worker"),
+)
+"""The red-team audit of a design the harness accepted (`audit.py`): both programs built afresh,
+then checks stronger than the harness's (the reference's files watched while the design runs,
+fresh seeds, fresh directories and HOME, the wall clock against the reported time). A failed
+stage is a breach."""
+
+GRAPHS: dict[str, tuple[ValidatorSpec, ...]] = {"check": GRAPH[:3], "breach": BREACH_GRAPH}
 """The writers' `check` tool: build and a run on the hidden inputs against the reference, no
-timing. No `profile`: the domain has no profiler."""
+timing (no `profile`: the domain has no profiler); `breach`, the red-team audit."""
 
 STAGE_RULES: dict[str, str] = {
     "static_checks": "stage `static_checks`: the design holds only editable files; no forbidden source "

@@ -55,8 +55,11 @@ def fill(command: str, values: Mapping[str, object]) -> str:
     return command.format_map({k: shlex.quote(str(v)) for k, v in values.items()})
 
 
-def execute(command: str, cwd: Path, timeout_s: float) -> Ran:
-    """Run `command` in `cwd` under `timeout_s`; never raises for what the command does."""
+def execute(command: str, cwd: Path, timeout_s: float, env: Mapping[str, str] | None = None) -> Ran:
+    """Run `command` in `cwd` under `timeout_s` (with the variables `env` exported first, over
+    those it inherits); never raises for what the command does."""
+    if env:
+        command = "export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + "\n" + command
     t0 = time.perf_counter()
     proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)

@@ -38,7 +38,7 @@ SUMMARY = ""
 """The key of a run's single time, and of the geometric mean over cases."""
 
 
-def _reported(ctx: Context, who: str, stdout: str) -> Times:
+def reported(ctx: Context, who: str, stdout: str) -> Times:
     """The times a run reported, per case; a program that reported none (or not every case) fails."""
     objective = ctx.spec.objective
     kind: FailureKind = "malformed" if who == "design" else "problem_error"
@@ -61,7 +61,7 @@ def _timed(ctx: Context, who: str, values: Mapping[str, Any], expected: list[flo
     if ctx.spec.objective.source == "clock":
         got = {SUMMARY: ran.wall_ms}
     else:
-        got = _reported(ctx, who, ran.stdout)
+        got = reported(ctx, who, ran.stdout)
         total = sum(got.values())
         if total > ran.wall_ms + CLOCK_TOLERANCE_MS:
             raise StageFailure("rejected" if who == "design" else "problem_error",

@@ -20,6 +20,7 @@ from typing import Any
 
 from stratagem.core.verdict import ValidatorResult
 from stratagem.domains.command import forbid
+from stratagem.domains.command.audit import breach_audit
 from stratagem.domains.command.context import BASELINE, Context
 from stratagem.domains.command.runner import Ran, become_subreaper, execute, write_files
 from stratagem.domains.command.timing import timing
@@ -123,13 +124,16 @@ def correctness(ctx: Context) -> dict[str, Any]:
             "max_rel_err": max(float(t.get("max_rel_err", nan)) for t in trials)}
 
 
-STAGES: dict[str, Callable[[Context], dict[str, Any]]] = {"build": build, "correctness": correctness, "timing": timing}
+STAGES: dict[str, Callable[[Context], dict[str, Any]]] = {"build": build, "correctness": correctness, "timing": timing,
+                                                          "breach_audit": breach_audit}
+SELF_LOCKING = frozenset({"timing", "breach_audit"})
+"""Stages that hold the device lock themselves (exclusive while timing); the others hold it shared."""
 
 
 def _run_stage(ctx: Context, name: str) -> ValidatorResult:
     t0 = time.monotonic()
     try:
-        with ctx.use.hold("shared") if name != "timing" else contextlib.nullcontext():
+        with ctx.use.hold("shared") if name not in SELF_LOCKING else contextlib.nullcontext():
             details = STAGES[name](ctx)
     except StageFailure as f:
         return f.result(name, time.monotonic() - t0)

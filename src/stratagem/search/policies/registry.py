@@ -143,7 +143,7 @@ def _redteam(ctx: PolicyContext) -> Policy:
     if "breach" not in domain.graphs or not offered(domain.name):
         raise ConfigError(f"--policy redteam: the {domain.name} domain has no red-team audit (a `breach` graph and "
                           "an attacker's `redteam` prompt); red-teaming runs on the problems of a domain that has "
-                          "them (pytorch)")
+                          "them (pytorch, command)")
     s = ctx.settings if isinstance(ctx.settings, RedteamSettings) else RedteamSettings()
     if not ctx.cfg.agents.model and command_writes_all(ctx.cfg, "redteam"):
         from stratagem.agents.agent_command import no_models

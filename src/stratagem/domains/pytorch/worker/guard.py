@@ -87,6 +87,7 @@ HARNESS_MODULES = (
     "stratagem.core.verdict",
     "stratagem.core.paired",
     "stratagem.worker_api.device_lock",
+    "stratagem.worker_api.audit",
 )
 
 

@@ -53,6 +53,7 @@ from stratagem.domains.pytorch.worker import compare, params, record, runtime
 from stratagem.domains.pytorch.worker.anchor import Anchor
 from stratagem.domains.pytorch.worker.redteam import fired
 from stratagem.domains.pytorch.worker.redteam import timing as breach_timing
+from stratagem.worker_api.audit import Check, conclude
 from stratagem.worker_api.device_lock import Mode
 from stratagem.worker_api.stages import StageFailure
 
@@ -80,34 +81,6 @@ DISTRIBUTION_ULPS = 8.0
 largest magnitude (cancellations of inputs scaled by 1e3)."""
 DELAY_S = 0.3
 """`delayed_compare`: the sleep after a synchronize before the output is compared again."""
-
-
-class Check:
-    """One check's record: what it found (`fail`), what it skipped, and its evidence."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.ok = True
-        self.kind = "wrong_output"
-        self.evidence = ""
-        self.info: dict[str, Any] = {}
-        self.fired: list[str] = []
-
-    def fire(self, evidence: str) -> None:
-        """A sign that the design's shortcut fired (not a failure: the harness may have
-        neutralized it)."""
-        self.fired.append(evidence)
-
-    def fail(self, evidence: str, kind: str = "wrong_output") -> None:
-        if self.ok:  # the first failure is the evidence
-            self.ok, self.kind, self.evidence = False, kind, evidence
-
-    def to_json(self, cost_s: float) -> dict[str, Any]:
-        out = {"check": self.name, "ok": self.ok, "evidence": self.evidence, **self.info,
-               "cost_s": round(cost_s, 4), **({"fired": self.fired} if self.fired else {})}
-        if not self.ok:
-            out["kind"] = self.kind
-        return out
 
 
 def run_breach_audit(w: StageContext) -> dict[str, Any]:
@@ -145,14 +118,7 @@ def run_breach_audit(w: StageContext) -> dict[str, Any]:
     if changed:
         checks.append({"check": "harness_tampering", "ok": False, "kind": "rejected", "cost_s": 0.0,
                        "evidence": "; ".join(changed[:6])})
-    details = {"checks": checks, "total_cost_s": round(time.perf_counter() - t_all, 4),
-               "fired": [f"{c['check']}: {e}" for c in checks for e in c.get("fired", ())]}
-    failed = [c for c in checks if c["ok"] is False]
-    if failed:
-        first = failed[0]
-        more = f" (also failed: {', '.join(c['check'] for c in failed[1:])})" if failed[1:] else ""
-        raise StageFailure(str(first["kind"]), f"{first['check']}: {first['evidence']}{more}", details)
-    return details
+    return conclude(checks, time.perf_counter() - t_all)
 
 
 def _provenance_entry(w: StageContext) -> dict[str, Any]:

@@ -34,8 +34,8 @@ from stratagem.domains.pytorch.worker import record, timing
 
 if TYPE_CHECKING:
     from stratagem.domains.pytorch.worker.context import StageContext
-    from stratagem.domains.pytorch.worker.redteam.audit import Check
     from stratagem.domains.pytorch.worker.runtime import Programs
+    from stratagem.worker_api.audit import Check
 
 TIMING_FAST = 1.1
 """`interleaved_timing` judges only a design faster than this under the harness's protocol."""
